@@ -1,0 +1,32 @@
+# The two commands of the README. Both set up everything on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck unit integration clean bench
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/disq-node
+
+lint: $(STAMP)
+	$(BIN)/ruff check disq tests scripts
+	$(BIN)/ruff format --check disq
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_beanstalk.py
+
+clean:
+	rm -rf $(VENV) disq-data .mypy_cache .ruff_cache

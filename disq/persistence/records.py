@@ -1,0 +1,128 @@
+"""Payloads of the AOF records a node writes: pure encode/decode, no IO.
+
+Framing (length, CRC, file header) lives in ``aof_file``. A record states absolute values
+(state, priority, deadline, counters), never deltas: replaying the same record twice, or an
+older record before a newer full one (as an incremental rewrite interleaves them), converges
+on the state of the last record in file order.
+
+Layouts (little-endian):
+  PUT     id u64 | pri u32 | delay_ms u64 | ttr_ms u64 | ctime_ms u64 | state u8 |
+          deadline_ms i64 | reserves, timeouts, releases, buries, kicks 5*u32 |
+          tube_len u16 | tube | body
+  UPDATE  id u64 | pri u32 | state u8 | deadline_ms i64 | 5*u32 counters
+  DELETE  id u64
+  META    next_id u64
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from disq.core.job import Job
+
+REC_PUT = 1
+REC_UPDATE = 2
+REC_DELETE = 3
+REC_META = 4
+
+_PUT = struct.Struct("<QIQQQBqIIIIIH")
+_UPDATE = struct.Struct("<QIBqIIIII")
+_DELETE = struct.Struct("<Q")
+_META = struct.Struct("<Q")
+
+
+class PutRecord(NamedTuple):
+    id: int
+    pri: int
+    delay_ms: int
+    ttr_ms: int
+    ctime_ms: int
+    state: int
+    deadline_ms: int
+    reserves: int
+    timeouts: int
+    releases: int
+    buries: int
+    kicks: int
+    tube: str
+    body: bytes
+
+
+class UpdateRecord(NamedTuple):
+    id: int
+    pri: int
+    state: int
+    deadline_ms: int
+    reserves: int
+    timeouts: int
+    releases: int
+    buries: int
+    kicks: int
+
+
+def encode_put(job: Job) -> bytes:
+    name = job.tube.name.encode()
+    return (
+        _PUT.pack(
+            job.id,
+            job.pri,
+            job.delay_ms,
+            job.ttr_ms,
+            job.ctime_ms,
+            job.state,
+            job.deadline_ms,
+            job.reserves,
+            job.timeouts,
+            job.releases,
+            job.buries,
+            job.kicks,
+            len(name),
+        )
+        + name
+        + job.body
+    )
+
+
+def encode_update(job: Job) -> bytes:
+    return _UPDATE.pack(
+        job.id,
+        job.pri,
+        job.state,
+        job.deadline_ms,
+        job.reserves,
+        job.timeouts,
+        job.releases,
+        job.buries,
+        job.kicks,
+    )
+
+
+def encode_delete(job_id: int) -> bytes:
+    return _DELETE.pack(job_id)
+
+
+def encode_meta(next_id: int) -> bytes:
+    return _META.pack(next_id)
+
+
+def decode_put(payload: bytes | memoryview) -> PutRecord:
+    fields = _PUT.unpack_from(payload, 0)
+    name_len = fields[-1]
+    start = _PUT.size
+    tube = bytes(payload[start : start + name_len]).decode()
+    body = bytes(payload[start + name_len :])
+    return PutRecord(*fields[:-1], tube, body)
+
+
+def decode_update(payload: bytes | memoryview) -> UpdateRecord:
+    return UpdateRecord(*_UPDATE.unpack_from(payload, 0))
+
+
+def decode_delete(payload: bytes | memoryview) -> int:
+    return int(_DELETE.unpack_from(payload, 0)[0])
+
+
+def decode_meta(payload: bytes | memoryview) -> int:
+    return int(_META.unpack_from(payload, 0)[0])

@@ -1,0 +1,277 @@
+"""The beanstalk door: one connection's commands applied to the engine, replies as bytes.
+
+Sans-IO like the codec: the TCP layer hands in bytes and a clock reading and writes out the
+returned bytes. Commands of one connection are answered strictly in order; a blocked reserve
+holds the later commands of that connection (beanstalkd does the same: it stops reading).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Protocol
+
+from disq.core import errors
+from disq.core.job import STATE_NAMES, Job
+from disq.protocol import beanstalk as bp
+
+if TYPE_CHECKING:
+    from disq.core.engine import Engine
+
+_INSERTED = b"INSERTED %d\r\n"
+_RESERVED = b"RESERVED %d %d\r\n"
+_FOUND = b"FOUND %d %d\r\n"
+_DELETED = b"DELETED\r\n"
+_RELEASED = b"RELEASED\r\n"
+_BURIED = b"BURIED\r\n"
+_TOUCHED = b"TOUCHED\r\n"
+_KICKED = b"KICKED\r\n"
+_KICKED_N = b"KICKED %d\r\n"
+_PAUSED = b"PAUSED\r\n"
+_NOT_FOUND = b"NOT_FOUND\r\n"
+_CRLF = b"\r\n"
+_ERROR_REPLIES = {
+    code: (code + "\r\n").encode()
+    for code in (
+        "NOT_FOUND",
+        "OUT_OF_MEMORY",
+        "DRAINING",
+        "NOT_IGNORED",
+        "DEADLINE_SOON",
+        "TIMED_OUT",
+        "INTERNAL_ERROR",
+    )
+}
+
+
+class ServerInfo(Protocol):
+    """What ``stats`` reports about the process; provided by the server."""
+
+    op_counts: list[int]
+
+    def stats_tail(self, now_ms: int) -> list[tuple[str, object]]:
+        """pid .. platform keys of ``stats`` (process, binlog and host facts)."""
+        ...
+
+
+class BeanstalkDoor:
+    __slots__ = ("blocked", "closing", "engine", "info", "parser", "pending", "session")
+
+    def __init__(self, engine: Engine, info: ServerInfo) -> None:
+        self.engine = engine
+        self.info = info
+        self.session = engine.open_session()
+        self.parser = bp.BeanstalkParser(engine.limits.max_job_size)
+        self.pending: collections.deque[bp.Command] = collections.deque()
+        self.blocked = False
+        self.closing = False
+
+    def receive(self, data: bytes, now_ms: int, out: list[bytes]) -> None:
+        """Parse ``data`` and append the replies of every command that can run now."""
+        commands = self.parser.feed(data)
+        if self.blocked or self.closing:
+            self.pending.extend(commands)
+            return
+        run = self._run
+        for i, cmd in enumerate(commands):
+            run(cmd, now_ms, out)
+            if self.blocked or self.closing:
+                self.pending.extend(commands[i + 1 :])
+                return
+
+    def resume(self, result: Job | str, now_ms: int, out: list[bytes]) -> None:
+        """A blocked reserve was answered by the engine; go on with queued commands."""
+        self.blocked = False
+        if isinstance(result, Job):
+            out.append(_RESERVED % (result.id, len(result.body)))
+            out.append(result.body)
+            out.append(_CRLF)
+        else:
+            out.append(_ERROR_REPLIES[result])
+        pending = self.pending
+        while pending and not self.blocked and not self.closing:
+            self._run(pending.popleft(), now_ms, out)
+
+    def close(self, now_ms: int) -> None:
+        self.engine.close_session(self.session, now_ms)
+
+    # ---------------------------------------------------------------- dispatch
+    def _run(self, cmd: bp.Command, now_ms: int, out: list[bytes]) -> None:
+        op = cmd[0]
+        if op == bp.OP_ERROR:
+            out.append(cmd[1])
+            return
+        engine = self.engine
+        s = self.session
+        if op == bp.OP_BAD_BODY:
+            engine.spend_id(s)
+            out.append(bp.EXPECTED_CRLF)
+            return
+        self.info.op_counts[op] += 1
+        try:
+            if op == bp.OP_PUT:
+                job_id = engine.put(s, cmd[1], cmd[2] * 1000, cmd[3] * 1000, cmd[4], now_ms)
+                out.append(_INSERTED % job_id)
+            elif op == bp.OP_DELETE:
+                engine.delete(s, cmd[1], now_ms)
+                out.append(_DELETED)
+            elif op == bp.OP_RESERVE or op == bp.OP_RESERVE_TIMEOUT:
+                timeout_s = cmd[1] if op == bp.OP_RESERVE_TIMEOUT else -1
+                timeout_ms = timeout_s * 1000 if timeout_s >= 0 else -1
+                job = engine.reserve(s, timeout_ms, now_ms)
+                if job is None:
+                    self.blocked = True
+                else:
+                    out.append(_RESERVED % (job.id, len(job.body)))
+                    out.append(job.body)
+                    out.append(_CRLF)
+            elif op == bp.OP_RESERVE_JOB:
+                job = engine.reserve_job(s, cmd[1], now_ms)
+                out.append(_RESERVED % (job.id, len(job.body)))
+                out.append(job.body)
+                out.append(_CRLF)
+            elif op == bp.OP_RELEASE:
+                engine.release(s, cmd[1], cmd[2], cmd[3] * 1000, now_ms)
+                out.append(_RELEASED)
+            elif op == bp.OP_BURY:
+                engine.bury(s, cmd[1], cmd[2], now_ms)
+                out.append(_BURIED)
+            elif op == bp.OP_TOUCH:
+                engine.touch(s, cmd[1], now_ms)
+                out.append(_TOUCHED)
+            elif op == bp.OP_USE:
+                tube = engine.use(s, cmd[1])
+                out.append(b"USING %s\r\n" % tube.name.encode())
+            elif op == bp.OP_WATCH:
+                out.append(b"WATCHING %d\r\n" % engine.watch(s, cmd[1]))
+            elif op == bp.OP_IGNORE:
+                out.append(b"WATCHING %d\r\n" % engine.ignore(s, cmd[1]))
+            elif op == bp.OP_PEEK:
+                self._found(engine.peek(cmd[1]), out)
+            elif op == bp.OP_PEEK_READY:
+                self._found(engine.peek_ready(s), out)
+            elif op == bp.OP_PEEK_DELAYED:
+                self._found(engine.peek_delayed(s), out)
+            elif op == bp.OP_PEEK_BURIED:
+                self._found(engine.peek_buried(s), out)
+            elif op == bp.OP_KICK:
+                out.append(_KICKED_N % engine.kick(s, cmd[1], now_ms))
+            elif op == bp.OP_KICK_JOB:
+                engine.kick_job(cmd[1], now_ms)
+                out.append(_KICKED)
+            elif op == bp.OP_STATS:
+                out.append(bp.yaml_dict(self._stats(now_ms)))
+            elif op == bp.OP_STATS_JOB:
+                out.append(bp.yaml_dict(self._stats_job(engine.peek(cmd[1]), now_ms)))
+            elif op == bp.OP_STATS_TUBE:
+                tube = engine.find_tube(cmd[1])
+                if tube is None:
+                    raise errors.NotFound()
+                out.append(bp.yaml_dict(self._stats_tube(cmd[1], now_ms)))
+            elif op == bp.OP_LIST_TUBES:
+                out.append(bp.yaml_list([t.name for t in engine.tube_order]))
+            elif op == bp.OP_LIST_TUBE_USED:
+                out.append(b"USING %s\r\n" % s.use.name.encode())
+            elif op == bp.OP_LIST_TUBES_WATCHED:
+                out.append(bp.yaml_list([t.name for t in s.watch]))
+            elif op == bp.OP_PAUSE_TUBE:
+                engine.pause_tube(cmd[1], cmd[2] * 1000, now_ms)
+                out.append(_PAUSED)
+            elif op == bp.OP_QUIT:
+                self.closing = True
+        except errors.DisqError as exc:
+            out.append(_ERROR_REPLIES.get(exc.code, b"INTERNAL_ERROR\r\n"))
+
+    @staticmethod
+    def _found(job: Job, out: list[bytes]) -> None:
+        out.append(_FOUND % (job.id, len(job.body)))
+        out.append(job.body)
+        out.append(_CRLF)
+
+    # ------------------------------------------------------------------ stats
+    def _stats(self, now_ms: int) -> list[tuple[str, object]]:
+        e = self.engine
+        c = self.info.op_counts
+        return [
+            ("current-jobs-urgent", e.urgent_count),
+            ("current-jobs-ready", e.ready_count),
+            ("current-jobs-reserved", e.reserved_count),
+            ("current-jobs-delayed", e.delayed_count),
+            ("current-jobs-buried", e.buried_count),
+            ("cmd-put", c[bp.OP_PUT]),
+            ("cmd-peek", c[bp.OP_PEEK]),
+            ("cmd-peek-ready", c[bp.OP_PEEK_READY]),
+            ("cmd-peek-delayed", c[bp.OP_PEEK_DELAYED]),
+            ("cmd-peek-buried", c[bp.OP_PEEK_BURIED]),
+            ("cmd-reserve", c[bp.OP_RESERVE]),
+            ("cmd-reserve-with-timeout", c[bp.OP_RESERVE_TIMEOUT]),
+            ("cmd-delete", c[bp.OP_DELETE]),
+            ("cmd-release", c[bp.OP_RELEASE]),
+            ("cmd-use", c[bp.OP_USE]),
+            ("cmd-watch", c[bp.OP_WATCH]),
+            ("cmd-ignore", c[bp.OP_IGNORE]),
+            ("cmd-bury", c[bp.OP_BURY]),
+            ("cmd-kick", c[bp.OP_KICK]),
+            ("cmd-touch", c[bp.OP_TOUCH]),
+            ("cmd-stats", c[bp.OP_STATS]),
+            ("cmd-stats-job", c[bp.OP_STATS_JOB]),
+            ("cmd-stats-tube", c[bp.OP_STATS_TUBE]),
+            ("cmd-list-tubes", c[bp.OP_LIST_TUBES]),
+            ("cmd-list-tube-used", c[bp.OP_LIST_TUBE_USED]),
+            ("cmd-list-tubes-watched", c[bp.OP_LIST_TUBES_WATCHED]),
+            ("cmd-pause-tube", c[bp.OP_PAUSE_TUBE]),
+            ("job-timeouts", e.job_timeouts),
+            ("total-jobs", e.total_jobs),
+            ("max-job-size", e.limits.max_job_size),
+            ("current-tubes", len(e.tubes)),
+            ("current-connections", e.session_count),
+            ("current-producers", e.producer_count),
+            ("current-workers", e.worker_count),
+            ("current-waiting", e.waiting_count),
+            ("total-connections", e.total_sessions),
+            *self.info.stats_tail(now_ms),
+        ]
+
+    def _stats_tube(self, name: str, now_ms: int) -> list[tuple[str, object]]:
+        t = self.engine.tubes[name]
+        paused = t.pause_until_ms > now_ms
+        return [
+            ("name", t.name),
+            ("current-jobs-urgent", t.urgent_count),
+            ("current-jobs-ready", len(t.ready)),
+            ("current-jobs-reserved", t.reserved_count),
+            ("current-jobs-delayed", len(t.delayed)),
+            ("current-jobs-buried", len(t.buried)),
+            ("total-jobs", t.total_jobs),
+            ("current-using", t.using_count),
+            ("current-watching", t.watching_count),
+            ("current-waiting", len(t.waiting)),
+            ("cmd-delete", t.cmd_delete),
+            ("cmd-pause-tube", t.cmd_pause),
+            ("pause", t.pause_ms // 1000 if paused else 0),
+            ("pause-time-left", (t.pause_until_ms - now_ms) // 1000 if paused else 0),
+        ]
+
+    @staticmethod
+    def _stats_job(job: Job, now_ms: int) -> list[tuple[str, object]]:
+        from disq.core.job import DELAYED, RESERVED
+
+        time_left = 0
+        if job.state in (RESERVED, DELAYED):
+            # beanstalkd counts in microseconds: a just-reserved ttr-1 job has 0 s left.
+            time_left = max(0, (job.deadline_ms - now_ms - 1) // 1000)
+        return [
+            ("id", job.id),
+            ("tube", job.tube.name),
+            ("state", STATE_NAMES[job.state]),
+            ("pri", job.pri),
+            ("age", max(0, (now_ms - job.ctime_ms) // 1000)),
+            ("delay", job.delay_ms // 1000),
+            ("ttr", job.ttr_ms // 1000),
+            ("time-left", time_left),
+            ("file", 0),
+            ("reserves", job.reserves),
+            ("timeouts", job.timeouts),
+            ("releases", job.releases),
+            ("buries", job.buries),
+            ("kicks", job.kicks),
+        ]
