@@ -27,7 +27,15 @@ DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
 DEFAULT_DATA_DIR = "disq-data"
 JOB_SIZE_MAX = 1 << 30  # beanstalkd's -z ceiling (1 GiB)
-BEANSTALKD_FLAGS = ("listen", "port", "binlog_dir", "fsync_ms", "no_fsync", "binlog_size", "max_job_size")
+BEANSTALKD_FLAGS = (
+    "listen",
+    "port",
+    "binlog_dir",
+    "fsync_ms",
+    "no_fsync",
+    "binlog_size",
+    "max_job_size",
+)
 
 
 def _size(text: str) -> int:

@@ -319,9 +319,7 @@ class Engine:
         del self.jobs[job.id]
         self.used_bytes -= len(job.body) + JOB_OVERHEAD_BYTES
 
-    def release(
-        self, s: Session, job_id: int, pri: int, delay_ms: int, now_ms: int
-    ) -> None:
+    def release(self, s: Session, job_id: int, pri: int, delay_ms: int, now_ms: int) -> None:
         job = self._reserved_by(s, job_id)
         self._unreserve(s, job)
         old_pri = job.pri
@@ -602,9 +600,7 @@ class Engine:
         job.kicks = rec.kicks
         self.jobs[rec.id] = job
         self.used_bytes += len(rec.body) + JOB_OVERHEAD_BYTES
-        if old is None:
-            tube.total_jobs += 1
-            self.total_jobs += 1
+        # Like beanstalkd, total-jobs counts the puts of this process, not replayed jobs.
         self._place(job, rec.state, rec.deadline_ms)
         if rec.id >= self.next_id:
             self.next_id = rec.id + 1
@@ -616,6 +612,7 @@ class Engine:
             return
         self._take_out(job)
         job.pri = rec.pri
+        job.delay_ms = rec.delay_ms
         job.reserves = rec.reserves
         job.timeouts = rec.timeouts
         job.releases = rec.releases

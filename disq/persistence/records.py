@@ -9,7 +9,7 @@ Layouts (little-endian):
   PUT     id u64 | pri u32 | delay_ms u64 | ttr_ms u64 | ctime_ms u64 | state u8 |
           deadline_ms i64 | reserves, timeouts, releases, buries, kicks 5*u32 |
           tube_len u16 | tube | body
-  UPDATE  id u64 | pri u32 | state u8 | deadline_ms i64 | 5*u32 counters
+  UPDATE  id u64 | pri u32 | delay_ms u64 | state u8 | deadline_ms i64 | 5*u32 counters
   DELETE  id u64
   META    next_id u64
 """
@@ -28,7 +28,7 @@ REC_DELETE = 3
 REC_META = 4
 
 _PUT = struct.Struct("<QIQQQBqIIIIIH")
-_UPDATE = struct.Struct("<QIBqIIIII")
+_UPDATE = struct.Struct("<QIQBqIIIII")
 _DELETE = struct.Struct("<Q")
 _META = struct.Struct("<Q")
 
@@ -53,6 +53,7 @@ class PutRecord(NamedTuple):
 class UpdateRecord(NamedTuple):
     id: int
     pri: int
+    delay_ms: int
     state: int
     deadline_ms: int
     reserves: int
@@ -89,6 +90,7 @@ def encode_update(job: Job) -> bytes:
     return _UPDATE.pack(
         job.id,
         job.pri,
+        job.delay_ms,
         job.state,
         job.deadline_ms,
         job.reserves,
@@ -113,7 +115,7 @@ def decode_put(payload: bytes | memoryview) -> PutRecord:
     start = _PUT.size
     tube = bytes(payload[start : start + name_len]).decode()
     body = bytes(payload[start + name_len :])
-    return PutRecord(*fields[:-1], tube, body)
+    return PutRecord._make((*fields[:-1], tube, body))
 
 
 def decode_update(payload: bytes | memoryview) -> UpdateRecord:

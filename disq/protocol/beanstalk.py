@@ -21,6 +21,7 @@ from typing import Any
 LINE_MAX = 224  # beanstalkd LINE_BUF_SIZE, CRLF included
 MAX_TUBE_NAME = 200
 U32_MAX = 4294967295
+INT_MAX = 2147483647
 U64_MAX = 18446744073709551615
 
 (
@@ -61,6 +62,9 @@ JOB_TOO_BIG = b"JOB_TOO_BIG\r\n"
 
 ERR_BAD_FORMAT = (OP_ERROR, BAD_FORMAT)
 ERR_UNKNOWN = (OP_ERROR, UNKNOWN_COMMAND)
+# Errors beanstalkd counts in a cmd-* stat carry the op to count as a third element.
+ERR_PUT_BAD_FORMAT = (OP_ERROR, BAD_FORMAT, OP_PUT)
+ERR_JOB_TOO_BIG = (OP_ERROR, JOB_TOO_BIG, OP_PUT)
 
 # beanstalkd's which_cmd order. Entries ending in a space take arguments.
 _PREFIXES: tuple[tuple[bytes, int], ...] = (
@@ -103,6 +107,10 @@ _EXACT = {
 }
 # Fast path: first word -> op, valid only when the line has arguments (or none, for _EXACT).
 _WORD_OPS = {p.rstrip(b" "): op for p, op in _PREFIXES if op != OP_PAUSE_TUBE}
+
+_ONE_INT = frozenset(
+    {OP_DELETE, OP_PEEK, OP_TOUCH, OP_KICK_JOB, OP_STATS_JOB, OP_RESERVE_JOB, OP_RESERVE_TIMEOUT}
+)
 
 OP_NAMES = {op: p.rstrip(b" ").decode() for p, op in _PREFIXES}
 
@@ -166,9 +174,7 @@ def _read_last_uint(line: bytes, pos: int, max_value: int) -> int:
 
 
 def _valid_name(name: bytes) -> bool:
-    return (
-        0 < len(name) <= MAX_TUBE_NAME and name[0] != 0x2D and NAME_CHARS.issuperset(name)
-    )
+    return 0 < len(name) <= MAX_TUBE_NAME and name[0] != 0x2D and NAME_CHARS.issuperset(name)
 
 
 def _read_name(line: bytes, pos: int) -> str:
@@ -188,6 +194,13 @@ def parse_line(line: bytes) -> Command | tuple[int, int, int, int, int]:
         return ERR_BAD_FORMAT
     sp = line.find(b" ")
     op = _WORD_OPS.get(line if sp < 0 else line[:sp])
+    if op in _ONE_INT and sp >= 0:
+        # Fast path for the hot single-number commands: plain digits, nothing else.
+        arg = line[sp + 1 :]
+        if arg.isdigit():
+            value = int(arg)
+            if value <= (INT_MAX if op == OP_RESERVE_TIMEOUT else U64_MAX):
+                return (op, value)
     if op is None or (sp < 0) != (op in _EXACT):
         op = None
         for prefix, candidate in _PREFIXES:
@@ -234,8 +247,10 @@ def parse_line(line: bytes) -> Command | tuple[int, int, int, int, int]:
             value = _strtol(line, args_at, require_digits=True, unsigned=True)
             return (op, value & U32_MAX)
         if op == OP_RESERVE_TIMEOUT:
-            # strtol, unchecked tail: "x" is 0; a negative timeout waits forever.
-            return (op, _strtol(line, args_at, require_digits=False, unsigned=False))
+            # strtol into a C int, unchecked tail: "x" is 0, 4294967296 is 0, and a
+            # negative timeout (-1, or 2147483648..4294967295) waits forever.
+            value = _strtol(line, args_at, require_digits=False, unsigned=False) & U32_MAX
+            return (op, value - (1 << 32) if value >= (1 << 31) else value)
         if op in (OP_USE, OP_WATCH, OP_IGNORE, OP_STATS_TUBE):
             return (op, _read_name(line, args_at))
         if op == OP_PAUSE_TUBE:
@@ -249,7 +264,8 @@ def parse_line(line: bytes) -> Command | tuple[int, int, int, int, int]:
                 end += 1
             name = line[pos:end]
             if not _valid_name(name):
-                raise _BadFormat
+                # beanstalkd counts the command before it reads the name, not the delay.
+                return (OP_ERROR, BAD_FORMAT, OP_PAUSE_TUBE)
             return (op, name.decode("ascii"), _read_last_uint(line, end, U32_MAX))
         if op == OP_QUIT:
             return (OP_QUIT,)
@@ -270,7 +286,7 @@ class BeanstalkParser:
     A put comes out as ``(OP_PUT, pri, delay_s, ttr_s, body)`` once its body has arrived.
     """
 
-    __slots__ = ("_buf", "_pending_put", "_reply_after_skip", "_skip_left", "_state", "max_job_size")
+    __slots__ = ("_buf", "_pending_put", "_skip_left", "_state", "max_job_size")
 
     def __init__(self, max_job_size: int = 65535) -> None:
         self.max_job_size = max_job_size
@@ -278,7 +294,6 @@ class BeanstalkParser:
         self._state = _WANT_LINE
         self._pending_put: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._skip_left = 0
-        self._reply_after_skip = b""
 
     @property
     def buffered(self) -> int:
@@ -295,30 +310,39 @@ class BeanstalkParser:
         while True:
             if state == _WANT_LINE:
                 eol = find(b"\r\n", pos)
-                if eol < 0:
-                    if n - pos >= LINE_MAX:
-                        # Too long: drop what we have, keep dropping to the next CRLF. Keep
-                        # a trailing CR, it may pair with an LF in the next read.
-                        state = _WANT_ENDLINE
-                        pos = n - 1 if buf[n - 1] == 0x0D else n
-                        continue
+                if eol < 0 and n - pos < LINE_MAX:
                     break
-                if eol + 2 - pos > LINE_MAX:
-                    out.append(ERR_BAD_FORMAT)
-                    pos = eol + 2
+                if eol < 0 or eol + 2 - pos > LINE_MAX:
+                    # Too long. beanstalkd fills its 224-byte buffer, throws it away, then
+                    # throws away input up to the next CRLF: a 225-byte line loses its CR
+                    # with the buffer, so the *next* line's CRLF ends the discard.
+                    pos += LINE_MAX
+                    state = _WANT_ENDLINE
                     continue
                 line = buf[pos:eol]
                 pos = eol + 2
+                if line[:4] == b"put ":
+                    # The hottest command, parsed inline: four plain numbers.
+                    parts = line.split(b" ")
+                    if len(parts) == 5:
+                        p_, d_, t_, z_ = parts[1], parts[2], parts[3], parts[4]
+                        if p_.isdigit() and d_.isdigit() and t_.isdigit() and z_.isdigit():
+                            size = int(z_)
+                            if size <= max_size and len(p_) < 10 and len(d_) < 10:
+                                if len(t_) < 10:
+                                    self._pending_put = (int(p_), int(d_), int(t_), size)
+                                    state = _WANT_BODY
+                                    continue
                 cmd = parse_line(line)
                 if cmd[0] == OP_PUT:
                     size = cmd[4]
+                    # From here on beanstalkd has counted the put, whatever the outcome.
                     if size > max_size:
                         self._skip_left = size + 2
-                        self._reply_after_skip = JOB_TOO_BIG
                         state = _SKIP
                         continue
                     if len(cmd) == 6 and cmd[5]:
-                        out.append(ERR_BAD_FORMAT)
+                        out.append(ERR_PUT_BAD_FORMAT)
                         continue
                     self._pending_put = (cmd[1], cmd[2], cmd[3], size)
                     state = _WANT_BODY
@@ -341,7 +365,7 @@ class BeanstalkParser:
                 self._skip_left -= take
                 if self._skip_left:
                     break
-                out.append((OP_ERROR, self._reply_after_skip))
+                out.append(ERR_JOB_TOO_BIG)
                 state = _WANT_LINE
             else:  # _WANT_ENDLINE
                 eol = find(b"\r\n", pos)

@@ -98,11 +98,14 @@ class BeanstalkDoor:
     def _run(self, cmd: bp.Command, now_ms: int, out: list[bytes]) -> None:
         op = cmd[0]
         if op == bp.OP_ERROR:
+            if len(cmd) == 3:
+                self.info.op_counts[cmd[2]] += 1
             out.append(cmd[1])
             return
         engine = self.engine
         s = self.session
         if op == bp.OP_BAD_BODY:
+            self.info.op_counts[bp.OP_PUT] += 1
             engine.spend_id(s)
             out.append(bp.EXPECTED_CRLF)
             return
@@ -163,8 +166,7 @@ class BeanstalkDoor:
             elif op == bp.OP_STATS_JOB:
                 out.append(bp.yaml_dict(self._stats_job(engine.peek(cmd[1]), now_ms)))
             elif op == bp.OP_STATS_TUBE:
-                tube = engine.find_tube(cmd[1])
-                if tube is None:
+                if engine.find_tube(cmd[1]) is None:
                     raise errors.NotFound()
                 out.append(bp.yaml_dict(self._stats_tube(cmd[1], now_ms)))
             elif op == bp.OP_LIST_TUBES:

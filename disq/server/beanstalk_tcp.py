@@ -36,7 +36,7 @@ class BeanstalkProtocol(asyncio.Protocol):
         try:
             self.door = BeanstalkDoor(node.engine, node)
         except Exception:
-            transport.abort()
+            transport.close()  # connection limit reached
             return
         node.sessions[self.door.session] = self
         sock = transport.get_extra_info("socket")
@@ -54,6 +54,10 @@ class BeanstalkProtocol(asyncio.Protocol):
         if len(door.pending) > MAX_PENDING_COMMANDS and self.transport and not self.paused:
             self.paused = True
             self.transport.pause_reading()
+
+    @property
+    def closing(self) -> bool:
+        return self.door is not None and self.door.closing
 
     def flush(self) -> None:
         """Write every reply gathered so far with one call; close after ``quit``."""

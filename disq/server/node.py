@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from disq import __version__
 from disq.core.engine import Engine, Limits
 from disq.protocol.beanstalk import OP_COUNT
 from disq.server.beanstalk_tcp import BeanstalkProtocol
@@ -79,13 +78,13 @@ class Node:
     def open_aof(self) -> None:
         """Replay the AOF into the engine, then log to it. Runs before serving."""
         from disq.persistence import records
-        from disq.persistence.aof_file import AofWriter, read_aof
+        from disq.persistence.aof_file import AofWriter
 
         data_dir = self.config.data_dir
         assert data_dir is not None
         data_dir.mkdir(parents=True, exist_ok=True)
         writer = AofWriter(data_dir)  # takes the directory lock before we read
-        result = read_aof(data_dir / "disq.aof")
+        result = writer.load()
         engine = self.engine
         put, update, delete = records.REC_PUT, records.REC_UPDATE, records.REC_DELETE
         for rtype, payload in result.records:
@@ -196,12 +195,13 @@ class Node:
         engine = self.engine
         if engine.wakeups:
             self._deliver_wakeups(now_ms)
-        if engine.persist:
-            if proto is not None and proto.out:
+        if proto is not None and (proto.out or proto.closing):
+            if engine.persist:
                 self._dirty.append(proto)
+            else:
+                proto.flush()
+        if engine.persist and (self._dirty or engine.aof_out):
             self._schedule_flush()
-        elif proto is not None and proto.out:
-            proto.flush()
         nd = engine.next_deadline_ms()
         if nd >= 0 and (self._timer_at_ms < 0 or nd < self._timer_at_ms):
             self._arm_timer(nd, now_ms)
