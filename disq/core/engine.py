@@ -585,60 +585,88 @@ class Engine:
                 self.wakeups.append((s, errors.TimedOut.code))
 
     # ---------------------------------------------------------------- replay
-    def restore_put(self, rec: records.PutRecord) -> None:
-        """Replay a PUT record. Reserved jobs come back ready, as in beanstalkd."""
-        old = self.jobs.get(rec.id)
-        if old is not None:
-            self._take_out(old)
-            self._forget(old)
-        tube = self._tube(rec.tube)
-        job = Job(rec.id, tube, rec.body, rec.pri, rec.delay_ms, rec.ttr_ms, rec.ctime_ms)
-        job.reserves = rec.reserves
-        job.timeouts = rec.timeouts
-        job.releases = rec.releases
-        job.buries = rec.buries
-        job.kicks = rec.kicks
-        self.jobs[rec.id] = job
-        self.used_bytes += len(rec.body) + JOB_OVERHEAD_BYTES
-        # Like beanstalkd, total-jobs counts the puts of this process, not replayed jobs.
-        self._place(job, rec.state, rec.deadline_ms)
-        if rec.id >= self.next_id:
-            self.next_id = rec.id + 1
+    def restore(self, recs: Iterable[tuple[int, bytes]]) -> int:
+        """Replay AOF records into an empty engine; returns the number of live jobs.
 
-    def restore_update(self, rec: records.UpdateRecord) -> None:
-        job = self.jobs.get(rec.id)
-        if job is None:
-            # Its PUT was in a part of the file a rewrite already dropped.
-            return
-        self._take_out(job)
-        job.pri = rec.pri
-        job.delay_ms = rec.delay_ms
-        job.reserves = rec.reserves
-        job.timeouts = rec.timeouts
-        job.releases = rec.releases
-        job.buries = rec.buries
-        job.kicks = rec.kicks
-        self._place(job, rec.state, rec.deadline_ms)
-
-    def restore_delete(self, job_id: int) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None:
-            self._take_out(job)
-            self._forget(job)
-            self._maybe_drop_tube(job.tube)
-        if job_id >= self.next_id:
-            self.next_id = job_id + 1
-
-    def restore_meta(self, next_id: int) -> None:
-        self.next_id = max(self.next_id, next_id)
-
-    def _place(self, job: Job, state: int, deadline_ms: int) -> None:
-        if state == DELAYED:
-            self._make_delayed(job, deadline_ms)
-        elif state == BURIED:
-            self._make_buried(job)
-        else:
-            self._make_ready(job)
+        Two passes, because replay time is restart time: first the final state of every job
+        (plain dict work, records applied in file order), then every index built at once (one
+        sort per tube instead of a million sorted inserts). Reserved jobs come back ready,
+        as in beanstalkd.
+        """
+        unpack_put, put_size = records.PUT_STRUCT.unpack_from, records.PUT_STRUCT.size
+        decode_update = records.decode_update_fields
+        decode_delete, decode_meta = records.decode_delete, records.decode_meta
+        rec_put, rec_update = records.REC_PUT, records.REC_UPDATE
+        rec_delete, rec_meta = records.REC_DELETE, records.REC_META
+        # id -> (job, state, deadline_ms); re-assigning a key keeps its first position
+        final: dict[int, tuple[Job, int, int]] = {}
+        next_id = self.next_id
+        tube_by_raw: dict[bytes, Tube] = {}
+        for rtype, payload in recs:
+            if rtype == rec_put:
+                f = unpack_put(payload, 0)
+                name_end = put_size + f[12]
+                raw_name = payload[put_size:name_end]
+                tube = tube_by_raw.get(raw_name)
+                if tube is None:
+                    tube = tube_by_raw[raw_name] = self._tube(raw_name.decode())
+                job_id = f[0]
+                job = Job(job_id, tube, payload[name_end:], f[1], f[2], f[3], f[4])
+                if f[7] or f[8] or f[9] or f[10] or f[11]:
+                    job.reserves, job.timeouts, job.releases, job.buries, job.kicks = f[7:12]
+                final[job_id] = (job, f[5], f[6])
+                if job_id >= next_id:
+                    next_id = job_id + 1
+            elif rtype == rec_update:
+                u = decode_update(payload)
+                entry = final.get(u[0])
+                if entry is None:
+                    continue  # its PUT was in a part of the file a rewrite dropped
+                job = entry[0]
+                job.pri, job.delay_ms = u[1], u[2]
+                job.reserves, job.timeouts, job.releases, job.buries, job.kicks = u[5:10]
+                final[u[0]] = (job, u[3], u[4])
+            elif rtype == rec_delete:
+                job_id = decode_delete(payload)
+                final.pop(job_id, None)
+                if job_id >= next_id:
+                    next_id = job_id + 1
+            elif rtype == rec_meta:
+                next_id = max(next_id, decode_meta(payload))
+        self.next_id = next_id
+        ready: dict[Tube, list[int]] = {}
+        delayed: dict[Tube, list[int]] = {}
+        jobs = self.jobs
+        used = 0
+        for job_id, (job, state, deadline_ms) in final.items():
+            jobs[job_id] = job
+            used += len(job.body) + JOB_OVERHEAD_BYTES
+            tube = job.tube
+            if state == DELAYED:
+                job.state = DELAYED
+                job.deadline_ms = deadline_ms
+                delayed.setdefault(tube, []).append((deadline_ms << KEY_SHIFT) | job_id)
+                self.delayed_count += 1
+            elif state == BURIED:
+                self._make_buried(job)
+            else:
+                job.state = READY
+                ready.setdefault(tube, []).append((job.pri << KEY_SHIFT) | job_id)
+                self.ready_count += 1
+                if job.pri < URGENT_THRESHOLD:
+                    tube.urgent_count += 1
+                    self.urgent_count += 1
+        self.used_bytes += used
+        for tube, keys in ready.items():
+            tube.ready.update(keys)
+        all_delayed: list[int] = []
+        for tube, keys in delayed.items():
+            tube.delayed.update(keys)
+            all_delayed.extend(keys)
+        self.timers.update(all_delayed)
+        for tube in list(self.tube_order):
+            self._maybe_drop_tube(tube)
+        return len(jobs)
 
     def snapshot_records(self, job_ids: Iterable[int]) -> list[bytes]:
         """Full records of the given live jobs, for an incremental AOF rewrite."""

@@ -11,7 +11,7 @@ small ints (CPython caches them, so they cost only the slot).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disq.core.session import Session
@@ -36,26 +36,47 @@ KEY_SHIFT = 64
 ID_MASK = (1 << 64) - 1
 
 
-class Job:
+class ClusterState:
+    """What a replicated job carries besides its beanstalk fields (design.md section 3).
+
+    Attached only to jobs that live in a cluster, so a standalone node pays one empty slot
+    per job instead of eight (memory and put latency both count here).
+    """
+
     __slots__ = (
-        # Cluster fields (design.md section 3); None/0 on a standalone node.
         "additional_deliveries",
-        "body",
-        "buries",
-        "ctime_ms",
-        "deadline_ms",
-        "delay_ms",
         "disque_id",
         "expire_ms",
-        "id",
-        "kicks",
         "nacks",
         "nodes_confirmed",
         "nodes_delivered",
-        "pri",
-        "releases",
         "repl",
         "requeue_ms",
+    )
+
+    def __init__(self, disque_id: str, repl: int, expire_ms: int) -> None:
+        self.disque_id = disque_id  # D-<node8>-<24 chars>-<ttl4hex>
+        self.repl = repl  # replication factor asked for
+        self.expire_ms = expire_ms  # TTL end: every holder drops its copy then
+        self.requeue_ms = 0  # next requeue (Disque's qtime); 0: never
+        self.nacks = 0
+        self.additional_deliveries = 0
+        self.nodes_delivered: set[str] = set()  # may hold a copy
+        self.nodes_confirmed: set[str] = set()  # confirmed a copy (GOTJOB / GOTACK)
+
+
+class Job:
+    __slots__ = (
+        "body",
+        "buries",
+        "cluster",
+        "ctime_ms",
+        "deadline_ms",
+        "delay_ms",
+        "id",
+        "kicks",
+        "pri",
+        "releases",
         "reserver",
         "reserves",
         "state",
@@ -69,24 +90,17 @@ class Job:
     body: bytes
     pri: int
     delay_ms: int
-    ttr_ms: int
+    ttr_ms: int  # beanstalk TTR; Disque's RETRY for cluster jobs
     ctime_ms: int
     state: int
-    deadline_ms: int
+    deadline_ms: int  # delay end (delayed) or TTR end (reserved)
     reserver: Session | None
     reserves: int
     timeouts: int
     releases: int
     buries: int
     kicks: int
-    disque_id: str | None
-    repl: int
-    expire_ms: int
-    requeue_ms: int
-    nacks: int
-    additional_deliveries: int
-    nodes_delivered: Any
-    nodes_confirmed: Any
+    cluster: ClusterState | None
 
     def __init__(
         self,
@@ -113,14 +127,7 @@ class Job:
         self.releases = 0
         self.buries = 0
         self.kicks = 0
-        self.disque_id = None
-        self.repl = 1
-        self.expire_ms = 0
-        self.requeue_ms = 0
-        self.nacks = 0
-        self.additional_deliveries = 0
-        self.nodes_delivered = None
-        self.nodes_confirmed = None
+        self.cluster = None
 
     @property
     def ready_key(self) -> int:

@@ -269,7 +269,7 @@ def _scan(buf: bytes, start: int, records: list[tuple[int, bytes]]) -> int:
 # Searching behind a bad record (see _find_valid_record) is the only part of reading whose cost
 # is not linear in the file size, so it is bounded: past this many candidate offsets we stop and
 # let a human decide (repair) instead of stalling start-up for minutes.
-_SEARCH_BUDGET: Final = 500_000
+_SEARCH_BUDGET: Final = 300_000
 # Candidates up to this length are checked by hashing their bytes; longer ones in O(1) with
 # _RangeCrc, because hashing every candidate costs O(R^3) behind a torn record of R random bytes.
 _DIRECT_CRC_MAX: Final = 16384
@@ -434,8 +434,9 @@ def _parse_file(path: Path) -> tuple[bytes, list[tuple[int, bytes]], int]:
         buf = f.read()
     _check_header(buf, path)
     records: list[tuple[int, bytes]] = []
-    # A million new tuples would trigger thousands of collections that find nothing (the tuples
-    # hold only ints and bytes, so no cycles): pausing the collector nearly halves the scan.
+    # A million new tuples trigger over a thousand collections that cannot find anything (the
+    # tuples hold only ints and bytes: no cycles), each also walking whatever the process has
+    # already allocated. Pausing the collector for the scan makes them zero.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -661,6 +662,9 @@ class AofWriter:
         self._closed = False
         self._failed: str | None = None
         self._dir_sync_pending = False
+        # Bumped by every commit, so a worker thread whose directory fsync predates the latest
+        # rename does not clear the "rename not yet durable" flag that rename set.
+        self._renames = 0
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = _acquire_dir_lock(self.data_dir)
@@ -762,7 +766,8 @@ class AofWriter:
         """Append ``data`` (whole framed records: one loop iteration's group-commit buffer).
 
         ``records`` is how many records ``data`` holds, for the stats counter; when omitted they
-        are counted from the length prefixes. During a rewrite the same bytes also go to the
+        are counted from the length prefixes, which also rejects (``ValueError``, nothing
+        written) a buffer that is not whole records. During a rewrite the same bytes also go to the
         rewrite file. On failure the live file is cut back to where it was, ``AofWriteError`` is
         raised and the writer stays usable (e.g. retry after ENOSPC clears). A failure of the
         rewrite file only aborts the rewrite: the live file has the data, so the write succeeds.
@@ -770,6 +775,8 @@ class AofWriter:
         if not data:
             return
         self._check_writable()
+        if records is None:
+            records = count_records(data)
         n = len(data)
         try:
             _write_all(self._fd, data)
@@ -777,7 +784,7 @@ class AofWriter:
             self._roll_back(exc)
         self._size += n
         self.bytes_written += n
-        self.records_written += count_records(data) if records is None else records
+        self.records_written += records
         if self._rw_fd is not None:
             try:
                 _write_all(self._rw_fd, data)
@@ -829,11 +836,14 @@ class AofWriter:
             mark = self.bytes_written
             fd = os.dup(self._fd)
             dir_pending = self._dir_sync_pending
+            renames = self._renames
         try:
             os.fsync(fd)
             if dir_pending:
                 _fsync_dir(self.data_dir)
-                self._dir_sync_pending = False
+                with self._fd_lock:
+                    if self._renames == renames:
+                        self._dir_sync_pending = False
         except OSError as exc:
             self._fsync_failed(exc)
         finally:
@@ -922,6 +932,7 @@ class AofWriter:
             self._rw_fd = None
             self._size = self._base_size = self._rw_size
             self._rw_size = 0
+            self._renames += 1
         os.close(old)
         self.rewrites_done += 1
         try:
@@ -929,7 +940,8 @@ class AofWriter:
         except OSError as exc:
             # The rename happened and both names hold complete files, so nothing is lost yet;
             # the next fsync retries making the rename durable (and fails loudly if it cannot).
-            self._dir_sync_pending = True
+            with self._fd_lock:
+                self._dir_sync_pending = True
             import structlog
 
             structlog.get_logger().warning(

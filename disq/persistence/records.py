@@ -28,6 +28,7 @@ REC_DELETE = 3
 REC_META = 4
 
 _PUT = struct.Struct("<QIQQQBqIIIIIH")
+PUT_STRUCT = _PUT  # replay decodes PUT records inline (restart time is a target)
 _UPDATE = struct.Struct("<QIQBqIIIII")
 _DELETE = struct.Struct("<Q")
 _META = struct.Struct("<Q")
@@ -116,6 +117,18 @@ def decode_put(payload: bytes | memoryview) -> PutRecord:
     tube = bytes(payload[start : start + name_len]).decode()
     body = bytes(payload[start + name_len :])
     return PutRecord._make((*fields[:-1], tube, body))
+
+
+def decode_put_fields(payload: bytes | memoryview) -> tuple[tuple[int, ...], str, bytes]:
+    """Fast form for replay: the fixed fields as a tuple, then tube name and body."""
+    fields = _PUT.unpack_from(payload, 0)
+    start = _PUT.size
+    end = start + fields[12]
+    return fields, bytes(payload[start:end]).decode(), bytes(payload[end:])
+
+
+def decode_update_fields(payload: bytes | memoryview) -> tuple[int, ...]:
+    return tuple(_UPDATE.unpack_from(payload, 0))
 
 
 def decode_update(payload: bytes | memoryview) -> UpdateRecord:
