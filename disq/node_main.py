@@ -100,9 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"disq-node {__version__} (beanstalkd protocol 1.12)\n")
         return 0
     if args.repair_aof:
-        from disq.persistence.aof_file import repair_aof
+        from disq.persistence.aof_file import AofError, repair_aof
 
-        dropped = repair_aof(Path(args.repair_aof) / "disq.aof")
+        try:
+            dropped = repair_aof(Path(args.repair_aof) / "disq.aof")
+        except (AofError, OSError) as exc:
+            sys.stderr.write(f"disq-node: cannot repair: {exc}\n")
+            return 1
         sys.stdout.write(f"repaired: dropped {dropped} bytes\n")
         return 0
 
@@ -182,7 +186,7 @@ def _run(args: argparse.Namespace, sock: socket.socket, data_dir: str | None) ->
     # objects one by one, which took seconds with a large queue.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(1 if node.fatal else 0)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from disq.core.job import (
 from disq.core.session import Session
 from disq.core.tube import Tube
 from disq.persistence import records
+from disq.persistence.aof_file import frame as _frame
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -685,9 +686,3 @@ class Engine:
     def live_bytes(self) -> int:
         """Approximate size of a compacted AOF: bodies plus fixed record cost."""
         return self.used_bytes - len(self.jobs) * (JOB_OVERHEAD_BYTES - 80)
-
-
-def _frame(rtype: int, payload: bytes) -> bytes:
-    from disq.persistence.aof_file import frame
-
-    return frame(rtype, payload)

@@ -67,6 +67,7 @@ class Node:
         self._rewrite_pos = 0
         self.servers: list[asyncio.AbstractServer] = []
         self._stopping: asyncio.Future[None] | None = None
+        self.fatal = False  # stopped because the AOF can no longer be trusted
         self._uname = platform.uname()
         self._hostname = socket.gethostname()
 
@@ -113,13 +114,22 @@ class Node:
             engine.aof_out.clear()
         if not self._pending_aof:
             return True
-        from disq.persistence.aof_file import AofWriteError
+        from disq.persistence.aof_file import AofFsyncError, AofRewriteError, AofWriteError
 
         data = b"".join(self._pending_aof)
         try:
-            aof.write(data)
+            aof.write(data, len(self._pending_aof))
             if self.config.fsync == "always":
                 aof.fsync()
+        except AofFsyncError as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages and a retry
+            # can report success for data never written: the only safe answer is to stop
+            # without acknowledging anything more. A restart replays what is on disk.
+            self._log().critical("aof_fsync_failed_stopping", error=str(exc))
+            self._dirty.clear()
+            self.fatal = True
+            self.stop()
+            return False
         except AofWriteError as exc:
             # Nothing is acknowledged before it is written: hold the replies, refuse new
             # puts (OUT_OF_MEMORY, like beanstalkd when its binlog cannot grow) and retry.
@@ -130,7 +140,11 @@ class Node:
         self._pending_aof.clear()
         self._unsynced = True
         if self._rewrite_ids is None and self._rewrite_due(aof.size):
-            self._start_rewrite()
+            try:
+                self._start_rewrite()
+            except AofRewriteError as exc:
+                self._rewrite_ids = None
+                self._log().error("aof_rewrite_failed", error=str(exc))
         return True
 
     def _fsync_tick(self) -> None:
@@ -140,14 +154,16 @@ class Node:
         if self._unsynced and not self._fsync_busy:
             self._unsynced = False
             self._fsync_busy = True
-            fut = self.loop.run_in_executor(None, self.aof.fsync)
+            fut = self.loop.run_in_executor(None, self.aof.fsync_in_thread)
             fut.add_done_callback(self._fsync_done)
 
-    def _fsync_done(self, fut: asyncio.Future[None]) -> None:
+    def _fsync_done(self, fut: asyncio.Future[int]) -> None:
         self._fsync_busy = False
         if fut.exception() is not None:
-            self._unsynced = True
-            self._log().error("aof_fsync_failed", error=str(fut.exception()))
+            # The writer is disabled after a failed fsync (see _write_aof): stop.
+            self._log().critical("aof_fsync_failed_stopping", error=str(fut.exception()))
+            self.fatal = True
+            self.stop()
 
     def _rewrite_due(self, size: int) -> bool:
         live = self.engine.live_bytes
@@ -168,6 +184,8 @@ class Node:
         self.loop.call_soon(self._rewrite_step)
 
     def _rewrite_step(self) -> None:
+        from disq.persistence.aof_file import AofRewriteError
+
         ids = self._rewrite_ids
         aof = self.aof
         if ids is None or aof is None:
@@ -182,9 +200,9 @@ class Node:
                 aof.commit_rewrite()
                 self._log().info("aof_rewrite_done", size=aof.size)
                 return
-        except OSError as exc:
+        except AofRewriteError as exc:
+            # The writer already aborted the rewrite; the live file is intact.
             self._rewrite_ids = None
-            aof.abort_rewrite()
             self._log().error("aof_rewrite_failed", error=str(exc))
             return
         self.loop.call_soon(self._rewrite_step)
@@ -311,7 +329,7 @@ class Node:
         for server in self.servers:
             server.close()
         self._flush()
-        if self.aof is not None:
+        if self.aof is not None and not self.fatal:
             if self._rewrite_ids is not None:
                 self._rewrite_ids = None
                 self.aof.abort_rewrite()
