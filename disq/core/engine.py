@@ -66,11 +66,17 @@ class Engine:
         self.tube_order: list[Tube] = []
         self.next_id = 1
         self.next_session_id = 1
+        self.sessions: dict[Session, None] = {}
         self.draining = False
         self.used_bytes = 0
-        # One ordered structure for per-job time work: delayed ends and TTR ends.
-        self.timers: SortedList = SortedList()
+        # One ordered structure for per-job time work (delayed ends, TTR ends): a heap of
+        # ``deadline << 64 | id`` with lazy deletion. A delete or touch leaves the old entry
+        # behind and ``tick`` skips entries that no longer match their job; the heap is rebuilt
+        # when stale entries outnumber live ones, so its size stays bounded. heapq is C, a
+        # sorted insert is not: this is two O(log n) Python calls saved per reserve+delete.
+        self.timers: list[int] = []
         # Few entries, lazily invalidated: waiting-session wake-ups and tube unpauses.
+        self._timers_rebuild_at = 4096
         self.session_timers: list[tuple[int, int, Session]] = []
         self.pause_timers: list[tuple[int, str]] = []
         self._timer_seq = 0
@@ -123,6 +129,7 @@ class Engine:
             raise errors.LimitExceeded("too many connections")
         s = Session(self.next_session_id, self.default_tube)
         self.next_session_id += 1
+        self.sessions[s] = None
         self.default_tube.using_count += 1
         self.default_tube.watching_count += 1
         self.session_count += 1
@@ -134,6 +141,7 @@ class Engine:
         if s.closed:
             return
         s.closed = True
+        self.sessions.pop(s, None)
         self._stop_waiting(s)
         for job in list(s.reserved.values()):
             self._unreserve(s, job)
@@ -245,7 +253,7 @@ class Engine:
         job.deadline_ms = deadline_ms
         key = (deadline_ms << KEY_SHIFT) | job.id
         job.tube.delayed.add(key)
-        self.timers.add(key)
+        self._push_timer(key)
         self.delayed_count += 1
 
     def _make_buried(self, job: Job) -> None:
@@ -265,9 +273,7 @@ class Engine:
                 tube.urgent_count -= 1
                 self.urgent_count -= 1
         elif state == DELAYED:
-            key = (job.deadline_ms << KEY_SHIFT) | job.id
-            tube.delayed.remove(key)
-            self.timers.discard(key)
+            tube.delayed.remove((job.deadline_ms << KEY_SHIFT) | job.id)
             self.delayed_count -= 1
         elif state == BURIED:
             del tube.buried[job.id]
@@ -278,17 +284,39 @@ class Engine:
         job.reserver = s
         job.reserves += 1
         job.deadline_ms = deadline = now_ms + job.ttr_ms
-        self.timers.add((deadline << KEY_SHIFT) | job.id)
+        self._push_timer((deadline << KEY_SHIFT) | job.id)
         s.reserved[job.id] = job
+        if s.soonest_ms < 0 or deadline < s.soonest_ms:
+            if s.soonest_ms != -2:
+                s.soonest_ms = deadline
         job.tube.reserved_count += 1
         self.reserved_count += 1
 
     def _unreserve(self, s: Session, job: Job) -> None:
-        self.timers.discard((job.deadline_ms << KEY_SHIFT) | job.id)
         del s.reserved[job.id]
+        if job.deadline_ms == s.soonest_ms:
+            s.soonest_ms = -2  # recompute on demand
         job.reserver = None
         job.tube.reserved_count -= 1
         self.reserved_count -= 1
+
+    def _push_timer(self, key: int) -> None:
+        timers = self.timers
+        heapq.heappush(timers, key)
+        if len(timers) > self._timers_rebuild_at:
+            self._rebuild_timers()
+
+    def _rebuild_timers(self) -> None:
+        """Drop stale entries: keep one key per delayed or reserved job."""
+        live = [key for tube in self.tube_order for key in tube.delayed]
+        live.extend(
+            (job.deadline_ms << KEY_SHIFT) | job.id
+            for s in self.sessions
+            for job in s.reserved.values()
+        )
+        heapq.heapify(live)
+        self.timers = live
+        self._timers_rebuild_at = 2 * len(live) + 4096
 
     def _reserved_by(self, s: Session, job_id: int) -> Job:
         job = s.reserved.get(job_id)
@@ -348,10 +376,10 @@ class Engine:
 
     def touch(self, s: Session, job_id: int, now_ms: int) -> None:
         job = self._reserved_by(s, job_id)
-        timers = self.timers
-        timers.discard((job.deadline_ms << KEY_SHIFT) | job.id)
+        if job.deadline_ms == s.soonest_ms:
+            s.soonest_ms = -2
         job.deadline_ms = deadline = now_ms + job.ttr_ms
-        timers.add((deadline << KEY_SHIFT) | job.id)
+        self._push_timer((deadline << KEY_SHIFT) | job.id)
 
     def kick(self, s: Session, bound: int, now_ms: int) -> int:
         """Kick buried jobs (FIFO) if the used tube has any, else delayed ones (soonest)."""
@@ -396,7 +424,7 @@ class Engine:
         if not s.is_worker:
             s.is_worker = True
             self.worker_count += 1
-        soonest = s.soonest_deadline_ms() if s.reserved else -1
+        soonest = s.soonest_deadline_ms()
         if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
             if not any(t.ready for t in s.watch):
                 raise errors.DeadlineSoon()
@@ -450,8 +478,9 @@ class Engine:
         return self.jobs[best_key & ID_MASK]
 
     def _take_ready(self, job: Job) -> None:
+        """Remove the job ``_pick`` chose: it is the head of its tube's ready list."""
         tube = job.tube
-        tube.ready.remove((job.pri << KEY_SHIFT) | job.id)
+        del tube.ready[0]
         self.ready_count -= 1
         if job.pri < URGENT_THRESHOLD:
             tube.urgent_count -= 1
@@ -538,15 +567,17 @@ class Engine:
         jobs = self.jobs
         budget = TICK_BATCH
         woke = False
+        heappop = heapq.heappop
         while timers and budget:
             key = timers[0]
-            if key >> KEY_SHIFT > now_ms:
+            when = key >> KEY_SHIFT
+            if when > now_ms:
                 break
             budget -= 1
-            del timers[0]
+            heappop(timers)
             job = jobs.get(key & ID_MASK)
-            if job is None:
-                continue
+            if job is None or job.deadline_ms != when:
+                continue  # stale: deleted, touched, released or kicked since
             if job.state == DELAYED:
                 job.tube.delayed.remove(key)
                 self.delayed_count -= 1
@@ -554,10 +585,7 @@ class Engine:
                 woke = True
             elif job.state == RESERVED and job.reserver is not None:
                 s = job.reserver
-                del s.reserved[job.id]
-                job.reserver = None
-                job.tube.reserved_count -= 1
-                self.reserved_count -= 1
+                self._unreserve(s, job)
                 job.timeouts += 1
                 self.job_timeouts += 1
                 self._make_ready(job)
@@ -664,7 +692,8 @@ class Engine:
         for tube, keys in delayed.items():
             tube.delayed.update(keys)
             all_delayed.extend(keys)
-        self.timers.update(all_delayed)
+        self.timers.extend(all_delayed)
+        heapq.heapify(self.timers)
         for tube in list(self.tube_order):
             self._maybe_drop_tube(tube)
         return len(jobs)

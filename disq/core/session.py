@@ -20,6 +20,7 @@ class Session:
         "is_producer",
         "is_worker",
         "reserved",
+        "soonest_ms",
         "use",
         "wait_deadline_ms",
         "wait_wake_ms",
@@ -34,6 +35,9 @@ class Session:
         # the hole; list-tubes-watched shows that order, so we keep it the same way.
         self.watch: list[Tube] = [default_tube]
         self.reserved: dict[int, Job] = {}
+        # Cached soonest deadline of the reserved jobs: -1 none, -2 unknown (recompute).
+        # Every reserve asks for it (DEADLINE_SOON), so it must not cost a scan each time.
+        self.soonest_ms = -1
         self.waiting = False
         self.wait_deadline_ms = -1  # -1: no timeout (plain reserve)
         self.wait_wake_ms = -1
@@ -43,9 +47,12 @@ class Session:
 
     def soonest_deadline_ms(self) -> int:
         """Deadline of the reserved job that expires first, or -1."""
-        if not self.reserved:
-            return -1
-        return min(j.deadline_ms for j in self.reserved.values())
+        soonest = self.soonest_ms
+        if soonest == -2:
+            reserved = self.reserved
+            soonest = min(j.deadline_ms for j in reserved.values()) if reserved else -1
+            self.soonest_ms = soonest
+        return soonest
 
     def __hash__(self) -> int:
         return self.id

@@ -330,6 +330,14 @@ class BeanstalkParser:
                             size = int(z_)
                             if size <= max_size and len(p_) < 10 and len(d_) < 10:
                                 if len(t_) < 10:
+                                    end = pos + size
+                                    if end + 2 <= n and buf[end : end + 2] == b"\r\n":
+                                        # The body is already here: no state change at all.
+                                        out.append(
+                                            (OP_PUT, int(p_), int(d_), int(t_), buf[pos:end])
+                                        )
+                                        pos = end + 2
+                                        continue
                                     self._pending_put = (int(p_), int(d_), int(t_), size)
                                     state = _WANT_BODY
                                     continue

@@ -54,11 +54,21 @@ class ServerInfo(Protocol):
 
 
 class BeanstalkDoor:
-    __slots__ = ("blocked", "closing", "engine", "info", "parser", "pending", "session")
+    __slots__ = (
+        "blocked",
+        "closing",
+        "engine",
+        "info",
+        "op_counts",
+        "parser",
+        "pending",
+        "session",
+    )
 
     def __init__(self, engine: Engine, info: ServerInfo) -> None:
         self.engine = engine
         self.info = info
+        self.op_counts = info.op_counts
         self.session = engine.open_session()
         self.parser = bp.BeanstalkParser(engine.limits.max_job_size)
         self.pending: collections.deque[bp.Command] = collections.deque()
@@ -99,17 +109,17 @@ class BeanstalkDoor:
         op = cmd[0]
         if op == bp.OP_ERROR:
             if len(cmd) == 3:
-                self.info.op_counts[cmd[2]] += 1
+                self.op_counts[cmd[2]] += 1
             out.append(cmd[1])
             return
         engine = self.engine
         s = self.session
         if op == bp.OP_BAD_BODY:
-            self.info.op_counts[bp.OP_PUT] += 1
+            self.op_counts[bp.OP_PUT] += 1
             engine.spend_id(s)
             out.append(bp.EXPECTED_CRLF)
             return
-        self.info.op_counts[op] += 1
+        self.op_counts[op] += 1
         try:
             if op == bp.OP_PUT:
                 job_id = engine.put(s, cmd[1], cmd[2] * 1000, cmd[3] * 1000, cmd[4], now_ms)
