@@ -17,8 +17,6 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sortedcontainers import SortedList
-
 from disq.core import errors
 from disq.core.job import (
     BURIED,

@@ -224,6 +224,11 @@ class Node:
         if nd >= 0 and (self._timer_at_ms < 0 or nd < self._timer_at_ms):
             self._arm_timer(nd, now_ms)
 
+    def check_timer(self, deadline_ms: int, now_ms: int) -> None:
+        """Arm the one timer earlier if ``deadline_ms`` comes before it."""
+        if self._timer_at_ms < 0 or deadline_ms < self._timer_at_ms:
+            self._arm_timer(deadline_ms, now_ms)
+
     def _deliver_wakeups(self, now_ms: int) -> None:
         engine = self.engine
         while engine.wakeups:
