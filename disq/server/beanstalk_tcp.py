@@ -12,7 +12,6 @@ import socket
 from time import time as _time
 from typing import TYPE_CHECKING
 
-from disq.core.job import KEY_SHIFT
 from disq.server.beanstalk_door import BeanstalkDoor
 
 if TYPE_CHECKING:
@@ -65,9 +64,9 @@ class BeanstalkProtocol(asyncio.Protocol):
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
-        timers = engine.timers
-        if timers:
-            node.check_timer(timers[0] >> KEY_SHIFT, now_ms)
+        deadline_ms = engine.next_deadline_ms()
+        if deadline_ms >= 0:
+            node.check_timer(deadline_ms, now_ms)
 
     @property
     def closing(self) -> bool:
