@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit integration clean bench
+.PHONY: run test lint typecheck clean bench
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,9 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider tests
+	scripts/ensure_beanstalkd.sh
+	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \
+		tests/integration/test_beanstalk_wire.py tests/integration/test_clients.py
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_beanstalk.py
