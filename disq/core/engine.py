@@ -457,8 +457,13 @@ class Engine:
         if not s.is_worker:
             s.is_worker = True
             self.worker_count += 1
+        was = job.state
         self._take_out(job)
         self._reserve_to(s, job, now_ms)
+        if was != READY:
+            # The AOF says buried or delayed; a restart must not bring that back once the
+            # job was taken (a reserved job comes back ready, as after any restart).
+            self._log_update(job)
         return job
 
     def _pick(self, watched: Iterable[Tube], now_ms: int) -> Job | None:

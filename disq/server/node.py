@@ -96,6 +96,11 @@ class Node:
             gc.enable()
         gc.freeze()
         engine = self.engine
+        # Delays that ran out while the node was down are due before the first command,
+        # as in beanstalkd (which processes due timers before it reads).
+        now_ms = self.now_ms()
+        while 0 <= engine.next_deadline_ms() <= now_ms:
+            engine.tick(now_ms)
         self._log().info("aof_loaded", jobs=jobs, next_id=engine.next_id, size=writer.size)
         engine.persist = True
         self.aof = writer
@@ -313,6 +318,7 @@ class Node:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        self.after_commands(None, self.now_ms())  # arm the timer for what replay scheduled
         self._log().info(
             "listening",
             addresses=[str(s.getsockname()) for s in sockets],

@@ -181,15 +181,27 @@ class ServerProcess:
         # A stale UNIX socket file (from an earlier process) could accept nothing, so the
         # connect above proves this process listens.  Now send `quit` and wait for the
         # server to hang up, so the probe is no longer counted in current-connections.
+        # An unknown command is answered but counted in no stat: a server that accepted the
+        # connection and then died (corrupt AOF, locked data dir) never answers it.
+        got = b""
         try:
-            probe.settimeout(5.0)
-            probe.sendall(b"quit\r\n")
-            while probe.recv(4096):
-                pass
+            probe.settimeout(START_TIMEOUT)
+            probe.sendall(b"probe\r\nquit\r\n")
+            while chunk := probe.recv(4096):
+                got += chunk
         except OSError:
             pass
         finally:
             probe.close()
+        if got != b"UNKNOWN_COMMAND\r\n":
+            try:
+                self.proc.wait(STOP_TIMEOUT)  # let it exit with its own status
+            except subprocess.TimeoutExpired:
+                self.kill()
+            raise RuntimeError(
+                f"server accepted a connection but did not serve it (got {got!r}): "
+                f"{self.argv()}\n{self.log_text()}"
+            )
 
     def signal(self, signum: int) -> None:
         """Send a signal to the server process (e.g. ``signal.SIGUSR1`` for drain mode)."""
