@@ -43,6 +43,17 @@ _ERROR_REPLIES = {
 }
 
 
+# One read's replies are written in batches of about this size: a client that pipelines
+# expensive commands (big peeks, big YAML) and never reads cannot make the node build
+# unbounded output, nor keep the loop from other clients for long.
+OUT_BATCH_BYTES = 256 * 1024
+_CMD_COST = 64  # bytes charged per queued command besides a put's body
+
+
+def _size(out: list[bytes]) -> int:
+    return sum(map(len, out))
+
+
 class ServerInfo(Protocol):
     """What ``stats`` reports about the process; provided by the server."""
 
@@ -62,6 +73,7 @@ class BeanstalkDoor:
         "op_counts",
         "parser",
         "pending",
+        "pending_bytes",
         "session",
     )
 
@@ -72,20 +84,47 @@ class BeanstalkDoor:
         self.session = engine.open_session()
         self.parser = bp.BeanstalkParser(engine.limits.max_job_size)
         self.pending: collections.deque[bp.Command] = collections.deque()
+        self.pending_bytes = 0
         self.blocked = False
         self.closing = False
 
     def receive(self, data: bytes, now_ms: int, out: list[bytes]) -> None:
-        """Parse ``data`` and append the replies of every command that can run now."""
+        """Parse ``data`` and append the replies of the commands that can run now.
+
+        Commands that cannot run yet (behind a blocked reserve, or past one batch of output)
+        wait in ``pending``; ``pending_bytes`` lets the transport stop reading when a client
+        pipelines more than it reads, so one client cannot grow the node without bound.
+        """
         commands = self.parser.feed(data)
-        if self.blocked or self.closing:
-            self.pending.extend(commands)
+        if self.pending or self.blocked or self.closing:
+            self._queue(commands)
             return
         run = self._run
         for i, cmd in enumerate(commands):
             run(cmd, now_ms, out)
-            if self.blocked or self.closing:
-                self.pending.extend(commands[i + 1 :])
+            if self.blocked or self.closing or (i & 15 == 15 and _size(out) > OUT_BATCH_BYTES):
+                self._queue(commands[i + 1 :])
+                return
+
+    def _queue(self, commands: list[bp.Command]) -> None:
+        if not commands:
+            return
+        self.pending.extend(commands)
+        self.pending_bytes += sum(
+            _CMD_COST + (len(c[4]) if c[0] == bp.OP_PUT else 0) for c in commands
+        )
+
+    def run_pending(self, now_ms: int, out: list[bytes]) -> None:
+        """Run queued commands until blocked, closing, or one batch of output is ready."""
+        pending = self.pending
+        run = self._run
+        n = 0
+        while pending and not self.blocked and not self.closing:
+            cmd = pending.popleft()
+            self.pending_bytes -= _CMD_COST + (len(cmd[4]) if cmd[0] == bp.OP_PUT else 0)
+            run(cmd, now_ms, out)
+            n += 1
+            if n & 15 == 0 and _size(out) > OUT_BATCH_BYTES:
                 return
 
     def resume(self, result: Job | str, now_ms: int, out: list[bytes]) -> None:
@@ -97,9 +136,12 @@ class BeanstalkDoor:
             out.append(_CRLF)
         else:
             out.append(_ERROR_REPLIES[result])
-        pending = self.pending
-        while pending and not self.blocked and not self.closing:
-            self._run(pending.popleft(), now_ms, out)
+        self.run_pending(now_ms, out)
+
+    @property
+    def runnable(self) -> bool:
+        """Queued commands that could run now (not behind a blocked reserve)."""
+        return bool(self.pending) and not self.blocked and not self.closing
 
     def close(self, now_ms: int) -> None:
         self.engine.close_session(self.session, now_ms)
