@@ -75,6 +75,9 @@ class Engine:
         self.timers: list[int] = []
         # Few entries, lazily invalidated: waiting-session wake-ups and tube unpauses.
         self._timers_rebuild_at = 4096
+        # The earliest time scheduled since the IO layer last looked (-1: nothing new), so
+        # it can keep its one timer right without asking for the next deadline every read.
+        self.timer_hint_ms = -1
         self.session_timers: list[tuple[int, int, Session]] = []
         self.pause_timers: list[tuple[int, str]] = []
         self._timer_seq = 0
@@ -301,6 +304,9 @@ class Engine:
     def _push_timer(self, key: int) -> None:
         timers = self.timers
         heapq.heappush(timers, key)
+        when = key >> KEY_SHIFT
+        if when < self.timer_hint_ms or self.timer_hint_ms < 0:
+            self.timer_hint_ms = when
         if len(timers) > self._timers_rebuild_at:
             self._rebuild_timers()
 
@@ -443,6 +449,8 @@ class Engine:
         if wake >= 0:
             self._timer_seq += 1
             heapq.heappush(self.session_timers, (wake, self._timer_seq, s))
+            if wake < self.timer_hint_ms or self.timer_hint_ms < 0:
+                self.timer_hint_ms = wake
         self.waiting_count += 1
         for tube in s.watch:
             tube.waiting[s] = None
@@ -523,6 +531,8 @@ class Engine:
         tube.pause_until_ms = now_ms + delay_ms if delay_ms else 0
         if delay_ms:
             heapq.heappush(self.pause_timers, (tube.pause_until_ms, name))
+            if tube.pause_until_ms < self.timer_hint_ms or self.timer_hint_ms < 0:
+                self.timer_hint_ms = tube.pause_until_ms
         elif tube.waiting:
             self._process_queue(now_ms)
 

@@ -100,6 +100,9 @@ class BeanstalkDoor:
             self._queue(commands)
             return
         run = self._run
+        if len(commands) == 1:  # pipeline-1 clients: skip the batching bookkeeping
+            run(commands[0], now_ms, out)
+            return
         for i, cmd in enumerate(commands):
             run(cmd, now_ms, out)
             if self.blocked or self.closing or (i & 15 == 15 and _size(out) > OUT_BATCH_BYTES):

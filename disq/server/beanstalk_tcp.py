@@ -81,9 +81,10 @@ class BeanstalkProtocol(asyncio.Protocol):
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
-        deadline_ms = engine.next_deadline_ms()
-        if deadline_ms >= 0:
-            node.check_timer(deadline_ms, now_ms)
+        hint = engine.timer_hint_ms
+        if hint >= 0:
+            engine.timer_hint_ms = -1
+            node.check_timer(hint, now_ms)
 
     @property
     def closing(self) -> bool:

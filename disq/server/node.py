@@ -225,9 +225,11 @@ class Node:
                 proto.flush()
         if engine.persist and (self._dirty or engine.aof_out):
             self._schedule_flush()
-        nd = engine.next_deadline_ms()
-        if nd >= 0 and (self._timer_at_ms < 0 or nd < self._timer_at_ms):
-            self._arm_timer(nd, now_ms)
+        hint = engine.timer_hint_ms
+        if hint >= 0:
+            engine.timer_hint_ms = -1
+            if self._timer_at_ms < 0 or hint < self._timer_at_ms:
+                self._arm_timer(hint, now_ms)
 
     def check_timer(self, deadline_ms: int, now_ms: int) -> None:
         """Arm the one timer earlier if ``deadline_ms`` comes before it."""
@@ -278,7 +280,7 @@ class Node:
         engine.tick(now_ms)
         self.after_commands(None, now_ms)
         nd = engine.next_deadline_ms()
-        if nd >= 0 and self._timer is None:
+        if nd >= 0 and (self._timer is None or nd < self._timer_at_ms):
             self._arm_timer(nd, now_ms)
 
     # ------------------------------------------------------------------ stats
@@ -318,7 +320,9 @@ class Node:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGUSR1, self.drain)
-        self.after_commands(None, self.now_ms())  # arm the timer for what replay scheduled
+        nd = self.engine.next_deadline_ms()  # arm the timer for what replay scheduled
+        if nd >= 0:
+            self.check_timer(nd, self.now_ms())
         self._log().info(
             "listening",
             addresses=[str(s.getsockname()) for s in sockets],
