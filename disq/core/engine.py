@@ -54,10 +54,9 @@ class Limits:
 
 
 class Engine:
-    def __init__(self, limits: Limits | None = None, *, now_ms: int = 0, persist: bool = False):
+    def __init__(self, limits: Limits | None = None, *, persist: bool = False):
         self.limits = limits or Limits()
         self.persist = persist
-        self.started_ms = now_ms
         self.jobs: dict[int, Job] = {}
         self.tubes: dict[str, Tube] = {}
         # beanstalkd's tube array: list-tubes order, with its swap-on-remove quirk.
@@ -66,6 +65,9 @@ class Engine:
         self.next_session_id = 1
         self.sessions: dict[Session, None] = {}
         self.draining = False
+        # Set by the IO layer while the AOF cannot be written: new jobs are refused with
+        # OUT_OF_MEMORY (beanstalkd's answer when its binlog cannot grow).
+        self.refuse_puts = False
         self.used_bytes = 0
         # One ordered structure for per-job time work (delayed ends, TTR ends): a heap of
         # ``deadline << 64 | id`` with lazy deletion. A delete or touch leaves the old entry
@@ -73,11 +75,11 @@ class Engine:
         # when stale entries outnumber live ones, so its size stays bounded. heapq is C, a
         # sorted insert is not: this is two O(log n) Python calls saved per reserve+delete.
         self.timers: list[int] = []
-        # Few entries, lazily invalidated: waiting-session wake-ups and tube unpauses.
         self._timers_rebuild_at = 4096
         # The earliest time scheduled since the IO layer last looked (-1: nothing new), so
         # it can keep its one timer right without asking for the next deadline every read.
         self.timer_hint_ms = -1
+        # Few entries, lazily invalidated: waiting-session wake-ups and tube unpauses.
         self.session_timers: list[tuple[int, int, Session]] = []
         self.pause_timers: list[tuple[int, str]] = []
         self._timer_seq = 0
@@ -92,7 +94,6 @@ class Engine:
         self.buried_count = 0
         self.total_jobs = 0
         self.job_timeouts = 0
-        self.session_count = 0
         self.total_sessions = 0
         self.producer_count = 0
         self.worker_count = 0
@@ -126,14 +127,13 @@ class Engine:
 
     # --------------------------------------------------------------- sessions
     def open_session(self) -> Session:
-        if self.session_count >= self.limits.max_sessions:
+        if len(self.sessions) >= self.limits.max_sessions:
             raise errors.LimitExceeded("too many connections")
         s = Session(self.next_session_id, self.default_tube)
         self.next_session_id += 1
         self.sessions[s] = None
         self.default_tube.using_count += 1
         self.default_tube.watching_count += 1
-        self.session_count += 1
         self.total_sessions += 1
         return s
 
@@ -153,7 +153,6 @@ class Engine:
             tube.watching_count -= 1
             touched.append(tube)
         s.watch = []
-        self.session_count -= 1
         if s.is_producer:
             self.producer_count -= 1
         if s.is_worker:
@@ -202,7 +201,7 @@ class Engine:
             self.producer_count += 1
         size = len(body) + JOB_OVERHEAD_BYTES
         limit = self.limits.max_memory_bytes
-        if limit and self.used_bytes + size > limit:
+        if (limit and self.used_bytes + size > limit) or self.refuse_puts:
             raise errors.OutOfMemory()
         # beanstalkd makes the job (and spends its id) before it checks drain mode.
         job_id = self.next_id
@@ -336,17 +335,26 @@ class Engine:
         job = self.jobs.get(job_id)
         if job is None:
             raise errors.NotFound()
+        tube = job.tube
         if job.state == RESERVED:
             if job.reserver is not s:
                 raise errors.NotFound()
-            self._unreserve(s, job)
+            # _unreserve, inlined: reserve+delete is the consumer's hot path.
+            del s.reserved[job_id]
+            if job.deadline_ms == s.soonest_ms:
+                s.soonest_ms = -2
+            job.reserver = None
+            tube.reserved_count -= 1
+            self.reserved_count -= 1
         else:
             self._take_out(job)
-        self._forget(job)
-        job.tube.cmd_delete += 1
+        del self.jobs[job_id]
+        self.used_bytes -= len(job.body) + JOB_OVERHEAD_BYTES
+        tube.cmd_delete += 1
         if self.persist:
             self.aof_out.append(_frame(records.REC_DELETE, records.encode_delete(job_id)))
-        self._maybe_drop_tube(job.tube)
+        if tube is not self.default_tube:
+            self._maybe_drop_tube(tube)
 
     def _forget(self, job: Job) -> None:
         del self.jobs[job.id]
@@ -428,11 +436,24 @@ class Engine:
         if not s.is_worker:
             s.is_worker = True
             self.worker_count += 1
-        soonest = s.soonest_deadline_ms()
+        soonest = s.soonest_ms
+        if soonest == -2:
+            soonest = s.soonest_deadline_ms()
         if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
             if not any(t.ready for t in s.watch):
                 raise errors.DeadlineSoon()
-        job = self._pick(s.watch, now_ms)
+        watch = s.watch
+        if len(watch) == 1:
+            # One watched tube (the common worker): its head is the answer.
+            tube = watch[0]
+            ready = tube.ready
+            job = (
+                self.jobs[ready[0] & ID_MASK]
+                if ready and not tube.pause_until_ms > now_ms
+                else None
+            )
+        else:
+            job = self._pick(watch, now_ms)
         if job is not None:
             self._take_ready(job)
             self._reserve_to(s, job, now_ms)

@@ -280,7 +280,7 @@ class BeanstalkDoor:
             ("total-jobs", e.total_jobs),
             ("max-job-size", e.limits.max_job_size),
             ("current-tubes", len(e.tubes)),
-            ("current-connections", e.session_count),
+            ("current-connections", len(e.sessions)),
             ("current-producers", e.producer_count),
             ("current-workers", e.worker_count),
             ("current-waiting", e.waiting_count),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from disq.core.engine import Engine, Limits
+from disq.persistence.aof_file import AofFsyncError, AofRewriteError, AofWriteError
 from disq.protocol.beanstalk import OP_COUNT
 from disq.server.beanstalk_tcp import BeanstalkProtocol
 
@@ -50,7 +51,7 @@ class Node:
     def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        self.engine = Engine(config.limits, now_ms=self.now_ms(), persist=False)
+        self.engine = Engine(config.limits, persist=False)
         self.op_counts = [0] * OP_COUNT
         self.sessions: dict[Session, BeanstalkProtocol] = {}
         self.instance_id = secrets.token_hex(8)
@@ -119,8 +120,6 @@ class Node:
             engine.aof_out.clear()
         if not self._pending_aof:
             return True
-        from disq.persistence.aof_file import AofFsyncError, AofRewriteError, AofWriteError
-
         data = b"".join(self._pending_aof)
         try:
             aof.write(data, len(self._pending_aof))
@@ -138,11 +137,12 @@ class Node:
         except AofWriteError as exc:
             # Nothing is acknowledged before it is written: hold the replies, refuse new
             # puts (OUT_OF_MEMORY, like beanstalkd when its binlog cannot grow) and retry.
-            engine.limits.max_memory_bytes = max(1, engine.used_bytes)
+            engine.refuse_puts = True
             self._log().error("aof_write_failed", error=str(exc))
             self.loop.call_later(WRITE_RETRY_S, self._schedule_flush)
             return False
         self._pending_aof.clear()
+        engine.refuse_puts = False
         self._unsynced = True
         if self._rewrite_ids is None and self._rewrite_due(aof.size):
             try:
@@ -189,8 +189,6 @@ class Node:
         self.loop.call_soon(self._rewrite_step)
 
     def _rewrite_step(self) -> None:
-        from disq.persistence.aof_file import AofRewriteError
-
         ids = self._rewrite_ids
         aof = self.aof
         if ids is None or aof is None:

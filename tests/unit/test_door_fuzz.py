@@ -73,7 +73,7 @@ class World:
     def __init__(self, limits: Limits, draining: bool, deliver_each: bool = False) -> None:
         self.now = T0
         # With the AOF records on, as a node with -b: encoding them must never fail either.
-        self.engine = Engine(limits, now_ms=T0, persist=True)
+        self.engine = Engine(limits, persist=True)
         self.aof_records = 0
         self.engine.draining = draining
         self.info = FakeInfo()
@@ -416,7 +416,7 @@ def check_engine(world: World) -> None:
         assert all(e.tubes.get(t.name) is t for t in s.watch)
         for job_id, job in s.reserved.items():
             assert e.jobs.get(job_id) is job and job.state == RESERVED and job.reserver is s
-    assert e.session_count == len(open_sessions)
+    assert len(e.sessions) == len(open_sessions)
     assert e.producer_count == sum(s.is_producer for s in open_sessions)
     assert e.worker_count == sum(s.is_worker for s in open_sessions)
     assert e.waiting_count == sum(s.waiting for s in open_sessions)
@@ -426,7 +426,6 @@ def check_engine(world: World) -> None:
         "reserved_count",
         "delayed_count",
         "buried_count",
-        "session_count",
         "producer_count",
         "worker_count",
         "waiting_count",
@@ -699,7 +698,7 @@ def play(
     world.close_all()
     check_conversation(world)
     e = world.engine
-    assert e.reserved_count == 0 and e.waiting_count == 0 and e.session_count == 0
+    assert e.reserved_count == 0 and e.waiting_count == 0 and not e.sessions
     assert all(job.state in (READY, DELAYED, BURIED) for job in e.jobs.values())
     return world
 

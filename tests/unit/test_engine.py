@@ -11,7 +11,7 @@ from disq.core.session import Session
 
 
 def make() -> tuple[Engine, Session]:
-    engine = Engine(now_ms=0)
+    engine = Engine()
     return engine, engine.open_session()
 
 
@@ -245,7 +245,7 @@ def test_draining_spends_an_id() -> None:
 
 
 def test_max_memory_refuses_and_keeps_what_was_accepted() -> None:
-    e = Engine(Limits(max_memory_bytes=10_000), now_ms=0)
+    e = Engine(Limits(max_memory_bytes=10_000))
     s = e.open_session()
     accepted = []
     with pytest.raises(errors.OutOfMemory):
