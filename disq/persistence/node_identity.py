@@ -1,0 +1,57 @@
+"""The node's identity in its data directory: 40 hex characters, random at first start.
+
+A node that restarts on the same directory rejoins the cluster with the same id (its peers
+know it, and job ids carry its first 8 characters), so the id is written once, atomically,
+and never changed. Kept in ``node.json`` next to the AOF, with room for the cluster view.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+NODE_FILE = "node.json"
+
+
+class NodeIdentityError(Exception):
+    code = "NODE_IDENTITY"
+
+
+def _valid(node_id: object) -> bool:
+    return (
+        isinstance(node_id, str)
+        and len(node_id) == 40
+        and all(c in "0123456789abcdef" for c in node_id)
+    )
+
+
+def load_or_create_node_id(data_dir: Path) -> str:
+    path = data_dir / NODE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        data = None
+    except (OSError, ValueError) as exc:
+        raise NodeIdentityError(f"{path}: unreadable node identity ({exc})") from exc
+    if data is not None:
+        node_id = data.get("node_id") if isinstance(data, dict) else None
+        if not _valid(node_id):
+            raise NodeIdentityError(f"{path}: node_id must be 40 lowercase hex characters")
+        assert isinstance(node_id, str)
+        return node_id
+    node_id = secrets.token_hex(20)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"node_id": node_id}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return node_id
