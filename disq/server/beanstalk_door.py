@@ -11,7 +11,7 @@ import collections
 from typing import TYPE_CHECKING, Protocol
 
 from disq.core import errors
-from disq.core.job import STATE_NAMES, Job
+from disq.core.job import DELAYED, RESERVED, STATE_NAMES, Job
 from disq.protocol import beanstalk as bp
 
 if TYPE_CHECKING:
@@ -310,8 +310,6 @@ class BeanstalkDoor:
 
     @staticmethod
     def _stats_job(job: Job, now_ms: int) -> list[tuple[str, object]]:
-        from disq.core.job import DELAYED, RESERVED
-
         time_left = 0
         if job.state in (RESERVED, DELAYED):
             # beanstalkd counts in microseconds: a just-reserved ttr-1 job has 0 s left.
