@@ -312,7 +312,7 @@ class BeanstalkParser:
         state = self._state
         max_size = self.max_job_size
         put_match = _PUT_LINE.match
-        while True:
+        while pos < n:
             if state == _WANT_LINE:
                 m = put_match(buf, pos)
                 if m is not None:
