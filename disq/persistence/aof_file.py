@@ -573,6 +573,20 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def replace_durably(path: Path, data: bytes, tmp: Path | None = None) -> None:
+    """Make ``path`` hold ``data`` or its old content after any crash: write a temporary
+    file, fsync it, rename it over ``path``, fsync the directory."""
+    tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
 def _truncate_file(path: Path, size: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -695,15 +709,7 @@ class AofWriter:
             structlog.get_logger().warning("aof_leftover_removed", path=str(leftover), size=size)
 
     def _create(self) -> None:
-        tmp = self.data_dir / _INIT_NAME
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, HEADER)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.data_dir)
+        replace_durably(self.path, HEADER, self.data_dir / _INIT_NAME)
 
     def load(self) -> AofReadResult:
         """Read the existing records (cutting a torn tail) and make the writer ready."""

@@ -8,9 +8,10 @@ and never changed. Kept in ``node.json`` next to the AOF, with room for the clus
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from pathlib import Path
+
+from disq.persistence.aof_file import replace_durably
 
 NODE_FILE = "node.json"
 
@@ -43,15 +44,5 @@ def load_or_create_node_id(data_dir: Path) -> str:
         return node_id
     node_id = secrets.token_hex(20)
     data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"node_id": node_id}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_durably(path, json.dumps({"node_id": node_id}).encode())
     return node_id
