@@ -226,8 +226,7 @@ class Node:
         hint = engine.timer_hint_ms
         if hint >= 0:
             engine.timer_hint_ms = -1
-            if self._timer_at_ms < 0 or hint < self._timer_at_ms:
-                self._arm_timer(hint, now_ms)
+            self.check_timer(hint, now_ms)
 
     def check_timer(self, deadline_ms: int, now_ms: int) -> None:
         """Arm the one timer earlier if ``deadline_ms`` comes before it."""
@@ -278,8 +277,8 @@ class Node:
         engine.tick(now_ms)
         self.after_commands(None, now_ms)
         nd = engine.next_deadline_ms()
-        if nd >= 0 and (self._timer is None or nd < self._timer_at_ms):
-            self._arm_timer(nd, now_ms)
+        if nd >= 0:
+            self.check_timer(nd, now_ms)
 
     # ------------------------------------------------------------------ stats
     def stats_tail(self, now_ms: int) -> list[tuple[str, object]]:
