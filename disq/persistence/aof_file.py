@@ -528,12 +528,7 @@ def repair_aof(path: Path) -> int:
         while backup.exists():
             backup = path.with_name(f"{path.name}.corrupt-{ts}.{n}")
             n += 1
-        fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, buf)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_file_synced(backup, buf, exclusive=True)
         # The backup must be durable before the original loses anything.
         _fsync_dir(path.parent)
         _truncate_file(path, bad)
@@ -573,16 +568,22 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_durably(path: Path, data: bytes, tmp: Path | None = None) -> None:
-    """Make ``path`` hold ``data`` or its old content after any crash: write a temporary
-    file, fsync it, rename it over ``path``, fsync the directory."""
-    tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+def _write_file_synced(path: Path, data: _Bytes, *, exclusive: bool) -> None:
+    """Write a whole file and fsync it; ``exclusive`` refuses to overwrite one."""
+    mode = os.O_EXCL if exclusive else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
     try:
         _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_durably(path: Path, data: bytes, tmp: Path | None = None) -> None:
+    """Make ``path`` hold ``data`` or its old content after any crash: write a temporary
+    file, fsync it, rename it over ``path``, fsync the directory."""
+    tmp = tmp if tmp is not None else path.with_name(path.name + ".tmp")
+    _write_file_synced(tmp, data, exclusive=False)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
