@@ -1,0 +1,160 @@
+"""Node-to-node messages as the pure cores see them (proto/disq/v1/cluster.proto).
+
+The cores (membership, cluster) never see protobuf: they take and return these plain slotted
+classes, so the simulator can move them between in-process nodes without serialising, and
+the gRPC link layer (disq/server/peer_link.py) converts a whole frame at once at the edge.
+Names and meanings are Disque's (reference/anchors.md 2.5).
+
+An outbox entry is ``(destination node id, message)``; the IO layer groups one iteration's
+entries by destination and sends each peer one frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
+ALIVE = 1
+SUSPECT = 2
+DEAD = 3
+LEFT = 4
+
+MEMBER_STATE_NAMES = {ALIVE: "alive", SUSPECT: "suspect", DEAD: "dead", LEFT: "left"}
+
+
+@dataclass(slots=True)
+class Member:
+    node_id: str  # 40 hex chars
+    host: str
+    grpc_port: int
+    client_port: int  # RESP port, for HELLO
+    incarnation: int  # only the node itself raises it, to refute suspicion
+    state: int  # ALIVE / SUSPECT / DEAD / LEFT
+    leaving: bool = False
+
+
+@dataclass(slots=True)
+class Ping:
+    probe_id: int
+    gossip: list[Member] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Ack:
+    probe_id: int
+    target: str = ""  # set when answering on behalf of a PingReq
+    gossip: list[Member] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PingReq:
+    probe_id: int
+    target: str
+
+
+@dataclass(slots=True)
+class JobData:
+    """A job as it travels: TTL relative (clocks differ between nodes), counters included."""
+
+    id: str
+    queue: str
+    body: bytes
+    repl: int
+    ctime: int  # creating node's ms * 1e6, strictly increasing per node
+    delay_s: int
+    retry_s: int
+    ttl_remaining_s: int
+    nacks: int = 0
+    additional_deliveries: int = 0
+    nodes_delivered: list[str] = field(default_factory=list)
+    priority: int = 1024
+
+
+@dataclass(slots=True)
+class ReplJob:
+    job: JobData
+
+
+@dataclass(slots=True)
+class GotJob:
+    job_id: str
+
+
+@dataclass(slots=True)
+class Enqueue:
+    job_id: str
+
+
+@dataclass(slots=True)
+class Queued:
+    job_id: str
+    incr_nacks: bool = False
+    incr_deliveries: bool = False
+
+
+@dataclass(slots=True)
+class WillQueue:
+    job_id: str
+
+
+@dataclass(slots=True)
+class SetAck:
+    job_id: str
+    may_have: int
+
+
+@dataclass(slots=True)
+class GotAck:
+    job_id: str
+    known: bool
+
+
+@dataclass(slots=True)
+class DelJob:
+    job_ids: list[str]
+
+
+@dataclass(slots=True)
+class NeedJobs:
+    queue: str
+    count: int
+
+
+@dataclass(slots=True)
+class YourJobs:
+    jobs: list[JobData]
+
+
+@dataclass(slots=True)
+class Working:
+    job_id: str
+
+
+PAUSE_IN = 1
+PAUSE_OUT = 2
+
+
+@dataclass(slots=True)
+class Pause:
+    queue: str
+    flags: int  # PAUSE_IN | PAUSE_OUT
+
+
+MembershipMessage = Ping | Ack | PingReq
+JobMessage = (
+    ReplJob
+    | GotJob
+    | Enqueue
+    | Queued
+    | WillQueue
+    | SetAck
+    | GotAck
+    | DelJob
+    | NeedJobs
+    | YourJobs
+    | Working
+    | Pause
+)
+Message = MembershipMessage | JobMessage
+
+MEMBERSHIP_TYPES = (Ping, Ack, PingReq)

@@ -1,0 +1,108 @@
+"""AOF payloads of cluster (Disque) jobs, beside the beanstalk records of ``records``.
+
+Disque's model (reference 2.6): a job is logged once it is active here (LOADJOB: the whole
+job, expiry absolute) and its end is logged as DELJOB (ack, expiry, delete). Acks are not
+logged: a restarted node gets them again through the ack GC of its peers. Replaying a
+LOADJOB twice or a DELJOB for an unknown id is harmless, so the incremental rewrite can
+interleave snapshot and live records.
+
+LOADJOB  id 40s | repl u16 | ctime u64 | delay_s u32 | retry_s u32 | etime_ms u64 |
+         nacks u32 | additional_deliveries u32 | priority u32 | n_nodes u16 |
+         queue_len u32 | body_len u32 | n_nodes * 40s | queue | body
+DELJOB   id 40s
+"""
+
+from __future__ import annotations
+
+import struct
+
+from disq.core.messages import JobData
+
+REC_LOADJOB = 16
+REC_DELJOB = 17
+CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB)
+
+_LOAD = struct.Struct("<40sHQIIQIIIHII")
+_DEL = struct.Struct("<40s")
+
+
+class ClusterRecordError(ValueError):
+    code = "AOF_BAD_RECORD"
+
+
+def encode_loadjob(d: JobData) -> bytes:
+    """``d.ttl_remaining_s`` holds the absolute expiry in ms (the core's AOF convention)."""
+    queue = d.queue.encode()
+    nodes = b"".join(n.encode() for n in d.nodes_delivered)
+    return (
+        _LOAD.pack(
+            d.id.encode(),
+            d.repl,
+            d.ctime,
+            d.delay_s,
+            d.retry_s,
+            d.ttl_remaining_s,
+            d.nacks,
+            d.additional_deliveries,
+            d.priority,
+            len(d.nodes_delivered),
+            len(queue),
+            len(d.body),
+        )
+        + nodes
+        + queue
+        + d.body
+    )
+
+
+def decode_loadjob(payload: bytes | memoryview) -> JobData:
+    try:
+        f = _LOAD.unpack_from(payload, 0)
+    except struct.error as exc:
+        raise ClusterRecordError(f"short LOADJOB record: {exc}") from exc
+    n_nodes, qlen, blen = f[9], f[10], f[11]
+    pos = _LOAD.size
+    end = pos + 40 * n_nodes + qlen + blen
+    if end != len(payload):
+        raise ClusterRecordError("LOADJOB record length does not match its fields")
+    raw = bytes(payload[pos : pos + 40 * n_nodes])
+    nodes = [raw[i : i + 40].decode() for i in range(0, len(raw), 40)]
+    pos += 40 * n_nodes
+    queue = bytes(payload[pos : pos + qlen]).decode()
+    pos += qlen
+    body = bytes(payload[pos : pos + blen])
+    return JobData(
+        id=f[0].decode(),
+        queue=queue,
+        body=body,
+        repl=f[1],
+        ctime=f[2],
+        delay_s=f[3],
+        retry_s=f[4],
+        ttl_remaining_s=f[5],
+        nacks=f[6],
+        additional_deliveries=f[7],
+        nodes_delivered=nodes,
+        priority=f[8],
+    )
+
+
+def encode_deljob(job_id: str) -> bytes:
+    return _DEL.pack(job_id.encode())
+
+
+def decode_deljob(payload: bytes | memoryview) -> str:
+    if len(payload) != _DEL.size:
+        raise ClusterRecordError("DELJOB record has the wrong length")
+    return bytes(_DEL.unpack_from(payload, 0)[0]).decode()
+
+
+def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
+    """The cluster records of a replayed AOF, in file order, as the core takes them."""
+    out: list[tuple[str, object]] = []
+    for rtype, payload in recs:
+        if rtype == REC_LOADJOB:
+            out.append(("LOADJOB", decode_loadjob(payload)))
+        elif rtype == REC_DELJOB:
+            out.append(("DELJOB", decode_deljob(payload)))
+    return out

@@ -1,0 +1,204 @@
+"""The cluster core with a fake clock and an in-test message pump (no IO, no membership)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from disq.core.cluster import ClusterCore
+from disq.core.cluster_api import PENDING, DisqueError
+from disq.core.djob import ACKED, ACTIVE, QUEUED
+from disq.core.messages import Message
+
+
+@dataclass
+class View:
+    my_id: str
+    peers: list[str]
+    down: set[str] = field(default_factory=set)
+    leaving: bool = False
+
+    def cluster_size(self) -> int:
+        return len(self.peers) + 1
+
+    def reachable_peers(self) -> list[str]:
+        return [p for p in self.peers if p not in self.down]
+
+    def all_peers(self) -> list[str]:
+        return list(self.peers)
+
+
+class Cluster:
+    def __init__(self, n: int, seed: int = 1) -> None:
+        self.ids = [f"{i:x}" * 40 for i in range(1, n + 1)]
+        self.ids = [(f"{i:02x}" * 20) for i in range(1, n + 1)]
+        self.now = 1_000_000
+        self.views = {
+            nid: View(nid, [p for p in self.ids if p != nid]) for nid in self.ids
+        }
+        self.cores = {
+            nid: ClusterCore(self.views[nid], random.Random(seed + k), self.now)
+            for k, nid in enumerate(self.ids)
+        }
+        self.cut: set[str] = set()  # nodes whose messages are dropped
+        self.replies: dict[str, list[tuple[int, object]]] = {nid: [] for nid in self.ids}
+
+    def pump(self) -> int:
+        moved = 0
+        while True:
+            batch: list[tuple[str, str, Message]] = []
+            for nid, core in self.cores.items():
+                for dest, msg in core.outbox:
+                    batch.append((nid, dest, msg))
+                core.outbox.clear()
+                self.replies[nid].extend(core.replies)
+                core.replies.clear()
+            if not batch:
+                return moved
+            for src, dest, msg in batch:
+                if src in self.cut or dest in self.cut:
+                    continue
+                self.cores[dest].on_message(self.now, src, msg)
+                moved += 1
+
+    def advance(self, ms: int, step: int = 10) -> None:
+        end = self.now + ms
+        while self.now < end:
+            self.now = min(end, self.now + step)
+            for core in self.cores.values():
+                if core.next_deadline_ms() <= self.now:
+                    core.tick(self.now)
+            self.pump()
+
+    def core(self, i: int) -> ClusterCore:
+        return self.cores[self.ids[i]]
+
+
+def test_sync_replication_then_queued_on_creator_only() -> None:
+    c = Cluster(3)
+    r = c.core(0).add_job(c.now, 1, "q", b"hello", timeout_ms=1000, repl=3)
+    assert r is PENDING
+    c.pump()
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(job_id, str)
+    states = [c.core(i).jobs[job_id].state for i in range(3)]
+    assert states == [QUEUED, ACTIVE, ACTIVE]
+    assert c.core(0).qlen("q") == 1
+    # Not consumed, no partition: after several retries still exactly one queued copy.
+    c.advance(5000)
+    queued = [i for i in range(3) if c.core(i).qlen("q") == 1]
+    assert len(queued) == 1
+
+
+def test_norepl_when_not_enough_nodes() -> None:
+    c = Cluster(2)
+    with pytest.raises(DisqueError) as e:
+        c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=100, repl=3)
+    assert e.value.code == "NOREPL"
+
+
+def test_sync_timeout_gives_norepl_and_cleans_up() -> None:
+    c = Cluster(3)
+    c.cut = {c.ids[1], c.ids[2]}
+    assert c.core(0).add_job(c.now, 7, "q", b"x", timeout_ms=300, repl=3) is PENDING
+    c.advance(400)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 7 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    assert c.core(0).jobs == {}
+
+
+def test_consumed_not_acked_is_requeued_and_acked_is_not() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.pump()
+    got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert isinstance(got, list) and len(got) == 1
+    job_id = got[0].id
+    c.advance(2000)
+    assert sum(c.core(i).qlen("q") for i in range(3)) >= 1
+    got2 = None
+    for i in range(3):
+        g = c.core(i).get_job(c.now, 3, ["q"], nohang=True)
+        if isinstance(g, list):
+            got2 = (i, g)
+            break
+    assert got2 is not None and got2[1][0].id == job_id
+    assert c.core(got2[0]).ack_job(c.now, [job_id]) == 1
+    c.advance(10_000)
+    assert all(job_id not in c.core(i).jobs for i in range(3))  # GC reached everyone
+    assert all(c.core(i).qlen("q") == 0 for i in range(3))
+
+
+def test_queueing_node_lost_job_requeued_elsewhere() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.pump()
+    c.cut = {c.ids[0]}
+    c.advance(3000)
+    assert c.core(1).qlen("q") + c.core(2).qlen("q") >= 1
+
+
+def test_dummy_ack_on_non_holder_reaches_holders() -> None:
+    c = Cluster(4)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, retry_s=1)
+    c.pump()
+    [(_, job_id)] = c.replies[c.ids[0]]
+    holders = [i for i in range(4) if job_id in c.core(i).jobs]
+    non = next(i for i in range(4) if i not in holders)
+    assert c.core(non).ack_job(c.now, [job_id]) == 0
+    c.pump()
+    for i in holders:
+        assert job_id not in c.core(i).jobs or c.core(i).jobs[job_id].state == ACKED
+    c.advance(10_000)
+    assert all(job_id not in c.core(i).jobs for i in range(4))
+
+
+def test_federation_blocked_consumer_gets_remote_job_within_a_second() -> None:
+    c = Cluster(3)
+    assert c.core(0).get_job(c.now, 9, ["q"], timeout_ms=0) is PENDING
+    c.pump()
+    c.advance(700)  # the first NEEDJOBS broadcast happened and found nothing
+    c.core(1).add_job(c.now, 1, "q", b"far", timeout_ms=1000, repl=1)
+    start = c.now
+    c.advance(1000)
+    served = [(t, r) for t, r in c.replies[c.ids[0]] if t == 9]
+    assert served, "blocked consumer was not served"
+    assert served[0][1][0].body == b"far"  # type: ignore[index]
+    assert c.now - start <= 1000
+
+
+def test_getjob_timeout_and_nohang() -> None:
+    c = Cluster(1)
+    assert c.core(0).get_job(c.now, 1, ["q"], nohang=True) is None
+    assert c.core(0).get_job(c.now, 2, ["q"], timeout_ms=250) is PENDING
+    c.advance(300)
+    assert (2, None) in c.replies[c.ids[0]]
+
+
+def test_single_node_fifo_and_ttl() -> None:
+    c = Cluster(1)
+    ids_ = [c.core(0).add_job(c.now, i, "q", str(i).encode(), timeout_ms=0) for i in range(100)]
+    got = c.core(0).get_job(c.now, 1000, ["q"], count=100)
+    assert isinstance(got, list) and [j.id for j in got] == ids_
+    c.core(0).add_job(c.now, 1, "t", b"x", timeout_ms=0, ttl_s=5)
+    c.advance(6100, step=100)
+    assert c.core(0).qlen("t") == 0 and len(c.core(0).jobs) == 100
+
+
+def test_working_postpones_and_nack_requeues() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=2)
+    c.pump()
+    got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert isinstance(got, list)
+    job_id = got[0].id
+    for _ in range(3):
+        c.advance(1500)
+        assert c.core(0).working(c.now, job_id) == 2
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 0
+    assert c.core(0).nack(c.now, [job_id]) == 1
+    c.pump()
+    assert c.core(0).qlen("q") == 1
+    assert all(c.core(i).jobs[job_id].nacks == 1 for i in range(3))
