@@ -1,0 +1,700 @@
+"""SWIM-style cluster membership: a pure, deterministic state machine.
+
+Like etcd's raft package, this module does no IO and reads no clock: every entry point takes
+``now_ms`` and all randomness comes from the injected ``random.Random``. The IO layer (the gRPC
+peer links) or the simulator delivers what accumulates in ``outbox`` and feeds incoming
+messages to ``on_message``; ``next_deadline_ms()`` says when ``tick`` must run next.
+
+Protocol (Das, Gupta, Motivala: "SWIM", 2002, with the usual memberlist refinements):
+
+- Each protocol period (``probe_interval_ms``) probes one member, round-robin over a list that
+  is re-shuffled every round (new members are inserted at a random place in the current
+  round). Round-robin bounds the time to the first probe of a failed node to two rounds, where
+  purely random selection only bounds it in expectation.
+- No Ack within ``ping_timeout_ms``: ask ``indirect_probes`` random ALIVE members to probe
+  the target (PingReq); they forward the target's Ack with ``target`` set. Still no Ack when
+  the period ends: the target becomes SUSPECT. SUSPECT for ``node_timeout_ms`` (Disque's node
+  timeout, 15 s) without a refutation: DEAD.
+- Dissemination is piggybacked on Ping/Ack (never extra messages): at most ``MAX_GOSSIP``
+  records per message. First the sender's own record (so a receiver that never heard of the
+  sender can add it, and refutations travel with every message), then the record of the
+  destination if we suspect it or think it dead (so it can refute at once), then recent changes
+  (fewest transmissions first, then most recently changed), each sent at most
+  ``RETRANSMIT_MULT * ceil(log2(n + 1))`` times, then random known records to fill the
+  message. The filler is anti-entropy: piggybacking alone is probabilistic and a node that
+  missed an update under message loss would otherwise never learn it; the filler makes every
+  view converge eventually without any extra message (memberlist uses a periodic push-pull
+  TCP sync for that; we keep one message type and pay with slightly larger frames).
+- Incarnations: only a node raises its own. Higher incarnation wins; at equal incarnation
+  ALIVE < SUSPECT < DEAD < LEFT. A node told it is SUSPECT/DEAD/LEFT at its incarnation (or
+  anything at a higher one, from an earlier life) raises its incarnation above it.
+- DEAD members stay known (and counted in ``cluster_size``, like Disque's failing nodes) until
+  CLUSTER FORGET; one of them is pinged every ``DEAD_PROBE_EVERY`` periods, so a restarted
+  node, or the far side of a healed partition, is found again even if it does not call us.
+
+Disque specifics: HELLO priorities (1 ok, 5 no link yet, 10 PFAIL/suspect, 100 FAIL or
+leaving), CLUSTER LEAVING (a flag in the member record, gossiped under a raised incarnation),
+CLUSTER FORGET with Redis's 60 s ban, CLUSTER RESET.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT, Ack, Member, Message, Ping, PingReq
+
+FORGOTTEN = 0
+"""Event state (not a member state) for a node removed by ``forget``/``reset``: close its link."""
+
+MAX_GOSSIP = 8
+"""Member records per Ping/Ack (own record included). Bounds frame size in large clusters."""
+
+RETRANSMIT_MULT = 3
+"""An update is piggybacked ``RETRANSMIT_MULT * ceil(log2(n + 1))`` times (memberlist: 4)."""
+
+DEAD_PROBE_EVERY = 5
+"""Every this many periods, ping one DEAD member (round-robin) in case it came back."""
+
+FORGET_BAN_MS = 60_000
+"""Redis's CLUSTER FORGET blacklist: the node cannot be re-added by gossip for 60 s, so the
+operator has time to forget it on every node before anyone re-teaches it."""
+
+SNAPSHOT_VERSION = 1
+
+PRIORITY_OK = 1
+PRIORITY_NO_LINK = 5
+PRIORITY_PFAIL = 10
+PRIORITY_FAIL = 100
+
+_MEMBER_STATES = (ALIVE, SUSPECT, DEAD, LEFT)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A known peer: its last accepted record plus what only this node knows about it."""
+
+    rec: Member
+    # False only for peers restored from a snapshot that we have not heard from (directly or
+    # through fresh gossip) since: the snapshot may be hours old, so they are not offered as
+    # replication targets (reachable_peers) and HELLO reports Disque's "no link" priority.
+    confirmed: bool
+    suspect_since_ms: int = 0
+
+
+@dataclass(slots=True)
+class _Probe:
+    target: str
+    probe_id: int
+    start_ms: int
+    acked: bool = False
+    indirect_sent: bool = False
+
+
+@dataclass(slots=True)
+class _Relay:
+    """We were asked (PingReq) to probe ``target`` for ``origin``; our Ping carried our id."""
+
+    origin: str
+    origin_probe_id: int
+    target: str
+    expires_ms: int
+
+
+def _copy(m: Member) -> Member:
+    # Records travel by reference in the simulator: never share a Member between two views.
+    return replace(m)
+
+
+def _member_from_dict(d: dict[str, Any]) -> Member:
+    return Member(
+        node_id=str(d["node_id"]),
+        host=str(d["host"]),
+        grpc_port=int(d["grpc_port"]),
+        client_port=int(d["client_port"]),
+        incarnation=int(d["incarnation"]),
+        state=int(d["state"]),
+        leaving=bool(d.get("leaving", False)),
+    )
+
+
+class Membership:
+    """SWIM membership of one node; implements ``disq.core.cluster_api.ClusterView``.
+
+    Outputs, drained by the IO layer:
+
+    - ``outbox``: ``(destination node id, Ping | Ack | PingReq)``.
+    - ``events``: ``(node_id, state)`` whenever a peer's state changes (ALIVE, SUSPECT, DEAD,
+      LEFT), including a newly learned peer, and ``FORGOTTEN`` (0) when it is forgotten.
+    - ``stats``: message counters (``messages_sent``/``messages_received`` for CLUSTER INFO).
+    """
+
+    def __init__(
+        self,
+        me: Member,
+        rng: random.Random,
+        now_ms: int,
+        *,
+        probe_interval_ms: int = 500,
+        ping_timeout_ms: int = 200,
+        node_timeout_ms: int = 15000,
+        indirect_probes: int = 3,
+    ) -> None:
+        if not 0 < ping_timeout_ms < probe_interval_ms:
+            # The indirect round must fit inside the period, else it could never save a node.
+            raise ValueError("need 0 < ping_timeout_ms < probe_interval_ms")
+        if node_timeout_ms <= 0 or indirect_probes < 0:
+            raise ValueError("need node_timeout_ms > 0 and indirect_probes >= 0")
+        self._me = replace(me, state=ALIVE)
+        self._rng = rng
+        self.probe_interval_ms = probe_interval_ms
+        self.ping_timeout_ms = ping_timeout_ms
+        self.node_timeout_ms = node_timeout_ms
+        self.indirect_probes = indirect_probes
+
+        self.outbox: list[tuple[str, Message]] = []
+        self.events: list[tuple[str, int]] = []
+        self.stats: dict[str, int] = {
+            "messages_sent": 0,
+            "messages_received": 0,
+            "ping_sent": 0,
+            "ack_sent": 0,
+            "pingreq_sent": 0,
+            "ping_received": 0,
+            "ack_received": 0,
+            "pingreq_received": 0,
+            "probes": 0,
+            "probes_failed": 0,
+            "indirect_probes": 0,
+            "refutations": 0,
+        }
+
+        self._members: dict[str, _Entry] = {}
+        self._banned: dict[str, int] = {}  # node id -> ban end (ms)
+        # Pending dissemination: node id -> [times sent, change sequence]. The record itself is
+        # read from the view when sent, so a newer change of the same node replaces the old one.
+        self._gossip: dict[str, list[int]] = {}
+        self._change_seq = 0
+        # Probe ids are ours alone (Acks come back to us); a random start makes an Ack from
+        # before a restart very unlikely to match a probe of the new life.
+        self._next_probe_id = rng.getrandbits(31) + 1
+        self._probe: _Probe | None = None
+        self._order: list[str] = []
+        self._order_pos = 0
+        self._relays: dict[int, _Relay] = {}
+        self._periods = 0
+        self._dead_cursor = 0
+        # Random phase so nodes started together do not probe in lockstep.
+        self._next_probe_ms = now_ms + rng.randrange(probe_interval_ms)
+        self._view_cache: tuple[tuple[str, ...], tuple[str, ...], int] | None = None
+
+    # ------------------------------------------------------------------ ClusterView
+    @property
+    def my_id(self) -> str:
+        return self._me.node_id
+
+    @property
+    def leaving(self) -> bool:
+        return self._me.leaving
+
+    @property
+    def incarnation(self) -> int:
+        return self._me.incarnation
+
+    def cluster_size(self) -> int:
+        """This node plus every known, non-forgotten member, DEAD included, LEFT excluded."""
+        return self._views()[2]
+
+    def reachable_peers(self) -> list[str]:
+        """ALIVE, confirmed, not leaving, not me; sorted. Replication targets."""
+        return list(self._views()[0])
+
+    def all_peers(self) -> list[str]:
+        """ALIVE or SUSPECT peers (leaving ones too); sorted. Where broadcasts go."""
+        return list(self._views()[1])
+
+    def is_reachable(self, node_id: str) -> bool:
+        """True for this node itself and for the members of ``reachable_peers``."""
+        if node_id == self._me.node_id:
+            return True
+        e = self._members.get(node_id)
+        return e is not None and e.rec.state == ALIVE and e.confirmed and not e.rec.leaving
+
+    def _views(self) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+        # The job core asks for these on every ADDJOB; recompute only after a change.
+        if self._view_cache is None:
+            ids = sorted(self._members)
+            reach = tuple(n for n in ids if self.is_reachable(n))
+            allp = tuple(n for n in ids if self._members[n].rec.state in (ALIVE, SUSPECT))
+            size = 1 + sum(1 for e in self._members.values() if e.rec.state != LEFT)
+            self._view_cache = (reach, allp, size)
+        return self._view_cache
+
+    # ------------------------------------------------------------------ queries
+    def members(self) -> list[Member]:
+        """Copies of every known record, this node first, then by node id."""
+        return [_copy(self._me)] + [_copy(self._members[n].rec) for n in sorted(self._members)]
+
+    def member(self, node_id: str) -> Member | None:
+        if node_id == self._me.node_id:
+            return _copy(self._me)
+        e = self._members.get(node_id)
+        return None if e is None else _copy(e.rec)
+
+    def hello_priority(self, node_id: str) -> int:
+        """Disque's HELLO priority: 1 ok, 5 no link yet (restored, not heard from), 10 suspect
+        (PFAIL), 100 dead, left, leaving, or unknown. Lower is better."""
+        if node_id == self._me.node_id:
+            return PRIORITY_FAIL if self._me.leaving else PRIORITY_OK
+        e = self._members.get(node_id)
+        if e is None or e.rec.state in (DEAD, LEFT) or e.rec.leaving:
+            return PRIORITY_FAIL
+        if e.rec.state == SUSPECT:
+            return PRIORITY_PFAIL
+        return PRIORITY_OK if e.confirmed else PRIORITY_NO_LINK
+
+    # ------------------------------------------------------------------ commands
+    def meet_message(self) -> Ping:
+        """A Ping for an address whose node id is unknown (--join, CLUSTER MEET).
+
+        It carries only our own record: the receiver adds us and its Ack (own record, recent
+        changes, random filler) starts teaching us the cluster. Counted as sent.
+        """
+        msg = Ping(probe_id=self._new_probe_id(), gossip=[_copy(self._me)])
+        self._count_sent(msg)
+        return msg
+
+    def set_leaving(self, now_ms: int, leaving: bool) -> None:
+        """CLUSTER LEAVING yes|no. The flag rides in our own record, which every message we send
+        carries; the raised incarnation makes it win over the old record everywhere."""
+        if self._me.leaving == leaving or self._me.state == LEFT:
+            return
+        self._me.leaving = leaving
+        self._me.incarnation += 1
+        self._invalidate()
+
+    def forget(self, now_ms: int, node_id: str) -> None:
+        """CLUSTER FORGET: drop the node and ignore it (gossip and messages) for 60 s.
+
+        Local only, as in Redis: the operator runs it on every node within the ban window,
+        otherwise the nodes that still know it re-teach it once the ban ends.
+        """
+        if node_id == self._me.node_id:
+            raise ValueError("I tried hard but I can't forget myself...")
+        if node_id not in self._members:
+            raise ValueError(f"Unknown node {node_id}")
+        self._remove(node_id)
+        self._banned[node_id] = now_ms + FORGET_BAN_MS
+
+    def reset(self, now_ms: int) -> None:
+        """CLUSTER RESET: forget every peer. No ban (and old bans are lifted), so a CLUSTER
+        MEET right after works; peers that still know us will re-add themselves by pinging us."""
+        for node_id in list(self._members):
+            self._remove(node_id)
+        self._banned.clear()
+        self._relays.clear()
+        self._order = []
+        self._order_pos = 0
+
+    def announce_left(self, now_ms: int) -> None:
+        """Leave the cluster for good: tell every peer we are LEFT (one Ping each) and go inert.
+
+        LEFT beats ALIVE at our current incarnation, so peers stop probing us and drop us from
+        cluster_size at once instead of after the node timeout. Restarting with ``restore``
+        raises the incarnation and brings the node back.
+        """
+        if self._me.state == LEFT:
+            return
+        self._me.state = LEFT
+        self._probe = None
+        for node_id in self.all_peers():
+            self._send(node_id, Ping(probe_id=self._new_probe_id(), gossip=[_copy(self._me)]))
+
+    # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able view so a restarted node knows whom to contact (bans are not kept)."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "me": asdict(self._me),
+            "members": [asdict(self._members[n].rec) for n in sorted(self._members)],
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: dict[str, Any],
+        me: Member,
+        rng: random.Random,
+        now_ms: int,
+        *,
+        probe_interval_ms: int = 500,
+        ping_timeout_ms: int = 200,
+        node_timeout_ms: int = 15000,
+        indirect_probes: int = 3,
+    ) -> Membership:
+        """A restarted node: same id, incarnation above the saved one (so our ALIVE beats
+        whatever the cluster concluded while we were away), leaving flag kept (Disque persists
+        it), peers ALIVE but unconfirmed. Every ALIVE peer is pinged at once, so the cluster
+        learns of the restart within one round trip and we learn which peers still answer.
+        Peers that stay silent go SUSPECT then DEAD through normal probing."""
+        if snapshot.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported membership snapshot version {snapshot.get('version')}")
+        saved_me = _member_from_dict(snapshot["me"])
+        if saved_me.node_id != me.node_id:
+            raise ValueError("membership snapshot belongs to another node id")
+        me = replace(
+            me,
+            incarnation=max(me.incarnation, saved_me.incarnation) + 1,
+            leaving=me.leaving or saved_me.leaving,
+            state=ALIVE,
+        )
+        m = cls(
+            me,
+            rng,
+            now_ms,
+            probe_interval_ms=probe_interval_ms,
+            ping_timeout_ms=ping_timeout_ms,
+            node_timeout_ms=node_timeout_ms,
+            indirect_probes=indirect_probes,
+        )
+        for d in snapshot["members"]:
+            rec = _member_from_dict(d)
+            if rec.node_id == me.node_id or rec.state not in _MEMBER_STATES:
+                continue
+            # A LEFT record stays LEFT (final for its incarnation); everything else is a guess
+            # to verify, and ALIVE-unconfirmed is the state that gets verified by probing.
+            rec.state = LEFT if rec.state == LEFT else ALIVE
+            m._add(now_ms, rec, confirmed=False)
+        m._gossip.clear()  # old news: nobody needs it retransmitted
+        for node_id, e in m._members.items():
+            if e.rec.state == ALIVE:
+                m._send(node_id, Ping(probe_id=m._new_probe_id(), gossip=m._gossip_for(node_id)))
+        return m
+
+    # ------------------------------------------------------------------ input
+    def on_message(self, now_ms: int, sender: str, msg: Ping | Ack | PingReq) -> None:
+        self.stats["messages_received"] += 1
+        if isinstance(msg, Ping):
+            self.stats["ping_received"] += 1
+        elif isinstance(msg, Ack):
+            self.stats["ack_received"] += 1
+        else:
+            self.stats["pingreq_received"] += 1
+        if self._me.state == LEFT or sender == self._me.node_id:
+            return
+        if self._is_banned(sender, now_ms):
+            return  # forgotten: we do not talk to it, not even to answer
+        if not isinstance(msg, PingReq):
+            for rec in msg.gossip:
+                self._merge(now_ms, rec)
+        e = self._members.get(sender)
+        if e is not None and not e.confirmed:
+            e.confirmed = True
+            self._invalidate()
+
+        if isinstance(msg, Ping):
+            if e is not None and e.rec.state == LEFT:
+                return  # its farewell (announce_left): it is inert, an answer would be lost
+            # Answer even an unknown sender without a record: the IO layer has its link.
+            self._send(sender, Ack(probe_id=msg.probe_id, gossip=self._gossip_for(sender)))
+        elif isinstance(msg, PingReq):
+            self._on_ping_req(now_ms, sender, msg)
+        else:
+            self._on_ack(sender, msg)
+
+    def _on_ping_req(self, now_ms: int, sender: str, msg: PingReq) -> None:
+        target = msg.target
+        if target == self._me.node_id:
+            # Asked to probe ourselves (a confused view): we are the proof.
+            ack = Ack(probe_id=msg.probe_id, target=target, gossip=self._gossip_for(sender))
+            self._send(sender, ack)
+            return
+        if target not in self._members or self._is_banned(target, now_ms):
+            return  # no address for it; the origin's other helpers may do better
+        probe_id = self._new_probe_id()
+        self._relays[probe_id] = _Relay(
+            sender, msg.probe_id, target, now_ms + self.probe_interval_ms
+        )
+        self._send(target, Ping(probe_id=probe_id, gossip=self._gossip_for(target)))
+
+    def _on_ack(self, sender: str, msg: Ack) -> None:
+        p = self._probe
+        if msg.target:
+            # A helper forwarding the target's answer to our PingReq.
+            if p is not None and p.probe_id == msg.probe_id and p.target == msg.target:
+                p.acked = True
+                t = self._members.get(msg.target)
+                if t is not None and not t.confirmed:
+                    t.confirmed = True
+                    self._invalidate()
+            return
+        relay = self._relays.get(msg.probe_id)
+        if relay is not None and relay.target == sender:
+            del self._relays[msg.probe_id]
+            fwd = Ack(
+                probe_id=relay.origin_probe_id,
+                target=sender,
+                gossip=self._gossip_for(relay.origin),
+            )
+            self._send(relay.origin, fwd)
+            return
+        if p is not None and p.probe_id == msg.probe_id and p.target == sender:
+            p.acked = True
+        # Any other Ack (meet, dead probe, late answer) already did its work: gossip + evidence.
+
+    # ------------------------------------------------------------------ time
+    def tick(self, now_ms: int) -> None:
+        if self._me.state == LEFT:
+            # Inert, but keep the deadline moving so a loop that still calls us does not spin.
+            self._next_probe_ms = max(self._next_probe_ms, now_ms + self.probe_interval_ms)
+            return
+        if self._relays:
+            for pid in [pid for pid, r in self._relays.items() if r.expires_ms <= now_ms]:
+                del self._relays[pid]
+        p = self._probe
+        if (
+            p is not None
+            and not p.acked
+            and not p.indirect_sent
+            and now_ms >= p.start_ms + self.ping_timeout_ms
+            and now_ms < self._next_probe_ms
+        ):
+            p.indirect_sent = True
+            self._send_ping_reqs(p)
+        if now_ms >= self._next_probe_ms:
+            self._end_probe(now_ms)
+            self._periods += 1
+            if self._periods % DEAD_PROBE_EVERY == 0:
+                self._probe_dead()
+            self._start_probe(now_ms)
+            # From the actual start, not the planned one: a late tick (a stalled loop) must not
+            # cause a burst of back-to-back probes that would all time out together.
+            self._next_probe_ms = now_ms + self.probe_interval_ms
+            if self._banned:
+                for node_id in [n for n, until in self._banned.items() if until <= now_ms]:
+                    del self._banned[node_id]
+        for e in list(self._members.values()):
+            if e.rec.state == SUSPECT and now_ms >= e.suspect_since_ms + self.node_timeout_ms:
+                self._set_record(now_ms, e, replace(e.rec, state=DEAD))
+
+    def next_deadline_ms(self) -> int:
+        deadline = self._next_probe_ms
+        if self._me.state == LEFT:
+            return deadline
+        p = self._probe
+        if p is not None and not p.acked and not p.indirect_sent:
+            deadline = min(deadline, p.start_ms + self.ping_timeout_ms)
+        for e in self._members.values():
+            if e.rec.state == SUSPECT:
+                deadline = min(deadline, e.suspect_since_ms + self.node_timeout_ms)
+        return deadline
+
+    # ------------------------------------------------------------------ probing
+    def _start_probe(self, now_ms: int) -> None:
+        target = self._next_target()
+        if target is None:
+            return
+        self.stats["probes"] += 1
+        self._probe = _Probe(target, self._new_probe_id(), now_ms)
+        self._send(target, Ping(probe_id=self._probe.probe_id, gossip=self._gossip_for(target)))
+
+    def _end_probe(self, now_ms: int) -> None:
+        p, self._probe = self._probe, None
+        if p is None or p.acked:
+            return
+        self.stats["probes_failed"] += 1
+        e = self._members.get(p.target)
+        if e is not None and e.rec.state == ALIVE:
+            self._set_record(now_ms, e, replace(e.rec, state=SUSPECT))
+
+    def _send_ping_reqs(self, p: _Probe) -> None:
+        helpers = sorted(
+            n for n, e in self._members.items() if e.rec.state == ALIVE and n != p.target
+        )
+        k = min(self.indirect_probes, len(helpers))
+        if k == 0:
+            return
+        self.stats["indirect_probes"] += 1
+        for helper in self._rng.sample(helpers, k):
+            self._send(helper, PingReq(probe_id=p.probe_id, target=p.target))
+
+    def _probeable(self, node_id: str) -> bool:
+        e = self._members.get(node_id)
+        return e is not None and e.rec.state in (ALIVE, SUSPECT)
+
+    def _next_target(self) -> str | None:
+        while True:
+            while self._order_pos < len(self._order):
+                node_id = self._order[self._order_pos]
+                self._order_pos += 1
+                if self._probeable(node_id):
+                    return node_id
+            eligible = sorted(n for n in self._members if self._probeable(n))
+            self._order_pos = 0
+            if not eligible:
+                self._order = []
+                return None
+            self._rng.shuffle(eligible)
+            self._order = eligible
+
+    def _insert_in_round(self, node_id: str) -> None:
+        # SWIM: a new member goes to a random place in the rest of the current round, so it
+        # is probed soon without disturbing the bound for the others much.
+        if node_id in self._order[self._order_pos :]:
+            return
+        at = self._rng.randint(self._order_pos, len(self._order))
+        self._order.insert(at, node_id)
+
+    def _probe_dead(self) -> None:
+        dead = sorted(n for n, e in self._members.items() if e.rec.state == DEAD)
+        if not dead:
+            return
+        node_id = dead[self._dead_cursor % len(dead)]
+        self._dead_cursor += 1
+        # Carries its DEAD record: if it is alive (healed partition) it refutes in its Ack.
+        self._send(node_id, Ping(probe_id=self._new_probe_id(), gossip=self._gossip_for(node_id)))
+
+    # ------------------------------------------------------------------ view updates
+    def _merge(self, now_ms: int, rec: Member) -> None:
+        if not rec.node_id or rec.state not in _MEMBER_STATES:
+            return
+        if rec.node_id == self._me.node_id:
+            self._about_me(rec)
+            return
+        if self._is_banned(rec.node_id, now_ms):
+            return
+        e = self._members.get(rec.node_id)
+        if e is None:
+            # Learning a node from news of its death teaches nothing useful and would let
+            # stale DEAD/LEFT records resurrect forgotten nodes; memberlist ignores them too.
+            if rec.state in (ALIVE, SUSPECT):
+                self._add(now_ms, rec, confirmed=True)
+            return
+        cur = e.rec
+        if rec.incarnation < cur.incarnation:
+            return
+        if rec.incarnation == cur.incarnation and rec.state <= cur.state:
+            return
+        self._set_record(now_ms, e, rec)
+
+    def _about_me(self, rec: Member) -> None:
+        me = self._me
+        if me.state == LEFT:
+            return
+        if rec.incarnation > me.incarnation or (
+            rec.incarnation == me.incarnation and (rec.state != ALIVE or rec.leaving != me.leaving)
+        ):
+            # Suspected, declared dead, or a record from an earlier life (stale snapshot):
+            # outbid it. Our own record rides in every message we send, so no queueing.
+            me.incarnation = max(me.incarnation, rec.incarnation) + 1
+            self.stats["refutations"] += 1
+
+    def _add(self, now_ms: int, rec: Member, *, confirmed: bool) -> None:
+        rec = _copy(rec)
+        self._members[rec.node_id] = _Entry(rec, confirmed, now_ms)
+        self.events.append((rec.node_id, rec.state))
+        self._queue_gossip(rec.node_id)
+        if rec.state in (ALIVE, SUSPECT):
+            self._insert_in_round(rec.node_id)
+        self._invalidate()
+
+    def _set_record(self, now_ms: int, e: _Entry, rec: Member) -> None:
+        old_state = e.rec.state
+        new = _copy(rec)
+        if not new.host:  # defensive: keep the address we have
+            new.host, new.grpc_port, new.client_port = (
+                e.rec.host,
+                e.rec.grpc_port,
+                e.rec.client_port,
+            )
+        e.rec = new
+        e.confirmed = True  # fresh news about it, not a snapshot guess any more
+        if new.state != old_state:
+            if new.state == SUSPECT:
+                e.suspect_since_ms = now_ms
+            self.events.append((new.node_id, new.state))
+            if new.state in (ALIVE, SUSPECT) and old_state in (DEAD, LEFT):
+                self._insert_in_round(new.node_id)
+        self._queue_gossip(new.node_id)
+        self._invalidate()
+
+    def _remove(self, node_id: str) -> None:
+        del self._members[node_id]
+        self._gossip.pop(node_id, None)
+        if self._probe is not None and self._probe.target == node_id:
+            self._probe = None
+        self.events.append((node_id, FORGOTTEN))
+        self._invalidate()
+
+    def _is_banned(self, node_id: str, now_ms: int) -> bool:
+        until = self._banned.get(node_id)
+        if until is None:
+            return False
+        if now_ms >= until:
+            del self._banned[node_id]
+            return False
+        return True
+
+    def _invalidate(self) -> None:
+        self._view_cache = None
+
+    # ------------------------------------------------------------------ gossip
+    def _queue_gossip(self, node_id: str) -> None:
+        self._change_seq += 1
+        self._gossip[node_id] = [0, self._change_seq]
+
+    def _retransmit_limit(self) -> int:
+        n = len(self._members) + 1
+        return RETRANSMIT_MULT * max(1, math.ceil(math.log2(n + 1)))
+
+    def _gossip_for(self, dest: str) -> list[Member]:
+        out = [_copy(self._me)]
+        included = {self._me.node_id, dest}
+        d = self._members.get(dest)
+        if d is not None and d.rec.state in (SUSPECT, DEAD):
+            out.append(_copy(d.rec))  # let it refute now rather than when gossip reaches it
+        if self._gossip:
+            limit = self._retransmit_limit()
+            queue = self._gossip
+            for node_id in sorted(queue, key=lambda n: (queue[n][0], -queue[n][1])):
+                if len(out) >= MAX_GOSSIP:
+                    break
+                if node_id in included:
+                    continue
+                e = self._members.get(node_id)
+                if e is None:
+                    del queue[node_id]
+                    continue
+                out.append(_copy(e.rec))
+                included.add(node_id)
+                counts = queue[node_id]
+                counts[0] += 1
+                if counts[0] >= limit:
+                    del queue[node_id]
+        room = MAX_GOSSIP - len(out)
+        if room > 0:
+            rest = [n for n in self._members if n not in included]
+            for node_id in self._rng.sample(rest, min(room, len(rest))):
+                out.append(_copy(self._members[node_id].rec))
+        return out
+
+    # ------------------------------------------------------------------ output
+    def _new_probe_id(self) -> int:
+        pid = self._next_probe_id
+        self._next_probe_id += 1
+        return pid
+
+    def _count_sent(self, msg: Ping | Ack | PingReq) -> None:
+        self.stats["messages_sent"] += 1
+        if isinstance(msg, Ping):
+            self.stats["ping_sent"] += 1
+        elif isinstance(msg, Ack):
+            self.stats["ack_sent"] += 1
+        else:
+            self.stats["pingreq_sent"] += 1
+
+    def _send(self, dest: str, msg: Ping | Ack | PingReq) -> None:
+        self._count_sent(msg)
+        self.outbox.append((dest, msg))
