@@ -5,13 +5,18 @@ socket is bound before anything heavy is imported (asyncio, uvloop, the engine, 
 the kernel queues connections that arrive meanwhile. Everything the cluster needs later is
 imported lazily.
 
-Two ways to start it:
+Three ways to start it:
 
 * ``disq-node`` with no beanstalkd flags: embedded defaults, data in ``./disq-data`` with the
-  AOF on (fsync every second), beanstalk door on 127.0.0.1:11300.
+  AOF on (fsync every second), beanstalk door on 127.0.0.1:11300, RESP (Disque) door on 7711,
+  cluster bus (gRPC) on 7710. ``--join HOST:PORT`` (the other node's bus) joins a cluster.
 * ``disq-node -l ADDR -p PORT [-b DIR] [-f MS] [-F] [-s N] [-z N] [-V]``: beanstalkd's own
   flags, for scripts and harnesses that start beanstalkd. Without ``-b`` it keeps everything
-  in memory, exactly like beanstalkd: a fresh process is a fresh server.
+  in memory, exactly like beanstalkd: a fresh process is a fresh server. The RESP door and the
+  bus are off unless ``--resp-port`` / ``--grpc-port`` ask for them.
+* ``disq-node path/to/disque.conf``: a drop-in for ``disque-server``: Disque's configuration
+  file; the RESP door on ``port``, the bus on ``port + 10000`` as Disque's, the beanstalk door
+  only with ``beanstalk-port``; ``dir`` holds the node id, the cluster view and the AOF.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import socket
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
@@ -69,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync", choices=("always", "everysec", "no"), help="AOF fsync policy")
     p.add_argument("--max-memory", type=_size, default=0, help="refuse puts past this (bytes)")
     p.add_argument("--repair-aof", metavar="DIR", help="cut a corrupt AOF at its first bad record")
+    p.add_argument("config", nargs="?", help="a Disque configuration file (drop-in mode)")
+    p.add_argument("--resp-port", type=int, help="RESP (Disque) port; 0: off (default 7711)")
+    p.add_argument("--grpc-port", type=int, help="cluster bus (gRPC) port; 0: off (default 7710)")
+    p.add_argument(
+        "--join", action="append", default=[], metavar="HOST:PORT", help="a member's bus address"
+    )
+    p.add_argument("--node-timeout-ms", type=int, default=15000, help="failure detection")
+    p.add_argument(
+        "--beanstalk-replicate", type=int, default=1, help="copies of each beanstalk put"
+    )
+    p.add_argument("--requirepass", help="password RESP clients must AUTH with")
     return p
 
 
@@ -110,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"repaired: dropped {dropped} bytes\n")
         return 0
 
+    if args.config:
+        return _main_config_file(args)
     beanstalkd_style = any(getattr(args, f) not in (None, False) for f in BEANSTALKD_FLAGS)
     data_dir: str | None = args.data_dir or args.binlog_dir
     if data_dir is None and not beanstalkd_style and not args.in_memory:
@@ -117,17 +136,87 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_memory:
         data_dir = None
 
+    listen = args.listen or DEFAULT_ADDR
+    resp_port = args.resp_port if args.resp_port is not None else (0 if beanstalkd_style else 7711)
+    grpc_port = args.grpc_port if args.grpc_port is not None else (0 if beanstalkd_style else 7710)
+    host = DEFAULT_ADDR if listen.startswith("unix:") else listen
     try:
-        sock = _bind(args.listen or DEFAULT_ADDR, args.port or DEFAULT_PORT)
+        sock = _bind(listen, args.port or DEFAULT_PORT)
+        resp_socks = [_bind(host, resp_port)] if resp_port else []
     except OSError as exc:
-        sys.stderr.write(f"disq-node: cannot listen on {args.listen or DEFAULT_ADDR}: {exc}\n")
+        sys.stderr.write(f"disq-node: cannot listen on {listen}: {exc}\n")
         return 1
+    cluster = None
+    if resp_port or grpc_port:
+        joins = []
+        for j in args.join:
+            h, _, p = j.rpartition(":")
+            if not h or not p.isdigit():
+                sys.stderr.write(f"disq-node: --join wants HOST:PORT, not {j!r}\n")
+                return 1
+            joins.append((h, int(p)))
+        cluster = {
+            "host": host,
+            "resp_port": resp_port,
+            "grpc_port": grpc_port,
+            "node_timeout_ms": args.node_timeout_ms,
+            "joins": joins,
+            "requirepass": args.requirepass,
+            "state_dir": data_dir,
+        }
 
-    # The socket listens: now the heavy imports.
-    return _run(args, sock, data_dir)
+    # The sockets listen: now the heavy imports.
+    return _run(args, [sock], data_dir, resp_socks=resp_socks, cluster=cluster)
 
 
-def _run(args: argparse.Namespace, sock: socket.socket, data_dir: str | None) -> int:
+def _main_config_file(args: argparse.Namespace) -> int:
+    """Drop-in for ``disque-server disque.conf``."""
+    from disq.config_file import ConfigFileError, load_config
+
+    try:
+        store = load_config(args.config)
+    except ConfigFileError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    except OSError as exc:
+        sys.stderr.write(f"disq-node: cannot read {args.config}: {exc}\n")
+        return 1
+    st = store.settings
+    binds = list(st.effective_bind) or [DEFAULT_ADDR]
+    try:
+        resp_socks = [_bind(b, st.port) for b in binds] if st.port else []
+        socks = [_bind(binds[0], st.beanstalk_port)] if st.beanstalk_port else []
+    except OSError as exc:
+        sys.stderr.write(f"disq-node: cannot listen on port {st.port}: {exc}\n")
+        return 1
+    st.dir.mkdir(parents=True, exist_ok=True)
+    args.fsync = st.appendfsync
+    if st.maxmemory_bytes:
+        args.max_memory = st.maxmemory_bytes
+    cluster = {
+        "host": binds[0],
+        "resp_port": st.port,
+        "grpc_port": st.grpc_port,
+        "node_timeout_ms": st.cluster_node_timeout_ms,
+        "joins": [],
+        "requirepass": st.requirepass,
+        "state_dir": str(st.dir),
+        "config_store": store,
+        "aof_enqueue_once": st.aof_enqueue_jobs_once,
+        "logfile": str(st.logfile_path) if st.logfile_path else None,
+    }
+    data_dir = str(st.dir) if st.appendonly else None
+    return _run(args, socks, data_dir, resp_socks=resp_socks, cluster=cluster)
+
+
+def _run(
+    args: argparse.Namespace,
+    socks: list[socket.socket],
+    data_dir: str | None,
+    *,
+    resp_socks: list[socket.socket] | None = None,
+    cluster: dict[str, Any] | None = None,
+) -> int:
     import asyncio
     import gc
 
@@ -168,6 +257,14 @@ def _run(args: argparse.Namespace, sock: socket.socket, data_dir: str | None) ->
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     node = Node(config, loop)
+    if cluster is not None:
+        from disq.server.cluster_runtime import attach_cluster
+
+        try:
+            attach_cluster(node, cluster)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"disq-node: {exc}\n")
+            return 1
     if config.data_dir is not None:
         from disq.persistence.aof_file import AofCorruptError, AofLockedError
 
@@ -179,7 +276,7 @@ def _run(args: argparse.Namespace, sock: socket.socket, data_dir: str | None) ->
     # Fewer young-generation collections: the hot path allocates many short-lived objects.
     gc.set_threshold(10_000, 10, 10)
     try:
-        loop.run_until_complete(node.serve([sock]))
+        loop.run_until_complete(node.serve(socks, resp_socks or []))
     finally:
         loop.close()
     # The AOF is flushed and fsynced and the sockets are closed: skip freeing millions of

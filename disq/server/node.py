@@ -29,6 +29,7 @@ from disq.server.beanstalk_tcp import BeanstalkProtocol
 if TYPE_CHECKING:
     from disq.core.session import Session
     from disq.persistence.aof_file import AofWriter
+    from disq.server.cluster_runtime import ClusterRuntime
 
 PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
 REWRITE_MIN_BYTES = 64 << 20
@@ -69,6 +70,8 @@ class Node:
         self.servers: list[asyncio.AbstractServer] = []
         self._stopping: asyncio.Future[None] | None = None
         self.fatal = False  # stopped because the AOF can no longer be trusted
+        self.aof_error: str | None = None  # why the last AOF write failed (RESP: MISCONF)
+        self.cluster: ClusterRuntime | None = None  # set when the node runs in a cluster
         self._uname = platform.uname()
         self._hostname = socket.gethostname()
 
@@ -92,6 +95,8 @@ class Node:
         try:
             result = writer.load()
             jobs = self.engine.restore(result.records)
+            if self.cluster is not None:
+                jobs += self.cluster.restore(result.records)
             del result
         finally:
             gc.enable()
@@ -138,11 +143,13 @@ class Node:
             # Nothing is acknowledged before it is written: hold the replies, refuse new
             # puts (OUT_OF_MEMORY, like beanstalkd when its binlog cannot grow) and retry.
             engine.refuse_puts = True
+            self.aof_error = str(exc)
             self._log().error("aof_write_failed", error=str(exc))
             self.loop.call_later(WRITE_RETRY_S, self._schedule_flush)
             return False
         self._pending_aof.clear()
         engine.refuse_puts = False
+        self.aof_error = None
         self._unsynced = True
         if self._rewrite_ids is None and self._rewrite_due(aof.size):
             try:
@@ -172,7 +179,23 @@ class Node:
 
     def _rewrite_due(self, size: int) -> bool:
         live = self.engine.live_bytes
+        if self.cluster is not None:
+            live += self.cluster.live_bytes()
         return size > self.config.rewrite_min_bytes and size > REWRITE_GROWTH * max(live, 1)
+
+    @property
+    def rewriting(self) -> bool:
+        return self._rewrite_ids is not None
+
+    def request_rewrite(self) -> None:
+        """BGREWRITEAOF: start an incremental rewrite now."""
+        if self.aof is None or self._rewrite_ids is not None:
+            return
+        try:
+            self._start_rewrite()
+        except AofRewriteError as exc:
+            self._rewrite_ids = None
+            self._log().error("aof_rewrite_failed", error=str(exc))
 
     def _start_rewrite(self) -> None:
         """Incremental rewrite: snapshot records in chunks, one chunk per loop iteration.
@@ -183,6 +206,9 @@ class Node:
         assert self.aof is not None
         self.aof.begin_rewrite()
         self.aof.write_snapshot(self.engine.meta_record())
+        if self.cluster is not None:
+            # Cluster jobs are fewer and carry no per-job timers to preserve: one chunk.
+            self.aof.write_snapshot(self.cluster.snapshot_bytes())
         self._rewrite_ids = list(self.engine.jobs)
         self._rewrite_pos = 0
         self._log().info("aof_rewrite_started", jobs=len(self._rewrite_ids), size=self.aof.size)
@@ -248,6 +274,10 @@ class Node:
                 else:
                     proto.flush()
 
+    def schedule_flush(self) -> None:
+        """Write pending AOF records at the end of this iteration, then release replies."""
+        self._schedule_flush()
+
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -261,6 +291,8 @@ class Node:
         self._dirty = []
         for proto in dirty:
             proto.flush()
+        if self.cluster is not None:
+            self.cluster.release()
 
     def _arm_timer(self, deadline_ms: int, now_ms: int) -> None:
         if self._timer is not None:
@@ -303,8 +335,15 @@ class Node:
         ]
 
     # -------------------------------------------------------------- lifecycle
-    async def serve(self, sockets: list[socket.socket]) -> None:
+    async def serve(
+        self, sockets: list[socket.socket], resp_sockets: list[socket.socket] | None = None
+    ) -> None:
         loop = self.loop
+        if self.cluster is not None:
+            await self.cluster.start()
+            factory = self.cluster.resp_factory
+            for sock in resp_sockets or []:
+                self.servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
         for sock in sockets:
             if sock.family == socket.AF_UNIX:
                 server = await loop.create_unix_server(lambda: BeanstalkProtocol(self), sock=sock)
@@ -322,7 +361,7 @@ class Node:
             self.check_timer(nd, self.now_ms())
         self._log().info(
             "listening",
-            addresses=[str(s.getsockname()) for s in sockets],
+            addresses=[str(s.getsockname()) for s in [*sockets, *(resp_sockets or [])]],
             data_dir=str(self.config.data_dir) if self.config.data_dir else None,
             jobs=len(self.engine.jobs),
         )
@@ -341,6 +380,8 @@ class Node:
         for server in self.servers:
             server.close()
         self._flush()
+        if self.cluster is not None:
+            await self.cluster.close()
         if self.aof is not None and not self.fatal:
             if self._rewrite_ids is not None:
                 self._rewrite_ids = None

@@ -1,0 +1,221 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MemberState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMBER_STATE_UNSPECIFIED: _ClassVar[MemberState]
+    ALIVE: _ClassVar[MemberState]
+    SUSPECT: _ClassVar[MemberState]
+    DEAD: _ClassVar[MemberState]
+    LEFT: _ClassVar[MemberState]
+MEMBER_STATE_UNSPECIFIED: MemberState
+ALIVE: MemberState
+SUSPECT: MemberState
+DEAD: MemberState
+LEFT: MemberState
+
+class Frame(_message.Message):
+    __slots__ = ("from_node", "seq", "messages")
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    from_node: str
+    seq: int
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause")
+    PING_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    PING_REQ_FIELD_NUMBER: _ClassVar[int]
+    REPL_JOB_FIELD_NUMBER: _ClassVar[int]
+    GOT_JOB_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    WILL_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SET_ACK_FIELD_NUMBER: _ClassVar[int]
+    GOT_ACK_FIELD_NUMBER: _ClassVar[int]
+    DEL_JOB_FIELD_NUMBER: _ClassVar[int]
+    NEED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    YOUR_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WORKING_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    ping: Ping
+    ack: Ack
+    ping_req: PingReq
+    repl_job: ReplJob
+    got_job: GotJob
+    enqueue: Enqueue
+    queued: Queued
+    will_queue: WillQueue
+    set_ack: SetAck
+    got_ack: GotAck
+    del_job: DelJob
+    need_jobs: NeedJobs
+    your_jobs: YourJobs
+    working: Working
+    pause: Pause
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    GRPC_PORT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_PORT_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    host: str
+    grpc_port: int
+    client_port: int
+    incarnation: int
+    state: MemberState
+    leaving: bool
+    def __init__(self, node_id: _Optional[str] = ..., host: _Optional[str] = ..., grpc_port: _Optional[int] = ..., client_port: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[MemberState, str]] = ..., leaving: _Optional[bool] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = ("probe_id", "gossip")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    GOSSIP_FIELD_NUMBER: _ClassVar[int]
+    probe_id: int
+    gossip: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, probe_id: _Optional[int] = ..., gossip: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("probe_id", "target", "gossip")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    GOSSIP_FIELD_NUMBER: _ClassVar[int]
+    probe_id: int
+    target: str
+    gossip: _containers.RepeatedCompositeFieldContainer[Member]
+    def __init__(self, probe_id: _Optional[int] = ..., target: _Optional[str] = ..., gossip: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+
+class PingReq(_message.Message):
+    __slots__ = ("probe_id", "target")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    probe_id: int
+    target: str
+    def __init__(self, probe_id: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "priority")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    REPL_FIELD_NUMBER: _ClassVar[int]
+    CTIME_FIELD_NUMBER: _ClassVar[int]
+    DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NODES_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    queue: str
+    body: bytes
+    repl: int
+    ctime: int
+    delay_s: int
+    retry_s: int
+    ttl_remaining_s: int
+    nacks: int
+    additional_deliveries: int
+    nodes_delivered: _containers.RepeatedScalarFieldContainer[str]
+    priority: int
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., repl: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_remaining_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class ReplJob(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class GotJob(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Enqueue(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("job_id", "incr_nacks", "incr_deliveries")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INCR_NACKS_FIELD_NUMBER: _ClassVar[int]
+    INCR_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    incr_nacks: bool
+    incr_deliveries: bool
+    def __init__(self, job_id: _Optional[str] = ..., incr_nacks: _Optional[bool] = ..., incr_deliveries: _Optional[bool] = ...) -> None: ...
+
+class WillQueue(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class SetAck(_message.Message):
+    __slots__ = ("job_id", "may_have")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MAY_HAVE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    may_have: int
+    def __init__(self, job_id: _Optional[str] = ..., may_have: _Optional[int] = ...) -> None: ...
+
+class GotAck(_message.Message):
+    __slots__ = ("job_id", "known")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    known: bool
+    def __init__(self, job_id: _Optional[str] = ..., known: _Optional[bool] = ...) -> None: ...
+
+class DelJob(_message.Message):
+    __slots__ = ("job_ids",)
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NeedJobs(_message.Message):
+    __slots__ = ("queue", "count")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    count: int
+    def __init__(self, queue: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class YourJobs(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class Working(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Pause(_message.Message):
+    __slots__ = ("queue", "flags")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FLAGS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    flags: int
+    def __init__(self, queue: _Optional[str] = ..., flags: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,363 @@
+"""The cluster half of a node: membership, the job core and the gRPC links on the node's loop.
+
+Everything the two pure cores produce goes through ``pump``: AOF records join the node's
+group commit, and the peer messages and deferred client replies of the iteration are held
+until that write is done (``release``, called by ``Node._flush``). So a GOTJOB never confirms
+a copy that is not in the AOF yet, and a client never sees a job id whose job a crash could
+lose (design.md section 1: "flush once").
+
+One timer for both cores: the earlier of their ``next_deadline_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from disq.core.cluster import ClusterCore
+from disq.core.membership import FORGOTTEN, Membership
+from disq.core.messages import ALIVE, DEAD, LEFT, MEMBERSHIP_TYPES, SUSPECT, JobData, Member
+from disq.persistence import aof_file
+from disq.persistence.cluster_records import (
+    REC_DELJOB,
+    REC_LOADJOB,
+    encode_deljob,
+    encode_loadjob,
+    to_core_records,
+)
+from disq.server.peer_link import PeerLinks
+from disq.server.resp_node import NodeServices
+from disq.server.resp_tcp import RespHub, RespProtocol
+
+if TYPE_CHECKING:
+    from disq.server.node import Node
+
+CLUSTER_FILE = "cluster.json"
+VIEW_SAVE_DELAY_S = 1.0
+DISQUE_BUS_OFFSET = 10000
+MEET_RETRY_S = 0.5
+MEET_ATTEMPTS = 20  # Disque's bus port = client port + 10000
+
+
+@dataclass
+class ClusterSettings:
+    host: str = "127.0.0.1"
+    resp_port: int = 7711
+    grpc_port: int = 7710
+    node_timeout_ms: int = 15000
+    joins: list[tuple[str, int]] = field(default_factory=list)  # gRPC addresses
+    requirepass: str | None = None
+    state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
+    config_store: Any = None  # disq.config_file.ConfigStore in config-file mode
+
+
+class ClusterRuntime:
+    def __init__(self, node: Node, settings: ClusterSettings, my_id: str) -> None:
+        self.node = node
+        self.settings = settings
+        self.loop = node.loop
+        self.log = structlog.get_logger("disq.cluster").bind(node=my_id[:8])
+        seed = int.from_bytes(os.urandom(8), "little")
+        self.rng = random.Random(seed)
+        now = node.now_ms()
+        me = Member(
+            node_id=my_id,
+            host=settings.host if settings.host not in ("0.0.0.0", "::") else "127.0.0.1",
+            grpc_port=settings.grpc_port,
+            client_port=settings.resp_port,
+            incarnation=0,
+            state=ALIVE,
+        )
+        timing = _timing(settings.node_timeout_ms)
+        snapshot = self._load_view()
+        if snapshot is not None:
+            try:
+                self.membership = Membership.restore(snapshot, me, self.rng, now, **timing)
+            except (ValueError, KeyError, TypeError) as exc:
+                self.log.warning("cluster_view_unusable", error=str(exc))
+                self.membership = Membership(me, self.rng, now, **timing)
+        else:
+            self.membership = Membership(me, self.rng, now, **timing)
+        self.core = ClusterCore(self.membership, self.rng, now)
+        self.links = PeerLinks(
+            my_id, self.on_peer_messages, host=settings.host, port=settings.grpc_port
+        )
+        self._held_out: list[tuple[str, Any]] = []
+        self._dirty_resp: list[RespProtocol] = []
+        self._release_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms = -1
+        self._view_save: asyncio.TimerHandle | None = None
+        self.message_errors = 0
+        self._meets: dict[tuple[str, int], int] = {}
+        self._meet_timer: asyncio.TimerHandle | None = None
+        self.services = NodeServices(self)
+        self.hub = RespHub(self.services)
+        self.resp_factory: Callable[[], asyncio.Protocol] = self.hub.protocol_factory
+        for m in self.membership.members():
+            if m.node_id != my_id and m.state != LEFT:
+                self.links.set_address(m.node_id, m.host, m.grpc_port)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        port = await self.links.start()
+        self.settings.grpc_port = port
+        for host, gport in self.settings.joins:
+            self.meet_grpc(host, gport)
+        self.pump(self.node.now_ms())
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._meet_timer is not None:
+            self._meet_timer.cancel()
+        self._save_view()
+        self.hub.close_all()
+        await self.links.close()
+
+    def after_resp_commands(self, proto: RespProtocol | None) -> None:
+        if proto is not None and (proto.out or proto.closing):
+            self._dirty_resp.append(proto)
+        self.pump(self.node.now_ms())
+
+    # ------------------------------------------------------------------ persistence
+    def restore(self, recs: list[tuple[int, bytes]]) -> int:
+        core_recs = to_core_records(recs)
+        self.core.restore(self.node.now_ms(), core_recs)
+        return len(self.core.jobs)
+
+    def snapshot_bytes(self) -> bytes:
+        out = bytearray()
+        for kind, payload in self.core.snapshot_records(self.node.now_ms()):
+            if kind == "LOADJOB":
+                assert isinstance(payload, JobData)
+                aof_file.frame_into(out, REC_LOADJOB, encode_loadjob(payload))
+        return bytes(out)
+
+    def live_bytes(self) -> int:
+        return sum(len(j.body) + 200 for j in self.core.jobs.values())
+
+    def _view_path(self) -> Path | None:
+        d = self.settings.state_dir
+        return d / CLUSTER_FILE if d is not None else None
+
+    def _load_view(self) -> dict[str, Any] | None:
+        path = self._view_path()
+        if path is None:
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.log.warning("cluster_view_unreadable", path=str(path), error=str(exc))
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _save_view(self) -> None:
+        self._view_save = None
+        path = self._view_path()
+        if path is None:
+            return
+        try:
+            aof_file.replace_durably(path, json.dumps(self.membership.snapshot()).encode())
+        except OSError as exc:
+            self.log.warning("cluster_view_not_saved", error=str(exc))
+
+    def save_view_now(self) -> None:
+        path = self._view_path()
+        if path is not None:
+            aof_file.replace_durably(path, json.dumps(self.membership.snapshot()).encode())
+
+    def _schedule_view_save(self) -> None:
+        if self._view_save is None and self._view_path() is not None:
+            self._view_save = self.loop.call_later(VIEW_SAVE_DELAY_S, self._save_view)
+
+    # ------------------------------------------------------------------ input
+    def on_peer_messages(self, sender: str, msgs: list[Any]) -> None:
+        now = self.node.now_ms()
+        membership, core = self.membership, self.core
+        for msg in msgs:
+            try:
+                if isinstance(msg, MEMBERSHIP_TYPES):
+                    membership.on_message(now, sender, msg)
+                else:
+                    core.on_message(now, sender, msg)
+            except Exception:  # a bad message must not take the node down
+                self.message_errors += 1
+                self.log.exception("peer_message_failed", sender=sender[:8], kind=type(msg))
+        self.pump(now)
+
+    def meet_grpc(self, host: str, port: int) -> None:
+        """Contact a bus address whose node id is unknown. A meet can be lost (the peer is
+        still starting, a partition), so it is resent every 0.5 s until a member at that
+        address is known, for at most MEET_ATTEMPTS tries."""
+        self._meets[(host, port)] = MEET_ATTEMPTS
+        self._send_meet(host, port)
+        if self._meet_timer is None:
+            self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
+
+    def _send_meet(self, host: str, port: int) -> None:
+        self.links.send_to_address(host, port, [self.membership.meet_message()])
+
+    def _retry_meets(self) -> None:
+        self._meet_timer = None
+        known = {(m.host, m.grpc_port) for m in self.membership.members()}
+        for addr in list(self._meets):
+            left = self._meets[addr] - 1
+            if addr in known or left <= 0:
+                del self._meets[addr]
+                continue
+            self._meets[addr] = left
+            self._send_meet(*addr)
+        if self._meets:
+            self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
+
+    def meet_client_port(self, host: str, port: int) -> None:
+        """CLUSTER MEET ip client-port: the bus is at a fixed offset from the client port,
+        Disque's +10000 in config-file mode, or this node's own offset otherwise."""
+        offsets = {self.settings.grpc_port - self.settings.resp_port, DISQUE_BUS_OFFSET}
+        for off in sorted(offsets):
+            if 0 < port + off < 65536:
+                self.meet_grpc(host, port + off)
+
+    # ------------------------------------------------------------------ output
+    def pump(self, now_ms: int) -> None:
+        """Collect the cores' output after any input; hold it until the AOF write."""
+        membership, core = self.membership, self.core
+        if membership.events:
+            self._apply_events(membership.events)
+            membership.events.clear()
+        self._move_records()
+        if membership.outbox:
+            self._held_out.extend(membership.outbox)
+            membership.outbox.clear()
+        if core.outbox:
+            self._held_out.extend(core.outbox)
+            core.outbox.clear()
+        if self._held_out or core.replies or self._dirty_resp or self.node.engine.aof_out:
+            if self.node.aof is not None:
+                self.node.schedule_flush()
+            elif not self._release_scheduled:
+                self._release_scheduled = True
+                self.loop.call_soon(self.release)
+        self._arm_timer(now_ms)
+
+    def _move_records(self) -> None:
+        core = self.core
+        if not core.aof_out:
+            return
+        if self.node.aof is not None:
+            out = self.node.engine.aof_out
+            for kind, payload in core.aof_out:
+                if kind == "LOADJOB":
+                    assert isinstance(payload, JobData)
+                    out.append(aof_file.frame(REC_LOADJOB, encode_loadjob(payload)))
+                else:
+                    assert isinstance(payload, str)
+                    out.append(aof_file.frame(REC_DELJOB, encode_deljob(payload)))
+        core.aof_out.clear()
+
+    def release(self) -> None:
+        """The iteration's records are written: let its messages and replies go.
+
+        Deferred replies resume the blocked connections' queued commands, which may create
+        records of their own: those connections then wait for the next write."""
+        self._release_scheduled = False
+        out, self._held_out = self._held_out, []
+        send = self.links.send
+        for dest, msg in out:
+            send(dest, msg)
+        dirty, self._dirty_resp = self._dirty_resp, []
+        for proto in self.hub.route_replies():
+            if proto not in dirty:
+                dirty.append(proto)
+        if self.core.aof_out and self.node.aof is not None:
+            self._dirty_resp.extend(dirty)
+            self.pump(self.node.now_ms())
+            return
+        for proto in dirty:
+            proto.flush()
+        if self.core.outbox or self.core.aof_out:
+            self.pump(self.node.now_ms())
+
+    def _apply_events(self, events: list[tuple[str, int]]) -> None:
+        for node_id, state in events:
+            if state == FORGOTTEN or state == LEFT:
+                self.links.forget(node_id)
+            elif state in (ALIVE, SUSPECT, DEAD):
+                m = self.membership.member(node_id)
+                if m is not None:
+                    self.links.set_address(node_id, m.host, m.grpc_port)
+            self.log.info("member_state", peer=node_id[:8], state=state)
+        self._schedule_view_save()
+
+    # ------------------------------------------------------------------ time
+    def _arm_timer(self, now_ms: int) -> None:
+        nd = min(self.core.next_deadline_ms(), self.membership.next_deadline_ms())
+        if self._timer is not None and self._timer_at_ms <= nd:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at_ms = nd
+        self._timer = self.loop.call_later(max(0.0, (nd - now_ms) / 1000), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = -1
+        now = self.node.now_ms()
+        try:
+            if self.membership.next_deadline_ms() <= now:
+                self.membership.tick(now)
+            if self.core.next_deadline_ms() <= now:
+                self.core.tick(now)
+        except Exception:
+            self.log.exception("cluster_tick_failed")
+        self.pump(now)
+
+
+def _timing(node_timeout_ms: int) -> dict[str, int]:
+    """SWIM timing from Disque's node timeout: probe often enough that a dead node is
+    suspected well within the timeout, never faster than the loop can afford."""
+    probe = max(100, min(1000, node_timeout_ms // 10))
+    return {
+        "probe_interval_ms": probe,
+        "ping_timeout_ms": max(50, probe * 2 // 5),
+        "node_timeout_ms": node_timeout_ms,
+    }
+
+
+def attach_cluster(node: Node, options: dict[str, Any]) -> ClusterRuntime:
+    """Give ``node`` its cluster half (called by disq-node before the AOF is replayed, so the
+    replay can route cluster records to the core)."""
+    import secrets
+
+    from disq.persistence.node_identity import load_or_create_node_id
+
+    state_dir = options.get("state_dir")
+    if state_dir:
+        my_id = load_or_create_node_id(Path(state_dir))
+    else:
+        my_id = secrets.token_hex(20)
+    settings = ClusterSettings(
+        host=options["host"],
+        resp_port=options["resp_port"],
+        grpc_port=options["grpc_port"],
+        node_timeout_ms=options["node_timeout_ms"],
+        joins=list(options["joins"]),
+        requirepass=options.get("requirepass"),
+        state_dir=Path(state_dir) if state_dir else None,
+        config_store=options.get("config_store"),
+    )
+    runtime = ClusterRuntime(node, settings, my_id)
+    runtime.core.aof_enqueue_once = bool(options.get("aof_enqueue_once"))
+    node.cluster = runtime
+    return runtime

@@ -1,0 +1,543 @@
+"""Node-to-node links over gRPC (service ``disq.v1.Cluster``, rpc ``Link``; design.md section 4).
+
+One gRPC message costs 0.15-0.7 ms in Python, so messages are never sent one per RPC: every
+``send`` of one event-loop iteration is buffered, and a single ``loop.call_soon`` flush turns
+them into ONE Frame per peer, written on a long-lived stream.
+
+Streams, one direction each
+    Each node sends only on the stream it opened itself (its outbound client call to the peer's
+    server) and receives only on the streams other nodes opened to its server. So a pair of
+    nodes has two streams, each carrying one direction; the server never writes a frame. This
+    departs from the "one link per pair" note in cluster.proto on purpose: with one-way streams
+    there is no race over which of two simultaneously opened links survives, a link's lifetime
+    is owned by its sender alone, and reconnecting one side never disturbs the other's traffic.
+    The receiver learns who is talking from ``Frame.from_node``, which is also how a node that
+    was contacted by address (``--join``, ``CLUSTER MEET``) learns the id of the contacting node.
+
+Never block, never grow
+    Frames to a peer whose link is not up, or whose queue already holds ``max_queued_frames``,
+    are dropped and counted: the protocols above (replication, acks, gossip) retry on their own
+    timers, so a drop costs a retry, whereas blocking would stall the whole node and an
+    unbounded queue would eat its memory while a peer is down.
+
+Handshake
+    A link is "up" once the peer's handler has answered the call with its initial metadata,
+    i.e. a live disq server accepted the stream (not merely a TCP connection). That metadata
+    carries the server's node id, and a link whose address now answers with another id is
+    refused: after restarts on ephemeral ports an address can change hands, and frames meant
+    for one node must not be taken by another. Until a link is up its frames are dropped, as
+    above. A failed or broken link is retried with capped exponential backoff (50 ms doubling
+    to 1 s; reset once a link came up) for as long as the peer's address is set.
+
+Coalescing
+    When the peer's writer falls behind, the frames waiting in its queue are written as one
+    gRPC message: concatenated serialized protobuf messages parse as their merge, so the
+    receiver sees one Frame whose messages are all of theirs in order (``seq`` is the last
+    one's). This keeps the per-message gRPC cost off the hot path exactly when it matters.
+
+``frames_sent``/``messages_sent`` count what was handed to a live link at flush time;
+``frames_dropped`` counts every frame discarded: at flush (link down, queue full, unknown or
+blocked peer, sender stopped) and the ones still queued or in flight when a link broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from disq.core.messages import Message
+from disq.proto_gen import cluster_pb2
+from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
+
+__all__ = ["PeerLinks"]
+
+_LINK_METHOD = "/{}/{}".format(
+    cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name,
+    cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].methods_by_name["Link"].name,
+)
+_SERVICE = cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name
+_NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accepted the link
+
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 1.0
+HANDSHAKE_TIMEOUT_S = 5.0  # a peer that accepts TCP but never answers (SIGSTOP) is retried
+ONESHOT_TIMEOUT_S = 5.0  # whole send_to_address exchange
+MAX_ONESHOTS = 64  # concurrent send_to_address exchanges; more are dropped
+COALESCE_MAX_BYTES = 4 << 20  # cap of one gRPC write built from several queued frames
+CLOSE_GRACE_S = 0.5
+
+# Frames can be large (thousands of jobs of up to the job-size limit), and the cluster is a
+# trusted network (there is no authentication either), so no message-size cap: a frame that
+# hit one would fail its whole stream, and be retried into the same failure.
+_COMMON_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+]
+_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    *_COMMON_OPTIONS,
+    # A peer that vanished without a FIN/RST (host down, SIGSTOP, partition) is noticed by
+    # keepalive pings instead of a write that hangs on a full TCP window forever.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),  # links can be idle for long: keep pinging
+    ("grpc.keepalive_permit_without_calls", 1),
+    # Our own loop retries; the channel's reconnect backoff (default up to 120 s) must not
+    # stretch the 50 ms .. 1 s we promise.
+    ("grpc.initial_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
+    ("grpc.min_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
+    ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
+    ("grpc.enable_retries", 0),  # a replayed frame would be a duplicate; the protocol retries
+]
+_SERVER_OPTIONS: list[tuple[str, Any]] = [
+    *_COMMON_OPTIONS,
+    # gRPC sets SO_REUSEPORT by default, which would let two nodes on one machine bind the
+    # same port and split its connections silently: a port clash must fail loudly instead.
+    ("grpc.so_reuseport", 0),
+    # Accept the clients' keepalive pings above instead of answering them with GOAWAY.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
+
+def _target(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"  # IPv6 literal
+    return f"{host}:{port}"
+
+
+class _Peer:
+    """Outbound side of the link to one peer: its address, queue and writer task."""
+
+    __slots__ = ("host", "node_id", "port", "queue", "seq", "task", "up", "up_event", "wakeup")
+
+    def __init__(self, node_id: str, host: str, port: int) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        # Serialized frames, at most PeerLinks.max_queued_frames of them.
+        self.queue: deque[bytes] = deque()
+        self.seq = 0  # never reset, so seq stays increasing across reconnects
+        self.task: asyncio.Task[None] | None = None
+        self.up = False
+        self.up_event = asyncio.Event()
+        self.wakeup: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        w = self.wakeup
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class PeerLinks:
+    """The gRPC server for inbound streams plus one outbound stream per known peer.
+
+    Addresses may be set before ``start()`` (e.g. from a saved cluster view): the links open
+    when it runs. Everything else must be called on the event loop that ran ``start()``, and
+    ``send``/``send_to_address`` before it are dropped (counted). ``on_messages`` is called on
+    that loop, once per received frame, in order per link.
+    """
+
+    def __init__(
+        self,
+        my_id: str,
+        on_messages: Callable[[str, list[Message]], None],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_queued_frames: int = 1024,
+        on_link_change: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        self.my_id = my_id
+        self.on_messages = on_messages
+        # Called with (peer id, up) when an outbound link comes up or goes down: a hint for
+        # failure detection, and what tests await instead of polling.
+        self.on_link_change = on_link_change
+        self.host = host
+        self.port = port
+        self.max_queued_frames = max(1, max_queued_frames)
+        self._log = structlog.get_logger("disq.peer_link").bind(node=my_id[:8])
+        self._server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
+        self._peers: dict[str, _Peer] = {}
+        self._pending: dict[str, list[Message]] = {}
+        self._flush_scheduled = False
+        self._blocked: frozenset[str] = frozenset()
+        self._inbound: set[asyncio.Task[Any]] = set()
+        self._oneshots: set[asyncio.Task[None]] = set()
+        self._oneshot_seq = 0
+        self._closed = False
+        self._wire = WireCounters()
+        self._frames_sent = 0
+        self._frames_received = 0
+        self._messages_sent = 0
+        self._messages_received = 0
+        self._frames_dropped = 0
+        self._frames_blocked = 0
+
+    # ----------------------------------------------------------------------------- lifecycle
+    async def start(self) -> int:
+        """Bind ``host:port`` (0 = ephemeral) and serve; returns the bound port."""
+        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        handler = grpc.method_handlers_generic_handler(
+            _SERVICE,
+            {
+                # No (de)serializers: frames stay bytes, so the codec decides what a malformed
+                # frame costs (one dropped frame) instead of gRPC failing the whole stream.
+                "Link": grpc.stream_stream_rpc_method_handler(self._serve_link),
+            },
+        )
+        server.add_generic_rpc_handlers((handler,))
+        try:
+            port = server.add_insecure_port(_target(self.host, self.port))
+        except RuntimeError as exc:  # grpc reports a failed bind this way
+            await server.stop(None)  # else its finaliser runs on a loop that may be gone
+            raise OSError(f"cannot bind the cluster port {self.host}:{self.port}: {exc}") from exc
+        await server.start()
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self.port = port
+        self._log.info("peer_links_listening", host=self.host, port=port)
+        for peer in self._peers.values():  # addresses set before start
+            self._spawn(peer)
+        return int(port)
+
+    async def close(self) -> None:
+        """Stop every stream and the server. Queued frames are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks: list[asyncio.Task[Any]] = []
+        for peer in self._peers.values():
+            if peer.task is not None:
+                peer.task.cancel()
+                tasks.append(peer.task)
+        self._peers.clear()
+        for t in (*self._oneshots, *self._inbound):
+            t.cancel()
+            tasks.append(t)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.stop(CLOSE_GRACE_S)
+            self._server = None
+        self._log.info("peer_links_closed")
+
+    # ------------------------------------------------------------------------------ peers
+    def set_address(self, node_id: str, host: str, port: int) -> None:
+        """Where ``node_id`` listens. Opens (and keeps reopening) the outbound link lazily."""
+        if self._closed or node_id == self.my_id:
+            return
+        peer = self._peers.get(node_id)
+        if peer is not None:
+            if (peer.host, peer.port) == (host, port):
+                return
+            self._stop_peer(peer, reason="address changed")
+        peer = _Peer(node_id, host, port)
+        self._peers[node_id] = peer
+        if self._loop is not None:
+            self._spawn(peer)
+
+    def _spawn(self, peer: _Peer) -> None:
+        assert self._loop is not None
+        if peer.task is None:
+            peer.task = self._loop.create_task(
+                self._run_peer(peer), name=f"peer-link-{peer.node_id[:8]}"
+            )
+
+    def forget(self, node_id: str) -> None:
+        """Close the outbound link to ``node_id`` and forget its address."""
+        peer = self._peers.pop(node_id, None)
+        if peer is not None:
+            self._stop_peer(peer, reason="forgotten")
+
+    def is_up(self, node_id: str) -> bool:
+        peer = self._peers.get(node_id)
+        return peer is not None and peer.up
+
+    async def wait_link_up(self, node_id: str, timeout: float) -> bool:
+        """Wait until the outbound link to ``node_id`` is up; False on timeout or unknown peer."""
+        peer = self._peers.get(node_id)
+        if peer is None:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                await peer.up_event.wait()
+        except TimeoutError:
+            return False
+        return peer.up
+
+    def _link_changed(self, node_id: str, up: bool) -> None:
+        if self.on_link_change is None:
+            return
+        try:
+            self.on_link_change(node_id, up)
+        except Exception:
+            self._log.exception("peer_on_link_change_failed", peer=node_id[:8])
+
+    def _stop_peer(self, peer: _Peer, reason: str) -> None:
+        if peer.task is not None:
+            peer.task.cancel()  # its finally clause logs the link going down
+        self._log.debug("peer_link_stopped", peer=peer.node_id[:8], reason=reason)
+
+    # ------------------------------------------------------------------------------ sending
+    def send(self, node_id: str, msg: Message) -> None:
+        """Buffer ``msg``; everything buffered in this loop iteration leaves as one frame."""
+        pending = self._pending.get(node_id)
+        if pending is None:
+            self._pending[node_id] = [msg]
+        else:
+            pending.append(msg)
+        if not self._flush_scheduled:
+            loop = self._loop
+            if loop is None:  # not started: no link can be up, _flush drops it
+                self._flush()
+                return
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, {}
+        for node_id, msgs in pending.items():
+            peer = self._peers.get(node_id)
+            if node_id in self._blocked:
+                self._frames_blocked += 1
+                self._frames_dropped += 1
+            elif (
+                self._closed
+                or peer is None
+                or not peer.up
+                or len(peer.queue) >= self.max_queued_frames
+            ):
+                self._frames_dropped += 1
+            else:
+                peer.seq += 1
+                peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire))
+                self._frames_sent += 1
+                self._messages_sent += len(msgs)
+                peer.wake()
+
+    def send_to_address(self, host: str, port: int, msgs: list[Message]) -> None:
+        """Send one frame to an address whose node id is not known yet (join, CLUSTER MEET).
+
+        Best effort and bounded like everything else: it never raises nor blocks; failures are
+        logged and counted as dropped frames.
+        """
+        if self._closed or self._loop is None or len(self._oneshots) >= MAX_ONESHOTS:
+            self._frames_dropped += 1
+            return
+        self._oneshot_seq += 1
+        data = encode_frame(self.my_id, self._oneshot_seq, msgs, self._wire)
+        task = self._loop.create_task(
+            self._oneshot(host, port, data, len(msgs)), name=f"peer-oneshot-{host}:{port}"
+        )
+        self._oneshots.add(task)
+        task.add_done_callback(self._oneshots.discard)
+
+    async def _oneshot(self, host: str, port: int, data: bytes, n_msgs: int) -> None:
+        target = _target(host, port)
+        channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        call: Any = None
+        try:
+            async with asyncio.timeout(ONESHOT_TIMEOUT_S):
+                call = channel.stream_stream(_LINK_METHOD)()
+                await call.write(data)
+                await call.done_writing()
+                code = await call.code()
+            if code != grpc.StatusCode.OK:
+                raise ConnectionError(f"status {code}")
+            self._frames_sent += 1
+            self._messages_sent += n_msgs
+            self._log.debug("peer_oneshot_sent", target=target, messages=n_msgs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Unreachable, refused, timed out: the caller (join/MEET) retries on its own.
+            self._frames_dropped += 1
+            self._log.info("peer_oneshot_failed", target=target, error=_describe(exc))
+        finally:
+            if call is not None:
+                call.cancel()
+            await _close_channel(channel)
+
+    # ------------------------------------------------------------------------- outbound link
+    async def _run_peer(self, peer: _Peer) -> None:
+        backoff = BACKOFF_MIN_S
+        attempts = 0
+        while True:
+            attempts += 1
+            came_up = await self._connect_and_pump(peer, attempts)
+            if came_up:
+                backoff = BACKOFF_MIN_S
+                attempts = 0
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _connect_and_pump(self, peer: _Peer, attempt: int) -> bool:
+        """One connection: handshake, then write queued frames until the call ends.
+
+        Returns whether the link came up. Never raises except CancelledError.
+        """
+        target = _target(peer.host, peer.port)
+        channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        call: Any = None
+        came_up = False
+        in_flight = 0
+        try:
+            call = channel.stream_stream(_LINK_METHOD)()
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                metadata = await call.initial_metadata()  # the peer's handler answers at once
+            if call.done():
+                raise ConnectionError(f"status {await call.code()}")
+            their_id = metadata.get(_NODE_ID_KEY) if metadata is not None else None
+            if their_id != peer.node_id:
+                raise ConnectionError(f"{target} is node {their_id!r}, not this peer")
+            came_up = True
+            peer.up = True
+            peer.up_event.set()
+            self._log.info("peer_link_up", peer=peer.node_id[:8], target=target)
+            self._link_changed(peer.node_id, True)
+            call.add_done_callback(lambda _call: peer.wake())
+            loop = asyncio.get_running_loop()
+            queue = peer.queue
+            while not call.done():
+                if not queue:
+                    peer.wakeup = loop.create_future()
+                    await peer.wakeup
+                    peer.wakeup = None
+                    continue
+                data = queue.popleft()
+                in_flight = 1
+                if queue:
+                    parts = [data]
+                    size = len(data)
+                    while queue and size + len(queue[0]) <= COALESCE_MAX_BYTES:
+                        more = queue.popleft()
+                        parts.append(more)
+                        size += len(more)
+                    if len(parts) > 1:
+                        data = b"".join(parts)
+                        in_flight = len(parts)
+                await call.write(data)
+                in_flight = 0
+            raise ConnectionError(f"stream ended: {await call.code()}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if came_up:
+                self._log.info("peer_link_down", peer=peer.node_id[:8], error=_describe(exc))
+            elif attempt == 1 or attempt % 20 == 0:
+                # Connecting fails every backoff period while a peer is down: say so at the
+                # first attempt and then now and then, not 20 times a second.
+                self._log.info(
+                    "peer_link_connect_failed",
+                    peer=peer.node_id[:8],
+                    target=target,
+                    attempt=attempt,
+                    error=_describe(exc),
+                )
+        finally:
+            peer.wakeup = None
+            if came_up:
+                peer.up = False
+                peer.up_event.clear()
+                lost = in_flight + len(peer.queue)
+                peer.queue.clear()
+                self._frames_dropped += lost
+                self._link_changed(peer.node_id, False)
+            if call is not None:
+                call.cancel()
+            await _close_channel(channel)
+        return came_up
+
+    # -------------------------------------------------------------------------- inbound link
+    async def _serve_link(self, request_iterator: Any, context: Any) -> None:
+        """Handler of one inbound stream: decode each frame and hand it to ``on_messages``."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._inbound.add(task)
+        sender = ""
+        try:
+            # The client's handshake: proof that a disq handler, not just a socket, is there.
+            await context.send_initial_metadata(((_NODE_ID_KEY, self.my_id),))
+            async for raw in request_iterator:
+                try:
+                    from_node, _seq, msgs = decode_frame(raw, self._wire)
+                except FrameDecodeError as exc:
+                    self._frames_dropped += 1
+                    self._log.warning("peer_frame_malformed", peer=sender[:8], error=str(exc))
+                    continue
+                if from_node == self.my_id:
+                    continue  # ourselves, e.g. a join aimed at our own address
+                if from_node != sender:
+                    if not sender:
+                        self._log.info("peer_inbound_up", peer=from_node[:8])
+                    sender = from_node
+                if from_node in self._blocked:
+                    self._frames_blocked += 1
+                    self._frames_dropped += 1
+                    continue
+                self._frames_received += 1
+                self._messages_received += len(msgs)
+                try:
+                    self.on_messages(from_node, msgs)
+                except Exception:
+                    # A bug above must not take the link down with it (and every later
+                    # frame of this peer): log it and go on with the next frame.
+                    self._log.exception("peer_on_messages_failed", peer=from_node[:8])
+        except asyncio.CancelledError:
+            if not self._closed:
+                raise
+            # close() cancelled us: end the stream normally, so that gRPC closes it now
+            # instead of holding server.stop() for its whole grace period.
+        except Exception as exc:
+            # The client vanished mid-stream (kill -9, reset): the stream is simply over.
+            self._log.debug("peer_inbound_error", peer=sender[:8], error=_describe(exc))
+        finally:
+            if task is not None:
+                self._inbound.discard(task)
+            if sender:
+                self._log.info("peer_inbound_down", peer=sender[:8])
+
+    # ------------------------------------------------------------------------ fault injection
+    def block(self, node_ids: set[str]) -> None:
+        """Drop every frame to and from ``node_ids`` (cluster lab partitions), counted."""
+        self._blocked = self._blocked | frozenset(node_ids)
+
+    def unblock_all(self) -> None:
+        self._blocked = frozenset()
+
+    # ---------------------------------------------------------------------------------- stats
+    def stats(self) -> dict[str, int]:
+        return {
+            "frames_sent": self._frames_sent,
+            "frames_received": self._frames_received,
+            "messages_sent": self._messages_sent,
+            "messages_received": self._messages_received,
+            "frames_dropped": self._frames_dropped,
+            # Breakdown and codec counters (see peer_wire.WireCounters).
+            "frames_blocked": self._frames_blocked,
+            "frames_malformed": self._wire.frames_malformed,
+            "messages_skipped": self._wire.messages_skipped,
+            "messages_unencodable": self._wire.messages_unencodable,
+            "links_up": sum(1 for p in self._peers.values() if p.up),
+        }
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _close_channel(channel: Any) -> None:
+    # Closing must not raise into the loop whatever state the channel is in.
+    with contextlib.suppress(Exception):
+        await channel.close()

@@ -1,0 +1,397 @@
+"""Frames between nodes: disq.core.messages objects <-> the protobuf of proto/disq/v1/cluster.proto.
+
+Pure conversion, no IO: disq/server/peer_link.py moves the bytes. This is the hot path of
+replication (one frame can carry thousands of REPLJOBs), so:
+
+- Encoding fills the frame's sub-messages in place, field by field (``add().repl_job.job.id =
+  ...``). With the upb backend that measured about 3x faster than building each message with
+  keyword constructors and copying it into the frame.
+- Decoding dispatches on ``WhichOneof`` through a dict and builds the slotted dataclasses with
+  positional arguments.
+- Problems are counted and logged once per frame, never per message: a peer that floods us with
+  messages we cannot read must not also flood the log.
+
+Robustness: a message whose oneof is empty or names a field this build does not know (a newer
+peer) is skipped and counted, never an exception. Bytes that are not a Frame at all raise
+:class:`FrameDecodeError`, which the link layer counts and drops. On the sending side a message
+that cannot be encoded (not a message type, or an int out of the proto field's range: a bug in a
+core) is skipped and counted, so one bad message never costs the rest of the frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from disq.core import messages as m
+from disq.proto_gen import cluster_pb2 as pb
+
+__all__ = [
+    "COUNTERS",
+    "ONEOF_CLASSES",
+    "FrameDecodeError",
+    "WireCounters",
+    "decode_frame",
+    "encode_frame",
+]
+
+
+class FrameDecodeError(ValueError):
+    """The bytes are not a serialized Frame (truncated, corrupt, or not protobuf)."""
+
+
+@dataclass(slots=True)
+class WireCounters:
+    """What the codec had to skip. Monotonic; the link layer reports them in its stats."""
+
+    messages_skipped: int = 0  # received with an empty or unknown oneof
+    messages_unencodable: int = 0  # refused on the way out (wrong type, value out of range)
+    frames_malformed: int = 0  # received bytes that did not parse as a Frame
+
+
+COUNTERS = WireCounters()
+"""Default counters for callers that do not keep their own (process-wide)."""
+
+
+def _log() -> Any:
+    # Imported lazily, like the rest of the code base: the codec is imported at start-up and
+    # only ever logs when something is wrong.
+    import structlog
+
+    return structlog.get_logger("disq.peer_wire")
+
+
+# ------------------------------------------------------------------------------------ encode
+def _fill_member(t: pb.Member, x: m.Member) -> None:
+    t.node_id = x.node_id
+    t.host = x.host
+    t.grpc_port = x.grpc_port
+    t.client_port = x.client_port
+    t.incarnation = x.incarnation
+    t.state = x.state  # type: ignore[assignment]  # open enum: any int goes through
+    t.leaving = x.leaving
+
+
+def _fill_job(t: pb.Job, j: m.JobData) -> None:
+    t.id = j.id
+    t.queue = j.queue
+    t.body = j.body
+    t.repl = j.repl
+    t.ctime = j.ctime
+    t.delay_s = j.delay_s
+    t.retry_s = j.retry_s
+    t.ttl_remaining_s = j.ttl_remaining_s
+    t.nacks = j.nacks
+    t.additional_deliveries = j.additional_deliveries
+    if j.nodes_delivered:
+        t.nodes_delivered.extend(j.nodes_delivered)
+    t.priority = j.priority
+
+
+def _enc_ping(t: pb.Message, x: m.Ping) -> None:
+    s = t.ping
+    s.probe_id = x.probe_id  # assigning, even a default, selects the oneof
+    add = s.gossip.add
+    for g in x.gossip:
+        _fill_member(add(), g)
+
+
+def _enc_ack(t: pb.Message, x: m.Ack) -> None:
+    s = t.ack
+    s.probe_id = x.probe_id
+    s.target = x.target
+    add = s.gossip.add
+    for g in x.gossip:
+        _fill_member(add(), g)
+
+
+def _enc_ping_req(t: pb.Message, x: m.PingReq) -> None:
+    s = t.ping_req
+    s.probe_id = x.probe_id
+    s.target = x.target
+
+
+def _enc_repl_job(t: pb.Message, x: m.ReplJob) -> None:
+    _fill_job(t.repl_job.job, x.job)
+
+
+def _enc_got_job(t: pb.Message, x: m.GotJob) -> None:
+    t.got_job.job_id = x.job_id
+
+
+def _enc_enqueue(t: pb.Message, x: m.Enqueue) -> None:
+    t.enqueue.job_id = x.job_id
+
+
+def _enc_queued(t: pb.Message, x: m.Queued) -> None:
+    s = t.queued
+    s.job_id = x.job_id
+    s.incr_nacks = x.incr_nacks
+    s.incr_deliveries = x.incr_deliveries
+
+
+def _enc_will_queue(t: pb.Message, x: m.WillQueue) -> None:
+    t.will_queue.job_id = x.job_id
+
+
+def _enc_set_ack(t: pb.Message, x: m.SetAck) -> None:
+    s = t.set_ack
+    s.job_id = x.job_id
+    s.may_have = x.may_have
+
+
+def _enc_got_ack(t: pb.Message, x: m.GotAck) -> None:
+    s = t.got_ack
+    s.job_id = x.job_id
+    s.known = x.known
+
+
+def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
+    t.del_job.job_ids.extend(x.job_ids)  # extend([]) selects the oneof too
+
+
+def _enc_need_jobs(t: pb.Message, x: m.NeedJobs) -> None:
+    s = t.need_jobs
+    s.queue = x.queue
+    s.count = x.count
+
+
+def _enc_your_jobs(t: pb.Message, x: m.YourJobs) -> None:
+    s = t.your_jobs
+    s.SetInParent()  # an empty list assigns nothing, and the oneof must still say your_jobs
+    add = s.jobs.add
+    for j in x.jobs:
+        _fill_job(add(), j)
+
+
+def _enc_working(t: pb.Message, x: m.Working) -> None:
+    t.working.job_id = x.job_id
+
+
+def _enc_pause(t: pb.Message, x: m.Pause) -> None:
+    s = t.pause
+    s.queue = x.queue
+    s.flags = x.flags
+
+
+_ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
+    m.Ping: _enc_ping,
+    m.Ack: _enc_ack,
+    m.PingReq: _enc_ping_req,
+    m.ReplJob: _enc_repl_job,
+    m.GotJob: _enc_got_job,
+    m.Enqueue: _enc_enqueue,
+    m.Queued: _enc_queued,
+    m.WillQueue: _enc_will_queue,
+    m.SetAck: _enc_set_ack,
+    m.GotAck: _enc_got_ack,
+    m.DelJob: _enc_del_job,
+    m.NeedJobs: _enc_need_jobs,
+    m.YourJobs: _enc_your_jobs,
+    m.Working: _enc_working,
+    m.Pause: _enc_pause,
+}
+
+
+def encode_frame(
+    from_node: str,
+    seq: int,
+    msgs: list[m.Message],
+    counters: WireCounters = COUNTERS,
+) -> bytes:
+    """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message."""
+    frame = pb.Frame(from_node=from_node, seq=seq)
+    messages = frame.messages
+    add = messages.add
+    get = _ENCODERS.get
+    bad: list[str] = []
+    for msg in msgs:
+        enc = get(type(msg))
+        if enc is None:
+            bad.append(type(msg).__name__)
+            continue
+        target = add()
+        try:
+            enc(target, msg)
+        except (ValueError, TypeError, AttributeError) as exc:
+            # Out-of-range ints raise ValueError, wrong field types TypeError; the half-filled
+            # message must not go out.
+            del messages[-1]
+            bad.append(f"{type(msg).__name__}: {exc}")
+    if bad:
+        counters.messages_unencodable += len(bad)
+        _log().error("peer_frame_messages_unencodable", count=len(bad), first=bad[0])
+    return frame.SerializeToString()
+
+
+# ------------------------------------------------------------------------------------ decode
+def _member(g: pb.Member) -> m.Member:
+    return m.Member(
+        g.node_id, g.host, g.grpc_port, g.client_port, g.incarnation, g.state, g.leaving
+    )
+
+
+def _job(j: pb.Job) -> m.JobData:
+    nd = j.nodes_delivered
+    return m.JobData(
+        j.id,
+        j.queue,
+        j.body,
+        j.repl,
+        j.ctime,
+        j.delay_s,
+        j.retry_s,
+        j.ttl_remaining_s,
+        j.nacks,
+        j.additional_deliveries,
+        list(nd) if nd else [],
+        j.priority,
+    )
+
+
+def _dec_ping(t: pb.Message) -> m.Ping:
+    s = t.ping
+    return m.Ping(s.probe_id, [_member(g) for g in s.gossip])
+
+
+def _dec_ack(t: pb.Message) -> m.Ack:
+    s = t.ack
+    return m.Ack(s.probe_id, s.target, [_member(g) for g in s.gossip])
+
+
+def _dec_ping_req(t: pb.Message) -> m.PingReq:
+    s = t.ping_req
+    return m.PingReq(s.probe_id, s.target)
+
+
+def _dec_repl_job(t: pb.Message) -> m.ReplJob:
+    return m.ReplJob(_job(t.repl_job.job))
+
+
+def _dec_got_job(t: pb.Message) -> m.GotJob:
+    return m.GotJob(t.got_job.job_id)
+
+
+def _dec_enqueue(t: pb.Message) -> m.Enqueue:
+    return m.Enqueue(t.enqueue.job_id)
+
+
+def _dec_queued(t: pb.Message) -> m.Queued:
+    s = t.queued
+    return m.Queued(s.job_id, s.incr_nacks, s.incr_deliveries)
+
+
+def _dec_will_queue(t: pb.Message) -> m.WillQueue:
+    return m.WillQueue(t.will_queue.job_id)
+
+
+def _dec_set_ack(t: pb.Message) -> m.SetAck:
+    s = t.set_ack
+    return m.SetAck(s.job_id, s.may_have)
+
+
+def _dec_got_ack(t: pb.Message) -> m.GotAck:
+    s = t.got_ack
+    return m.GotAck(s.job_id, s.known)
+
+
+def _dec_del_job(t: pb.Message) -> m.DelJob:
+    return m.DelJob(list(t.del_job.job_ids))
+
+
+def _dec_need_jobs(t: pb.Message) -> m.NeedJobs:
+    s = t.need_jobs
+    return m.NeedJobs(s.queue, s.count)
+
+
+def _dec_your_jobs(t: pb.Message) -> m.YourJobs:
+    return m.YourJobs([_job(j) for j in t.your_jobs.jobs])
+
+
+def _dec_working(t: pb.Message) -> m.Working:
+    return m.Working(t.working.job_id)
+
+
+def _dec_pause(t: pb.Message) -> m.Pause:
+    s = t.pause
+    return m.Pause(s.queue, s.flags)
+
+
+_DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
+    "ping": _dec_ping,
+    "ack": _dec_ack,
+    "ping_req": _dec_ping_req,
+    "repl_job": _dec_repl_job,
+    "got_job": _dec_got_job,
+    "enqueue": _dec_enqueue,
+    "queued": _dec_queued,
+    "will_queue": _dec_will_queue,
+    "set_ack": _dec_set_ack,
+    "got_ack": _dec_got_ack,
+    "del_job": _dec_del_job,
+    "need_jobs": _dec_need_jobs,
+    "your_jobs": _dec_your_jobs,
+    "working": _dec_working,
+    "pause": _dec_pause,
+}
+
+ONEOF_CLASSES: dict[str, type] = {
+    "ping": m.Ping,
+    "ack": m.Ack,
+    "ping_req": m.PingReq,
+    "repl_job": m.ReplJob,
+    "got_job": m.GotJob,
+    "enqueue": m.Enqueue,
+    "queued": m.Queued,
+    "will_queue": m.WillQueue,
+    "set_ack": m.SetAck,
+    "got_ack": m.GotAck,
+    "del_job": m.DelJob,
+    "need_jobs": m.NeedJobs,
+    "your_jobs": m.YourJobs,
+    "working": m.Working,
+    "pause": m.Pause,
+}
+"""Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
+
+
+def decode_frame(
+    frame: bytes | pb.Frame,
+    counters: WireCounters = COUNTERS,
+) -> tuple[str, int, list[m.Message]]:
+    """``(from_node, seq, messages)`` of one Frame, messages in the sender's order.
+
+    Messages this build cannot read are skipped (counted, one warning per frame). Raises
+    :class:`FrameDecodeError` when ``frame`` is bytes that do not parse.
+    """
+    if isinstance(frame, pb.Frame):
+        f = frame
+    else:
+        try:
+            f = pb.Frame.FromString(frame)
+        except (DecodeError, RuntimeError, ValueError, TypeError) as exc:
+            counters.frames_malformed += 1
+            raise FrameDecodeError(f"malformed frame ({len(frame)} bytes): {exc}") from exc
+    out: list[m.Message] = []
+    append = out.append
+    get = _DECODERS.get
+    skipped = 0
+    for msg in f.messages:
+        dec = get(msg.WhichOneof("body"))
+        if dec is None:
+            skipped += 1
+        else:
+            append(dec(msg))
+    if skipped:
+        counters.messages_skipped += skipped
+        _log().warning(
+            "peer_frame_messages_skipped",
+            from_node=f.from_node,
+            seq=f.seq,
+            count=skipped,
+            reason="empty or unknown message type",
+        )
+    return f.from_node, f.seq, out

@@ -1,0 +1,262 @@
+"""The frame codec: every message type round-trips, and nothing a peer sends can crash us."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from disq.core import messages as m
+from disq.proto_gen import cluster_pb2 as pb
+from disq.server.peer_wire import (
+    ONEOF_CLASSES,
+    FrameDecodeError,
+    WireCounters,
+    decode_frame,
+    encode_frame,
+)
+
+NODE = "0123456789abcdef0123456789abcdef01234567"
+
+U32 = st.integers(0, 2**32 - 1)
+U64 = st.integers(0, 2**64 - 1)
+TEXT = st.text(max_size=12)
+IDS = st.text(alphabet="0123456789abcdefD-", max_size=40)
+
+MEMBERS = st.builds(
+    m.Member,
+    node_id=IDS,
+    host=TEXT,
+    grpc_port=U32,
+    client_port=U32,
+    incarnation=U32,
+    # Open enum: values this build does not name must pass through unchanged too.
+    state=st.sampled_from([m.ALIVE, m.SUSPECT, m.DEAD, m.LEFT]) | st.integers(0, 1000),
+    leaving=st.booleans(),
+)
+JOBS = st.builds(
+    m.JobData,
+    id=IDS,
+    queue=TEXT,
+    body=st.binary(max_size=64),
+    repl=U32,
+    ctime=U64,
+    delay_s=U32,
+    retry_s=U32,
+    ttl_remaining_s=U32,
+    nacks=U32,
+    additional_deliveries=U32,
+    nodes_delivered=st.lists(IDS, max_size=3),
+    priority=U32,
+)
+MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
+    st.builds(m.Ping, probe_id=U64, gossip=st.lists(MEMBERS, max_size=3)),
+    st.builds(m.Ack, probe_id=U64, target=IDS, gossip=st.lists(MEMBERS, max_size=3)),
+    st.builds(m.PingReq, probe_id=U64, target=IDS),
+    st.builds(m.ReplJob, job=JOBS),
+    st.builds(m.GotJob, job_id=IDS),
+    st.builds(m.Enqueue, job_id=IDS),
+    st.builds(m.Queued, job_id=IDS, incr_nacks=st.booleans(), incr_deliveries=st.booleans()),
+    st.builds(m.WillQueue, job_id=IDS),
+    st.builds(m.SetAck, job_id=IDS, may_have=U32),
+    st.builds(m.GotAck, job_id=IDS, known=st.booleans()),
+    st.builds(m.DelJob, job_ids=st.lists(IDS, max_size=4)),
+    st.builds(m.NeedJobs, queue=TEXT, count=U32),
+    st.builds(m.YourJobs, jobs=st.lists(JOBS, max_size=3)),
+    st.builds(m.Working, job_id=IDS),
+    st.builds(m.Pause, queue=TEXT, flags=st.integers(0, 3)),
+)
+
+
+def _job(i: int = 1) -> m.JobData:
+    return m.JobData(
+        id=f"D-0123abcd-{i:024x}-0e10",
+        queue="q",
+        body=b"\x00body\xff" * 3,
+        repl=3,
+        ctime=1_700_000_000_000_000_000 + i,
+        delay_s=5,
+        retry_s=300,
+        ttl_remaining_s=86_400,
+        nacks=2,
+        additional_deliveries=1,
+        nodes_delivered=["a" * 40, "b" * 40],
+        priority=0,  # the most urgent beanstalk priority must not turn into the 1024 default
+    )
+
+
+MEMBER = m.Member("c" * 40, "10.0.0.3", 7710, 7711, 4, m.SUSPECT, leaving=True)
+
+ONE_OF_EACH: list[m.Message] = [
+    m.Ping(7, [MEMBER]),
+    m.Ack(7, "d" * 40, [MEMBER, MEMBER]),
+    m.PingReq(8, "e" * 40),
+    m.ReplJob(_job()),
+    m.GotJob("D-1"),
+    m.Enqueue("D-2"),
+    m.Queued("D-3", incr_nacks=True, incr_deliveries=False),
+    m.WillQueue("D-4"),
+    m.SetAck("D-5", 3),
+    m.GotAck("D-6", known=True),
+    m.DelJob(["D-7", "D-8"]),
+    m.NeedJobs("q", 10),
+    m.YourJobs([_job(1), _job(2)]),
+    m.Working("D-9"),
+    m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
+]
+
+# Every field at its proto3 default: the oneof must still say which message it is.
+ALL_DEFAULTS: list[m.Message] = [
+    m.Ping(0),
+    m.Ack(0),
+    m.PingReq(0, ""),
+    m.ReplJob(m.JobData("", "", b"", 0, 0, 0, 0, 0, priority=0)),
+    m.GotJob(""),
+    m.Enqueue(""),
+    m.Queued(""),
+    m.WillQueue(""),
+    m.SetAck("", 0),
+    m.GotAck("", known=False),
+    m.DelJob([]),
+    m.NeedJobs("", 0),
+    m.YourJobs([]),
+    m.Working(""),
+    m.Pause("", 0),
+]
+
+
+def _round_trip(msgs: list[m.Message], seq: int = 42) -> list[m.Message]:
+    counters = WireCounters()
+    from_node, got_seq, out = decode_frame(encode_frame(NODE, seq, msgs, counters), counters)
+    assert (from_node, got_seq) == (NODE, seq)
+    assert counters == WireCounters()
+    return out
+
+
+def test_the_samples_cover_every_message_class() -> None:
+    classes = set(typing.get_args(m.Message))
+    assert {type(x) for x in ONE_OF_EACH} == classes
+    assert {type(x) for x in ALL_DEFAULTS} == classes
+    assert set(ONEOF_CLASSES.values()) == classes
+
+
+@pytest.mark.parametrize("msg", ONE_OF_EACH, ids=lambda x: type(x).__name__)
+def test_every_message_type_round_trips(msg: m.Message) -> None:
+    assert _round_trip([msg]) == [msg]
+
+
+@pytest.mark.parametrize("msg", ALL_DEFAULTS, ids=lambda x: type(x).__name__)
+def test_messages_with_only_default_fields_keep_their_type(msg: m.Message) -> None:
+    assert _round_trip([msg]) == [msg]
+
+
+def test_a_frame_keeps_the_order_of_many_messages() -> None:
+    msgs: list[m.Message] = [m.ReplJob(_job(i)) for i in range(2000)]
+    msgs[1000:1000] = ONE_OF_EACH
+    assert _round_trip(msgs, seq=2**64 - 1) == msgs
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(MESSAGES, max_size=12), U64, st.text(max_size=40))
+def test_round_trip_property(msgs: list[m.Message], seq: int, from_node: str) -> None:
+    counters = WireCounters()
+    assert decode_frame(encode_frame(from_node, seq, msgs, counters), counters) == (
+        from_node,
+        seq,
+        msgs,
+    )
+    assert counters == WireCounters()
+
+
+def test_empty_frame() -> None:
+    raw = encode_frame(NODE, 0, [])
+    assert decode_frame(raw) == (NODE, 0, [])
+    # Zero bytes are a valid, empty Frame in protobuf: nothing to do, nothing to fail.
+    assert decode_frame(b"") == ("", 0, [])
+
+
+def test_decode_accepts_a_parsed_frame() -> None:
+    frame = pb.Frame.FromString(encode_frame(NODE, 3, ONE_OF_EACH))
+    assert decode_frame(frame) == (NODE, 3, ONE_OF_EACH)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff",  # a tag that never ends
+        b"\x1a\x10\x00",  # messages field longer than the data
+        b"\x0a\x02\xff\xfe",  # from_node that is not UTF-8
+        b"\x1a\x02\x52\x05",  # Message.got_job (field 10) truncated inside the frame
+        b"\x07",  # field 0 is never valid
+    ],
+)
+def test_malformed_bytes_raise_frame_decode_error_and_count(raw: bytes) -> None:
+    counters = WireCounters()
+    with pytest.raises(FrameDecodeError):
+        decode_frame(raw, counters)
+    assert counters.frames_malformed == 1
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise_anything_else(raw: bytes) -> None:
+    counters = WireCounters()
+    try:
+        decode_frame(raw, counters)
+    except FrameDecodeError:
+        assert counters.frames_malformed == 1
+
+
+def test_unknown_and_empty_messages_are_skipped_and_counted() -> None:
+    good = encode_frame(NODE, 5, [m.GotJob("D-1")])
+    # A Message whose oneof holds field 99 (a message type of a newer peer), then an empty
+    # Message, then a good one: frames are merged when concatenated, keeping the order.
+    unknown = (
+        pb.Frame(messages=[pb.Message()])
+        .SerializeToString()
+        .replace(b"\x1a\x00", b"\x1a\x03\x98\x06\x01")
+    )
+    empty = pb.Frame(messages=[pb.Message()]).SerializeToString()
+    tail = encode_frame(NODE, 5, [m.Working("D-2")])
+    counters = WireCounters()
+    with capture_logs() as logs:
+        from_node, seq, msgs = decode_frame(good + unknown + empty + tail, counters)
+    assert (from_node, seq, msgs) == (NODE, 5, [m.GotJob("D-1"), m.Working("D-2")])
+    assert counters.messages_skipped == 2
+    # One warning for the frame, not one per message.
+    warnings = [e for e in logs if e["event"] == "peer_frame_messages_skipped"]
+    assert len(warnings) == 1 and warnings[0]["count"] == 2
+
+
+def test_unencodable_messages_are_skipped_and_the_rest_goes_out() -> None:
+    bad_range = m.SetAck("D-1", may_have=2**32)  # uint32 overflow
+    negative = m.NeedJobs("q", count=-1)
+    wrong_type = m.GotJob(job_id=123)  # type: ignore[arg-type]
+    not_a_message = "GOTJOB D-1"
+    bad_job = m.ReplJob(m.JobData("D-2", "q", "not bytes", 1, 1, 0, 0, 0))  # type: ignore[arg-type]
+    msgs: list[typing.Any] = [
+        m.GotJob("D-0"),
+        bad_range,
+        negative,
+        wrong_type,
+        not_a_message,
+        bad_job,
+        m.Working("D-3"),
+    ]
+    counters = WireCounters()
+    with capture_logs() as logs:
+        raw = encode_frame(NODE, 1, msgs, counters)
+    assert counters.messages_unencodable == 5
+    assert [e["event"] for e in logs] == ["peer_frame_messages_unencodable"]
+    assert decode_frame(raw) == (NODE, 1, [m.GotJob("D-0"), m.Working("D-3")])
+
+
+def test_concatenated_frames_decode_as_one() -> None:
+    # The link layer coalesces queued frames by concatenating their bytes: protobuf merges
+    # them, repeated fields appended in order and the last seq winning.
+    a = encode_frame(NODE, 1, ONE_OF_EACH[:5])
+    b = encode_frame(NODE, 2, ONE_OF_EACH[5:])
+    assert decode_frame(a + b) == (NODE, 2, ONE_OF_EACH)
