@@ -396,11 +396,6 @@ class ClusterCore:
             retry_s = max(1, min(ttl // 10, DEFAULT_RETRY_MAX_S))
         if self.memory_warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
-        q = self.queues.get(queue)
-        if q is not None and q.paused_in:
-            raise DisqueError("PAUSED", "Queue paused in input, try later")
-        if maxlen is not None and q is not None and len(q) >= maxlen:
-            raise DisqueError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
         extrepl = self.memory_warning > 0 or self.view.leaving
         additional = repl if extrepl else repl - 1
         reachable = len(self.view.reachable_peers())
@@ -409,6 +404,11 @@ class ClusterCore:
                 why = "I'm leaving the cluster" if self.view.leaving else "I'm out of memory"
                 raise DisqueError("NOREPL", NOREPL_NODES_LOCAL + why)
             raise DisqueError("NOREPL", NOREPL_NODES)
+        q = self.queues.get(queue)
+        if maxlen is not None and q is not None and len(q) >= maxlen:
+            raise DisqueError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
+        if q is not None and q.paused_in:
+            raise DisqueError("PAUSED", "Queue paused in input, try later")
 
         ctime = now_ms * 1_000_000
         if ctime <= self._prev_ctime:
@@ -662,7 +662,7 @@ class ClusterCore:
         confirmed = sorted(j.confirmed) if j.state in (WAIT_REPL, ACKED) else []
         return [
             ("id", j.id),
-            ("queue", j.queue),
+            ("queue", j.queue if j.delivered or j.state != ACKED else None),
             ("state", STATE_NAMES[j.state]),
             ("repl", j.repl),
             ("ttl", ttl),
@@ -759,13 +759,23 @@ class ClusterCore:
                 continue
             if states and j.state not in states:
                 continue
+            if j.state == ACKED and not j.delivered:
+                continue  # a dummy ack is bookkeeping, not a job
             out.append(j)
             if not busyloop and len(out) >= count:
                 break
         return (0 if pos >= len(keys) else pos), out
 
     def pause(self, now_ms: int, queue: str, flags: int | None, bcast: bool) -> int:
-        q = self._queue(queue, now_ms)
+        q = self.queues.get(queue)
+        if q is None:
+            if not flags:
+                # Reading the state (or pausing nothing) must not create a phantom queue.
+                if bcast:
+                    for node in self.view.all_peers():
+                        self._send(node, Pause(queue, 0))
+                return 0
+            q = self._queue(queue, now_ms)
         if flags is not None:
             q.pause = flags
             if not q.paused_out and q.blocked and q.skiplist:

@@ -1,0 +1,238 @@
+"""A real cluster: node processes on 127.0.0.1, the RESP port, the gRPC bus between them.
+
+Each test starts its own lab (cluster/lab.py) unless it only reads, so a kill or a leaving
+flag never leaks into another test. Cluster state changes travel over the network, so the
+tests wait for them with ``eventually`` (poll with a deadline) rather than sleeping.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cluster.lab import Lab  # noqa: E402
+from cluster.resp_client import RespClient, RespError  # noqa: E402
+
+T = TypeVar("T")
+WAIT_S = 30.0
+
+
+def eventually(fn: Callable[[], T], what: str, timeout: float = WAIT_S) -> T:
+    """Poll ``fn`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except (OSError, RespError) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def show(lab: Lab, i: int, job_id: str) -> dict[str, Any] | None:
+    r = lab.node(i).call("SHOW", job_id)
+    if r is None:
+        return None
+    assert isinstance(r, list)
+    return {
+        (k.decode() if isinstance(k, bytes) else k): v for k, v in zip(r[::2], r[1::2], strict=True)
+    }
+
+
+def state(lab: Lab, i: int, job_id: str) -> str | None:
+    s = show(lab, i, job_id)
+    if s is None:
+        return None
+    v = s["state"]
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=1500) as lab:
+        yield lab
+
+
+def new_lab(tmp_path: Path, n: int = 3) -> Lab:
+    return Lab(n, tmp_path / "lab", node_timeout_ms=1500)
+
+
+def test_sync_replication_puts_a_copy_on_three_nodes(lab3: Lab) -> None:
+    job_id = lab3.node(0).call("ADDJOB", "repl", "payload", 5000, "REPLICATE", 3)
+    assert isinstance(job_id, str) and job_id.startswith("D-")
+    # The reply came after three copies confirmed: every node knows it now.
+    states = [state(lab3, i, job_id) for i in range(3)]
+    assert states[0] == "queued"
+    assert states[1:] == ["active", "active"]
+    s = show(lab3, 1, job_id)
+    assert s is not None and len(s["nodes-delivered"]) == 3
+    assert lab3.node(0).call("QLEN", "repl") == 1
+    got = lab3.node(0).call("GETJOB", "NOHANG", "FROM", "repl")
+    assert got == [[b"repl", job_id.encode(), b"payload"]]
+    assert lab3.node(0).call("ACKJOB", job_id) == 1
+
+
+def test_norepl_when_replication_exceeds_the_cluster(lab3: Lab) -> None:
+    with pytest.raises(RespError) as e:
+        lab3.node(0).call("ADDJOB", "q", "x", 1000, "REPLICATE", 4)
+    assert str(e.value).startswith("NOREPL Not enough reachable nodes")
+
+
+def test_ack_on_another_node_reaches_every_holder(lab3: Lab) -> None:
+    job_id = lab3.node(1).call("ADDJOB", "acks", "a", 5000, "REPLICATE", 3, "RETRY", 1)
+    got = lab3.node(1).call("GETJOB", "NOHANG", "FROM", "acks")
+    assert got == [[b"acks", job_id.encode(), b"a"]]
+    assert lab3.node(2).call("ACKJOB", job_id) == 1
+    # Ack GC: every holder learns the ack, then all copies are deleted.
+    eventually(lambda: all(show(lab3, i, job_id) is None for i in range(3)), "ack GC on all nodes")
+    # And it is never delivered again, even after several retry periods.
+    for i in range(3):
+        assert lab3.node(i).call("GETJOB", "TIMEOUT", 300, "FROM", "acks") is None
+
+
+def test_federation_blocked_consumer_gets_a_job_added_elsewhere(lab3: Lab) -> None:
+    result: list[Any] = []
+    client = RespClient(lab3.host, lab3.node(0).port, timeout=30)
+
+    def consume() -> None:
+        result.append(client.call("GETJOB", "TIMEOUT", 20000, "FROM", "fed"))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    try:
+        eventually(
+            lambda: _qstat(lab3, 0, "fed").get("blocked") == 1, "the consumer is blocked on node 0"
+        )
+        # Node 2 heard node 0's NEEDJOBS (the queue record exists there).
+        eventually(lambda: _qstat(lab3, 2, "fed"), "NEEDJOBS reached node 2")
+        job_id = lab3.node(2).call("ADDJOB", "fed", "far away", 5000, "REPLICATE", 1)
+        t.join(25)
+        assert not t.is_alive()
+        assert result == [[[b"fed", job_id.encode(), b"far away"]]]
+    finally:
+        client.close()
+        t.join(1)
+
+
+def _qstat(lab: Lab, i: int, queue: str) -> dict[str, Any]:
+    r = lab.node(i).call("QSTAT", queue)
+    if r is None:
+        return {}
+    return {
+        (k.decode() if isinstance(k, bytes) else k): v for k, v in zip(r[::2], r[1::2], strict=True)
+    }
+
+
+@pytest.mark.slow
+def test_killing_the_queueing_node_requeues_elsewhere(tmp_path: Path) -> None:
+    with new_lab(tmp_path) as lab:
+        job_id = lab.node(0).call("ADDJOB", "kq", "survivor", 5000, "REPLICATE", 3, "RETRY", 1)
+        lab.kill9(0)
+        # A replica requeues after RETRY (no QUEUED/WILLQUEUE answer from the dead node).
+        got = lab.node(1).call("GETJOB", "TIMEOUT", 15000, "FROM", "kq", timeout=20)
+        assert got == [[b"kq", job_id.encode(), b"survivor"]]
+
+
+@pytest.mark.slow
+def test_leaving_node(tmp_path: Path) -> None:
+    with new_lab(tmp_path) as lab:
+        assert lab.node(2).call("CLUSTER", "LEAVING", "yes") == "OK"
+        leaving_id = lab.node(2).call("CLUSTER", "MYID")
+        assert isinstance(leaving_id, (bytes, str))
+        lid = leaving_id.decode() if isinstance(leaving_id, bytes) else leaving_id
+
+        def priority_seen() -> bool:
+            hello = lab.node(0).call("HELLO")
+            assert isinstance(hello, list)
+            return any(
+                (e[0].decode() if isinstance(e[0], bytes) else e[0]) == lid and int(e[3]) == 100
+                for e in hello[2:]
+            )
+
+        eventually(priority_seen, "node 0 sees node 2 leaving (HELLO priority 100)")
+        with pytest.raises(RespError) as e:
+            lab.node(2).call("GETJOB", "FROM", "lq")
+        assert str(e.value).startswith("LEAVING")
+        # ADDJOB on a leaving node replicates externally: no copy stays on node 2.
+        job_id = lab.node(2).call("ADDJOB", "lq", "x", 5000, "REPLICATE", 2)
+        assert show(lab, 2, job_id) is None
+        holders = [i for i in (0, 1) if show(lab, i, job_id) is not None]
+        assert holders == [0, 1]
+        eventually(
+            lambda: sum(lab.node(i).call("QLEN", "lq") for i in (0, 1)) == 1,  # type: ignore[misc]
+            "one holder queued the externally replicated job",
+        )
+
+
+@pytest.mark.slow
+def test_whole_cluster_restart_loses_no_acknowledged_job(tmp_path: Path) -> None:
+    with new_lab(tmp_path) as lab:
+        bodies = {f"job-{k}" for k in range(30)}
+        for k, body in enumerate(sorted(bodies)):
+            lab.node(k % 3).call("ADDJOB", "persist", body, 5000, "REPLICATE", 2, "RETRY", 1)
+        for i in range(3):
+            lab.kill9(i)
+        for i in range(3):
+            lab.restart(i)
+        lab.wait_cluster()
+        seen: set[str] = set()
+
+        def drained() -> bool:
+            for i in range(3):
+                got = lab.node(i).call("GETJOB", "NOHANG", "COUNT", 100, "FROM", "persist")
+                for _q, jid, body in got or []:
+                    seen.add(body.decode())
+                    lab.node(i).call("ACKJOB", jid)
+            return seen >= bodies
+
+        # Restored jobs are active, not queued: they come back after their RETRY.
+        eventually(drained, "every job delivered after the restart", timeout=60)
+        assert seen == bodies
+
+
+def test_pydisque_client(lab3: Lab) -> None:
+    pydisque = pytest.importorskip("pydisque.client")
+    c = pydisque.Client([f"127.0.0.1:{lab3.node(1).port}"])
+    c.connect()
+    raw_id = c.add_job("pyq", "from pydisque", replicate=2, timeout=5000)
+    job_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+    jobs = c.get_job(["pyq"], timeout=1000)
+    # pydisque names the tuple (job_id, queue_name, job) but passes GETJOB's order through.
+    assert [tuple(j) for j in jobs] == [(b"pyq", job_id.encode(), b"from pydisque")]
+    c.ack_job(job_id)  # pydisque returns nothing here; the node's state tells
+    assert state(lab3, 1, job_id) in (None, "acked")
+    assert c.qlen("pyq") == 0
+
+
+def test_redis_cli(lab3: Lab) -> None:
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli not installed (scripts/ensure_redis_cli.sh installs it)")
+    port = str(lab3.node(0).port)
+
+    def run(*args: str) -> str:
+        return subprocess.run(
+            [cli, "-p", port, *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout
+
+    job_id = run("ADDJOB", "cliq", "hi there", "5000").strip()
+    assert job_id.startswith("D-") and len(job_id) == 40
+    assert run("QLEN", "cliq").strip() == "1"
+    assert run("GETJOB", "FROM", "cliq").split("\n")[:3] == ["cliq", job_id, "hi there"]
+    assert run("ACKJOB", job_id).strip() == "1"
+    assert "registered_jobs:" in run("INFO", "jobs")
