@@ -61,6 +61,7 @@ from disq.core.messages import (
 )
 
 WILLQUEUE_ADVANCE_MS = 500
+JOB_OVERHEAD_BYTES = 400  # measured-order estimate of a DJob with its indexes, besides the body
 TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
@@ -137,7 +138,9 @@ class ClusterCore:
         self._tombstones: dict[str, int] = {}  # job id -> until (insertion order = age)
         self._prev_ctime = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
-        self.memory_warning = 0  # set by the node: 0 ok, 1 >75%, 2 >95%, 3 full
+        self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (set_memory_limit)
+        self.max_memory_bytes = 0  # 0: no limit
+        self.used_bytes = 0  # bodies + a fixed per-job estimate
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
@@ -231,7 +234,13 @@ class ClusterCore:
     # ================================================================== job lifecycle
     def _register(self, j: DJob) -> None:
         self.jobs[j.id] = j
+        self.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
         self._update_awake(j)
+
+    def _forget(self, j: DJob) -> None:
+        del self.jobs[j.id]
+        self.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
+        j.awake_ms = -1
 
     def _unregister(self, j: DJob, now_ms: int) -> None:
         """Forget a job (unregisterJob). A client still waiting for its replication gets
@@ -247,8 +256,7 @@ class ClusterCore:
                 self.replies.append((token, DisqueError("NOREPL", NOREPL_EXPIRED)))
             j.state = ACTIVE
             self._broadcast_del(j)
-        del self.jobs[j.id]
-        j.awake_ms = -1
+        self._forget(j)
         self._tombstone(j.id, now_ms)
 
     def _broadcast_del(self, j: DJob) -> None:
@@ -350,8 +358,7 @@ class ClusterCore:
             holders = sorted(j.delivered)
             if holders:
                 self._send(self.rng.choice(holders), Enqueue(j.id))
-            del self.jobs[j.id]
-            j.awake_ms = -1
+            self._forget(j)
             return
         self._log_job(j, now_ms)
         if j.delay_s == 0:
@@ -515,8 +522,7 @@ class ClusterCore:
                 # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
                 j.state = ACTIVE
                 self._broadcast_del(j)
-                del self.jobs[j.id]
-                j.awake_ms = -1
+                self._forget(j)
 
     def ack_job(self, now_ms: int, job_ids: list[str]) -> int:
         known = 0
@@ -536,7 +542,7 @@ class ClusterCore:
                 # in search of the holders.
                 d = DJob(job_id, "", b"", 0, 0, 0, 0, now_ms + ids.ttl_minutes(job_id) * 60_000)
                 d.state = ACKED
-                self.jobs[job_id] = d
+                self._register(d)
                 self._try_gc(d, now_ms)
         self.stats["jobs_acked"] += known
         return known
@@ -789,11 +795,45 @@ class ClusterCore:
         for token in list(self._adds):
             self.cancel(token)
         self.jobs.clear()
+        self.used_bytes = 0
         self.queues = {name: q for name, q in self.queues.items() if q.blocked}
         for q in self.queues.values():
             q.skiplist.clear()
         self._awake.clear()
         self._tombstones.clear()
+
+    def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
+        """Disque's memory warning levels (getMemoryWarningLevel), from this core's estimate
+        plus ``other_bytes`` (the beanstalk engine's jobs). Level 1 (>75%): new jobs are
+        replicated externally and REPLJOB is refused; level 2 (>95%): acked jobs, which are
+        only GC bookkeeping, are evicted; level 3 (full): ADDJOB, NACK and ENQUEUE get -OOM."""
+        limit = self.max_memory_bytes
+        if limit <= 0:
+            self.memory_warning = 0
+            return 0
+        used = self.used_bytes + other_bytes
+        level = 0
+        if used > limit * 75 // 100:
+            level = 1
+        if used > limit * 95 // 100:
+            level = 2
+            self._evict_acked(now_ms, used - limit * 95 // 100)
+            used = self.used_bytes + other_bytes
+        if used >= limit:
+            level = 3
+        self.memory_warning = level
+        return level
+
+    def _evict_acked(self, now_ms: int, want_bytes: int) -> None:
+        """Drop acked jobs (oldest first in dict order) until ``want_bytes`` are freed. The
+        worst case is a duplicate delivery by a holder that never heard the ack, which
+        at-least-once allows; never an unacked job lost."""
+        freed = 0
+        for j in [j for j in self.jobs.values() if j.state == ACKED]:
+            if freed >= want_bytes:
+                break
+            freed += len(j.body) + JOB_OVERHEAD_BYTES
+            self._unregister(j, now_ms)
 
     def blocked_clients(self) -> int:
         return len(self._gets) + len(self._adds)

@@ -87,6 +87,7 @@ class ClusterRuntime:
         else:
             self.membership = Membership(me, self.rng, now, **timing)
         self.core = ClusterCore(self.membership, self.rng, now)
+        self.core.max_memory_bytes = node.config.limits.max_memory_bytes
         self.links = PeerLinks(
             my_id, self.on_peer_messages, host=settings.host, port=settings.grpc_port
         )
@@ -233,6 +234,8 @@ class ClusterRuntime:
     def pump(self, now_ms: int) -> None:
         """Collect the cores' output after any input; hold it until the AOF write."""
         membership, core = self.membership, self.core
+        if core.max_memory_bytes:
+            core.update_memory(now_ms, self.node.engine.live_bytes)
         if membership.events:
             self._apply_events(membership.events)
             membership.events.clear()
