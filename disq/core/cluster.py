@@ -812,13 +812,14 @@ class ClusterCore:
             self.memory_warning = 0
             return 0
         used = self.used_bytes + other_bytes
+        if used > limit * 95 // 100:
+            self._evict_acked(now_ms, used - limit * 95 // 100)
+            used = self.used_bytes + other_bytes
         level = 0
         if used > limit * 75 // 100:
             level = 1
         if used > limit * 95 // 100:
             level = 2
-            self._evict_acked(now_ms, used - limit * 95 // 100)
-            used = self.used_bytes + other_bytes
         if used >= limit:
             level = 3
         self.memory_warning = level
