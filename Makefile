@@ -16,13 +16,14 @@ run: $(STAMP)
 	$(BIN)/disq-node
 
 lint: $(STAMP)
-	$(BIN)/ruff check disq tests scripts
+	$(BIN)/ruff check disq tests scripts cluster
 	$(BIN)/ruff format --check disq
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) lint typecheck
+	scripts/ensure_redis_cli.sh
 	$(BIN)/pytest -q -p no:cacheprovider tests
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \

@@ -204,6 +204,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "config_store": store,
         "aof_enqueue_once": st.aof_enqueue_jobs_once,
         "logfile": str(st.logfile_path) if st.logfile_path else None,
+        "loglevel": st.loglevel,
     }
     data_dir = str(st.dir) if st.appendonly else None
     return _run(args, socks, data_dir, resp_socks=resp_socks, cluster=cluster)
@@ -224,7 +225,8 @@ def _run(
     from disq.logging import configure_logging
     from disq.server.node import Node, NodeConfig
 
-    configure_logging(args.verbose)
+    log_options = cluster or {}
+    configure_logging(args.verbose, log_options.get("logfile"), log_options.get("loglevel"))
     max_job_size = 65535 if args.max_job_size is None else args.max_job_size
     if max_job_size > JOB_SIZE_MAX:
         import structlog

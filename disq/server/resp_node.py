@@ -170,7 +170,7 @@ class NodeServices:
 
     def cluster_info(self) -> list[tuple[str, str | int]]:
         m = self.runtime.membership
-        reachable = len(m.reachable_peers()) + 1
+        reachable = len(m.reachable_peers())  # peers only, as Disque counts them
         stats = m.stats
         links = self.runtime.links.stats()
         return [

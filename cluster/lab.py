@@ -1,0 +1,695 @@
+"""Run a real multi-process disq cluster on this machine, and hurt it.
+
+Each node is ``python -m disq.node_main node.conf`` (Disque's config-file format) in its own
+directory ``<base_dir>/node-<i>/``::
+
+    node-<i>/node.conf    the config the lab wrote (port, dir, appendonly, fsync, timeout)
+    node-<i>/data/        the node's data dir: node id + AOF, kept across kill -9 / restart
+    node-<i>/node.log     the node's own log (``logfile``)
+    node-<i>/stdout.log   stdout + stderr of every incarnation (crash tracebacks land here)
+    lab.log               what the lab did and when
+
+Faults, all driven from outside the node:
+
+* ``kill9(i)`` / ``restart(i)``: SIGKILL, then the same conf (same dir: same id, AOF replay).
+* ``pause(i)`` / ``resume(i)``: SIGSTOP / SIGCONT. A stopped node keeps its sockets open, so
+  peers and clients see a node that accepts bytes and never answers.
+* ``partition(groups)`` / ``heal()``: ``DEBUG DROP-PEERS`` on both sides of every cut link.
+  The lab remembers the wanted drop lists and re-applies them to a node that comes back from
+  kill -9 (a fresh process forgot them) or from SIGSTOP (it could not be told while stopped).
+
+Nodes run in their own session (``start_new_session``) so a Ctrl-C in the terminal reaches
+only the lab, which then stops the nodes with SIGTERM, as a real operator would.
+
+``python -m cluster.lab --nodes 5`` starts a cluster, prints its ports and ids, and stops it
+on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import os
+import random
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from cluster.resp_client import Reply, RespClient, RespError, info_fields
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+BUS_PORT_OFFSET = 10000  # Disque's CLUSTER_PORT_INCR: the gRPC bus is RESP port + 10000
+HOST = "127.0.0.1"
+
+# A fresh Python process imports grpc, uvloop and the engine, and on a loaded 2-core machine
+# with five of them starting at once that takes seconds: be generous, fail with the log.
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+
+UP = "up"
+PAUSED = "paused"
+KILLED = "killed"
+STOPPED = "stopped"
+CRASHED = "crashed"  # exited while the lab believed it up: a finding, not a fault we made
+NEW = "new"
+
+
+class LabError(RuntimeError):
+    """The lab could not do what was asked (a node did not start, the cluster did not form)."""
+
+
+@dataclass
+class NodeHandle:
+    """One node of the lab. ``port`` and ``dir`` never change; ``proc`` does on restart."""
+
+    index: int
+    port: int
+    dir: Path
+    host: str = HOST
+    id: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    state: str = NEW
+    starts: int = 0
+
+    @property
+    def bus_port(self) -> int:
+        return self.port + BUS_PORT_OFFSET
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def conf_path(self) -> Path:
+        return self.dir / "node.conf"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "node.log"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.dir / "stdout.log"
+
+    def client(self, timeout: float = 5.0) -> RespClient:
+        """A new connection to this node's RESP port (the caller closes it)."""
+        return RespClient(self.host, self.port, timeout=timeout)
+
+    def call(self, *args: str | int | bytes, timeout: float = 5.0) -> Reply:
+        """One command on a throw-away connection."""
+        with self.client(timeout) as c:
+            return c.call(*args)
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of stdout.log and node.log, for error messages."""
+        out = []
+        for path in (self.stdout_path, self.log_path):
+            try:
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"--- {path} ---\n" + "\n".join(text))
+        return "\n".join(out) or "(no log)"
+
+
+def _conf_arg(path: Path) -> str:
+    # Disque splits config lines like redis-cli arguments (sdssplitargs): quote if needed.
+    text = str(path)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"' if " " in text else text
+
+
+def port_free(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def find_base_port(n: int, host: str = HOST, rng: random.Random | None = None) -> int:
+    """A base port P with P..P+n-1 and their bus ports P+10000.. all free right now.
+
+    Random rather than sequential so that parallel labs (two test runs) rarely collide.
+    """
+    r = rng or random.Random()
+    for _ in range(200):
+        base = r.randrange(12000, 55535 - BUS_PORT_OFFSET - n)
+        ports = [base + i for i in range(n)] + [base + BUS_PORT_OFFSET + i for i in range(n)]
+        if all(port_free(p, host) for p in ports):
+            return base
+    raise LabError(f"no free range of {n} ports (+ bus ports) found")
+
+
+@dataclass(frozen=True)
+class View:
+    """One node's view of the cluster: CLUSTER INFO counts and HELLO's healthy peers."""
+
+    known: int  # cluster_known_nodes (includes itself)
+    reachable: int  # cluster_reachable_nodes, shown for diagnosis only
+    ok_peers: int  # other lab nodes HELLO lists with priority 1
+
+    def __repr__(self) -> str:
+        return f"(known={self.known} reachable={self.reachable} ok_peers={self.ok_peers})"
+
+
+def _text(x: object) -> str:
+    return x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)
+
+
+@dataclass
+class LabStats:
+    kills: int = 0
+    restarts: int = 0
+    stops: int = 0
+    pauses: int = 0
+    resumes: int = 0
+    partitions: int = 0
+    heals: int = 0
+    remeets: int = 0
+    crashes: int = 0
+    id_changes: list[str] = field(default_factory=list)
+
+
+class Lab:
+    """A local cluster of ``n`` nodes on RESP ports ``base_port .. base_port+n-1``.
+
+    ``base_port`` 0 or None picks a free range. ``node_cmd`` replaces
+    ``[python, "-m", "disq.node_main"]`` (the conf path is appended), e.g. to run another
+    Disque-compatible server under the same lab.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        base_dir: str | os.PathLike[str],
+        base_port: int | None = None,
+        *,
+        node_timeout_ms: int = 2000,
+        fsync: str = "everysec",
+        python: str = sys.executable,
+        node_cmd: Sequence[str] | None = None,
+        host: str = HOST,
+        start_timeout: float = START_TIMEOUT,
+        form_timeout: float | None = None,
+        extra_conf: Sequence[str] = (),
+    ) -> None:
+        if n < 1:
+            raise ValueError("a lab needs at least one node")
+        if fsync not in ("always", "everysec", "no"):
+            raise ValueError(f"fsync must be always, everysec or no, not {fsync!r}")
+        self.n = n
+        self.base_dir = Path(base_dir).resolve()
+        self.base_port = base_port or find_base_port(n, host)
+        self.node_timeout_ms = node_timeout_ms
+        self.fsync = fsync
+        self.node_cmd = list(node_cmd) if node_cmd else [python, "-m", "disq.node_main"]
+        self.host = host
+        self.start_timeout = start_timeout
+        # Forming needs a few gossip rounds; failure detection works in node timeouts.
+        self.form_timeout = form_timeout or max(30.0, 10 * node_timeout_ms / 1000)
+        self.extra_conf = list(extra_conf)
+        self.nodes = [
+            NodeHandle(i, self.base_port + i, self.base_dir / f"node-{i}", host) for i in range(n)
+        ]
+        self.stats = LabStats()
+        # Wanted drop lists (node index -> indexes it must not talk to); {} means healed.
+        self._drops: dict[int, set[int]] = {}
+        self._lock = threading.RLock()
+        self._log_file: TextIO | None = None
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Lab:
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    def node(self, i: int) -> NodeHandle:
+        return self.nodes[i]
+
+    def start(self) -> None:
+        """Spawn every node, wait until each answers PING, MEET them, wait until formed."""
+        with self._lock:
+            if self._started:
+                raise LabError("the lab is already running")
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.base_dir / "lab.log", "a", buffering=1)
+            atexit.register(self._kill_leftovers)
+            self._started = True
+            try:
+                for node in self.nodes:
+                    self._write_conf(node)
+                    self._spawn(node)
+                deadline = time.monotonic() + self.start_timeout
+                for node in self.nodes:
+                    self._wait_ready(node, deadline)
+                for node in self.nodes:
+                    node.id = self._fetch_id(node)
+                    node.state = UP
+                self._note("ready", ids=[nd.id for nd in self.nodes])
+                self.meet()
+                self.wait_cluster(self.form_timeout)
+            except BaseException:
+                self.stop_all()
+                raise
+
+    def _write_conf(self, node: NodeHandle) -> None:
+        node.dir.mkdir(parents=True, exist_ok=True)
+        node.data_dir.mkdir(exist_ok=True)
+        lines = [
+            f"port {node.port}",
+            f"bind {node.host}",
+            # Absolute paths: Disque chdirs into ``dir`` while reading the file, so a relative
+            # ``logfile`` after it would land in the data dir; absolute is unambiguous.
+            f"dir {_conf_arg(node.data_dir)}",
+            "appendonly yes",
+            f"appendfsync {self.fsync}",
+            f"cluster-node-timeout {self.node_timeout_ms}",
+            "loglevel notice",
+            f"logfile {_conf_arg(node.log_path)}",
+            *self.extra_conf,
+        ]
+        node.conf_path.write_text("\n".join(lines) + "\n")
+
+    def _spawn(self, node: NodeHandle) -> None:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        # The node must import this checkout's disq even when the venv lacks the editable
+        # install; the checkout goes first.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        node.starts += 1
+        with open(node.stdout_path, "ab") as out:
+            out.write(f"\n=== lab: start #{node.starts} at {time.ctime()} ===\n".encode())
+            out.flush()
+            node.proc = subprocess.Popen(
+                [*self.node_cmd, str(node.conf_path)],
+                cwd=node.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        node.state = NEW
+        self._note("spawn", node=node.index, pid=node.proc.pid, port=node.port)
+
+    def _wait_ready(self, node: NodeHandle, deadline: float) -> None:
+        while True:
+            assert node.proc is not None
+            code = node.proc.poll()
+            if code is not None:
+                raise LabError(
+                    f"node {node.index} (port {node.port}) exited with {code} while starting\n"
+                    + node.log_tail()
+                )
+            try:
+                if node.call("PING", timeout=1.0) == "PONG":
+                    return
+            except (OSError, RespError):
+                pass
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"node {node.index} (port {node.port}) did not answer PING in time\n"
+                    + node.log_tail()
+                )
+            time.sleep(0.05)
+
+    def _fetch_id(self, node: NodeHandle) -> str:
+        reply = node.call("CLUSTER", "MYID")
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def meet(self) -> None:
+        """``CLUSTER MEET`` every other node from node 0; gossip does the rest."""
+        first = self.nodes[0]
+        for other in self.nodes[1:]:
+            first.call("CLUSTER", "MEET", other.host, other.port)
+        self._note("meet", via=0)
+
+    # -- observing ------------------------------------------------------------------------
+
+    def cluster_info(self, i: int, timeout: float = 2.0) -> dict[str, str]:
+        reply = self.nodes[i].call("CLUSTER", "INFO", timeout=timeout)
+        assert isinstance(reply, bytes | str)
+        return info_fields(reply)
+
+    def info(self, i: int, section: str = "", timeout: float = 2.0) -> dict[str, str]:
+        args = ("INFO", section) if section else ("INFO",)
+        reply = self.nodes[i].call(*args, timeout=timeout)
+        assert isinstance(reply, bytes | str)
+        return info_fields(reply)
+
+    def hello(self, i: int, timeout: float = 2.0) -> dict[str, int]:
+        """Node ``i``'s HELLO as {node id: priority} (1 ok, 5 no link, 10 PFAIL, 100 FAIL)."""
+        reply = self.nodes[i].call("HELLO", timeout=timeout)
+        if not isinstance(reply, list) or len(reply) < 2:
+            raise LabError(f"node {i}: odd HELLO reply {reply!r}")
+        # Port and priority come as bulk strings (Disque's addReplyBulkLongLong).
+        return {_text(e[0]): int(e[3]) for e in reply[2:]}
+
+    def membership(self) -> dict[int, View | str]:
+        """Per node: what it reports (:class:`View`), or why it could not be asked."""
+        ids = {nd.id for nd in self.nodes}
+        out: dict[int, View | str] = {}
+        for node in self.nodes:
+            if node.state != UP:
+                out[node.index] = node.state
+                continue
+            try:
+                f = self.cluster_info(node.index)
+                prio = self.hello(node.index)
+                out[node.index] = View(
+                    known=int(f.get("cluster_known_nodes", -1)),
+                    reachable=int(f.get("cluster_reachable_nodes", -1)),
+                    ok_peers=sum(1 for nid, p in prio.items() if p == 1 and nid in ids)
+                    - (1 if prio.get(node.id or "") == 1 else 0),
+                )
+            except (OSError, RespError, ValueError, LabError, IndexError, TypeError) as exc:
+                out[node.index] = f"error: {exc}"
+        return out
+
+    def is_whole(self) -> tuple[bool, dict[int, View | str]]:
+        """Whole = every node up, knowing all n nodes, and seeing its n-1 peers as ok.
+
+        "Ok" is read from HELLO (priority 1 for each other node's id), not from
+        ``cluster_reachable_nodes``, because whether that count includes the node itself
+        is easy to get wrong (Disque's does not: ``clusterUpdateReachableNodes`` skips
+        ``CLUSTER_NODE_MYSELF``); by id there is nothing to interpret.
+        """
+        m = self.membership()
+        whole = all(
+            isinstance(v, View) and v.known == self.n and v.ok_peers == self.n - 1
+            for v in m.values()
+        )
+        return whole, m
+
+    def wait_cluster(
+        self, timeout: float | None = None, *, remeet_after: float | None = None
+    ) -> None:
+        """Wait until :meth:`is_whole`; raise LabError with every node's view on timeout.
+
+        If a node still does not know everyone after ``remeet_after`` seconds (a restarted
+        node that did not keep its peer list), MEET it to all, once, and count it in
+        ``stats.remeets``: the run goes on, and the count shows up in the report.
+        """
+        with self._lock:
+            timeout = self.form_timeout if timeout is None else timeout
+            if remeet_after is None:
+                remeet_after = max(5.0, 3 * self.node_timeout_ms / 1000)
+            start = time.monotonic()
+            remet = False
+            while True:
+                whole, m = self.is_whole()
+                if whole:
+                    self._note("whole", after_s=round(time.monotonic() - start, 2))
+                    return
+                elapsed = time.monotonic() - start
+                if not remet and elapsed >= remeet_after:
+                    remet = True
+                    self._remeet(m)
+                if elapsed >= timeout:
+                    raise LabError(
+                        f"cluster not whole after {timeout:.0f}s, want known={self.n} "
+                        f"ok_peers={self.n - 1} everywhere: {m}"
+                    )
+                time.sleep(0.1)
+
+    def _remeet(self, m: dict[int, View | str]) -> None:
+        for i, v in m.items():
+            if isinstance(v, View) and v.known < self.n:
+                for other in self.nodes:
+                    if other.index != i and other.state == UP:
+                        with contextlib.suppress(OSError, RespError):
+                            self.nodes[i].call("CLUSTER", "MEET", other.host, other.port)
+                self.stats.remeets += 1
+                self._note("remeet", node=i, view=v)
+
+    def check_crashes(self) -> list[int]:
+        """Nodes that exited while the lab believed them up (marked CRASHED, counted)."""
+        crashed = []
+        with self._lock:
+            for node in self.nodes:
+                if node.state in (UP, PAUSED) and not node.is_running():
+                    assert node.proc is not None
+                    node.state = CRASHED
+                    self.stats.crashes += 1
+                    crashed.append(node.index)
+                    self._note("crash", node=node.index, code=node.proc.returncode)
+        return crashed
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether some link is currently cut (by :meth:`partition`)."""
+        return bool(self._drops)
+
+    def down(self) -> list[int]:
+        """Nodes not serving right now (killed, paused, stopped, crashed)."""
+        return [nd.index for nd in self.nodes if nd.state != UP]
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def kill9(self, i: int) -> None:
+        with self._lock:
+            node = self.nodes[i]
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGKILL)  # works on a SIGSTOPped process too
+                node.proc.wait()
+            node.state = KILLED
+            self.stats.kills += 1
+            self._note("kill9", node=i)
+
+    def stop(self, i: int, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM (clean shutdown), SIGKILL if it does not exit within ``timeout``."""
+        with self._lock:
+            node = self.nodes[i]
+            self._terminate([node], timeout)
+            node.state = STOPPED
+            self.stats.stops += 1
+            self._note("stop", node=i, code=node.proc.returncode if node.proc else None)
+
+    def restart(self, i: int, timeout: float | None = None) -> None:
+        """Start node ``i`` again with the same conf and dir; stops it first if running.
+
+        Waits until it answers PING, checks that it kept its node id, and re-applies the
+        current partition to it.
+        """
+        with self._lock:
+            node = self.nodes[i]
+            if node.is_running():
+                self._terminate([node], STOP_TIMEOUT)
+            self._spawn(node)
+            self._wait_ready(node, time.monotonic() + (timeout or self.start_timeout))
+            new_id = self._fetch_id(node)
+            if node.id is not None and new_id != node.id:
+                # Same data dir must mean same identity; record it loudly, keep going.
+                msg = f"node {i} changed id on restart: {node.id} -> {new_id}"
+                self.stats.id_changes.append(msg)
+                self._note("id-change", node=i, old=node.id, new=new_id)
+            node.id = new_id
+            node.state = UP
+            self.stats.restarts += 1
+            self._note("restart", node=i, pid=node.pid)
+            if self._drops.get(i):
+                self._apply_drops(i)
+
+    def pause(self, i: int) -> None:
+        with self._lock:
+            node = self.nodes[i]
+            if node.proc is None or node.state != UP:
+                raise LabError(f"node {i} is {node.state}, cannot pause it")
+            node.proc.send_signal(signal.SIGSTOP)
+            node.state = PAUSED
+            self.stats.pauses += 1
+            self._note("pause", node=i)
+
+    def resume(self, i: int) -> None:
+        with self._lock:
+            node = self.nodes[i]
+            if node.proc is None or node.state != PAUSED:
+                raise LabError(f"node {i} is {node.state}, not paused")
+            node.proc.send_signal(signal.SIGCONT)
+            node.state = UP
+            self.stats.resumes += 1
+            self._note("resume", node=i)
+            # The partition may have changed while it was stopped: tell it the current one.
+            self._apply_drops(i)
+
+    def partition(self, groups: Iterable[Iterable[int]]) -> None:
+        """Cut every link between nodes of different groups (both directions).
+
+        Nodes named in no group form one more group together. ``partition([[0, 1], [2]])``
+        on 5 nodes gives {0,1} | {2} | {3,4}.
+        """
+        with self._lock:
+            gs = [set(g) for g in groups]
+            named: set[int] = set()
+            for g in gs:
+                if named & g:
+                    raise ValueError(f"node(s) {sorted(named & g)} in more than one group")
+                if any(not 0 <= i < self.n for i in g):
+                    raise ValueError(f"group {sorted(g)} names a node outside 0..{self.n - 1}")
+                named |= g
+            rest = set(range(self.n)) - named
+            if rest:
+                gs.append(rest)
+            everyone = set(range(self.n))
+            self._drops = {i: everyone - g for g in gs for i in g if everyone - g}
+            self.stats.partitions += 1
+            self._note("partition", groups=[sorted(g) for g in gs])
+            self._apply_all()
+
+    def heal(self) -> None:
+        """Restore every link (``DEBUG DROP-PEERS`` with no ids on every live node)."""
+        with self._lock:
+            self._drops = {}
+            self.stats.heals += 1
+            self._note("heal")
+            self._apply_all()
+
+    def _apply_all(self) -> None:
+        # Tell every node even if one fails, so a half-applied cut stays as small as possible.
+        errors = []
+        for i in range(self.n):
+            try:
+                self._apply_drops(i)
+            except LabError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise LabError("; ".join(errors))
+
+    def _apply_drops(self, i: int) -> None:
+        node = self.nodes[i]
+        if node.state != UP:
+            return  # killed: a fresh process starts healed; paused: told on resume
+        ids = []
+        for j in sorted(self._drops.get(i, ())):
+            peer_id = self.nodes[j].id
+            if peer_id is None:
+                raise LabError(f"node {j} has no known id yet")
+            ids.append(peer_id)
+        try:
+            node.call("DEBUG", "DROP-PEERS", *ids, timeout=5.0)
+        except (OSError, RespError) as exc:
+            self._note("drop-peers-failed", node=i, error=str(exc))
+            raise LabError(f"DEBUG DROP-PEERS on node {i} failed: {exc}") from exc
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def _terminate(self, nodes: Sequence[NodeHandle], timeout: float) -> None:
+        """SIGCONT + SIGTERM all, then wait; SIGKILL whatever is left at the deadline."""
+        live = [nd for nd in nodes if nd.is_running()]
+        for nd in live:
+            assert nd.proc is not None
+            # A stopped process keeps SIGTERM pending until continued.
+            nd.proc.send_signal(signal.SIGCONT)
+            nd.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for nd in live:
+            assert nd.proc is not None
+            try:
+                nd.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._note("sigterm-timeout", node=nd.index)
+                nd.proc.kill()
+                nd.proc.wait()
+
+    def stop_all(self, timeout: float = STOP_TIMEOUT) -> None:
+        with self._lock:
+            if not self._started:
+                return
+            self._terminate(self.nodes, timeout)
+            for nd in self.nodes:
+                nd.state = STOPPED
+            self._note("stop-all")
+            atexit.unregister(self._kill_leftovers)
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+            self._started = False
+
+    def _kill_leftovers(self) -> None:
+        # Last resort if the lab's owner died without stop_all: no orphan nodes.
+        for nd in self.nodes:
+            if nd.is_running():
+                assert nd.proc is not None
+                with contextlib.suppress(OSError):
+                    nd.proc.kill()
+
+    def _note(self, what: str, **kv: object) -> None:
+        if self._log_file is None:
+            return
+        fields = " ".join(f"{k}={v}" for k, v in kv.items())
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+        self._log_file.write(f"{stamp} {what} {fields}\n")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cluster.lab", description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--base-port", type=int, default=0, help="first RESP port (default: free)")
+    p.add_argument("--dir", help="lab directory (default: a new temporary directory)")
+    p.add_argument("--node-timeout", type=int, default=2000, help="cluster-node-timeout, ms")
+    p.add_argument("--fsync", choices=("always", "everysec", "no"), default="everysec")
+    p.add_argument("--node-cmd", help="command that runs a node (conf path appended)")
+    args = p.parse_args(argv)
+    base_dir = args.dir or tempfile.mkdtemp(prefix="disq-lab-")
+    lab = Lab(
+        args.nodes,
+        base_dir,
+        args.base_port or None,
+        node_timeout_ms=args.node_timeout,
+        fsync=args.fsync,
+        node_cmd=shlex.split(args.node_cmd) if args.node_cmd else None,
+    )
+    print(f"starting {args.nodes} nodes in {lab.base_dir} ...", flush=True)
+    # SIGTERM (e.g. from a supervisor) stops the cluster like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with lab:
+            print(f"{'node':>4}  {'resp':>5}  {'bus':>5}  {'pid':>7}  id")
+            for nd in lab.nodes:
+                print(f"{nd.index:>4}  {nd.port:>5}  {nd.bus_port:>5}  {nd.pid:>7}  {nd.id}")
+            print(f"logs: {lab.base_dir}/node-*/node.log   try: redis-cli -p {lab.base_port} HELLO")
+            print("Ctrl-C stops the cluster.", flush=True)
+            while True:
+                time.sleep(1.0)
+                for i in lab.check_crashes():
+                    print(f"node {i} exited unexpectedly:\n{lab.node(i).log_tail(10)}", flush=True)
+    except KeyboardInterrupt:
+        print("\nstopping ...", flush=True)
+    except LabError as exc:
+        print(f"lab failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The total-queue checker of the cluster lab (cluster/checker.py): pure history cases."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# ``cluster/`` is a top-level directory of the checkout, not part of the installed package.
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from cluster.checker import Event, check  # noqa: E402
+
+
+def add(value: int, outcome: str | None = "ok", **kv: Any) -> list[dict[str, Any]]:
+    """An add-invoke followed by its completion (``None``: never completed)."""
+    evs: list[dict[str, Any]] = [{"type": "add-invoke", "value": value}]
+    if outcome is not None:
+        evs.append({"type": f"add-{outcome}", "value": value, **kv})
+    return evs
+
+
+def deq(value: int | str) -> dict[str, Any]:
+    return {"type": "dequeue-ok", "value": value}
+
+
+def test_empty_history_is_valid() -> None:
+    r = check([])
+    assert r.valid
+    assert (r.attempted, r.acknowledged, r.delivered, r.lost) == (0, 0, 0, 0)
+
+
+def test_every_acknowledged_value_delivered_once() -> None:
+    h = [*add(1, id="D-1"), *add(2, id="D-2"), deq(2), deq(1)]
+    r = check(h)
+    assert r.valid
+    assert r.attempted == r.acknowledged == r.delivered == r.deliveries == 2
+    assert r.lost == r.duplicated == r.unexpected == r.indeterminate == 0
+
+
+def test_lost_acknowledged_value_makes_the_history_invalid() -> None:
+    h = [*add(1), *add(2), *add(3), deq(1)]
+    r = check(h)
+    assert not r.valid
+    assert r.lost == 2
+    assert r.lost_values == [2, 3]
+    assert "lost" in r.summary() and "INVALID" in r.summary()
+
+
+def test_duplicates_are_counted_but_allowed() -> None:
+    h = [*add(1), *add(2), deq(1), deq(1), deq(1), deq(2)]
+    r = check(h)
+    assert r.valid
+    assert r.delivered == 2
+    assert r.deliveries == 4
+    assert r.duplicated == 1
+    assert r.duplicate_deliveries == 2
+    assert r.duplicated_sample == {"1": 3}
+
+
+def test_unexpected_value_makes_the_history_invalid() -> None:
+    h = [*add(1), deq(1), deq(99), deq("garbage")]
+    r = check(h)
+    assert not r.valid
+    assert r.lost == 0
+    assert r.unexpected == 2
+    assert r.unexpected_values == [99, "garbage"]  # ints first, then the rest
+
+
+def test_indeterminate_values_may_or_may_not_be_delivered() -> None:
+    h = [
+        *add(1, "info", error="NOREPL Timeout reached"),  # delivered: recovered
+        *add(2, "info", error="TimeoutError"),  # never delivered: fine, not lost
+        *add(3, None),  # invoked, no completion at all: indeterminate too
+        deq(1),
+    ]
+    r = check(h)
+    assert r.valid
+    assert r.attempted == 3
+    assert r.acknowledged == 0
+    assert r.indeterminate == 3
+    assert r.recovered == 1
+    assert r.lost == 0
+
+
+def test_failed_adds_are_not_lost_and_a_delivered_one_is_flagged() -> None:
+    h = [*add(1, "fail", error="connect refused"), *add(2, "fail"), deq(2)]
+    r = check(h)
+    assert r.valid
+    assert r.failed == 2
+    assert r.lost == 0
+    assert r.recovered == 0
+    assert r.failed_but_delivered == 1
+    assert r.failed_but_delivered_values == [2]
+    assert "WARNING" in r.summary()
+
+
+def test_completion_without_invoke_still_counts_as_attempted() -> None:
+    # A history cut at the front (or recorded by another tool) may lack invokes.
+    r = check([{"type": "add-ok", "value": 5}, deq(5)])
+    assert r.valid and r.attempted == 1 and r.acknowledged == 1
+
+
+def test_other_event_types_are_ignored() -> None:
+    h = [
+        {"type": "nemesis", "f": "kill", "node": 2},
+        *add(1),
+        {"type": "dequeue-error", "error": "refused"},
+        deq(1),
+        {"type": "ack-fail", "ids": ["D-1"]},
+    ]
+    assert check(h).valid
+
+
+def test_event_objects_and_dicts_are_equivalent() -> None:
+    evs = [Event("add-invoke", 1), Event("add-ok", 1, id="D-x", node=0), Event("dequeue-ok", 7)]
+    r = check(evs)
+    assert (r.lost, r.unexpected) == (1, 1)
+    assert check([e.to_dict() for e in evs]).to_dict() == r.to_dict()
+
+
+def test_event_without_value_is_rejected() -> None:
+    with pytest.raises(ValueError, match="without a value"):
+        check([{"type": "dequeue-ok"}])
+
+
+def test_report_is_json_serialisable() -> None:
+    h = [*add(1), *add(2, "info"), deq(1), deq(1), deq(2), deq(42)]
+    r = check(h)
+    back = json.loads(json.dumps(r.to_dict()))
+    assert back["duplicated"] == 1
+    assert back["recovered"] == 1
+    assert back["unexpected_values"] == [42]
+    assert back["valid"] is False
+
+
+def test_the_jepsen_mix() -> None:
+    """A realistic blend: ok / NOREPL / refused adds, duplicates, one loss."""
+    h: list[dict[str, Any]] = []
+    for v in range(1, 101):
+        outcome = "ok" if v % 10 else "info"
+        if v % 25 == 0:
+            outcome = "fail"
+        h += add(v, outcome)
+    for v in range(1, 101):
+        if v in (37,):  # acknowledged and never seen again
+            continue
+        if v % 10 == 0 and v % 20 == 0:  # half of the NOREPLs survived
+            continue
+        if v % 25 == 0:
+            continue
+        h.append(deq(v))
+        if v % 7 == 0:
+            h.append(deq(v))  # redelivered after RETRY
+    r = check(h)
+    assert r.attempted == 100
+    assert r.failed == 4  # 25, 50, 75, 100
+    assert r.acknowledged == 100 - 10 - 2  # 10 multiples of 10, plus 25 and 75
+    assert r.lost == 1 and r.lost_values == [37]
+    assert r.indeterminate == 100 - r.acknowledged - r.failed
+    assert r.indeterminate == 8  # 10, 20, 30, 40, 60, 70, 80, 90
+    assert r.recovered == 4  # the NOREPLs that were not multiples of 20: 10, 30, 70, 90
+    assert r.duplicated == len([v for v in range(7, 101, 7) if v != 37 and v % 25])
