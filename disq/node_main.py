@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             "joins": joins,
             "requirepass": args.requirepass,
             "state_dir": data_dir,
+            "beanstalk_replicate": args.beanstalk_replicate,
         }
 
     # The sockets listen: now the heavy imports.
@@ -201,6 +202,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "joins": [],
         "requirepass": st.requirepass,
         "state_dir": str(st.dir),
+        "beanstalk_replicate": st.beanstalk_replicate,
         "config_store": store,
         "aof_enqueue_once": st.aof_enqueue_jobs_once,
         "logfile": str(st.logfile_path) if st.logfile_path else None,

@@ -34,6 +34,8 @@ from disq.core.djob import (
     ACTIVE,
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
     DELIVERED,
     QUEUED,
     STATE_NAMES,
@@ -44,6 +46,7 @@ from disq.core.dqueue import DQueue
 from disq.core.messages import (
     PAUSE_IN,
     PAUSE_OUT,
+    BeanstalkUpdate,
     DelJob,
     Enqueue,
     GotAck,
@@ -82,6 +85,11 @@ CRON_IDLE_MS = 1000
 TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recently
 TOMBSTONE_MAX = 200_000
 MAX_TICK_JOBS = 10_000  # bounded batches: a mass expiry never stalls the loop
+# Beanstalk jobs have no TTL; their cluster records live "forever" (fits the u32 wire field).
+BEANSTALK_TTL_S = 100 * 365 * 86400
+# Replicas ask the owner of a beanstalk job whether it still holds it (WILLQUEUE) every
+# max(TTR, this): a TTR of 1 s would otherwise mean one question per job per second.
+BEANSTALK_MIN_RETRY_S = 5
 
 NOREPL_NODES = "Not enough reachable nodes for the requested replication level"
 NOREPL_NODES_LOCAL = (
@@ -142,6 +150,13 @@ class ClusterCore:
         self.max_memory_bytes = 0  # 0: no limit
         self.used_bytes = 0  # bodies + a fixed per-job estimate
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
+        # Beanstalk bridge outboxes (drained by the node): jobs this node takes over from a
+        # lost owner (put them in the engine, then call ``adopted``), engine ids whose
+        # cluster record is gone (drop them from the engine), and owned records restored
+        # from the AOF (link them to their engine jobs).
+        self.takeovers: list[DJob] = []
+        self.beanstalk_dropped: list[int] = []
+        self.relinks: list[DJob] = []
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -208,6 +223,9 @@ class ClusterCore:
             additional_deliveries=j.add_deliveries,
             nodes_delivered=sorted(j.delivered),
             priority=j.priority,
+            beanstalk=bool(j.flags & BEANSTALK_ORIGIN),
+            bstate=j.bstate,
+            beanstalk_id=j.bid,
         )
 
     def _log_job(self, j: DJob, now_ms: int) -> None:
@@ -256,6 +274,9 @@ class ClusterCore:
                 self.replies.append((token, DisqueError("NOREPL", NOREPL_EXPIRED)))
             j.state = ACTIVE
             self._broadcast_del(j)
+        if j.flags & BEANSTALK_OWNED and j.bid:
+            self.beanstalk_dropped.append(j.bid)
+            j.bid = 0
         self._forget(j)
         self._tombstone(j.id, now_ms)
 
@@ -273,6 +294,8 @@ class ClusterCore:
         """enqueueJob: queue the job here; QUEUED goes out on every enqueue but the first."""
         if j.state == QUEUED or j.state == ACKED or j.state == WAIT_REPL:
             return False
+        if j.flags & BEANSTALK_ORIGIN:
+            return False  # lives in a beanstalk engine, never in a Disque queue
         if j.retry_s == 0 and j.flags & DELIVERED:
             return False  # at-most-once: never queue again once delivered
         if j.flags & BCAST_QUEUED or nack:
@@ -353,6 +376,10 @@ class ClusterCore:
         if token is not None:
             self._adds.pop(token, None)
             self.replies.append((token, j.id))
+        if j.flags & BEANSTALK_OWNED:
+            self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
+            self._update_awake(j)
+            return
         if self.my_id not in j.delivered:
             # External replication: one of the holders queues it, this node forgets it.
             holders = sorted(j.delivered)
@@ -839,6 +866,87 @@ class ClusterCore:
     def blocked_clients(self) -> int:
         return len(self._gets) + len(self._adds)
 
+    # ================================================================== beanstalk jobs
+    def add_beanstalk(
+        self,
+        now_ms: int,
+        token: int,
+        tube: str,
+        body: bytes,
+        *,
+        priority: int,
+        ttr_s: int,
+        delay_s: int,
+        repl: int,
+        timeout_ms: int,
+        bid: int,
+    ) -> tuple[str, bool]:
+        """A beanstalk put (already in the local engine as ``bid``) replicated to ``repl``
+        nodes. Returns (cluster id, pending); when pending, the id or a NOREPL error comes
+        in ``replies`` under ``token``. On NOREPL the engine job is dropped (see
+        ``beanstalk_dropped``): the client was never told INSERTED."""
+        additional = repl - 1
+        if additional > len(self.view.reachable_peers()):
+            raise DisqueError("NOREPL", NOREPL_NODES)
+        ctime = now_ms * 1_000_000
+        if ctime <= self._prev_ctime:
+            ctime = self._prev_ctime + 1
+        self._prev_ctime = ctime
+        retry = max(ttr_s, BEANSTALK_MIN_RETRY_S)
+        job_id = ids.make_job_id(self.my_id, self.rng, BEANSTALK_TTL_S, retry)
+        j = DJob(job_id, tube, body, repl, ctime, delay_s, retry, now_ms + BEANSTALK_TTL_S * 1000)
+        j.flags |= BEANSTALK_ORIGIN | BEANSTALK_OWNED
+        j.priority = priority
+        j.bid = bid
+        j.delivered.add(self.my_id)
+        self._register(j)
+        if additional <= 0:
+            j.state = ACTIVE
+            self._log_job(j, now_ms)
+            return job_id, False
+        j.confirmed = {self.my_id}
+        backoff = REPL_RETRY_MIN_MS
+        wait = _AddWait(job_id, now_ms + timeout_ms, now_ms + backoff, backoff)
+        self._adds[token] = wait
+        self._add_by_job[job_id] = token
+        heapq.heappush(self._repl_timers, (wait.next_repl_ms, token))
+        heapq.heappush(self._client_timers, (wait.deadline_ms, token))
+        self._replicate(j, additional, now_ms)
+        return job_id, True
+
+    def beanstalk_update(self, now_ms: int, job_id: str, bstate: int, priority: int) -> None:
+        """The owner's engine buried, kicked or re-prioritised the job: tell the holders."""
+        j = self.jobs.get(job_id)
+        if j is None or not j.flags & BEANSTALK_OWNED:
+            return
+        j.bstate, j.priority = bstate, priority
+        for node in j.delivered:
+            self._send(node, BeanstalkUpdate(j.id, bstate, priority))
+
+    def beanstalk_deleted(self, now_ms: int, job_id: str) -> None:
+        """The owner's engine deleted the job: every copy goes (DELJOB, as FASTACK)."""
+        j = self.jobs.get(job_id)
+        if j is None or not j.flags & BEANSTALK_OWNED:
+            return
+        j.bid = 0  # the engine job is gone already
+        self._delete_from_cluster(j, now_ms)
+
+    def _take_over(self, j: DJob) -> None:
+        """The owner did not answer WILLQUEUE: this holder becomes the owner. QUEUED tells
+        the other holders, who postpone (two takeovers at once mean a duplicate, which
+        at-least-once allows)."""
+        j.flags = (j.flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
+        j.qtime_ms = 0
+        self.takeovers.append(j)
+        for node in j.delivered:
+            self._send(node, Queued(j.id))
+
+    def adopted(self, now_ms: int, j: DJob, bid: int) -> None:
+        """The engine took over ``j`` as ``bid``."""
+        j.bid = bid
+        if self.jobs.get(j.id) is j:
+            self._log_job(j, now_ms)
+
     # ================================================================== blocked clients
     def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
         while q.blocked and q.skiplist and not q.paused_out:
@@ -962,6 +1070,9 @@ class ClusterCore:
         j.delivered = set(d.nodes_delivered)
         j.delivered.add(self.my_id)
         j.priority = d.priority
+        if d.beanstalk:
+            j.flags |= BEANSTALK_ORIGIN
+            j.bstate = d.bstate
         if d.retry_s:
             j.flags |= BCAST_WILLQUEUE
             j.qtime_ms = now_ms + (d.delay_s + d.retry_s) * 1000 + self._jitter()
@@ -1011,7 +1122,7 @@ class ClusterCore:
             return
         if j.state == ACKED:
             self._send(sender, SetAck(j.id, len(j.delivered)))
-        elif j.state == QUEUED:
+        elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
             self._send(sender, Queued(j.id))
 
     def _on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
@@ -1108,6 +1219,15 @@ class ClusterCore:
             self._dequeue(j)
         self._postpone(j, now_ms)
 
+    def _on_beanstalk_update(self, now_ms: int, sender: str, msg: BeanstalkUpdate) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None or j.flags & BEANSTALK_OWNED:
+            return
+        j.bstate = msg.bstate
+        j.priority = msg.priority
+        self._log_job(j, now_ms)  # a restarted holder must restore it as the owner left it
+        self._postpone(j, now_ms)
+
     def _on_pause(self, now_ms: int, sender: str, msg: Pause) -> None:
         q = self._queue(msg.queue, now_ms)
         q.pause = msg.flags & (PAUSE_IN | PAUSE_OUT)
@@ -1164,7 +1284,10 @@ class ClusterCore:
             j.flags &= ~BCAST_WILLQUEUE
         if j.state == ACTIVE and j.qtime_ms and j.qtime_ms <= now_ms:
             q = self.queues.get(j.queue)
-            if q is not None and q.paused_in and j.retry_s:
+            if j.flags & BEANSTALK_ORIGIN:
+                if not j.flags & BEANSTALK_OWNED:
+                    self._take_over(j)
+            elif q is not None and q.paused_in and j.retry_s:
                 j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
             elif self._enqueue(j, now_ms):
                 self.stats["jobs_requeued"] += 1
@@ -1247,10 +1370,16 @@ class ClusterCore:
             rel.ttl_remaining_s = max(1, (d.ttl_remaining_s - now_ms) // 1000)
             j = self._job_from_data(rel, now_ms)
             j.etime_ms = d.ttl_remaining_s
+            if d.beanstalk and d.beanstalk_id:
+                # This node owned it: the engine's AOF has the live job under that id.
+                j.flags = (j.flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
+                j.bid = d.beanstalk_id
+                j.qtime_ms = 0
+                self.relinks.append(j)
             if j.ctime > self._prev_ctime and ids.node_prefix(j.id) == self.my_id[:8]:
                 self._prev_ctime = j.ctime
             self._register(j)
-            if self.aof_enqueue_once:
+            if self.aof_enqueue_once and not j.flags & BEANSTALK_ORIGIN:
                 self._enqueue(j, now_ms)
         self.aof_enqueue_once = False
 
@@ -1276,4 +1405,5 @@ ClusterCore._handlers = {
     YourJobs: ClusterCore._on_yourjobs,
     Working: ClusterCore._on_working,
     Pause: ClusterCore._on_pause,
+    BeanstalkUpdate: ClusterCore._on_beanstalk_update,
 }

@@ -20,6 +20,10 @@ STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
 BCAST_QUEUED = 1  # broadcast QUEUED when this node re-queues the job
 BCAST_WILLQUEUE = 2  # wake 500 ms before the requeue to ask the others (WILLQUEUE)
 DELIVERED = 4  # this node delivered the job at least once
+# disq: beanstalk jobs replicated through the cluster (issue: beanstalk door in a cluster).
+BEANSTALK_ORIGIN = 8  # put through a beanstalk door; a takeover puts it in the local engine
+BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``): this record
+# only answers the holders (WILLQUEUE -> QUEUED) and tells them of changes and deletion
 
 DEFAULT_PRIORITY = 1024
 
@@ -28,7 +32,9 @@ class DJob:
     __slots__ = (
         "add_deliveries",
         "awake_ms",
+        "bid",
         "body",
+        "bstate",
         "confirmed",
         "ctime",
         "delay_s",
@@ -75,6 +81,8 @@ class DJob:
         self.awake_ms = 0  # when the timer next looks at the job
         self.gc_retry = 0
         self.priority = DEFAULT_PRIORITY
+        self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
+        self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
 
     @property
     def queue_key(self) -> tuple[int, str]:

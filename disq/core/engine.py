@@ -43,6 +43,10 @@ TICK_BATCH = 10_000  # due timers handled per tick, so a mass expiry never stall
 # What a job costs besides its body, for --max-memory accounting: the Job object, its dict
 # entry, its index entries and the int keys (measured on CPython 3.11, see benchmarks.md).
 JOB_OVERHEAD_BYTES = 420
+# cluster_events kinds: a replicated job changed (bury, kick, release with a new priority or
+# delay) or was deleted.
+EV_UPDATE = 1
+EV_DELETE = 2
 
 
 @dataclass
@@ -85,7 +89,10 @@ class Engine:
         self._timer_seq = 0
         self.tubes_with_waiters: dict[Tube, None] = {}
         self.aof_out: list[bytes] = []
-        self.wakeups: list[tuple[Session, Job | str]] = []
+        # Replicated jobs (job.cluster set) whose state the holders must learn: (event, job).
+        self.cluster_events: list[tuple[int, Job]] = []
+        # int results: a replicated put confirmed (INSERTED <id>), delivered by the cluster.
+        self.wakeups: list[tuple[Session, Job | str | int]] = []
         # Global counters (beanstalkd `stats`); per-command counters live with the door.
         self.ready_count = 0
         self.urgent_count = 0
@@ -231,6 +238,45 @@ class Engine:
             self.aof_out.append(_frame(records.REC_PUT, records.encode_put(job)))
         return job_id
 
+    def adopt(
+        self, tube_name: str, body: bytes, pri: int, ttr_ms: int, buried: bool, now_ms: int
+    ) -> Job:
+        """A replicated job whose owner was lost becomes this node's (cluster takeover): a new
+        local id, ready (or buried, as the owner last reported), logged like a put."""
+        tube = self._tube(tube_name)
+        job_id = self.next_id
+        self.next_id = job_id + 1
+        job = Job(job_id, tube, body, pri, 0, max(ttr_ms, MIN_TTR_MS), now_ms)
+        self.jobs[job_id] = job
+        self.used_bytes += len(body) + JOB_OVERHEAD_BYTES
+        tube.total_jobs += 1
+        self.total_jobs += 1
+        if buried:
+            self._make_buried(job)
+        else:
+            self._make_ready(job)
+        if self.persist:
+            self.aof_out.append(_frame(records.REC_PUT, records.encode_put(job)))
+        if not buried and tube.waiting:
+            self._process_queue(now_ms)
+        return job
+
+    def drop(self, job_id: int) -> bool:
+        """Remove a job whatever its state (the cluster deleted it: acked or expired through
+        another node, or its replication failed). A reserving client later gets NOT_FOUND."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        if job.state == RESERVED and job.reserver is not None:
+            self._unreserve(job.reserver, job)
+        else:
+            self._take_out(job)
+        self._forget(job)
+        job.cluster = None
+        if self.persist:
+            self.aof_out.append(_frame(records.REC_DELETE, records.encode_delete(job_id)))
+        return True
+
     def spend_id(self, s: Session) -> None:
         """A put whose body lacked its CRLF: beanstalkd had already made the job."""
         if not s.is_producer:
@@ -328,6 +374,8 @@ class Engine:
         return job
 
     def _log_update(self, job: Job) -> None:
+        if job.cluster is not None:
+            self.cluster_events.append((EV_UPDATE, job))
         if self.persist:
             self.aof_out.append(_frame(records.REC_UPDATE, records.encode_update(job)))
 
@@ -351,6 +399,8 @@ class Engine:
         del self.jobs[job_id]
         self.used_bytes -= len(job.body) + JOB_OVERHEAD_BYTES
         tube.cmd_delete += 1
+        if job.cluster is not None:
+            self.cluster_events.append((EV_DELETE, job))
         if self.persist:
             self.aof_out.append(_frame(records.REC_DELETE, records.encode_delete(job_id)))
         if tube is not self.default_tube:

@@ -68,6 +68,9 @@ class JobData:
     additional_deliveries: int = 0
     nodes_delivered: list[str] = field(default_factory=list)
     priority: int = 1024
+    beanstalk: bool = False  # put through a beanstalk door (a takeover puts it back there)
+    bstate: int = 0  # the owner's last reported beanstalk state (0 ready, 3 buried)
+    beanstalk_id: int = 0  # the owner's numeric alias
 
 
 @dataclass(slots=True)
@@ -130,6 +133,13 @@ class Working:
     job_id: str
 
 
+@dataclass(slots=True)
+class BeanstalkUpdate:
+    job_id: str
+    bstate: int
+    priority: int
+
+
 PAUSE_IN = 1
 PAUSE_OUT = 2
 
@@ -154,6 +164,7 @@ JobMessage = (
     | YourJobs
     | Working
     | Pause
+    | BeanstalkUpdate
 )
 Message = MembershipMessage | JobMessage
 

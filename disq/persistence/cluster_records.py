@@ -7,8 +7,9 @@ LOADJOB twice or a DELJOB for an unknown id is harmless, so the incremental rewr
 interleave snapshot and live records.
 
 LOADJOB  id 40s | repl u16 | ctime u64 | delay_s u32 | retry_s u32 | etime_ms u64 |
-         nacks u32 | additional_deliveries u32 | priority u32 | n_nodes u16 |
-         queue_len u32 | body_len u32 | n_nodes * 40s | queue | body
+         nacks u32 | additional_deliveries u32 | priority u32 | beanstalk u8 | bstate u8 |
+         beanstalk_id u64 | n_nodes u16 | queue_len u32 | body_len u32 |
+         n_nodes * 40s | queue | body
 DELJOB   id 40s
 """
 
@@ -22,7 +23,7 @@ REC_LOADJOB = 16
 REC_DELJOB = 17
 CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB)
 
-_LOAD = struct.Struct("<40sHQIIQIIIHII")
+_LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
 _DEL = struct.Struct("<40s")
 
 
@@ -45,6 +46,9 @@ def encode_loadjob(d: JobData) -> bytes:
             d.nacks,
             d.additional_deliveries,
             d.priority,
+            1 if d.beanstalk else 0,
+            d.bstate,
+            d.beanstalk_id,
             len(d.nodes_delivered),
             len(queue),
             len(d.body),
@@ -60,7 +64,7 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
         f = _LOAD.unpack_from(payload, 0)
     except struct.error as exc:
         raise ClusterRecordError(f"short LOADJOB record: {exc}") from exc
-    n_nodes, qlen, blen = f[9], f[10], f[11]
+    n_nodes, qlen, blen = f[12], f[13], f[14]
     pos = _LOAD.size
     end = pos + 40 * n_nodes + qlen + blen
     if end != len(payload):
@@ -84,6 +88,9 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
         additional_deliveries=f[7],
         nodes_delivered=nodes,
         priority=f[8],
+        beanstalk=bool(f[9]),
+        bstate=f[10],
+        beanstalk_id=f[11],
     )
 
 

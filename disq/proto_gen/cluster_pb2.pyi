@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class Message(_message.Message):
     YOUR_JOBS_FIELD_NUMBER: _ClassVar[int]
     WORKING_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
+    BEANSTALK_UPDATE_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -62,7 +63,8 @@ class Message(_message.Message):
     your_jobs: YourJobs
     working: Working
     pause: Pause
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ...) -> None: ...
+    beanstalk_update: BeanstalkUpdate
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -109,7 +111,7 @@ class PingReq(_message.Message):
     def __init__(self, probe_id: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "priority")
+    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "priority", "beanstalk", "bstate", "beanstalk_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +124,9 @@ class Job(_message.Message):
     ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     NODES_DELIVERED_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    BEANSTALK_FIELD_NUMBER: _ClassVar[int]
+    BSTATE_FIELD_NUMBER: _ClassVar[int]
+    BEANSTALK_ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     body: bytes
@@ -134,7 +139,10 @@ class Job(_message.Message):
     additional_deliveries: int
     nodes_delivered: _containers.RepeatedScalarFieldContainer[str]
     priority: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., repl: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_remaining_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    beanstalk: bool
+    bstate: int
+    beanstalk_id: int
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., repl: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_remaining_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., beanstalk: _Optional[bool] = ..., bstate: _Optional[int] = ..., beanstalk_id: _Optional[int] = ...) -> None: ...
 
 class ReplJob(_message.Message):
     __slots__ = ("job",)
@@ -211,6 +219,16 @@ class Working(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class BeanstalkUpdate(_message.Message):
+    __slots__ = ("job_id", "bstate", "priority")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    BSTATE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    bstate: int
+    priority: int
+    def __init__(self, job_id: _Optional[str] = ..., bstate: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class Pause(_message.Message):
     __slots__ = ("queue", "flags")

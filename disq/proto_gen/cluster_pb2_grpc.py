@@ -45,8 +45,7 @@ class ClusterServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Link(self, request_iterator, context):
-        """Either node may open it; when both did, the link opened by the node whose id compares
-        higher is closed, so each pair keeps exactly one.
+        """Opened by the sender; the server side only receives (one direction per stream).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

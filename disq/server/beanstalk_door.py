@@ -16,6 +16,7 @@ from disq.protocol import beanstalk as bp
 
 if TYPE_CHECKING:
     from disq.core.engine import Engine
+    from disq.core.session import Session
 
 _INSERTED = b"INSERTED %d\r\n"
 _RESERVED = b"RESERVED %d %d\r\n"
@@ -64,6 +65,15 @@ class ServerInfo(Protocol):
         ...
 
 
+class Replicator(Protocol):
+    """The cluster's side of a beanstalk put (``--beanstalk-replicate`` > 1)."""
+
+    def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
+        """0: copies made, answer INSERTED now; 1: pending, the answer comes as a wake-up
+        (the job id, or an error code); -1: not enough nodes, the job was dropped."""
+        ...
+
+
 class BeanstalkDoor:
     __slots__ = (
         "blocked",
@@ -74,6 +84,7 @@ class BeanstalkDoor:
         "parser",
         "pending",
         "pending_bytes",
+        "replicator",
         "session",
     )
 
@@ -87,6 +98,7 @@ class BeanstalkDoor:
         self.pending_bytes = 0
         self.blocked = False
         self.closing = False
+        self.replicator: Replicator | None = None
 
     def receive(self, data: bytes, now_ms: int, out: list[bytes]) -> None:
         """Parse ``data`` and append the replies of the commands that can run now.
@@ -130,10 +142,12 @@ class BeanstalkDoor:
             if n & 15 == 0 and _size(out) > OUT_BATCH_BYTES:
                 return
 
-    def resume(self, result: Job | str, now_ms: int, out: list[bytes]) -> None:
-        """A blocked reserve was answered by the engine; go on with queued commands."""
+    def resume(self, result: Job | str | int, now_ms: int, out: list[bytes]) -> None:
+        """A blocked reserve (or replicated put) was answered; go on with queued commands."""
         self.blocked = False
-        if isinstance(result, Job):
+        if isinstance(result, int):
+            out.append(_INSERTED % result)
+        elif isinstance(result, Job):
             out.append(_RESERVED % (result.id, len(result.body)))
             out.append(result.body)
             out.append(_CRLF)
@@ -168,7 +182,17 @@ class BeanstalkDoor:
         try:
             if op == bp.OP_PUT:
                 job_id = engine.put(s, cmd[1], cmd[2] * 1000, cmd[3] * 1000, cmd[4], now_ms)
-                out.append(_INSERTED % job_id)
+                repl = self.replicator
+                if repl is None:
+                    out.append(_INSERTED % job_id)
+                else:
+                    r = repl.beanstalk_put(s, job_id, now_ms)
+                    if r == 0:
+                        out.append(_INSERTED % job_id)
+                    elif r > 0:
+                        self.blocked = True
+                    else:
+                        out.append(_ERROR_REPLIES["INTERNAL_ERROR"])
             elif op == bp.OP_DELETE:
                 engine.delete(s, cmd[1], now_ms)
                 out.append(_DELETED)

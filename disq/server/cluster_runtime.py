@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from disq.core.cluster import ClusterCore
+from disq.core.cluster_api import DisqueError
+from disq.core.engine import EV_DELETE
+from disq.core.job import BURIED, ClusterState
 from disq.core.membership import FORGOTTEN, Membership
 from disq.core.messages import ALIVE, DEAD, LEFT, MEMBERSHIP_TYPES, SUSPECT, JobData, Member
 from disq.persistence import aof_file
@@ -38,6 +41,7 @@ from disq.server.resp_node import NodeServices
 from disq.server.resp_tcp import RespHub, RespProtocol
 
 if TYPE_CHECKING:
+    from disq.core.session import Session
     from disq.server.node import Node
 
 CLUSTER_FILE = "cluster.json"
@@ -55,6 +59,8 @@ class ClusterSettings:
     node_timeout_ms: int = 15000
     joins: list[tuple[str, int]] = field(default_factory=list)  # gRPC addresses
     requirepass: str | None = None
+    beanstalk_replicate: int = 1  # copies of each beanstalk put (1: not replicated)
+    beanstalk_repl_timeout_ms: int = 5000
     state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
     config_store: Any = None  # disq.config_file.ConfigStore in config-file mode
 
@@ -98,6 +104,8 @@ class ClusterRuntime:
         self._timer_at_ms = -1
         self._view_save: asyncio.TimerHandle | None = None
         self.message_errors = 0
+        self.beanstalk_replicate = settings.beanstalk_replicate
+        self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, engine id)
         self._meets: dict[tuple[str, int], int] = {}
         self._meet_timer: asyncio.TimerHandle | None = None
         self.services = NodeServices(self)
@@ -234,6 +242,8 @@ class ClusterRuntime:
     def pump(self, now_ms: int) -> None:
         """Collect the cores' output after any input; hold it until the AOF write."""
         membership, core = self.membership, self.core
+        if (core.takeovers or core.beanstalk_dropped or core.relinks) and self._bridge(now_ms):
+            self.node.after_commands(None, now_ms)
         if core.max_memory_bytes:
             core.update_memory(now_ms, self.node.engine.live_bytes)
         if membership.events:
@@ -269,6 +279,100 @@ class ClusterRuntime:
                     out.append(aof_file.frame(REC_DELJOB, encode_deljob(payload)))
         core.aof_out.clear()
 
+    # ------------------------------------------------------------------ beanstalk bridge
+    def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
+        """BeanstalkDoor's Replicator: copy a put to ``beanstalk_replicate`` nodes."""
+        engine = self.node.engine
+        job = engine.jobs[job_id]
+        token = self.hub.new_token()
+        try:
+            did, pending = self.core.add_beanstalk(
+                now_ms,
+                token,
+                job.tube.name,
+                job.body,
+                priority=job.pri,
+                ttr_s=job.ttr_ms // 1000,
+                delay_s=job.delay_ms // 1000,
+                repl=self.beanstalk_replicate,
+                timeout_ms=self.settings.beanstalk_repl_timeout_ms,
+                bid=job_id,
+            )
+        except DisqueError:
+            engine.drop(job_id)
+            return -1
+        job.cluster = ClusterState(did, self.beanstalk_replicate, 0)
+        if pending:
+            self._bputs[token] = (s, job_id)
+        self.pump(now_ms)
+        return 1 if pending else 0
+
+    def on_engine_events(self, now_ms: int) -> None:
+        """Replicated beanstalk jobs changed in the engine: the holders must learn it."""
+        engine, core = self.node.engine, self.core
+        events, engine.cluster_events = engine.cluster_events, []
+        for ev, job in events:
+            cs = job.cluster
+            if cs is None:
+                continue
+            if ev == EV_DELETE:
+                core.beanstalk_deleted(now_ms, cs.disque_id)
+            else:
+                core.beanstalk_update(
+                    now_ms, cs.disque_id, 3 if job.state == BURIED else 0, job.pri
+                )
+        self.pump(now_ms)
+
+    def _bridge(self, now_ms: int) -> bool:
+        """Apply the core's beanstalk outboxes to the engine; True if the engine changed."""
+        core, engine = self.core, self.node.engine
+        changed = False
+        if core.beanstalk_dropped:
+            dropped, core.beanstalk_dropped = core.beanstalk_dropped, []
+            for bid in dropped:
+                changed |= engine.drop(bid)
+        if core.takeovers:
+            takeovers, core.takeovers = core.takeovers, []
+            for j in takeovers:
+                job = engine.adopt(
+                    j.queue, j.body, j.priority, j.retry_s * 1000, j.bstate == 3, now_ms
+                )
+                job.cluster = ClusterState(j.id, j.repl, 0)
+                core.adopted(now_ms, j, job.id)
+                self.log.info("beanstalk_takeover", job=j.id, id=job.id, tube=j.queue)
+            changed = True
+        if core.relinks:
+            relinks, core.relinks = core.relinks, []
+            for j in relinks:
+                live = engine.jobs.get(j.bid)
+                if live is None:
+                    core.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
+                else:
+                    live.cluster = ClusterState(j.id, j.repl, 0)
+        return changed
+
+    def _route_beanstalk_replies(self) -> None:
+        replies = self.core.replies
+        if not self._bputs or not replies:
+            return
+        keep = []
+        engine = self.node.engine
+        woke = False
+        for token, result in replies:
+            entry = self._bputs.pop(token, None)
+            if entry is None:
+                keep.append((token, result))
+                continue
+            session, job_id = entry
+            woke = True
+            if isinstance(result, str):
+                engine.wakeups.append((session, job_id))
+            else:
+                engine.wakeups.append((session, "INTERNAL_ERROR"))
+        self.core.replies = keep
+        if woke:
+            self.node.after_commands(None, self.node.now_ms())
+
     def release(self) -> None:
         """The iteration's records are written: let its messages and replies go.
 
@@ -279,6 +383,7 @@ class ClusterRuntime:
         send = self.links.send
         for dest, msg in out:
             send(dest, msg)
+        self._route_beanstalk_replies()
         dirty, self._dirty_resp = self._dirty_resp, []
         for proto in self.hub.route_replies():
             if proto not in dirty:
@@ -357,6 +462,7 @@ def attach_cluster(node: Node, options: dict[str, Any]) -> ClusterRuntime:
         node_timeout_ms=options["node_timeout_ms"],
         joins=list(options["joins"]),
         requirepass=options.get("requirepass"),
+        beanstalk_replicate=int(options.get("beanstalk_replicate") or 1),
         state_dir=Path(state_dir) if state_dir else None,
         config_store=options.get("config_store"),
     )

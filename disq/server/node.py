@@ -240,6 +240,8 @@ class Node:
     def after_commands(self, proto: BeanstalkProtocol | None, now_ms: int) -> None:
         """Route engine output after a batch of commands: wake-ups, replies, timer."""
         engine = self.engine
+        if engine.cluster_events and self.cluster is not None:
+            self.cluster.on_engine_events(now_ms)
         if engine.wakeups:
             self._deliver_wakeups(now_ms)
         if proto is not None and (proto.out or proto.closing):

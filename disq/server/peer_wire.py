@@ -89,6 +89,10 @@ def _fill_job(t: pb.Job, j: m.JobData) -> None:
     if j.nodes_delivered:
         t.nodes_delivered.extend(j.nodes_delivered)
     t.priority = j.priority
+    if j.beanstalk:
+        t.beanstalk = True
+        t.bstate = j.bstate
+        t.beanstalk_id = j.beanstalk_id
 
 
 def _enc_ping(t: pb.Message, x: m.Ping) -> None:
@@ -171,6 +175,13 @@ def _enc_working(t: pb.Message, x: m.Working) -> None:
     t.working.job_id = x.job_id
 
 
+def _enc_beanstalk_update(t: pb.Message, x: m.BeanstalkUpdate) -> None:
+    s = t.beanstalk_update
+    s.job_id = x.job_id
+    s.bstate = x.bstate
+    s.priority = x.priority
+
+
 def _enc_pause(t: pb.Message, x: m.Pause) -> None:
     s = t.pause
     s.queue = x.queue
@@ -193,6 +204,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.YourJobs: _enc_your_jobs,
     m.Working: _enc_working,
     m.Pause: _enc_pause,
+    m.BeanstalkUpdate: _enc_beanstalk_update,
 }
 
 
@@ -249,6 +261,9 @@ def _job(j: pb.Job) -> m.JobData:
         j.additional_deliveries,
         list(nd) if nd else [],
         j.priority,
+        j.beanstalk,
+        j.bstate,
+        j.beanstalk_id,
     )
 
 
@@ -315,6 +330,11 @@ def _dec_working(t: pb.Message) -> m.Working:
     return m.Working(t.working.job_id)
 
 
+def _dec_beanstalk_update(t: pb.Message) -> m.BeanstalkUpdate:
+    s = t.beanstalk_update
+    return m.BeanstalkUpdate(s.job_id, s.bstate, s.priority)
+
+
 def _dec_pause(t: pb.Message) -> m.Pause:
     s = t.pause
     return m.Pause(s.queue, s.flags)
@@ -336,6 +356,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "your_jobs": _dec_your_jobs,
     "working": _dec_working,
     "pause": _dec_pause,
+    "beanstalk_update": _dec_beanstalk_update,
 }
 
 ONEOF_CLASSES: dict[str, type] = {
@@ -354,6 +375,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "your_jobs": m.YourJobs,
     "working": m.Working,
     "pause": m.Pause,
+    "beanstalk_update": m.BeanstalkUpdate,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

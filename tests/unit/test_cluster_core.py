@@ -255,3 +255,60 @@ def test_memory_level_two_evicts_acked_jobs_only() -> None:
     core.max_memory_bytes = limit * 4 // 10  # more than every acked job can free
     assert core.update_memory(c.now) == 3
     assert sorted(core.jobs) == sorted(ids_[5:])
+
+
+def test_beanstalk_put_replicated_owner_answers_willqueue_no_takeover() -> None:
+    c = Cluster(3)
+    owner = c.core(0)
+    did, pending = owner.add_beanstalk(
+        c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=2, timeout_ms=1000, bid=7
+    )
+    assert pending
+    c.pump()
+    assert (5, did) in c.replies[c.ids[0]]
+    holders = [i for i in (1, 2) if did in c.core(i).jobs]
+    assert len(holders) == 1
+    # The owner is alive: its answers to WILLQUEUE keep the holder from taking over.
+    c.advance(30_000, step=50)
+    assert all(not c.core(i).takeovers for i in range(3))
+    assert c.core(holders[0]).qlen("tube") == 0  # never in a Disque queue
+
+
+def test_beanstalk_takeover_keeps_buried_state_and_delete_reaches_holders() -> None:
+    c = Cluster(3)
+    owner = c.core(0)
+    did, _ = owner.add_beanstalk(
+        c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=3, timeout_ms=1000, bid=7
+    )
+    c.pump()
+    owner.beanstalk_update(c.now, did, 3, 99)  # buried with a new priority
+    c.pump()
+    assert all(c.core(i).jobs[did].bstate == 3 for i in (1, 2))
+    c.cut = {c.ids[0]}  # the owner is lost
+    c.advance(20_000, step=50)
+    took = [i for i in (1, 2) if c.core(i).takeovers]
+    assert took, "no holder took the job over"
+    j = c.core(took[0]).takeovers[0]
+    assert (j.id, j.bstate, j.priority, j.body) == (did, 3, 99, b"bjob")
+    c.core(took[0]).adopted(c.now, j, 1)
+    c.core(took[0]).takeovers.clear()
+    c.cut = set()
+    # The new owner deletes it: every copy goes, the old owner's engine is told to drop it.
+    c.core(took[0]).beanstalk_deleted(c.now, did)
+    c.pump()
+    assert all(did not in c.core(i).jobs for i in range(3))
+    assert owner.beanstalk_dropped == [7]
+
+
+def test_beanstalk_put_times_out_without_copies_and_drops_the_engine_job() -> None:
+    c = Cluster(3)
+    c.cut = {c.ids[1], c.ids[2]}
+    owner = c.core(0)
+    did, pending = owner.add_beanstalk(
+        c.now, 5, "tube", b"x", priority=1, ttr_s=1, delay_s=0, repl=2, timeout_ms=300, bid=9
+    )
+    assert pending
+    c.advance(400)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 5 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    assert owner.beanstalk_dropped == [9] and did not in owner.jobs

@@ -106,6 +106,10 @@ ONE_OF_EACH: list[m.Message] = [
     m.YourJobs([_job(1), _job(2)]),
     m.Working("D-9"),
     m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
+    m.BeanstalkUpdate("D-10", 3, 7),
+    m.ReplJob(
+        m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3, beanstalk_id=42)
+    ),
 ]
 
 # Every field at its proto3 default: the oneof must still say which message it is.
@@ -125,6 +129,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.YourJobs([]),
     m.Working(""),
     m.Pause("", 0),
+    m.BeanstalkUpdate("", 0, 0),
 ]
 
 

@@ -1,0 +1,237 @@
+"""The beanstalk door in a cluster: puts replicated with --beanstalk-replicate, state changes
+reaching the holders, a holder taking a job over when its owner is killed.
+
+Real node processes on 127.0.0.1 in flag mode (beanstalk door + RESP + gRPC bus each).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
+
+T = TypeVar("T")
+
+
+def eventually(fn: Callable[[], T], what: str, timeout: float = 40.0) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except (OSError, RespError) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class BNode:
+    bport: int
+    rport: int
+    gport: int
+    data: Path
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.data.parent / f"{self.data.name}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "disq.node_main", *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        eventually(lambda: self.resp("PING") == "PONG", f"node on {self.rport} answers PING")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def resp(self, *args: str | int) -> Any:
+        with RespClient("127.0.0.1", self.rport, timeout=5) as c:
+            return c.call(*args)
+
+    def registered_jobs(self) -> int:
+        return int(info_fields(self.resp("INFO", "jobs"))["registered_jobs"])
+
+    def beanstalk(self) -> Beanstalk:
+        return Beanstalk(self.bport)
+
+
+class Beanstalk:
+    """Just enough of a beanstalk client to read exact replies."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def body(self, n: int) -> bytes:
+        while len(self.buf) < n + 2:
+            self.buf += self.sock.recv(65536)
+        data, self.buf = self.buf[:n], self.buf[n + 2 :]
+        return data
+
+    def cmd(self, text: bytes) -> bytes:
+        self.sock.sendall(text)
+        return self.line()
+
+    def job(self, text: bytes) -> tuple[bytes, bytes]:
+        head = self.cmd(text)
+        parts = head.split()
+        if parts[0] in (b"RESERVED", b"FOUND"):
+            return head, self.body(int(parts[2]))
+        return head, b""
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path) -> Iterator[list[BNode]]:
+    nodes: list[BNode] = []
+    for i in range(3):
+        b, r, g = free_port(), free_port(), free_port()
+        data = tmp_path / f"n{i}"
+        args = [
+            "-l", "127.0.0.1", "-p", str(b), "-b", str(data),
+            "--resp-port", str(r), "--grpc-port", str(g),
+            "--node-timeout-ms", "1500", "--beanstalk-replicate", "2",
+        ]  # fmt: skip
+        if nodes:
+            args += ["--join", f"127.0.0.1:{nodes[0].gport}"]
+        nodes.append(BNode(b, r, g, data, args))
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            eventually(
+                lambda n=n: (
+                    info_fields(n.resp("CLUSTER", "INFO"))["cluster_reachable_nodes"] == "2"
+                ),
+                "every node reaches the two others",
+            )
+        yield nodes
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def holder_of(nodes: list[BNode]) -> BNode:
+    """The node (other than node 0) that holds the copy of node 0's single job."""
+    holders = [n for n in nodes[1:] if n.registered_jobs() == 1]
+    assert len(holders) == 1, "exactly one other node holds the copy (replicate 2)"
+    return holders[0]
+
+
+@pytest.mark.slow
+def test_put_is_replicated_and_a_holder_takes_over_when_the_owner_dies(
+    cluster3: list[BNode],
+) -> None:
+    c = cluster3[0].beanstalk()
+    assert c.cmd(b"use work\r\n") == b"USING work"
+    # INSERTED comes after the copy is confirmed: the holder knows the job already.
+    assert c.cmd(b"put 5 0 1 5\r\nhello\r\n") == b"INSERTED 1"
+    holder = holder_of(cluster3)
+    cluster3[0].kill9()
+    w = holder.beanstalk()
+    assert w.cmd(b"watch work\r\n") == b"WATCHING 2"
+    head, body = w.job(b"reserve-with-timeout 30\r\n")
+    assert head.split()[0] == b"RESERVED" and body == b"hello"
+    job_id = head.split()[1]
+    stats = w.cmd(b"stats-job " + job_id + b"\r\n")
+    yaml = w.body(int(stats.split()[1]))
+    assert b"tube: work" in yaml and b"pri: 5" in yaml and b"reserves: 1" in yaml
+    assert w.cmd(b"delete " + job_id + b"\r\n") == b"DELETED"
+    eventually(lambda: holder.registered_jobs() == 0, "the cluster record goes with the job")
+    w.close()
+
+
+@pytest.mark.slow
+def test_a_buried_job_comes_back_buried_after_takeover(cluster3: list[BNode]) -> None:
+    c = cluster3[0].beanstalk()
+    assert c.cmd(b"put 0 0 1 4\r\nbury\r\n") == b"INSERTED 1"
+    head, _ = c.job(b"reserve\r\n")
+    assert head == b"RESERVED 1 4"
+    assert c.cmd(b"bury 1 77\r\n") == b"BURIED"
+    holder = holder_of(cluster3)
+    cluster3[0].kill9()
+    w = holder.beanstalk()
+
+    def peeked() -> tuple[bytes, bytes] | None:
+        head, body = w.job(b"peek-buried\r\n")
+        return (head, body) if head.startswith(b"FOUND") else None
+
+    head, body = eventually(peeked, "the job buried on the holder after the takeover")
+    assert body == b"bury"
+    # A buried job is never re-queued: nothing is ready.
+    assert w.cmd(b"reserve-with-timeout 0\r\n") == b"TIMED_OUT"
+    stats = w.cmd(b"stats-job " + head.split()[1] + b"\r\n")
+    yaml = w.body(int(stats.split()[1]))
+    assert b"state: buried" in yaml and b"pri: 77" in yaml
+
+
+@pytest.mark.slow
+def test_delete_on_the_owner_removes_every_copy(cluster3: list[BNode]) -> None:
+    c = cluster3[0].beanstalk()
+    assert c.cmd(b"put 0 0 1 3\r\nbye\r\n") == b"INSERTED 1"
+    holder = holder_of(cluster3)
+    head, _ = c.job(b"reserve\r\n")
+    assert head == b"RESERVED 1 3"
+    assert c.cmd(b"delete 1\r\n") == b"DELETED"
+    eventually(lambda: holder.registered_jobs() == 0, "the copy is deleted on the holder")
+    assert cluster3[0].registered_jobs() == 0
+
+
+def test_replication_beyond_the_cluster_is_refused(tmp_path: Path) -> None:
+    """--beanstalk-replicate 2 on a lone node: the put cannot be copied, INTERNAL_ERROR,
+    and the job is not kept (the client was never told INSERTED)."""
+    b, r, g = free_port(), free_port(), free_port()
+    n = BNode(
+        b, r, g, tmp_path / "solo",
+        ["-l", "127.0.0.1", "-p", str(b), "--resp-port", str(r), "--grpc-port", str(g),
+         "--beanstalk-replicate", "2"],
+    )  # fmt: skip
+    try:
+        n.start()
+        c = n.beanstalk()
+        assert c.cmd(b"put 0 0 1 1\r\nx\r\n") == b"INTERNAL_ERROR"
+        assert c.cmd(b"peek-ready\r\n") == b"NOT_FOUND"
+    finally:
+        n.stop()

@@ -1,0 +1,75 @@
+"""AOF payloads of cluster jobs: round trips and refusal of damaged payloads."""
+
+from __future__ import annotations
+
+import pytest
+
+from disq.core.messages import JobData
+from disq.persistence.cluster_records import (
+    REC_DELJOB,
+    REC_LOADJOB,
+    ClusterRecordError,
+    decode_deljob,
+    decode_loadjob,
+    encode_deljob,
+    encode_loadjob,
+    to_core_records,
+)
+
+JOB_ID = "D-0123abcd-" + "A" * 24 + "-05a1"
+
+
+def job(**kw: object) -> JobData:
+    base: dict[str, object] = dict(
+        id=JOB_ID,
+        queue="q\u00e9",
+        body=b"\x00body\r\n",
+        repl=3,
+        ctime=1_795_000_000_000_000_001,
+        delay_s=5,
+        retry_s=60,
+        ttl_remaining_s=1_795_000_086_400_000,
+        nacks=2,
+        additional_deliveries=4,
+        nodes_delivered=["a" * 40, "b" * 40],
+        priority=7,
+    )
+    base.update(kw)
+    return JobData(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "d",
+    [
+        job(),
+        job(nodes_delivered=[], body=b"", queue=""),
+        job(beanstalk=True, bstate=3, beanstalk_id=2**63),
+    ],
+)
+def test_loadjob_round_trip(d: JobData) -> None:
+    assert decode_loadjob(encode_loadjob(d)) == d
+
+
+def test_deljob_round_trip_and_core_records_in_file_order() -> None:
+    recs = [
+        (REC_LOADJOB, encode_loadjob(job())),
+        (1, b"beanstalk record, ignored here"),
+        (REC_DELJOB, encode_deljob(JOB_ID)),
+    ]
+    assert decode_deljob(encode_deljob(JOB_ID)) == JOB_ID
+    assert to_core_records(recs) == [("LOADJOB", job()), ("DELJOB", JOB_ID)]
+
+
+@pytest.mark.parametrize("cut", [0, 10, 60, -1])
+def test_damaged_payloads_are_refused(cut: int) -> None:
+    data = encode_loadjob(job())
+    with pytest.raises(ClusterRecordError):
+        decode_loadjob(data[:cut])
+    with pytest.raises(ClusterRecordError):
+        decode_loadjob(data + b"x")
+
+
+@pytest.mark.parametrize("payload", [b"", b"D-short", encode_deljob(JOB_ID) + b"x"])
+def test_damaged_deljob_is_refused(payload: bytes) -> None:
+    with pytest.raises(ClusterRecordError):
+        decode_deljob(payload)
