@@ -53,8 +53,8 @@ class BeanstalkProtocol(asyncio.Protocol):
         node = self.node
         try:
             self.door = BeanstalkDoor(node.engine, node)
-            if node.cluster is not None and node.cluster.beanstalk_replicate > 1:
-                self.door.replicator = node.cluster
+            if node.cluster is not None:
+                self.door.replicator = node.cluster  # replicates when beanstalk-replicate > 1
         except Exception:
             transport.close()  # connection limit reached
             return

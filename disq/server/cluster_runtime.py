@@ -105,6 +105,8 @@ class ClusterRuntime:
         self._view_save: asyncio.TimerHandle | None = None
         self.message_errors = 0
         self.beanstalk_replicate = settings.beanstalk_replicate
+        if settings.config_store is not None:
+            settings.config_store.on_change = self.on_config_change
         self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, engine id)
         self._meets: dict[tuple[str, int], int] = {}
         self._meet_timer: asyncio.TimerHandle | None = None
@@ -114,6 +116,36 @@ class ClusterRuntime:
         for m in self.membership.members():
             if m.node_id != my_id and m.state != LEFT:
                 self.links.set_address(m.node_id, m.host, m.grpc_port)
+
+    def on_config_change(self, name: str, value: str) -> None:
+        """CONFIG SET applied to the running node (called before the store keeps the value;
+        raising refuses the change)."""
+        from disq.config_file import ConfigSetError
+
+        node = self.node
+        if name == "maxmemory":
+            limit = int(value)
+            self.core.max_memory_bytes = limit
+            node.engine.limits.max_memory_bytes = limit
+        elif name == "appendonly":
+            store = self.settings.config_store
+            try:
+                if value == "yes":
+                    node.enable_aof(store.settings.dir if store is not None else Path("."))
+                else:
+                    node.disable_aof()
+            except Exception as exc:
+                self.log.error("config_appendonly_failed", error=str(exc))
+                raise ConfigSetError("ERR Unable to turn on AOF. Check server logs.") from exc
+        elif name == "appendfsync":
+            was = node.config.fsync
+            node.config.fsync = value
+            if value == "everysec" and was != "everysec" and node.aof is not None:
+                self.loop.call_later(node.config.fsync_interval_ms / 1000, node.fsync_tick)
+        elif name == "cluster-node-timeout":
+            self.membership.node_timeout_ms = max(1, int(value))
+        elif name == "beanstalk-replicate":
+            self.beanstalk_replicate = max(1, int(value))
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -140,7 +172,17 @@ class ClusterRuntime:
     # ------------------------------------------------------------------ persistence
     def restore(self, recs: list[tuple[int, bytes]]) -> int:
         core_recs = to_core_records(recs)
+        once = self.core.aof_enqueue_once
         self.core.restore(self.node.now_ms(), core_recs)
+        store = self.settings.config_store
+        if once and store is not None and store.config_file is not None:
+            # Disque resets aof-enqueue-jobs-once after the load it was meant for, in the
+            # file too, so the next ordinary restart requeues by retry again.
+            try:
+                store.set("aof-enqueue-jobs-once", "no")
+                store.rewrite()
+            except Exception as exc:
+                self.log.warning("aof_enqueue_once_not_reset", error=str(exc))
         return len(self.core.jobs)
 
     def snapshot_bytes(self) -> bytes:
@@ -282,6 +324,8 @@ class ClusterRuntime:
     # ------------------------------------------------------------------ beanstalk bridge
     def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
         """BeanstalkDoor's Replicator: copy a put to ``beanstalk_replicate`` nodes."""
+        if self.beanstalk_replicate <= 1:
+            return 0
         engine = self.node.engine
         job = engine.jobs[job_id]
         token = self.hub.new_token()
@@ -466,6 +510,21 @@ def attach_cluster(node: Node, options: dict[str, Any]) -> ClusterRuntime:
         state_dir=Path(state_dir) if state_dir else None,
         config_store=options.get("config_store"),
     )
+    if settings.config_store is None:
+        # Flag mode: CONFIG GET shows what the flags chose; REWRITE has no file to write.
+        from disq.config_file import ConfigFileError, parse_config
+
+        lines = [f"cluster-node-timeout {settings.node_timeout_ms}"]
+        if settings.resp_port:
+            lines.append(f"port {settings.resp_port}")
+        if settings.grpc_port:
+            lines.append(f"grpc-port {settings.grpc_port}")
+        if node.config.data_dir is not None:
+            lines += ["appendonly yes", f"appendfsync {node.config.fsync}"]
+        try:
+            settings.config_store = parse_config("\n".join(lines) + "\n")
+        except ConfigFileError:
+            settings.config_store = None
     runtime = ClusterRuntime(node, settings, my_id)
     runtime.core.aof_enqueue_once = bool(options.get("aof_enqueue_once"))
     node.cluster = runtime

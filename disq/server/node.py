@@ -113,6 +113,59 @@ class Node:
         if self.config.fsync == "everysec":
             self.loop.call_later(self.config.fsync_interval_ms / 1000, self._fsync_tick)
 
+    def enable_aof(self, data_dir: Path) -> None:
+        """CONFIG SET appendonly yes: a fresh AOF holding everything the node has now (as
+        Disque, which starts a rewrite), then every change is logged."""
+        if self.aof is not None:
+            return
+        from disq.persistence.aof_file import AofWriter
+
+        writer = AofWriter(data_dir)
+        writer.load()  # takes the lock; an older file's content is superseded below
+        self._snapshot_into(writer)
+        self.config.data_dir = data_dir
+        self.engine.persist = True
+        self.aof = writer
+        if self.config.fsync == "everysec":
+            self.loop.call_later(self.config.fsync_interval_ms / 1000, self._fsync_tick)
+        self._log().info("aof_enabled", data_dir=str(data_dir), size=writer.size)
+
+    def disable_aof(self) -> None:
+        """CONFIG SET appendonly no: flush, fsync and close the AOF; keep serving."""
+        if self.aof is None:
+            return
+        self._flush()
+        if self._rewrite_ids is not None:
+            self._rewrite_ids = None
+            self.aof.abort_rewrite()
+        self.aof.fsync()
+        self.aof.close()
+        self.aof = None
+        self.engine.persist = False
+        self._log().info("aof_disabled")
+
+    def rewrite_now(self) -> None:
+        """SHUTDOWN REWRITE-AOF: a complete rewrite before exiting (Disque's controlled
+        restart), so the next start replays the smallest file."""
+        if self.aof is None:
+            return
+        self._flush()
+        if self._rewrite_ids is not None:
+            self._rewrite_ids = None
+            self.aof.abort_rewrite()
+        self._snapshot_into(self.aof)
+
+    def _snapshot_into(self, writer: AofWriter) -> None:
+        writer.begin_rewrite()
+        writer.write_snapshot(self.engine.meta_record())
+        ids = list(self.engine.jobs)
+        for i in range(0, len(ids), REWRITE_CHUNK_JOBS):
+            chunk = ids[i : i + REWRITE_CHUNK_JOBS]
+            writer.write_snapshot(b"".join(self.engine.snapshot_records(chunk)))
+        if self.cluster is not None:
+            writer.write_snapshot(self.cluster.snapshot_bytes())
+        writer.commit_rewrite()
+
     def _write_aof(self) -> bool:
         """Write every record of this iteration with one call. False: keep replies held."""
         engine = self.engine
@@ -158,6 +211,9 @@ class Node:
                 self._rewrite_ids = None
                 self._log().error("aof_rewrite_failed", error=str(exc))
         return True
+
+    def fsync_tick(self) -> None:
+        self._fsync_tick()
 
     def _fsync_tick(self) -> None:
         if self.aof is None:

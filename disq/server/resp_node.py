@@ -235,7 +235,13 @@ class NodeServices:
 
     # ------------------------------------------------------------------ admin
     def shutdown(self, mode: str) -> None:
-        self.runtime.node.stop()
+        node = self.runtime.node
+        if mode == "rewrite-aof":
+            try:
+                node.rewrite_now()
+            except Exception as exc:
+                raise DisqueError("ERR", "Errors trying to SHUTDOWN. Check logs.") from exc
+        node.stop()
 
     def bgrewriteaof(self) -> str:
         node = self.runtime.node

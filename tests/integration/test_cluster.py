@@ -236,3 +236,49 @@ def test_redis_cli(lab3: Lab) -> None:
     assert run("GETJOB", "FROM", "cliq").split("\n")[:3] == ["cliq", job_id, "hi there"]
     assert run("ACKJOB", job_id).strip() == "1"
     assert "registered_jobs:" in run("INFO", "jobs")
+
+
+def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
+    """Disque's 07-persistence flow: turn the AOF on at runtime, CONFIG REWRITE, ask for jobs
+    to be queued at load, SHUTDOWN REWRITE-AOF, start again from the same config file."""
+    from conftest import free_port
+
+    port = free_port()
+    data = tmp_path / "data"
+    data.mkdir()
+    conf = tmp_path / "disque.conf"
+    conf.write_text(f"# a Disque config\nport {port}\ndir {data}\nappendonly no\n")
+
+    def start() -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "disq.node_main", str(conf)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        eventually(lambda: RespClient("127.0.0.1", port).call("PING") == "PONG", "node up")
+        return p
+
+    proc = start()
+    try:
+        c = RespClient("127.0.0.1", port)
+        job_id = c.call("ADDJOB", "persist", "kept", 0, "RETRY", 300)
+        assert c.call("CONFIG", "SET", "appendonly", "yes") == "OK"
+        assert c.call("CONFIG", "SET", "aof-enqueue-jobs-once", "yes") == "OK"
+        assert c.call("CONFIG", "REWRITE") == "OK"
+        text = conf.read_text()
+        assert "appendonly yes" in text and "aof-enqueue-jobs-once yes" in text
+        assert "# a Disque config" in text
+        with pytest.raises((OSError, RespError)):
+            c.call("SHUTDOWN", "REWRITE-AOF")  # no reply: the server goes away
+        assert proc.wait(15) == 0
+        proc = start()
+        c = RespClient("127.0.0.1", port)
+        # Queued at load (aof-enqueue-jobs-once), not after the 300 s retry.
+        assert c.call("GETJOB", "NOHANG", "FROM", "persist") == [
+            [b"persist", job_id.encode(), b"kept"]
+        ]
+        assert "aof-enqueue-jobs-once no" in conf.read_text()  # reset after the load
+    finally:
+        proc.terminate()
+        proc.wait(15)
