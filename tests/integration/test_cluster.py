@@ -7,6 +7,7 @@ tests wait for them with ``eventually`` (poll with a deadline) rather than sleep
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,65 @@ def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+@pytest.mark.slow
+def test_seven_nodes_from_configs_with_only_port_and_dir(tmp_path: Path) -> None:
+    """The drop-in promise: configs that differ only in ``port`` and ``dir`` run side by
+    side (the bus derives from the port), and CLUSTER MEET on client ports forms a cluster."""
+    from conftest import free_port
+
+    ports: list[int] = []
+    while len(ports) < 7:
+        p = free_port()
+        if p + 10000 < 65536 and p not in ports and p + 10000 not in ports:
+            ports.append(p)
+    procs = []
+    try:
+        for i, port in enumerate(ports):
+            (tmp_path / f"d{i}").mkdir()
+            conf = tmp_path / f"n{i}.conf"
+            conf.write_text(f"port {port}\ndir d{i}\n")  # dir relative to the working dir
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "disq.node_main", conf.name],
+                    cwd=tmp_path,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            eventually(
+                lambda port=port: RespClient("127.0.0.1", port).call("PING") == "PONG",
+                f"node {port} up",
+                timeout=60,
+            )
+        first = RespClient("127.0.0.1", ports[0])
+        for port in ports[1:]:
+            assert first.call("CLUSTER", "MEET", "127.0.0.1", port) == "OK"
+        for port in ports:
+            eventually(
+                lambda port=port: (
+                    b"cluster_known_nodes:7"
+                    in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
+                ),
+                f"node {port} knows all seven",
+                timeout=60,
+            )
+        ids = {
+            RespClient("127.0.0.1", p).call("CLUSTER", "MYID") for p in ports
+        }  # distinct node ids, each kept in its own dir
+        assert len(ids) == 7
+        assert all((tmp_path / f"d{i}" / "node.json").exists() for i in range(7))
+        job_id = first.call("ADDJOB", "q7", "x", 5000, "REPLICATE", 3)
+        assert sum(show_port(p, job_id) for p in ports) == 3
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(15)
+
+
+def show_port(port: int, job_id: str) -> int:
+    return 0 if RespClient("127.0.0.1", port).call("SHOW", job_id) is None else 1
