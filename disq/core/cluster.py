@@ -72,6 +72,7 @@ DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
 REPL_RETRY_MIN_MS = 50  # first "add one more node" for a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
+REPL_RESEND_MS = 1000  # silent but reachable replication targets are asked again this often
 NEEDJOBS_BCAST_MIN_MS = 2000
 NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25
@@ -109,6 +110,7 @@ class _AddWait:
     deadline_ms: int  # 0: wait forever
     next_repl_ms: int
     repl_backoff_ms: int
+    resend_ms: int = 0  # when silent targets are asked again
 
 
 @dataclass(slots=True)
@@ -150,6 +152,7 @@ class ClusterCore:
         self.max_memory_bytes = 0  # 0: no limit
         self.used_bytes = 0  # bodies + a fixed per-job estimate
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
+        self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         # Beanstalk bridge outboxes (drained by the node): jobs this node takes over from a
         # lost owner (put them in the engine, then call ``adopted``), engine ids whose
         # cluster record is gone (drop them from the engine), and owned records restored
@@ -179,7 +182,8 @@ class ClusterCore:
             self.outbox.append((node, msg))
 
     def _jitter(self) -> int:
-        return self.rng.randint(-TIME_ERR_MS // 2, TIME_ERR_MS // 2)
+        # random() is one C call; randint is several Python frames, on every enqueue.
+        return int(self.rng.random() * TIME_ERR_MS) - TIME_ERR_MS // 2
 
     def _queue(self, name: str, now_ms: int) -> DQueue:
         q = self.queues.get(name)
@@ -229,10 +233,12 @@ class ClusterCore:
         )
 
     def _log_job(self, j: DJob, now_ms: int) -> None:
-        self.aof_out.append(("LOADJOB", self._job_data(j, now_ms, absolute=True)))
+        if self.persist:
+            self.aof_out.append(("LOADJOB", self._job_data(j, now_ms, absolute=True)))
 
     def _log_del(self, job_id: str) -> None:
-        self.aof_out.append(("DELJOB", job_id))
+        if self.persist:
+            self.aof_out.append(("DELJOB", job_id))
 
     def _tombstone(self, job_id: str, now_ms: int) -> None:
         self._tombstones.pop(job_id, None)
@@ -351,18 +357,20 @@ class ClusterCore:
             self._need_jobs(q, now_ms, reached_zero=True)
         return j
 
-    def _replicate(self, j: DJob, count: int, now_ms: int) -> None:
+    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
-        delivered set, then (re)send REPLJOB to every delivered node that has not confirmed.
-        Disque resends to confirmed nodes too; disq skips them: under load thousands of
-        jobs can be waiting, and re-sending bodies nobody needs is what saturates a link."""
+        delivered set and send them REPLJOB; with ``resend``, ask again every delivered
+        node that has not confirmed. Disque resends to confirmed nodes too; disq does not:
+        under load thousands of adds wait, and re-sent bodies nobody needs saturate links."""
+        new: list[str] = []
         if count > 0:
             peers = [n for n in self.view.reachable_peers() if n not in j.delivered]
             self.rng.shuffle(peers)
-            for node in peers[:count]:
-                j.delivered.add(node)
+            new = peers[:count]
+            j.delivered.update(new)
         msg: ReplJob | None = None
-        for node in j.delivered:
+        targets = j.delivered if resend else new
+        for node in targets:
             if node == self.my_id or node in j.confirmed:
                 continue
             if msg is None:
@@ -460,7 +468,11 @@ class ClusterCore:
             j.confirmed = set() if extrepl else {self.my_id}
             backoff = REPL_RETRY_MIN_MS
             wait = _AddWait(
-                job_id, now_ms + timeout_ms if timeout_ms > 0 else 0, now_ms + backoff, backoff
+                job_id,
+                now_ms + timeout_ms if timeout_ms > 0 else 0,
+                now_ms + backoff,
+                backoff,
+                now_ms + REPL_RESEND_MS,
             )
             self._adds[token] = wait
             self._add_by_job[job_id] = token
@@ -906,7 +918,9 @@ class ClusterCore:
             return job_id, False
         j.confirmed = {self.my_id}
         backoff = REPL_RETRY_MIN_MS
-        wait = _AddWait(job_id, now_ms + timeout_ms, now_ms + backoff, backoff)
+        wait = _AddWait(
+            job_id, now_ms + timeout_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MS
+        )
         self._adds[token] = wait
         self._add_by_job[job_id] = token
         heapq.heappush(self._repl_timers, (wait.next_repl_ms, token))
@@ -1328,8 +1342,24 @@ class ClusterCore:
             j = self.jobs.get(a.job_id)
             if j is None or j.state != WAIT_REPL:
                 continue
-            # clientsCronHandleDelayedJobReplication: one more node, resend to the silent.
-            self._replicate(j, 1, now_ms)
+            # clientsCronHandleDelayedJobReplication, adapted to reliable streams: a target
+            # that is no longer reachable is replaced by a new node at once (Disque adds one
+            # node per 50 ms whatever the reason). Silent but reachable targets are only
+            # slow (a busy loop, a queue of frames): they are asked again every second or so,
+            # which covers frames dropped while a link was down, and the job grows one more
+            # copy then, as Disque's would, in case the target is stuck.
+            reach = self.view.reachable_peers()
+            lost = sum(
+                1
+                for n in j.delivered
+                if n != self.my_id and n not in j.confirmed and n not in reach
+            )
+            resend = now_ms >= a.resend_ms
+            if resend:
+                a.resend_ms = now_ms + REPL_RESEND_MS
+                lost += 1
+            if lost or resend:
+                self._replicate(j, lost, now_ms, resend=resend)
             a.repl_backoff_ms = min(a.repl_backoff_ms * 2, REPL_RETRY_MAX_MS)
             a.next_repl_ms = now_ms + a.repl_backoff_ms
             heapq.heappush(rt, (a.next_repl_ms, token))

@@ -208,7 +208,11 @@ class Membership:
         return self._views()[2]
 
     def reachable_peers(self) -> list[str]:
-        """ALIVE, confirmed, not leaving, not me; sorted. Replication targets."""
+        """ALIVE or SUSPECT, confirmed, not leaving, not me; sorted. Replication targets.
+
+        SUSPECT counts: a suspicion comes after one missed probe (a few hundred ms), which a
+        busy event loop causes all the time; Disque stops using a peer only at PFAIL, after
+        the whole node timeout, and that is what DEAD is here."""
         return list(self._views()[0])
 
     def all_peers(self) -> list[str]:
@@ -220,7 +224,9 @@ class Membership:
         if node_id == self._me.node_id:
             return True
         e = self._members.get(node_id)
-        return e is not None and e.rec.state == ALIVE and e.confirmed and not e.rec.leaving
+        return (
+            e is not None and e.rec.state in (ALIVE, SUSPECT) and e.confirmed and not e.rec.leaving
+        )
 
     def _views(self) -> tuple[tuple[str, ...], tuple[str, ...], int]:
         # The job core asks for these on every ADDJOB; recompute only after a change.

@@ -134,6 +134,7 @@ class ClusterRuntime:
                     node.enable_aof(store.settings.dir if store is not None else Path("."))
                 else:
                     node.disable_aof()
+                self.core.persist = node.aof is not None
             except Exception as exc:
                 self.log.error("config_appendonly_failed", error=str(exc))
                 raise ConfigSetError("ERR Unable to turn on AOF. Check server logs.") from exc
@@ -149,6 +150,7 @@ class ClusterRuntime:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self.core.persist = self.node.aof is not None
         port = await self.links.start()
         self.settings.grpc_port = port
         for host, gport in self.settings.joins:

@@ -20,23 +20,35 @@ What a node is here, and why it matches ``disq/server``:
   A restart builds new cores for the same node id and replays its AOF with ``restore``; the
   membership comes back from its last snapshot, as ``disq-node`` does from its data dir.
 - Clients talk to any live node (clients are never partitioned from nodes: partitions cut
-  node-to-node links only). Producers ADDJOB unique bodies; consumers GETJOB and then ACK
-  (sometimes on another node, sometimes FASTACK), NACK, WORKING, or vanish without acking.
+  node-to-node links only). Producers ADDJOB unique bodies (sync or ASYNC, REPLICATE from a
+  range, RETRY 1-3 s, sometimes DELAY 1 or at-most-once, sometimes hanging up early);
+  consumers GETJOB (NOHANG or blocking, sometimes hanging up) and then ACK (sometimes on
+  another node, sometimes FASTACK), NACK, WORKING, admin ENQUEUE, or vanish without acking.
+- The nemesis (random from the seed, or a fixed ``nemesis_script``): partitions (random
+  halves, one node isolated), heal, crash (never more than ``max_down`` nodes down at once),
+  restart, AOF rewrite, and optionally memory warnings (external replication), CLUSTER
+  LEAVING and queue PAUSE. At ``duration_ms`` everything heals and every node restarts; the
+  consumers go on for ``settle_ms`` (requeues happen), then every node is drained.
 
 Invariants (``InvariantViolation`` carries the seed and, replayed with tracing, the job's
 history and its messages):
 
 1. Every acknowledged ADDJOB (an id came back) with RETRY > 0 is delivered at least once by
    the end. The nemesis keeps at most ``max_down`` nodes down at once (default R-1 for the
-   smallest replication used) and every node comes back before the final drain.
-2. No delivery happens after every node that ever held a copy had it acked or deleted
-   ("zombie" delivery). Holders and their latest state come from the AOF records, which is
-   exactly what a node would restore.
-3. No core raises (any exception is reported with the seed).
+   smallest replication used) and every node comes back before the final drain. With
+   ``fsync_lost`` a job is excused only if every node that logged it lost that record.
+2. No delivery happens after every node that ever held a copy had it acked or deleted and no
+   copy was on the wire ("zombie" delivery). Holders come from the AOF records (what a
+   restart would bring back), the REPLJOB/YOURJOBS in flight, and the creator's WAIT_REPL
+   copy. Hindsight: a node that gets its first copy later was "not yet acked" before.
+3. No core raises (any exception is reported with the seed), and no core spins (its next
+   deadline stays at ``now``).
 4. Structure, checked after steps: every id in a node's queues is in its ``jobs`` with state
    QUEUED (and the same queue and ctime), and every QUEUED job is in its queue.
-5. Also: nothing is delivered that no producer submitted; a RETRY 0 job (at-most-once) is
-   delivered at most once.
+5. Nothing is delivered that no producer submitted (or whose ADDJOB was refused); one ADDJOB
+   is one job id; a RETRY 0 job (at-most-once) is delivered at most once.
+6. Optional (``final_gc_ms``): once everything is healed, every acked job is garbage
+   collected on every node.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ import dataclasses
 import hashlib
 import heapq
 import random
+import shlex
 import sys
 import traceback
 from collections.abc import Callable
@@ -96,6 +109,7 @@ _GONE = 0  # latest record is DELJOB (acked or deleted), or the record was lost
 # exists only there): sent (+1) and landed or lost on the way (-1).
 _FLYING = 2
 _LANDED = 3
+_WAITING = 4  # the creator's WAIT_REPL copy: in memory only, but it can still send copies
 
 
 class InvariantViolation(AssertionError):
@@ -133,7 +147,7 @@ class SimConfig:
     queues: tuple[str, ...] = ("q0", "q1")
     repl: tuple[int, int] | None = None  # REPLICATE range; None: (1, min(3, nodes))
     max_retry_s: int = 2  # RETRY drawn from 1..max_retry_s
-    ttl_s: int = 3600  # far beyond the run: nothing expires unless a scenario wants it
+    ttl_s: int = 3600  # far beyond the run; jobs whose TTL ends before the end are excused
     at_most_once_prob: float = 0.0  # REPLICATE 1 RETRY 0 jobs
     async_prob: float = 0.15
     delay_prob: float = 0.05  # DELAY 1
@@ -141,6 +155,9 @@ class SimConfig:
     client_cancel_prob: float = 0.03  # the producer disconnects before the sync reply
     max_down: int | None = None  # None: min(REPLICATE) - 1
     nemesis_every_ms: tuple[int, int] = (200, 1200)
+    # Instead of the random nemesis: (ms after the clients start, action, node indexes) with
+    # action in isolate, split (args = one side), heal, crash, crash_all, restart,
+    # restart_all, rewrite (AOF), pressure/relief (memory warning), leave/stay.
     nemesis_script: tuple[tuple[int, str, tuple[int, ...]], ...] | None = None
     aof_rewrite_prob: float = 0.1  # share of nemesis actions that rewrite one node's AOF
     memory_pressure: bool = False  # nemesis: memory warning 1 on a node (external replication)
@@ -148,6 +165,7 @@ class SimConfig:
     pauses: bool = False  # nemesis: PAUSE a queue (in/out/all, broadcast) on a node
     get_cancel_prob: float = 0.03  # a consumer hangs up while blocked in GETJOB
     fsync_lost: bool = False
+    enqueue_on_restart_prob: float = 0.0  # aof-enqueue-jobs-once yes (a controlled restart)
     clock_skew_ms: int = 0  # each node's clock is off by up to this much (fixed offset)
     view: str = "swim"  # "swim" (real Membership), "oracle" (perfect detector), "static"
     probe_interval_ms: int = 500
@@ -167,6 +185,8 @@ class SimConfig:
     # while they are open; tests/unit/test_sim.py pins each with a strict xfail):
     # "extrepl-repl1": REPLICATE 1 without ASYNC on a node with a memory warning or leaving.
     # "extrepl-async": ASYNC on such a node (no local copy at all when the id is returned).
+    # "amo-enqueue-once": a RETRY 0 job delivered again after a restart with
+    # aof-enqueue-jobs-once (the DELIVERED flag is not in the AOF).
     exempt: tuple[str, ...] = ()
     trace: bool = False
 
@@ -349,12 +369,14 @@ class Simulation:
         self.deliveries: list[Delivery] = []
         self.delivered: dict[str, list[Delivery]] = {}
         self._body_of: dict[str, bytes] = {}
-        # job id -> [(step, node, _HOLDS|_GONE|_FLYING|_LANDED)] from the AOF stream and the
-        # copies on the wire, for invariant 2.
+        # job id -> [(step, node, _HOLDS|_GONE|_FLYING|_LANDED|_WAITING)] from the AOF
+        # stream, the copies on the wire and the creators' WAIT_REPL copies: invariant 2.
         self._copies: dict[str, list[tuple[int, int, int]]] = {}
-        self._lost_load: set[str] = set()  # fsync_lost: a LOADJOB of this job was lost
+        # fsync_lost: job id -> nodes that lost a LOADJOB of it in a crash.
+        self._lost_load: dict[str, set[int]] = {}
         self._lost_del: set[str] = set()  # fsync_lost: a DELJOB of this job was lost
         self._client_acks: dict[str, int] = {}  # job id -> first client ACK/FASTACK time
+        self._enqueue_once_restarts: list[int] = []  # times of aof-enqueue-jobs-once restarts
         self._jobs_left = cfg.jobs
         self._job_seq = 0
         self.stats: dict[str, int] = {
@@ -466,9 +488,14 @@ class Simulation:
         nd.core = ClusterCore(nd.view, rng_core, now)
         if not fresh:
             records = list(nd.aof)
-            self._guard(nd, self._core(nd).restore, now, records)
+            core = self._core(nd)
+            if cfg.enqueue_on_restart_prob and self.rng.random() < cfg.enqueue_on_restart_prob:
+                core.aof_enqueue_once = True
+                self._enqueue_once_restarts.append(self.now)
+            self._guard(nd, core.restore, now, records)
             if self._tr:
-                self._t(f"{nd.name} restart: restore {len(records)} AOF records")
+                once = " (aof-enqueue-jobs-once)" if cfg.enqueue_on_restart_prob else ""
+                self._t(f"{nd.name} restart: restore {len(records)} AOF records{once}")
         self._flush(nd)
 
     # ================================================================== event loop
@@ -489,6 +516,11 @@ class Simulation:
             self._check_final()
         except InvariantViolation as e:
             raise self._enrich(e) from None
+        except Exception as e:  # a bug of the simulator itself: still report the seed
+            v = InvariantViolation(
+                self.seed, "simulator raised", f"{type(e).__name__}: {e}", traceback.format_exc()
+            )
+            raise self._enrich(v) from e
         return self.result()
 
     def result(self) -> SimResult:
@@ -839,7 +871,7 @@ class Simulation:
         for kind, payload in lost:
             if kind == "LOADJOB":
                 assert isinstance(payload, JobData)
-                self._lost_load.add(payload.id)
+                self._lost_load.setdefault(payload.id, set()).add(nd.idx)
                 touched.add(payload.id)
             else:
                 assert isinstance(payload, str)
@@ -989,15 +1021,16 @@ class Simulation:
             for j in core.jobs.values():
                 if j.body == body and j.state == WAIT_REPL:
                     rec.waiting_id = j.id
-                    self._copies.setdefault(j.id, []).append((self.step, nd.idx, _HOLDS))
+                    self._copies.setdefault(j.id, []).append((self.step, nd.idx, _WAITING))
                     break
             if rng.random() < cfg.client_cancel_prob:
                 self._at(self.now + rng.randint(1, timeout), self._cancel, (nd.idx, nd.gen, token))
+            self._flush(nd)
         else:
             assert isinstance(res, str), res
+            self._flush(nd)  # the reply leaves after the step's AOF records (group commit)
             self._add_done(rec, "ok", job_id=res)
             self._at(self.now + rng.randint(10, 200), self._produce, p)
-        self._flush(nd)
 
     def _cancel(self, arg: tuple[int, int, int]) -> None:
         """The producer hangs up before its sync ADDJOB answered (client timeout)."""
@@ -1292,8 +1325,8 @@ class Simulation:
                     return True
                 if j.state == ACTIVE and j.qtime_ms:
                     return True
-            if nd.pending:
-                return True
+            if any(op.kind == "add" for op in nd.pending.values()):
+                return True  # an ADDJOB still waiting may yet create a job
         return False
 
     def _leftover(self) -> list[str]:
@@ -1364,6 +1397,10 @@ class Simulation:
                 d.job_id,
             )
         if rec.retry_s == 0 and first is not d:
+            if "amo-enqueue-once" in self.cfg.exempt and any(
+                first.t <= t <= d.t for t in self._enqueue_once_restarts
+            ):
+                return
             raise self._violation(
                 "5 (at-most-once)",
                 f"RETRY 0 job {d.job_id} delivered again by n{d.node} at t={d.t - T0_MS} "
@@ -1380,8 +1417,10 @@ class Simulation:
             assert rec.job_id is not None
             if rec.job_id in self.delivered:
                 continue
-            if cfg.fsync_lost and rec.job_id in self._lost_load:
-                continue  # a crash lost an unsynced copy: not promised by everysec
+            if rec.t_start + cfg.ttl_s * 1000 <= self.now + 2 * cfg.clock_skew_ms + 1000:
+                continue  # it may have expired (every node drops its own copy at its TTL)
+            if cfg.fsync_lost and self._lost_everywhere(rec.job_id):
+                continue  # every logged copy was lost unsynced: everysec does not promise it
             if rec.extrepl and (
                 (rec.async_ and "extrepl-async" in cfg.exempt)
                 or (rec.repl == 1 and not rec.async_ and "extrepl-repl1" in cfg.exempt)
@@ -1420,6 +1459,14 @@ class Simulation:
                     job_id,
                 )
 
+    def _lost_everywhere(self, job_id: str) -> bool:
+        """fsync_lost: every node that logged the job lost a LOADJOB of it in a crash."""
+        lost = self._lost_load.get(job_id)
+        if not lost:
+            return False
+        loaders = {node for _, node, st in self._copies.get(job_id, ()) if st == _HOLDS}
+        return loaders <= lost
+
     def _dead_step(self, job_id: str) -> tuple[int, list[int]] | None:
         """The first step after which every node that ever held a copy (hindsight: including
         those that get one later) had its latest AOF record for the job be a DELJOB, and no
@@ -1427,7 +1474,7 @@ class Simulation:
         events = self._copies.get(job_id)
         if not events:
             return None
-        holders = sorted({node for _, node, st in events if st == _HOLDS})
+        holders = sorted({node for _, node, st in events if st in (_HOLDS, _WAITING)})
         if not holders:
             return None
         latest: dict[int, int] = {}
@@ -1579,8 +1626,9 @@ def sweep_config(seed: int, **overrides: Any) -> SimConfig:
         memory_pressure=r.random() < 0.25,
         leaving=r.random() < 0.2,
         pauses=r.random() < 0.2,
+        enqueue_on_restart_prob=r.choice((0.0, 0.0, 0.5)),
         check_every=5,
-        exempt=("extrepl-repl1", "extrepl-async"),
+        exempt=("extrepl-repl1", "extrepl-async", "amo-enqueue-once"),
     )
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
@@ -1597,9 +1645,15 @@ def config_diff(cfg: SimConfig) -> str:
 
 
 def replay_command(seed: int, cfg: SimConfig) -> str:
-    if dataclasses.replace(cfg, trace=False) == sweep_config(seed):
-        return f"python -m disq.testing.sim --seed {seed} --trace"
-    return f"Simulation.from_config({seed}, SimConfig({config_diff(cfg)}, trace=True)).run()"
+    """The CLI line that replays this run: the seed's sweep config plus ``--set`` for every
+    field that differs from it."""
+    base = sweep_config(seed)
+    sets = [
+        f" --set {shlex.quote(f'{f.name}={getattr(cfg, f.name)!r}')}"
+        for f in dataclasses.fields(SimConfig)
+        if f.name != "trace" and getattr(cfg, f.name) != getattr(base, f.name)
+    ]
+    return f"python -m disq.testing.sim --seed {seed} --trace{''.join(sets)}"
 
 
 def run_seed(seed: int, config: SimConfig | None = None) -> SimResult:

@@ -312,3 +312,32 @@ def test_beanstalk_put_times_out_without_copies_and_drops_the_engine_job() -> No
     [(token, err)] = c.replies[c.ids[0]]
     assert token == 5 and isinstance(err, DisqueError) and err.code == "NOREPL"
     assert owner.beanstalk_dropped == [9] and did not in owner.jobs
+
+
+def test_sync_replication_replaces_a_target_that_became_unreachable() -> None:
+    c = Cluster(4)
+    creator = c.core(0)
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    first = {n for n in creator.jobs[next(iter(creator.jobs))].delivered if n != c.ids[0]}
+    victim = sorted(first)[0]
+    c.cut = {victim}  # its copy never arrives
+    c.views[c.ids[0]].down = {victim}  # and failure detection says so
+    c.pump()
+    assert not c.replies[c.ids[0]]
+    c.advance(200)
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(job_id, str)
+    holders = {i for i in range(4) if job_id in c.core(i).jobs}
+    assert len(holders) == 3 and c.ids.index(victim) not in holders
+
+
+def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
+    c = Cluster(3)
+    creator = c.core(0)
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=10_000, repl=3) is PENDING
+    creator.outbox.clear()  # the first REPLJOBs are lost (a link broke and came back)
+    c.advance(500)
+    assert not c.replies[c.ids[0]]  # no new node to add, and not yet time to ask again
+    c.advance(1500)
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))

@@ -264,6 +264,12 @@ def test_suspect_priority_and_broadcast_target() -> None:
     m = net.nodes[nid(0)]
     assert m.hello_priority(nid(2)) == 10
     assert nid(2) in m.all_peers()  # broadcasts still go to suspects
+    # A suspect is still a replication target (Disque drops a peer only at PFAIL, after the
+    # node timeout); once DEAD it is not.
+    assert nid(2) in m.reachable_peers() and m.is_reachable(nid(2))
+    while net.state(0, 2) != DEAD:
+        net.run_for(10)
+        assert net.now < t0 + 4 * P * 2 + 2 * T
     assert nid(2) not in m.reachable_peers() and not m.is_reachable(nid(2))
 
 
