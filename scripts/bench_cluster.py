@@ -1,0 +1,1036 @@
+#!/usr/bin/env python3
+"""Benchmark a 3-node disq cluster on Disque's protocol: ADDJOB and GETJOB+ACKJOB.
+
+Each row starts a fresh local cluster: 3 nodes, each ``python -m disq.node_main node.conf``
+with a Disque-style configuration file (``port P``, ``dir D``, ``appendonly no`` or
+``appendonly yes`` + ``appendfsync everysec``, ``cluster-node-timeout 5000``) in a fresh
+directory. Node 0 is told ``CLUSTER MEET 127.0.0.1 <port>`` for the two others, and the row
+starts once ``CLUSTER INFO`` on every node shows ``cluster_known_nodes:3`` and
+``cluster_reachable_nodes:2`` (as in Disque, the reachable count leaves the node itself out).
+The load comes from ``scripts/resp_loadgen`` (a small epoll-based C load generator, compiled on
+demand from ``scripts/resp_loadgen.c``); its connections are spread round-robin over the 3
+nodes, all on one queue unless ``--queues`` says otherwise.
+
+Rows (100-byte bodies, RETRY 60, ADDJOB ms-timeout 5000):
+  * addjob-r1        ADDJOB ... REPLICATE 1
+  * addjob-r3        ADDJOB ... REPLICATE 3 (synchronous: the reply waits for 3 copies)
+  * addjob-r3-async  ADDJOB ... REPLICATE 3 ASYNC
+  * getjob-ackjob    GETJOB NOHANG COUNT 1 FROM q, then ACKJOB id, on jobs prefilled with
+                     REPLICATE 3 (sync) by an addjob pass; measured ops = jobs consumed. A
+                     connection stops when its node's queue is empty.
+each at (1 conn, pipeline 1), (50 conns, pipeline 1) and (50 conns, pipeline 16), with AOF off
+(``mem``) and on (``aof``: ``appendonly yes``, ``appendfsync everysec``). By default all ``mem``
+rows run and the ``aof`` rows at 50 conns, pipeline 16.
+
+The nodes' CPU time (utime + stime from /proc/PID/stat, whole process tree) is recorded over
+each measured run, so a row limited by the nodes' CPU can be told apart from one that waits.
+
+Disque itself cannot be built here: the ratios are against the Disque 1.0 figures quoted in
+issue 3 (same machine, 3 nodes, 50 connections, pipeline 16, AOF off), not a side-by-side run.
+
+Examples:
+  .venv/bin/python scripts/bench_cluster.py
+  .venv/bin/python scripts/bench_cluster.py --quick --markdown /tmp/cluster.md
+  .venv/bin/python scripts/bench_cluster.py --rows 'addjob-r3/c50/p16/*' --repeat 5
+
+Row ids for --rows (comma-separated fnmatch patterns): ``WORKLOAD/cN/pK/PERSIST`` with PERSIST
+``mem`` or ``aof`` (e.g. ``addjob-r1/c50/p16/mem``, ``getjob-ackjob/*``, ``*/aof``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import datetime
+import fnmatch
+import json
+import os
+import platform
+import random
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LOADGEN_SRC = ROOT / "scripts" / "resp_loadgen.c"
+LOADGEN_BIN = ROOT / "scripts" / "resp_loadgen"
+HOST = "127.0.0.1"
+NODES = 3
+BUS_OFFSET = 10000  # disq's gRPC bus listens on port + 10000, like Disque's cluster bus
+
+BODY = 100
+RETRY_S = 60
+ADD_TIMEOUT_MS = 5000
+SHAPES: list[tuple[int, int]] = [(1, 1), (50, 1), (50, 16)]  # (conns, pipeline)
+# prefill shape for the getjob-ackjob rows (a multiple of NODES so every node gets jobs); few
+# commands in flight per node, because deeper pipelines made peers flap to SUSPECT (-NOREPL)
+FILL_CONNS = 48
+FILL_PIPELINE = 2
+DEFAULT_ROWS = "*/mem,*/c50/p16/aof"
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    label: str
+    loadgen: str  # resp_loadgen --workload
+    replicate: int
+    asynchronous: bool = False
+
+
+WORKLOADS: list[Workload] = [
+    Workload("addjob-r1", "ADDJOB REPLICATE 1", "addjob", 1),
+    Workload("addjob-r3", "ADDJOB REPLICATE 3 (sync)", "addjob", 3),
+    Workload("addjob-r3-async", "ADDJOB REPLICATE 3 ASYNC", "addjob", 3, asynchronous=True),
+    Workload("getjob-ackjob", "GETJOB+ACKJOB (REPLICATE 3 jobs)", "getjob-ackjob", 3),
+]
+
+
+@dataclass(frozen=True)
+class Reference:
+    low: float  # Disque 1.0 ops/s, low end of the quoted range
+    high: float
+    target: float  # required fraction of Disque
+    text: str  # the target as the issue states it
+
+
+# Issue 3: Disque 1.0 on this machine, 3 nodes, 50 connections, pipeline 16, AOF off.
+DISQUE_REFERENCE: dict[str, Reference] = {
+    "addjob-r3": Reference(32_000, 39_000, 1.0, "REPLICATE 3 sync at or above Disque"),
+    "addjob-r1": Reference(210_000, 320_000, 0.5, "REPLICATE 1 at least half of Disque"),
+    "getjob-ackjob": Reference(35_000, 52_000, 0.7, "GETJOB+ACKJOB at least 0.7 of Disque"),
+}
+REFERENCE_SHAPE = (50, 16)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    pass
+
+
+class RespError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# setup helpers
+
+
+def ensure_loadgen(path: Path) -> Path:
+    """Compile resp_loadgen if the binary is missing or older than its source."""
+    if path != LOADGEN_BIN:
+        if not path.exists():
+            raise BenchError(f"load generator binary not found: {path}")
+        return path
+    if path.exists() and path.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime:
+        return path
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise BenchError("gcc not found (needed to build scripts/resp_loadgen)")
+    cmd = [cc, "-O2", "-Wall", "-o", str(path), str(LOADGEN_SRC)]
+    log("compiling resp_loadgen: " + shlex.join(cmd))
+    subprocess.run(cmd, check=True)
+    return path
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(n: int, taken: set[int]) -> list[int]:
+    """n client ports P in 20000..29999 such that P and P + BUS_OFFSET are both free."""
+    out: list[int] = []
+    for _ in range(2000):
+        p = random.randrange(20000, 30000)
+        if p in taken or p in out or p + BUS_OFFSET in taken:
+            continue
+        if port_free(p) and port_free(p + BUS_OFFSET):
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise BenchError("could not find free port pairs (P, P+10000)")
+
+
+def proc_tree(pid: int) -> list[int]:
+    """pid and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process tree rooted at pid."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tck
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:9]]
+    idle = vals[3] + vals[4]  # idle + iowait
+    total = sum(vals)
+    return float(total - idle), float(total)
+
+
+def rss_bytes(pid: int) -> int:
+    total = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# a minimal blocking RESP2 client for the harness itself
+
+
+class RespClient:
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rfile = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.rfile.close()
+            self.sock.close()
+
+    def __enter__(self) -> RespClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, *args: str | int) -> Any:
+        parts = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = str(a).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(parts))
+        return self._read()
+
+    def _line(self) -> bytes:
+        line = self.rfile.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("connection closed")
+        return line[:-2]
+
+    def _read(self) -> Any:
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RespError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.rfile.read(n + 2)
+            if len(data) != n + 2:
+                raise ConnectionError("connection closed")
+            return data[:-2]
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RespError(f"bad reply line {line!r}")
+
+
+def parse_info(text: bytes | str) -> dict[str, str]:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, _, v = line.partition(":")
+            out[k.strip()] = v.strip()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# nodes and clusters
+
+_LIVE: set[subprocess.Popen[bytes]] = set()  # every node process started and not yet reaped
+
+
+def _kill_all_live() -> None:
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            with contextlib.suppress(subprocess.SubprocessError):
+                proc.wait(5)
+        _LIVE.discard(proc)
+
+
+def _on_signal(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the nodes
+
+
+@dataclass
+class Node:
+    index: int
+    cmd: list[str]
+    workdir: Path
+    port: int
+    aof: bool
+    proc: subprocess.Popen[bytes] | None = None
+    logfile: Path | None = None
+
+    def config_text(self) -> str:
+        lines = [
+            f"port {self.port}",
+            f"dir {self.workdir}",
+            f"appendonly {'yes' if self.aof else 'no'}",
+        ]
+        if self.aof:
+            lines.append("appendfsync everysec")
+        lines.append("cluster-node-timeout 5000")
+        return "\n".join(lines) + "\n"
+
+    def spawn(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "node.conf"
+        conf.write_text(self.config_text())
+        self.logfile = self.workdir / "node.log"
+        with open(self.logfile, "wb") as out:
+            self.proc = subprocess.Popen(
+                [*self.cmd, str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+            )
+        _LIVE.add(self.proc)
+
+    def log_tail(self, n: int = 12) -> str:
+        if self.logfile is None or not self.logfile.exists():
+            return ""
+        lines = self.logfile.read_text("utf-8", "replace").splitlines()[-n:]
+        return "\n".join(f"    node{self.index}: {line}" for line in lines)
+
+    def check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise BenchError(
+                f"node {self.index} (port {self.port}) exited with code "
+                f"{self.proc.returncode}:\n{self.log_tail()}"
+            )
+
+    def wait_ping(self, deadline: float) -> None:
+        last = ""
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                with RespClient(self.port, timeout=1.0) as c:
+                    if c.call("PING") == "PONG":
+                        return
+            except (OSError, RespError) as exc:
+                last = repr(exc)
+            time.sleep(0.01)
+        raise BenchError(f"node {self.index} not answering PING ({last})\n{self.log_tail()}")
+
+    def cpu(self) -> float:
+        assert self.proc is not None
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            pids = proc_tree(proc.pid)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log(f"node {self.index} did not exit {timeout:.0f} s after SIGTERM; killing it")
+                proc.kill()
+                proc.wait()
+            for p in pids[1:]:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+        _LIVE.discard(proc)
+
+
+class Cluster:
+    def __init__(self, cmd: list[str], workdir: Path, aof: bool) -> None:
+        ports = pick_ports(NODES, set())
+        self.nodes = [Node(i, cmd, workdir / f"node{i}", p, aof) for i, p in enumerate(ports)]
+        self.form_seconds = 0.0
+
+    @property
+    def ports(self) -> list[int]:
+        return [n.port for n in self.nodes]
+
+    def start(self, timeout: float) -> None:
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        for n in self.nodes:
+            n.spawn()
+        for n in self.nodes:
+            n.wait_ping(deadline)
+        with RespClient(self.nodes[0].port) as c:
+            for n in self.nodes[1:]:
+                reply = c.call("CLUSTER", "MEET", HOST, n.port)
+                if reply != "OK":
+                    raise BenchError(f"CLUSTER MEET {HOST} {n.port}: unexpected reply {reply!r}")
+        # Disque's CLUSTER INFO counts the node itself in cluster_known_nodes but not in
+        # cluster_reachable_nodes (clusterUpdateReachableNodes skips MYSELF), and disq does the
+        # same: a formed 3-node cluster shows known 3, reachable 2.
+        want_known, want_reach = str(NODES), str(NODES - 1)
+        pending = list(self.nodes)
+        last: dict[int, str] = {}
+        while pending:
+            if time.monotonic() > deadline:
+                state = "; ".join(f"node{i}: {s}" for i, s in sorted(last.items()))
+                tails = "\n".join(n.log_tail(5) for n in self.nodes)
+                raise BenchError(f"cluster not formed after {timeout:.0f} s ({state})\n{tails}")
+            for n in list(pending):
+                n.check_alive()
+                try:
+                    with RespClient(n.port, timeout=2.0) as c:
+                        info = parse_info(c.call("CLUSTER", "INFO"))
+                except (OSError, RespError) as exc:
+                    last[n.index] = repr(exc)
+                    continue
+                known = info.get("cluster_known_nodes", "?")
+                reach = info.get("cluster_reachable_nodes", "?")
+                last[n.index] = f"known {known}, reachable {reach}"
+                if known == want_known and reach == want_reach:
+                    pending.remove(n)
+            if pending:
+                time.sleep(0.05)
+        self.form_seconds = time.monotonic() - t0
+
+    def check_alive(self) -> None:
+        for n in self.nodes:
+            n.check_alive()
+
+    def cpu(self) -> list[float]:
+        return [n.cpu() for n in self.nodes]
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            try:
+                n.stop()
+            except Exception as exc:  # keep stopping the others
+                log(f"stopping node {n.index}: {exc!r}")
+
+    def qlens(self, queue: str) -> list[int]:
+        out = []
+        for n in self.nodes:
+            with RespClient(n.port) as c:
+                out.append(int(c.call("QLEN", queue)))
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# resp_loadgen
+
+
+@dataclass
+class LoadResult:
+    ops: int
+    seconds: float
+    ops_per_s: float
+    p50_us: int
+    p99_us: int
+    errors: int
+    raw: dict[str, Any]
+    loadgen_cpu_s: float = 0.0
+    node_cpu_s: list[float] = field(default_factory=list)
+    machine_busy_pct: float = 0.0  # all CPUs, every process (the machine is shared)
+
+    @property
+    def node_cpu_pct(self) -> list[float]:
+        return [100.0 * c / max(self.seconds, 1e-9) for c in self.node_cpu_s]
+
+    @property
+    def loadgen_cpu_pct(self) -> float:
+        return 100.0 * self.loadgen_cpu_s / max(self.seconds, 1e-9)
+
+
+def run_loadgen(
+    loadgen: Path,
+    ports: list[int],
+    workload: str,
+    conns: int,
+    pipeline: int,
+    replicate: int,
+    asynchronous: bool,
+    ops: int,
+    seconds: float | None,
+    queues: int,
+    queue_prefix: str = "queue-",
+) -> LoadResult:
+    cmd = [
+        str(loadgen),
+        "--host",
+        HOST,
+        "--ports",
+        ",".join(map(str, ports)),
+        "--conns",
+        str(conns),
+        "--pipeline",
+        str(pipeline),
+        "--ops",
+        str(ops),
+        "--workload",
+        workload,
+        "--queues",
+        str(queues),
+        "--queue-prefix",
+        queue_prefix,
+        "--body",
+        str(BODY),
+        "--replicate",
+        str(replicate),
+        "--retry",
+        str(RETRY_S),
+        "--timeout-ms",
+        str(ADD_TIMEOUT_MS),
+    ]
+    if asynchronous:
+        cmd.append("--async")
+    if seconds is not None:
+        cmd += ["--seconds", f"{seconds:g}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    limit = (seconds or 0) + 600
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.stderr.strip():
+        for line in proc.stderr.strip().splitlines()[:12]:
+            log("  " + line)
+    if proc.returncode != 0:
+        raise BenchError(
+            f"resp_loadgen failed (rc={proc.returncode}): {shlex.join(cmd)}\n{proc.stderr.strip()}"
+        )
+    raw = json.loads(proc.stdout.strip().splitlines()[-1])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return LoadResult(
+        ops=int(raw["ops"]),
+        seconds=float(raw["seconds"]),
+        ops_per_s=float(raw["ops_per_s"]),
+        p50_us=int(raw["p50_us"]),
+        p99_us=int(raw["p99_us"]),
+        errors=int(raw["errors"]),
+        raw=raw,
+        loadgen_cpu_s=cpu,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# rows
+
+
+@dataclass
+class Cell:
+    result: LoadResult | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    workload: Workload
+    conns: int
+    pipeline: int
+    aof: bool
+    cell: Cell | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.workload.id}/c{self.conns}/p{self.pipeline}/{'aof' if self.aof else 'mem'}"
+
+    @property
+    def reference(self) -> Reference | None:
+        if self.aof or (self.conns, self.pipeline) != REFERENCE_SHAPE:
+            return None
+        return DISQUE_REFERENCE.get(self.workload.id)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, node_cmd: list[str], loadgen: Path, tmp: Path):
+        self.args = args
+        self.node_cmd = node_cmd
+        self.loadgen = loadgen
+        self.tmp = tmp
+        self.duration: float = args.duration
+        self.counter = 0
+        self.max_loadgen_cpu: tuple[float, str] = (0.0, "")
+        self.form_times: list[float] = []
+
+    def workdir(self, label: str) -> Path:
+        self.counter += 1
+        d = self.tmp / f"{self.counter:03d}-{label.replace('/', '_')}"
+        d.mkdir(parents=True)
+        return d
+
+    def run_row(self, row: Row) -> Cell:
+        wd = self.workdir(row.id)
+        cluster = Cluster(self.node_cmd, wd, row.aof)
+        wl = row.workload
+        extra: dict[str, Any] = {}
+        try:
+            cluster.start(self.args.cluster_timeout)
+            self.form_times.append(cluster.form_seconds)
+            log(f"  cluster formed in {cluster.form_seconds:.2f} s (ports {cluster.ports})")
+            ops = 0
+            if wl.loadgen == "getjob-ackjob":
+                fill = run_loadgen(
+                    self.loadgen,
+                    cluster.ports,
+                    "addjob",
+                    FILL_CONNS,
+                    FILL_PIPELINE,
+                    wl.replicate,
+                    False,
+                    self.args.max_fill,
+                    self.duration * self.args.fill_factor,
+                    self.args.queues,
+                )
+                if fill.ops == 0:
+                    raise BenchError(f"prefill added no jobs ({fill.errors} errors)")
+                qlens = cluster.qlens("queue-0") if self.args.queues == 1 else []
+                extra.update(
+                    prefilled=fill.ops,
+                    prefill_ops_per_s=fill.ops_per_s,
+                    prefill_errors=fill.errors,
+                    prefill_error_kinds=fill.raw.get("error_kinds", {}),
+                    qlens=qlens,
+                )
+                log(
+                    f"  prefilled {fill.ops:,} REPLICATE {wl.replicate} jobs in "
+                    f"{fill.seconds:.2f} s ({fill.ops_per_s:,.0f}/s, {fill.errors} errors"
+                    f"{fmt_kinds(fill.raw)})" + (f"; QLEN per node {qlens}" if qlens else "")
+                )
+            cpu0 = cluster.cpu()
+            mach0 = machine_cpu()
+            res = run_loadgen(
+                self.loadgen,
+                cluster.ports,
+                wl.loadgen,
+                row.conns,
+                row.pipeline,
+                wl.replicate,
+                wl.asynchronous,
+                ops,
+                self.duration,
+                self.args.queues,
+            )
+            mach1 = machine_cpu()
+            res.node_cpu_s = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
+            res.machine_busy_pct = 100.0 * (mach1[0] - mach0[0]) / max(mach1[1] - mach0[1], 1.0)
+            cluster.check_alive()
+            rss = [rss_bytes(n.proc.pid) for n in cluster.nodes if n.proc is not None]
+            extra.update(node_rss=rss, form_seconds=cluster.form_seconds)
+            if res.raw.get("gave_up"):
+                extra["stalled"] = True
+            if wl.loadgen == "getjob-ackjob" and res.seconds < 0.8 * self.duration:
+                extra["drained_s"] = res.seconds  # every queue ran dry before the deadline
+            pct = res.loadgen_cpu_pct
+            if pct > self.max_loadgen_cpu[0]:
+                self.max_loadgen_cpu = (pct, row.id)
+            cpus = "/".join(f"{p:.0f}" for p in res.node_cpu_pct)
+            per_node = "/".join(str(n["ops"]) for n in res.raw.get("nodes", []))
+            log(
+                f"  {res.ops_per_s:>11,.0f} ops/s  p50 {res.p50_us:,} us  p99 {res.p99_us:,} us  "
+                f"ops {res.ops:,} in {res.seconds:.2f} s (per node {per_node})  "
+                f"errors {res.errors}{fmt_kinds(res.raw)}  cpu%: nodes {cpus} loadgen {pct:.0f} "
+                f"machine {res.machine_busy_pct:.0f}% busy"
+            )
+            return Cell(result=res, extra=extra)
+        except (BenchError, OSError, subprocess.SubprocessError, ValueError, RespError) as exc:
+            log(f"  FAILED: {exc}")
+            return Cell(error=short_error(exc), extra=extra)
+        finally:
+            cluster.stop()
+            if self.args.keep_dirs:
+                log(f"  kept {wd}")
+            else:
+                shutil.rmtree(wd, ignore_errors=True)
+
+
+def short_error(exc: BaseException) -> str:
+    """First line of the message plus its last line (e.g. a node log's last line)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [repr(exc)]
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def median_cell(cells: list[Cell]) -> Cell:
+    """The run with the median throughput (a failure if any run failed)."""
+    for c in cells:
+        if c.error is not None or c.result is None:
+            return c
+    ordered = sorted(cells, key=lambda c: c.result.ops_per_s if c.result else 0.0)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+# --------------------------------------------------------------------------------------------
+# output
+
+
+def fmt_int(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def fmt_kinds(raw: dict[str, Any]) -> str:
+    """resp_loadgen's error counts by kind, e.g. ' (NOREPL 120, ERR 2)', or ''."""
+    kinds: dict[str, int] = raw.get("error_kinds") or {}
+    if not kinds:
+        return ""
+    return " (" + ", ".join(f"{k} {n:,}" for k, n in kinds.items()) + ")"
+
+
+def fmt_k(v: float) -> str:
+    return f"{v / 1000:g}k"
+
+
+def verdict(value: float, ref: Reference) -> str:
+    """Target met against the whole quoted range, only against its low end, or not at all."""
+    if value >= ref.target * ref.high:
+        return "yes"
+    if value >= ref.target * ref.low:
+        return "partly (above the low end only)"
+    return "no"
+
+
+def ref_cols(row: Row) -> tuple[str, str, str]:
+    ref = row.reference
+    if ref is None:
+        return "-", "-", "-"
+    ref_txt = f"{fmt_k(ref.low)}-{fmt_k(ref.high)}"
+    cell = row.cell
+    if cell is None or cell.error is not None or cell.result is None:
+        return ref_txt, "-", "FAIL"
+    v = cell.result.ops_per_s
+    ratio = f"{v / ref.high:.2f}-{v / ref.low:.2f}x"
+    met = verdict(v, ref) if cell.result.errors == 0 else "no (errors)"
+    return ref_txt, ratio, f"{met} (target {ref.target:g}x)"
+
+
+def render(rows: list[Row]) -> str:
+    hdr = [
+        "workload",
+        "conns",
+        "pipeline",
+        "AOF",
+        "ops/s",
+        "p50 / p99 (µs)",
+        "node CPU % n0/n1/n2 (machine busy %)",
+        "Disque 1.0 ops/s (issue 3)",
+        "disq / Disque",
+        "target met",
+    ]
+    out = ["| " + " | ".join(hdr) + " |"]
+    align = ["---", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---"]
+    out.append("| " + " | ".join(align) + " |")
+    for row in rows:
+        cols = [row.workload.label, str(row.conns), str(row.pipeline), "on" if row.aof else "off"]
+        c = row.cell
+        if c is None:
+            cols += ["-", "-", "-"]
+        elif c.error is not None or c.result is None:
+            cols += ["FAIL", "-", "-"]
+        else:
+            r = c.result
+            ops = fmt_int(r.ops_per_s)
+            notes = []
+            if r.errors:
+                notes.append(f"{r.errors:,} errors{fmt_kinds(r.raw)}")
+            if c.extra.get("prefill_errors"):
+                notes.append(
+                    f"prefill: {c.extra['prefilled']:,} jobs, {c.extra['prefill_errors']:,} "
+                    f"errors{fmt_kinds({'error_kinds': c.extra.get('prefill_error_kinds')})}"
+                )
+            if "drained_s" in c.extra:
+                notes.append(f"all {r.ops:,} jobs consumed in {c.extra['drained_s']:.2f} s")
+            if c.extra.get("stalled"):
+                notes.append("stalled")
+            if notes:
+                ops += f" ({', '.join(notes)})"
+            cols += [
+                ops,
+                f"{fmt_int(r.p50_us)} / {fmt_int(r.p99_us)}",
+                "/".join(f"{p:.0f}" for p in r.node_cpu_pct) + f" ({r.machine_busy_pct:.0f}%)",
+            ]
+        cols += list(ref_cols(row))
+        out.append("| " + " | ".join(cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def failures(rows: list[Row]) -> list[str]:
+    return [f"{r.id}: {r.cell.error}" for r in rows if r.cell is not None and r.cell.error]
+
+
+def machine_info() -> str:
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    pyver = sys.version.split()[0]
+    return f"{os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, Python {pyver}"
+
+
+# --------------------------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Benchmark a 3-node disq cluster with ADDJOB and GETJOB+ACKJOB.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    p.add_argument(
+        "--node-cmd",
+        default=f"{ROOT / '.venv' / 'bin' / 'python'} -m disq.node_main",
+        help="node command; the config file path is appended (default: %(default)s)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="short runs: 1 s per row (about a minute in total with the default rows)",
+    )
+    p.add_argument(
+        "--rows",
+        default=DEFAULT_ROWS,
+        help="comma-separated fnmatch patterns over row ids (default %(default)r; '*' for all)",
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds per measured run (default 5, or 1 with --quick)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each row N times (fresh cluster each time) and report the median run",
+    )
+    p.add_argument(
+        "--queues", type=int, default=1, help="queues; connection c uses queue-<c %% queues>"
+    )
+    p.add_argument(
+        "--fill-factor",
+        type=float,
+        default=3.0,
+        help="getjob-ackjob rows: prefill for this many times --duration (default %(default)s)",
+    )
+    p.add_argument("--max-fill", type=int, default=2_000_000, help="cap on jobs prefilled per row")
+    p.add_argument("--cluster-timeout", type=float, default=60.0)
+    p.add_argument("--keep-dirs", action="store_true", help="keep node dirs and logs")
+    p.add_argument("--loadgen", type=Path, default=LOADGEN_BIN)
+    p.add_argument("--markdown", type=Path, help="also write the table to this markdown file")
+    p.add_argument("--json", type=Path, help="write raw results as JSON to this file")
+    args = p.parse_args(argv)
+    if args.duration is None:
+        args.duration = 1.0 if args.quick else 5.0
+    if args.repeat < 1 or args.queues < 1 or args.duration <= 0:
+        p.error("--repeat, --queues and --duration must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    patterns = [p.strip() for p in args.rows.split(",") if p.strip()]
+
+    def selected(row_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(row_id, pat) for pat in patterns)
+
+    node_cmd = shlex.split(args.node_cmd)
+    try:
+        loadgen = ensure_loadgen(args.loadgen.resolve())
+    except (BenchError, subprocess.SubprocessError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    rows = [Row(w, c, k, aof) for w in WORKLOADS for aof in (False, True) for c, k in SHAPES]
+    rows = [r for r in rows if selected(r.id)]
+    if not rows:
+        print(f"error: --rows {args.rows!r} selects nothing", file=sys.stderr)
+        return 2
+
+    atexit.register(_kill_all_live)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+
+    load_before = os.getloadavg()[0]
+    if load_before > 0.5:
+        log(f"warning: load average is {load_before:.2f} before starting; results will be noisy")
+    started = datetime.datetime.now(datetime.UTC)
+    t_start = time.monotonic()
+    bench: Bench | None = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="disq-cluster-bench-") as tmpname:
+            tmp = Path(tmpname)
+            if args.keep_dirs:
+                tmp = Path(tempfile.mkdtemp(prefix="disq-cluster-bench-kept-"))
+            bench = Bench(args, node_cmd, loadgen, tmp)
+            for i, row in enumerate(rows, 1):
+                cells = []
+                for rep in range(args.repeat):
+                    rep_txt = f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""
+                    log(f"row {i}/{len(rows)}: {row.id}{rep_txt}")
+                    cells.append(bench.run_row(row))
+                row.cell = median_cell(cells)
+    finally:
+        _kill_all_live()
+    elapsed = time.monotonic() - t_start
+
+    table = render(rows)
+    fails = failures(rows)
+    print()
+    print(table, end="")
+    print(
+        "\nDisque itself is not run here (it cannot be built on this machine): the Disque "
+        "column is the figure quoted in issue 3 (Disque 1.0, same machine, 3 nodes, 50 conns, "
+        "pipeline 16, AOF off)."
+    )
+    if fails:
+        print("\nFailures:\n" + "\n".join(f"- {f}" for f in fails))
+    lg_pct, lg_row = bench.max_loadgen_cpu
+    forms = bench.form_times
+    form_txt = f"{min(forms):.2f}-{max(forms):.2f} s" if forms else "-"
+    log(
+        f"done in {elapsed:.0f} s; cluster formation {form_txt}; busiest resp_loadgen run "
+        f"used {lg_pct:.0f}% of one core ({lg_row})"
+    )
+
+    if args.markdown:
+        exe = Path(sys.executable)
+        with contextlib.suppress(ValueError):
+            exe = exe.relative_to(ROOT)
+        cmdline = shlex.join([str(exe), *sys.argv])
+        sample = Node(0, node_cmd, Path("DIR"), 7711, aof=False).config_text()
+        lines = [
+            f"Command: `{cmdline}`",
+            "",
+            f"Date: {started:%Y-%m-%d %H:%M} UTC; machine: {machine_info()}; "
+            f"1-min load average before the run: {load_before:.2f}",
+            "",
+            f"- cluster: {NODES} local nodes, `{shlex.join(node_cmd)} node.conf` with "
+            f"`{'; '.join(sample.strip().splitlines())}` (AOF on: `appendonly yes`, "
+            "`appendfsync everysec`), joined with `CLUSTER MEET` and a fresh cluster in fresh "
+            "directories for every run"
+            + (f" (median of {args.repeat} runs)" if args.repeat > 1 else "")
+            + f"; cluster formation took {form_txt}",
+            f"- each measured run lasts {args.duration:g} s; {BODY}-byte bodies, "
+            f"`RETRY {RETRY_S}`, ADDJOB ms-timeout {ADD_TIMEOUT_MS}; "
+            f"{args.queues} queue(s); connections spread round-robin over the nodes; latency "
+            "= first command sent -> final reply received",
+            f"- GETJOB+ACKJOB rows: `GETJOB NOHANG COUNT 1 FROM q` then `ACKJOB id` on jobs "
+            f"prefilled for {args.duration * args.fill_factor:g} s with `ADDJOB ... REPLICATE 3` "
+            f"({FILL_CONNS} conns x pipeline {FILL_PIPELINE}); ops = jobs consumed; a "
+            "connection stops when its node's queue is empty",
+            "- node CPU % = utime + stime of each node process over the measured run, in % of "
+            f"one core; machine busy % = all {os.cpu_count()} cores, every process (from "
+            "/proc/stat): the cores are shared by the 3 nodes, the load generator and anything "
+            "else running, so a row is CPU-bound when the machine is near 100%, and waiting "
+            "when it is well below",
+            f"- load generator: scripts/resp_loadgen (C, epoll, single thread); busiest run "
+            f"used {lg_pct:.0f}% of one core",
+            "- **Disque is not run here** (it cannot be built on this machine): the Disque "
+            "column is the figure quoted in issue 3 (Disque 1.0 on this machine, 3 nodes, "
+            "50 connections, pipeline 16, AOF off); ratios are disq / that range "
+            "(disq / high end - disq / low end). 'target met': yes if the target holds against "
+            "the high end, partly if only against the low end; never with errors",
+            "",
+            table.rstrip("\n"),
+        ]
+        if fails:
+            lines += ["", "Failures:", *[f"- {f}" for f in fails]]
+        args.markdown.write_text("\n".join(lines) + "\n")
+        log(f"wrote {args.markdown}")
+
+    if args.json:
+
+        def cell_json(c: Cell | None) -> dict[str, Any]:
+            if c is None:
+                return {}
+            d: dict[str, Any] = {"error": c.error, **c.extra}
+            if c.result is not None:
+                d.update(
+                    c.result.raw,
+                    loadgen_cpu_s=c.result.loadgen_cpu_s,
+                    node_cpu_s=c.result.node_cpu_s,
+                    node_cpu_pct=c.result.node_cpu_pct,
+                    machine_busy_pct=c.result.machine_busy_pct,
+                )
+            return d
+
+        data = {
+            "command": sys.argv,
+            "repeat": args.repeat,
+            "date": started.isoformat(),
+            "duration": args.duration,
+            "queues": args.queues,
+            "disque_reference": {
+                k: {"low": v.low, "high": v.high, "target": v.target, "shape": "c50/p16/mem"}
+                for k, v in DISQUE_REFERENCE.items()
+            },
+            "rows": [{"id": r.id, **cell_json(r.cell)} for r in rows],
+        }
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        log(f"wrote {args.json}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
