@@ -256,10 +256,11 @@ class ClusterCore:
         return True
 
     # ================================================================== job lifecycle
-    def _register(self, j: DJob) -> None:
+    def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
         self.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
-        self._update_awake(j)
+        if awake:
+            self._update_awake(j)
 
     def _forget(self, j: DJob) -> None:
         del self.jobs[j.id]
@@ -483,14 +484,14 @@ class ClusterCore:
             return PENDING
 
         if not (async_ and extrepl):
-            self._register(j)
             j.state = ACTIVE
-            self._log_job(j, now_ms)
-            if delay_s == 0:
-                if not extrepl:
-                    self._enqueue(j, now_ms)
+            if delay_s == 0 and not extrepl:
+                self._register(j, awake=False)  # _enqueue sets the timer once
+                self._log_job(j, now_ms)
+                self._enqueue(j, now_ms)
             else:
-                self._update_awake(j)
+                self._register(j)
+                self._log_job(j, now_ms)
         if additional > 0:
             self._replicate(j, additional, now_ms)
         if async_ and extrepl:
