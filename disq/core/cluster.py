@@ -464,7 +464,9 @@ class ClusterCore:
         j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
         self.stats["jobs_added"] += 1
 
-        if repl > 1 and not async_:
+        if (repl > 1 or extrepl) and not async_:
+            # Sync, and also REPLICATE 1 without a local copy (memory warning, leaving): the
+            # client must learn the id only once the external copy exists.
             self._register(j)
             j.confirmed = set() if extrepl else {self.my_id}
             backoff = REPL_RETRY_MIN_MS
@@ -599,8 +601,11 @@ class ClusterCore:
             self._dequeue(j)
         j.state = ACKED
         j.gc_retry = 0
-        j.qtime_ms = 0
         j.confirmed = set()
+        # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
+        # ack by SETACK and answered GOTACK must not keep it until its TTL if the DELJOB that
+        # should follow is lost or its sender crashes (acks are not in the AOF).
+        j.qtime_ms = self._gc_retry_time(j, now_ms)
         self._log_del(j.id)
 
     def _gc_retry_time(self, j: DJob, now_ms: int) -> int:
@@ -1410,7 +1415,8 @@ class ClusterCore:
             if j.ctime > self._prev_ctime and ids.node_prefix(j.id) == self.my_id[:8]:
                 self._prev_ctime = j.ctime
             self._register(j)
-            if self.aof_enqueue_once and not j.flags & BEANSTALK_ORIGIN:
+            if self.aof_enqueue_once and j.retry_s and not j.flags & BEANSTALK_ORIGIN:
+                # Never an at-most-once job: whether it was delivered is not in the AOF.
                 self._enqueue(j, now_ms)
         self.aof_enqueue_once = False
 
