@@ -302,6 +302,12 @@ class PeerLinks:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
 
+    def flush(self) -> None:
+        """Hand what is buffered to the links now (the caller knows the iteration's sends
+        are complete); saves the loop iteration a scheduled flush would wait for."""
+        if self._pending:
+            self._flush()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         pending, self._pending = self._pending, {}
