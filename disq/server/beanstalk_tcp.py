@@ -8,12 +8,12 @@ reply on its own). When the AOF is on, replies wait for the node's group commit 
 from __future__ import annotations
 
 import asyncio
-import select
 import socket
 from time import time as _time
 from typing import TYPE_CHECKING
 
 from disq.server.beanstalk_door import BeanstalkDoor
+from disq.server.hangup import HANGUP_POLL_S, hung_up
 
 if TYPE_CHECKING:
     from disq.server.node import Node
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 # past this many bytes stop the reading of the socket; reading resumes below the low mark.
 PENDING_HIGH_BYTES = 1 << 20
 PENDING_LOW_BYTES = 256 << 10
-HANGUP_POLL_S = 0.2
-_HANGUP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 
 
 class BeanstalkProtocol(asyncio.Protocol):
@@ -149,13 +147,8 @@ class BeanstalkProtocol(asyncio.Protocol):
         if transport is None or not (self.read_paused or self.write_paused):
             self.watching_hangup = False
             return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            poller = select.poll()
-            poller.register(sock.fileno(), _HANGUP)
-            if poller.poll(0):
-                transport.abort()
-                return
+        if hung_up(transport):
+            return
         self.node.loop.call_later(HANGUP_POLL_S, self._watch_hangup)
 
     def pause_writing(self) -> None:

@@ -135,9 +135,7 @@ class Node:
         if self.aof is None:
             return
         self._flush()
-        if self._rewrite_ids is not None:
-            self._rewrite_ids = None
-            self.aof.abort_rewrite()
+        self._abort_rewrite()
         self.aof.fsync()
         self.aof.close()
         self.aof = None
@@ -150,10 +148,14 @@ class Node:
         if self.aof is None:
             return
         self._flush()
-        if self._rewrite_ids is not None:
+        self._abort_rewrite()
+        self._snapshot_into(self.aof)
+
+    def _abort_rewrite(self) -> None:
+        """Drop an incremental rewrite in progress (the live file is untouched)."""
+        if self._rewrite_ids is not None and self.aof is not None:
             self._rewrite_ids = None
             self.aof.abort_rewrite()
-        self._snapshot_into(self.aof)
 
     def _snapshot_into(self, writer: AofWriter) -> None:
         writer.begin_rewrite()
@@ -441,9 +443,7 @@ class Node:
         if self.cluster is not None:
             await self.cluster.close()
         if self.aof is not None and not self.fatal:
-            if self._rewrite_ids is not None:
-                self._rewrite_ids = None
-                self.aof.abort_rewrite()
+            self._abort_rewrite()
             self.aof.fsync()
             self.aof.close()
         self._log().info("stopped")

@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import select
 import socket
 from collections.abc import Callable
 from typing import Protocol
 
 from disq.core.cluster_api import DeferredResult
 from disq.server.disque_commands import NodeApi, RespStats
+from disq.server.hangup import HANGUP_POLL_S, hung_up
 from disq.server.resp_door import RespDoor
 
 # Queued commands (behind a blocked GETJOB, or waiting for the client to read its replies)
 # past this many bytes stop the reading of the socket; reading resumes below the low mark.
 PENDING_HIGH_BYTES = 1 << 20
 PENDING_LOW_BYTES = 256 << 10
-HANGUP_POLL_S = 0.2
 DEFAULT_MAX_CLIENTS = 10_000  # Disque's maxclients default
-_HANGUP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 _MAX_CLIENTS_ERR = b"-ERR max number of clients reached\r\n"
 
 
@@ -252,13 +250,8 @@ class RespProtocol(asyncio.Protocol):
         if transport is None or not (self.read_paused or self.write_paused):
             self.watching_hangup = False
             return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            poller = select.poll()
-            poller.register(sock.fileno(), _HANGUP)
-            if poller.poll(0):
-                transport.abort()
-                return
+        if hung_up(transport):
+            return
         self.hub.node.loop.call_later(HANGUP_POLL_S, self._watch_hangup)
 
     def pause_writing(self) -> None:

@@ -12,10 +12,9 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -23,26 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from eventually import eventually  # noqa: E402
+
 from cluster.lab import Lab  # noqa: E402
 from cluster.resp_client import RespClient, RespError  # noqa: E402
-
-T = TypeVar("T")
-WAIT_S = 30.0
-
-
-def eventually(fn: Callable[[], T], what: str, timeout: float = WAIT_S) -> T:
-    """Poll ``fn`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except (OSError, RespError) as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def show(lab: Lab, i: int, job_id: str) -> dict[str, Any] | None:

@@ -10,11 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from conftest import free_port
@@ -23,23 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
+from eventually import eventually  # noqa: E402
 
-T = TypeVar("T")
-
-
-def eventually(fn: Callable[[], T], what: str, timeout: float = 40.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except (OSError, RespError) as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+from cluster.resp_client import RespClient, info_fields  # noqa: E402
 
 
 @dataclass

@@ -1,0 +1,30 @@
+"""Waiting for cluster state that travels over the network: poll with a deadline.
+
+Used where no event can be awaited from outside the nodes (a SHOW on another node, INFO);
+the poll interval is short and the deadline generous, and the failure names what was awaited.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from cluster.resp_client import RespError
+
+T = TypeVar("T")
+
+
+def eventually(fn: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``fn`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except (OSError, RespError) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
