@@ -15,6 +15,16 @@ are unique across connections), passes it to the core and leaves it in
 A door that goes away cancels its token in the core (:meth:`RespDoor.close`), so no job is
 handed to a client that is gone.
 
+ADDJOB run-ahead (disq, not Disque): a synchronous ADDJOB blocks its connection for a whole
+replication round trip, so a client that pipelines 16 ADDJOBs would have one in flight.
+When the blocked command is followed in the queue by more ADDJOBs, they are started at once
+(each with its own token) and their replies are held and sent strictly in order once the
+ones before them are answered. Only ADDJOBs run ahead, so every other command still waits for
+everything before it. The visible difference: a later job of the pipeline may be queued (and
+consumed) before the producer saw the earlier one's reply, which Disque's best-effort
+ordering allows, and a MAXLEN check sees the queue without the earlier jobs still waiting for
+their copies.
+
 Bounds: the parser bounds one element (Redis's limits, see :mod:`disq.protocol.resp`). Parsed
 commands that cannot run yet (behind a blocked command, or past one batch of output) wait in
 :attr:`RespDoor.queue`; :attr:`RespDoor.queued_bytes` lets the transport stop reading the
@@ -29,7 +39,7 @@ from collections.abc import Callable
 
 from disq.core.cluster_api import DeferredResult, Pending
 from disq.protocol.resp import Command, ProtocolError, RespParser
-from disq.server.disque_commands import Client, NodeApi, execute
+from disq.server.disque_commands import Client, Deferred, NodeApi, execute
 
 # One feed's replies are built in batches of about this size: a client that pipelines
 # expensive commands (big QPEEKs, JSCAN REPLY ALL) and never reads cannot make the node build
@@ -38,6 +48,7 @@ OUT_BATCH_BYTES = 256 * 1024
 # Disque's client_max_querybuf_len (PROTO_MAX_QUERYBUF_LEN): past it the client is closed.
 MAX_QUEUED_BYTES = 1024 * 1024 * 1024
 _CMD_COST = 16  # bytes charged per queued argument besides its length
+MAX_AHEAD = 64  # ADDJOBs in flight behind a blocked one on one connection
 
 
 def _cost(cmd: Command) -> int:
@@ -46,8 +57,28 @@ def _cost(cmd: Command) -> int:
     return sum(map(len, cmd)) + _CMD_COST * len(cmd)
 
 
+class _Ahead:
+    """An ADDJOB started while the connection was blocked: its token, or its reply."""
+
+    __slots__ = ("deferred", "reply", "token")
+
+    def __init__(self, token: int | None, deferred: Deferred | None, reply: bytes | None):
+        self.token = token
+        self.deferred = deferred
+        self.reply = reply
+
+
 class RespDoor:
-    __slots__ = ("client", "closed", "max_queued_bytes", "node", "parser", "queue", "queued_bytes")
+    __slots__ = (
+        "ahead",
+        "client",
+        "closed",
+        "max_queued_bytes",
+        "node",
+        "parser",
+        "queue",
+        "queued_bytes",
+    )
 
     def __init__(
         self,
@@ -64,12 +95,22 @@ class RespDoor:
         self.queued_bytes = 0
         self.max_queued_bytes = max_queued_bytes
         self.closed = False
+        self.ahead: collections.deque[_Ahead] = collections.deque()
 
     # ---------------------------------------------------------------- state
     @property
     def pending_token(self) -> int | None:
         """The token of the blocked command, or None: the node routes replies by it."""
         return self.client.pending_token
+
+    @property
+    def pending_tokens(self) -> list[int]:
+        """Every token this connection waits on: the blocked command's and the run-ahead
+        ADDJOBs' (the node routes a reply for any of them here)."""
+        head = self.client.pending_token
+        tokens = [head] if head is not None else []
+        tokens.extend(a.token for a in self.ahead if a.token is not None and a.reply is None)
+        return tokens
 
     @property
     def blocked(self) -> bool:
@@ -108,6 +149,7 @@ class RespDoor:
             r = self._one(cmd, now_ms)
             if isinstance(r, Pending):
                 self._enqueue(commands, i)
+                self._run_ahead(now_ms, cmd)
                 break
             out.append(r)
             if client.closing:
@@ -125,12 +167,30 @@ class RespDoor:
         self._drain(out)
         return b"".join(out)
 
-    def deliver(self, result: DeferredResult) -> bytes:
-        """The core's answer to the blocked command, then the replies of the commands that
-        waited behind it (up to one batch)."""
-        if self.client.pending_token is None:
+    def deliver(self, result: DeferredResult, token: int | None = None) -> bytes:
+        """The core's answer for ``token`` (default: the blocked command). For the blocked
+        command: its reply, the run-ahead replies that are ready, then the commands that
+        waited (up to one batch). For a run-ahead ADDJOB: kept until its turn."""
+        client = self.client
+        if client.pending_token is None:
             return b""
-        out = [self.client.take_deferred(result)]
+        if token is not None and token != client.pending_token:
+            for a in self.ahead:
+                if a.token == token and a.reply is None and a.deferred is not None:
+                    a.reply = a.deferred(result)
+                    a.deferred = None
+                    break
+            return b""
+        out = [client.take_deferred(result)]
+        while self.ahead:
+            a = self.ahead[0]
+            if a.reply is None:
+                # Its turn now: it becomes the blocked command.
+                self.ahead.popleft()
+                client.pending_token, client.deferred = a.token, a.deferred
+                return b"".join(out)
+            self.ahead.popleft()
+            out.append(a.reply)
         self._drain(out)
         return b"".join(out)
 
@@ -144,6 +204,10 @@ class RespDoor:
             self.client.pending_token = None
             self.client.deferred = None
             self.node.core.cancel(token)
+        for a in self.ahead:
+            if a.token is not None and a.reply is None:
+                self.node.core.cancel(a.token)
+        self.ahead.clear()
         self.queue.clear()
         self.queued_bytes = 0
 
@@ -155,6 +219,29 @@ class RespDoor:
             self.client.closing = True
             return cmd.reply
         return execute(self.client, cmd, now_ms)
+
+    def _run_ahead(self, now_ms: int, blocked: Command) -> None:
+        """Start the ADDJOBs queued right behind a blocked ADDJOB (see the module doc).
+        Never behind a GETJOB: the jobs of later ADDJOBs could then serve that GETJOB,
+        which a client that pipelines behind it does not expect."""
+        if isinstance(blocked, ProtocolError) or blocked[0].lower() != b"addjob":
+            return
+        queue = self.queue
+        client = self.client
+        head = (client.pending_token, client.deferred)
+        while queue and len(self.ahead) < MAX_AHEAD and not client.closing:
+            cmd = queue[0]
+            if isinstance(cmd, ProtocolError) or cmd[0].lower() != b"addjob":
+                break
+            queue.popleft()
+            self.queued_bytes -= _cost(cmd)
+            client.pending_token = client.deferred = None
+            r = execute(client, cmd, now_ms)
+            if isinstance(r, Pending):
+                self.ahead.append(_Ahead(client.pending_token, client.deferred, None))
+            else:
+                self.ahead.append(_Ahead(None, None, r))
+        client.pending_token, client.deferred = head
 
     def _enqueue(self, commands: list[Command], start: int) -> None:
         if start >= len(commands):
@@ -180,6 +267,7 @@ class RespDoor:
             self.queued_bytes -= _cost(cmd)
             r = self._one(cmd, now_ms)
             if isinstance(r, Pending):
+                self._run_ahead(now_ms, cmd)
                 return
             out.append(r)
             if client.closing:

@@ -87,13 +87,13 @@ class RespHub:
         return len(self.registry)
 
     def route_reply(self, token: int, result: DeferredResult) -> RespProtocol | None:
-        """Give a deferred result to the connection blocked on ``token``. Its replies (this
+        """Give a deferred result to the connection waiting on ``token``. Its replies (this
         one and those of the commands that waited behind it) are gathered, not written: the
         caller flushes the returned protocol. None: nobody waits on that token any more."""
         proto = self.registry.pop(token, None)
         if proto is None:
             return None
-        proto.deliver(result)
+        proto.deliver(result, token)
         return proto
 
     def route_replies(self) -> list[RespProtocol]:
@@ -167,25 +167,27 @@ class RespProtocol(asyncio.Protocol):
         self._after_commands(door)
 
     def _after_commands(self, door: RespDoor) -> None:
-        token = door.pending_token
-        if token is not None:
-            self.hub.registry[token] = self
+        if door.blocked:
+            registry = self.hub.registry
+            for token in door.pending_tokens:
+                registry[token] = self
         if door.queued_bytes > PENDING_HIGH_BYTES and not self.read_paused:
             self.read_paused = True
             self._update_reading()
         self.hub.node.after_resp_commands(self)
 
-    def deliver(self, result: DeferredResult) -> None:
+    def deliver(self, result: DeferredResult, token: int | None = None) -> None:
         """A deferred reply (see :meth:`RespHub.route_reply`); output waits for flush()."""
         door = self.door
         if door is None:
             return
-        r = door.deliver(result)
+        r = door.deliver(result, token)
         if r:
             self.out.append(r)
-        token = door.pending_token
-        if token is not None:  # a queued command blocked in turn
-            self.hub.registry[token] = self
+        if door.blocked:  # a queued command blocked in turn, or ran ahead
+            registry = self.hub.registry
+            for t in door.pending_tokens:
+                registry[t] = self
 
     @property
     def closing(self) -> bool:
@@ -274,8 +276,7 @@ class RespProtocol(asyncio.Protocol):
         self.door = None
         hub = self.hub
         hub.connections.discard(self)
-        token = door.pending_token
-        if token is not None:
+        for token in door.pending_tokens:
             hub.registry.pop(token, None)
         door.close()  # cancels the blocked command: may broadcast a DELJOB (sync ADDJOB)
         hub.node.after_resp_commands(None)

@@ -1157,3 +1157,70 @@ def test_redis_py_and_pydisque_connect(live_port: tuple[int, FakeRespNode]) -> N
     stats = node.resp_stats
     assert stats.connections_received >= 2
     assert stats.net_input_bytes > 0 and stats.net_output_bytes > 0
+
+
+# ------------------------------------------------------------------ ADDJOB run-ahead
+def route_all(node: FakeNode, *doors: RespDoor) -> dict[int, bytes]:
+    """Like route(), for every token a door waits on (run-ahead ADDJOBs included)."""
+    out: dict[int, bytes] = {}
+    while node.core.replies:
+        replies = node.core.replies
+        node.core.replies = []
+        for token, result in replies:
+            for i, d in enumerate(doors):
+                if token in d.pending_tokens:
+                    r = d.deliver(result, token)
+                    if r:
+                        out[i] = out.get(i, b"") + r
+    return out
+
+
+def _repl_ids(node: FakeNode) -> list[str]:
+    ids = [m.job.id for dest, m in node.core.outbox if isinstance(m, ReplJob)]
+    node.core.outbox.clear()
+    return ids
+
+
+def test_pipelined_sync_addjobs_replicate_together_and_answer_in_order(
+    tokens: Iterator[int],
+) -> None:
+    node = FakeNode(StaticView(peers=[PEER]))
+    d = make_door(node, tokens)
+    pipeline = (
+        cmd("ADDJOB", "q", "a", 0, "REPLICATE", 2)
+        + cmd("ADDJOB", "q", "b", 0, "REPLICATE", 2)
+        + cmd("ADDJOB", "q", "c", 0, "REPLICATE", 9)  # refused at once: its error waits its turn
+        + cmd("PING")
+        + cmd("ADDJOB", "q", "d", 0, "REPLICATE", 2)  # behind PING: not started yet
+    )
+    assert d.feed(pipeline) == b""
+    a, b = _repl_ids(node)  # both copies asked for at once
+    assert len(d.pending_tokens) == 2
+    node.core.on_message(T0 + 1, PEER, GotJob(b))
+    assert route_all(node, d) == {}  # b is ready, but a is first
+    node.core.on_message(T0 + 2, PEER, GotJob(a))
+    assert route_all(node, d) == {
+        0: b"+%s\r\n+%s\r\n" % (a.encode(), b.encode())
+        + err("NOREPL Not enough reachable nodes for the requested replication level")
+        + b"+PONG\r\n"
+    }
+    [dd] = _repl_ids(node)  # only now, after PING, the last ADDJOB ran
+    node.core.on_message(T0 + 3, PEER, GotJob(dd))
+    assert route_all(node, d) == {0: b"+%s\r\n" % dd.encode()}
+    assert not d.blocked and not d.pending_tokens
+
+
+def test_no_run_ahead_behind_a_blocked_getjob(tokens: Iterator[int]) -> None:
+    node = FakeNode(StaticView(peers=[PEER]))
+    d = make_door(node, tokens)
+    assert d.feed(cmd("GETJOB", "FROM", "q") + cmd("ADDJOB", "q", "x", 0)) == b""
+    assert node.core.jobs == {}  # the ADDJOB waits: it must not serve its own GETJOB
+
+
+def test_closing_cancels_every_run_ahead_addjob(tokens: Iterator[int]) -> None:
+    node = FakeNode(StaticView(peers=[PEER]))
+    d = make_door(node, tokens)
+    d.feed(b"".join(cmd("ADDJOB", "q", str(i), 0, "REPLICATE", 2) for i in range(5)))
+    assert len(node.core.jobs) == 5 and len(d.pending_tokens) == 5
+    d.close()
+    assert node.core.jobs == {}  # nobody will learn those ids: every copy is withdrawn
