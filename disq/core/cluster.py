@@ -64,6 +64,7 @@ from disq.core.messages import (
 )
 
 WILLQUEUE_ADVANCE_MS = 500
+MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
 JOB_OVERHEAD_BYTES = 400  # measured-order estimate of a DJob with its indexes, besides the body
 TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
 GC_RETRY_MIN_MS = 1000
@@ -153,6 +154,7 @@ class ClusterCore:
         self.used_bytes = 0  # bodies + a fixed per-job estimate
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
+        self.max_queues = MAX_QUEUES
         # Beanstalk bridge outboxes (drained by the node): jobs this node takes over from a
         # lost owner (put them in the engine, then call ``adopted``), engine ids whose
         # cluster record is gone (drop them from the engine), and owned records restored
@@ -184,6 +186,18 @@ class ClusterCore:
     def _jitter(self) -> int:
         # random() is one C call; randint is several Python frames, on every enqueue.
         return int(self.rng.random() * TIME_ERR_MS) - TIME_ERR_MS // 2
+
+    def _check_new_queue(self, name: str) -> None:
+        """Queues are created on demand; their number is bounded (``max_queues``). At the
+        bound, empty idle queues are reclaimed first, whatever their age; still full: an
+        error, and nothing was created."""
+        queues = self.queues
+        if name in queues or len(queues) < self.max_queues:
+            return
+        for qname in [n for n, q in queues.items() if q.idle()]:
+            del queues[qname]
+        if len(queues) >= self.max_queues:
+            raise DisqueError("ERR", f"too many queues (the limit is {self.max_queues})")
 
     def _queue(self, name: str, now_ms: int) -> DQueue:
         q = self.queues.get(name)
@@ -447,6 +461,7 @@ class ClusterCore:
                 why = "I'm leaving the cluster" if self.view.leaving else "I'm out of memory"
                 raise DisqueError("NOREPL", NOREPL_NODES_LOCAL + why)
             raise DisqueError("NOREPL", NOREPL_NODES)
+        self._check_new_queue(queue)
         q = self.queues.get(queue)
         if maxlen is not None and q is not None and len(q) >= maxlen:
             raise DisqueError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
@@ -539,6 +554,8 @@ class ClusterCore:
             return None
         if self.view.leaving:
             raise DisqueError("LEAVING", LEAVING_MSG)
+        for name in queues:
+            self._check_new_queue(name)
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
         self._gets[token] = _GetWait(list(queues), deadline)
         for name in queues:
@@ -826,6 +843,7 @@ class ClusterCore:
                     for node in self.view.all_peers():
                         self._send(node, Pause(queue, 0))
                 return 0
+            self._check_new_queue(queue)
             q = self._queue(queue, now_ms)
         if flags is not None:
             q.pause = flags
@@ -1192,6 +1210,8 @@ class ClusterCore:
     def _on_needjobs(self, now_ms: int, sender: str, msg: NeedJobs) -> None:
         q = self.queues.get(msg.queue)
         if q is None:
+            if len(self.queues) >= self.max_queues:
+                return  # at the bound: a peer's interest is not worth a queue record
             # Remember the interest (the queue record is reclaimed by the idle GC).
             q = self._queue(msg.queue, now_ms)
         if q.paused_out or q.import_rate(now_ms) > 0:

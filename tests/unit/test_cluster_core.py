@@ -341,3 +341,21 @@ def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
     c.advance(1500)
     [(token, job_id)] = c.replies[c.ids[0]]
     assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
+
+
+def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    core.max_queues = 3
+    for name in ("a", "b", "c"):
+        core.add_job(c.now, 1, name, b"x", timeout_ms=0)
+    with pytest.raises(DisqueError) as e:
+        core.add_job(c.now, 2, "d", b"x", timeout_ms=0)
+    assert (e.value.code, e.value.message) == ("ERR", "too many queues (the limit is 3)")
+    with pytest.raises(DisqueError):
+        core.get_job(c.now, 3, ["e"], timeout_ms=100)
+    assert sorted(core.queues) == ["a", "b", "c"] and len(core.jobs) == 3
+    got = core.get_job(c.now, 4, ["c"], nohang=True)  # "c" is now empty and idle
+    assert isinstance(got, list)
+    assert core.add_job(c.now, 5, "d", b"x", timeout_ms=0)  # reclaims "c"
+    assert sorted(core.queues) == ["a", "b", "d"]
