@@ -628,7 +628,7 @@ class ClusterCore:
     def _gc_retry_time(self, j: DJob, now_ms: int) -> int:
         base = min(GC_RETRY_MIN_MS << min(j.gc_retry, 20), GC_RETRY_MAX_MS)
         j.gc_retry += 1
-        return now_ms + base + self.rng.randint(-TIME_ERR_MS, TIME_ERR_MS)
+        return now_ms + base + int(self.rng.random() * 2 * TIME_ERR_MS) - TIME_ERR_MS
 
     def _try_gc(self, j: DJob, now_ms: int) -> None:
         """tryJobGC: SETACK to every node that may hold a copy and has not confirmed; delete

@@ -27,7 +27,16 @@ from disq.core.cluster_api import DisqueError
 from disq.core.engine import EV_DELETE
 from disq.core.job import BURIED, ClusterState
 from disq.core.membership import FORGOTTEN, Membership
-from disq.core.messages import ALIVE, DEAD, LEFT, MEMBERSHIP_TYPES, SUSPECT, JobData, Member
+from disq.core.messages import (
+    ALIVE,
+    DEAD,
+    LEFT,
+    MEMBERSHIP_TYPES,
+    SUSPECT,
+    DelJob,
+    JobData,
+    Member,
+)
 from disq.persistence import aof_file
 from disq.persistence.cluster_records import (
     REC_DELJOB,
@@ -431,8 +440,20 @@ class ClusterRuntime:
         self._release_scheduled = False
         out, self._held_out = self._held_out, []
         send = self.links.send
+        dels: dict[str, list[str]] | None = None
         for dest, msg in out:
+            if type(msg) is DelJob:
+                # One DELJOB per peer per iteration, with every id: the ack GC of a busy
+                # queue ends thousands of jobs a second, and each message costs a protobuf
+                # encode and decode. Sent last: a delete that arrives a little later is safe.
+                if dels is None:
+                    dels = {}
+                dels.setdefault(dest, []).extend(msg.job_ids)
+                continue
             send(dest, msg)
+        if dels:
+            for dest, job_ids in dels.items():
+                send(dest, DelJob(job_ids))
         self.links.flush()
         self._route_beanstalk_replies()
         dirty, self._dirty_resp = self._dirty_resp, []
