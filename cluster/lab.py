@@ -144,14 +144,28 @@ def port_free(port: int, host: str = HOST) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def find_base_port(n: int, host: str = HOST, rng: random.Random | None = None) -> int:
     """A base port P with P..P+n-1 and their bus ports P+10000.. all free right now.
 
     Random rather than sequential so that parallel labs (two test runs) rarely collide.
     """
     r = rng or random.Random()
+    # Below the kernel's ephemeral range (32768 and up by default), bus ports included: a
+    # killed node's ports must still be free when it restarts, and an outgoing connection
+    # anywhere on the machine may take any free ephemeral port meanwhile.
+    low, high = 12000, _ephemeral_low() - BUS_PORT_OFFSET - n
+    if high <= low:
+        low, high = 12000, 55535 - BUS_PORT_OFFSET - n
     for _ in range(200):
-        base = r.randrange(12000, 55535 - BUS_PORT_OFFSET - n)
+        base = r.randrange(low, high)
         ports = [base + i for i in range(n)] + [base + BUS_PORT_OFFSET + i for i in range(n)]
         if all(port_free(p, host) for p in ports):
             return base

@@ -20,6 +20,7 @@ Every process is killed at teardown, even when the test fails.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -62,6 +63,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_bus_port(offset: int = 10000) -> int:
+    """A free port whose Disque bus port (port + offset) is free too: a config-file node binds
+    both, and an ephemeral port in use at port + offset would make it fail to start."""
+    # Below the ephemeral range (bus port included), so no outgoing connection can take
+    # either between the check and the node's bind, or between a kill and a restart.
+    rng = random.Random()
+    while True:
+        port = rng.randrange(12000, 32768 - offset)
+        if all(_bindable(p) for p in (port, port + offset)):
+            return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class ServerProcess:

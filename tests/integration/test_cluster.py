@@ -225,9 +225,9 @@ def test_redis_cli(lab3: Lab) -> None:
 def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
     """Disque's 07-persistence flow: turn the AOF on at runtime, CONFIG REWRITE, ask for jobs
     to be queued at load, SHUTDOWN REWRITE-AOF, start again from the same config file."""
-    from conftest import free_port
+    from conftest import free_bus_port
 
-    port = free_port()
+    port = free_bus_port()
     data = tmp_path / "data"
     data.mkdir()
     conf = tmp_path / "disque.conf"
@@ -272,12 +272,12 @@ def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
 def test_seven_nodes_from_configs_with_only_port_and_dir(tmp_path: Path) -> None:
     """The drop-in promise: configs that differ only in ``port`` and ``dir`` run side by
     side (the bus derives from the port), and CLUSTER MEET on client ports forms a cluster."""
-    from conftest import free_port
+    from conftest import free_bus_port
 
     ports: list[int] = []
     while len(ports) < 7:
-        p = free_port()
-        if p + 10000 < 65536 and p not in ports and p + 10000 not in ports:
+        p = free_bus_port()
+        if p not in ports and p + 10000 not in ports and all(p != q + 10000 for q in ports):
             ports.append(p)
     procs = []
     try:
