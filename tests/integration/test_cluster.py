@@ -233,14 +233,20 @@ def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
     conf = tmp_path / "disque.conf"
     conf.write_text(f"# a Disque config\nport {port}\ndir {data}\nappendonly no\n")
 
+    log = tmp_path / "node.log"
+
     def start() -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", str(conf)],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        with open(log, "ab") as out:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "disq.node_main", str(conf)],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        eventually(
+            lambda: RespClient("127.0.0.1", port).call("PING") == "PONG",
+            f"node up (log: {log})",
         )
-        eventually(lambda: RespClient("127.0.0.1", port).call("PING") == "PONG", "node up")
         return p
 
     proc = start()
