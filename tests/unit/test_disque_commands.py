@@ -180,15 +180,20 @@ def door(node: FakeNode, tokens: Iterator[int]) -> RespDoor:
 
 
 def route(node: FakeNode, *doors: RespDoor) -> dict[int, bytes]:
-    """What the node does with core.replies: give each to the door blocked on its token."""
+    """What the node does with core.replies: give each to the door waiting on its token (the
+    blocked command's, or a run-ahead ADDJOB's). A door appears in the result when its
+    blocked command was answered, or when a held run-ahead reply was released."""
     out: dict[int, bytes] = {}
     while node.core.replies:
         replies = node.core.replies
         node.core.replies = []
         for token, result in replies:
             for i, d in enumerate(doors):
-                if d.pending_token == token:
-                    out[i] = out.get(i, b"") + d.deliver(result)
+                if token in d.pending_tokens:
+                    head = token == d.pending_token
+                    r = d.deliver(result, token)
+                    if r or head:
+                        out[i] = out.get(i, b"") + r
     return out
 
 
@@ -1160,21 +1165,6 @@ def test_redis_py_and_pydisque_connect(live_port: tuple[int, FakeRespNode]) -> N
 
 
 # ------------------------------------------------------------------ ADDJOB run-ahead
-def route_all(node: FakeNode, *doors: RespDoor) -> dict[int, bytes]:
-    """Like route(), for every token a door waits on (run-ahead ADDJOBs included)."""
-    out: dict[int, bytes] = {}
-    while node.core.replies:
-        replies = node.core.replies
-        node.core.replies = []
-        for token, result in replies:
-            for i, d in enumerate(doors):
-                if token in d.pending_tokens:
-                    r = d.deliver(result, token)
-                    if r:
-                        out[i] = out.get(i, b"") + r
-    return out
-
-
 def _repl_ids(node: FakeNode) -> list[str]:
     ids = [m.job.id for dest, m in node.core.outbox if isinstance(m, ReplJob)]
     node.core.outbox.clear()
@@ -1197,16 +1187,16 @@ def test_pipelined_sync_addjobs_replicate_together_and_answer_in_order(
     a, b = _repl_ids(node)  # both copies asked for at once
     assert len(d.pending_tokens) == 2
     node.core.on_message(T0 + 1, PEER, GotJob(b))
-    assert route_all(node, d) == {}  # b is ready, but a is first
+    assert route(node, d) == {}  # b is ready, but a is first
     node.core.on_message(T0 + 2, PEER, GotJob(a))
-    assert route_all(node, d) == {
+    assert route(node, d) == {
         0: b"+%s\r\n+%s\r\n" % (a.encode(), b.encode())
         + err("NOREPL Not enough reachable nodes for the requested replication level")
         + b"+PONG\r\n"
     }
     [dd] = _repl_ids(node)  # only now, after PING, the last ADDJOB ran
     node.core.on_message(T0 + 3, PEER, GotJob(dd))
-    assert route_all(node, d) == {0: b"+%s\r\n" % dd.encode()}
+    assert route(node, d) == {0: b"+%s\r\n" % dd.encode()}
     assert not d.blocked and not d.pending_tokens
 
 
