@@ -1,0 +1,337 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    NOREPL: _ClassVar[ErrorReason]
+    MAXLEN: _ClassVar[ErrorReason]
+    PAUSED: _ClassVar[ErrorReason]
+    OOM: _ClassVar[ErrorReason]
+    BADID: _ClassVar[ErrorReason]
+    NOJOB: _ClassVar[ErrorReason]
+    TOOLATE: _ClassVar[ErrorReason]
+    LEAVING: _ClassVar[ErrorReason]
+    SYNTAX: _ClassVar[ErrorReason]
+    INDETERMINATE: _ClassVar[ErrorReason]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+NOREPL: ErrorReason
+MAXLEN: ErrorReason
+PAUSED: ErrorReason
+OOM: ErrorReason
+BADID: ErrorReason
+NOJOB: ErrorReason
+TOOLATE: ErrorReason
+LEAVING: ErrorReason
+SYNTAX: ErrorReason
+INDETERMINATE: ErrorReason
+
+class ErrorInfo(_message.Message):
+    __slots__ = ("reason", "message")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    reason: ErrorReason
+    message: str
+    def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AddJobRequest(_message.Message):
+    __slots__ = ("queue", "body", "timeout_ms", "replicate", "delay_s", "retry_s", "ttl_s", "maxlen", "idempotency_key")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    MAXLEN_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    body: bytes
+    timeout_ms: int
+    replicate: int
+    delay_s: int
+    retry_s: int
+    ttl_s: int
+    maxlen: int
+    idempotency_key: str
+    def __init__(self, queue: _Optional[str] = ..., body: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., replicate: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., maxlen: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., **kwargs) -> None: ...
+
+class AddJobResponse(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class AddJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[AddJobRequest]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[AddJobRequest, _Mapping]]] = ...) -> None: ...
+
+class AddJobResult(_message.Message):
+    __slots__ = ("id", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    error: ErrorInfo
+    def __init__(self, id: _Optional[str] = ..., error: _Optional[_Union[ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class AddJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AddJobResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AddJobResult, _Mapping]]] = ...) -> None: ...
+
+class GetJobsRequest(_message.Message):
+    __slots__ = ("queues", "count", "nohang", "timeout_ms", "with_counters")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NOHANG_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    WITH_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    count: int
+    nohang: bool
+    timeout_ms: int
+    with_counters: bool
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ...) -> None: ...
+
+class QueuedJob(_message.Message):
+    __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    queue: str
+    body: bytes
+    nacks: int
+    additional_deliveries: int
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ...) -> None: ...
+
+class GetJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[QueuedJob]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[QueuedJob, _Mapping]]] = ...) -> None: ...
+
+class Jobs(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[QueuedJob]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[QueuedJob, _Mapping]]] = ...) -> None: ...
+
+class JobId(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class JobIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Count(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class WorkingResponse(_message.Message):
+    __slots__ = ("retry_s",)
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    retry_s: int
+    def __init__(self, retry_s: _Optional[int] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REPL_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    CTIME_FIELD_NUMBER: _ClassVar[int]
+    DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NODES_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    NODES_CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_REQUEUE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AWAKE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    id: str
+    queue: str
+    state: str
+    repl: int
+    ttl_s: int
+    ctime: int
+    delay_s: int
+    retry_s: int
+    nacks: int
+    additional_deliveries: int
+    nodes_delivered: _containers.RepeatedScalarFieldContainer[str]
+    nodes_confirmed: _containers.RepeatedScalarFieldContainer[str]
+    next_requeue_within_ms: int
+    next_awake_within_ms: int
+    body: bytes
+    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class QueueName(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    def __init__(self, queue: _Optional[str] = ...) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("found", "name", "len", "age_s", "idle_s", "blocked", "import_from", "import_rate", "jobs_in", "jobs_out", "pause")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEN_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    IDLE_S_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    IMPORT_FROM_FIELD_NUMBER: _ClassVar[int]
+    IMPORT_RATE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_IN_FIELD_NUMBER: _ClassVar[int]
+    JOBS_OUT_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    name: str
+    len: int
+    age_s: int
+    idle_s: int
+    blocked: int
+    import_from: _containers.RepeatedScalarFieldContainer[str]
+    import_rate: int
+    jobs_in: int
+    jobs_out: int
+    pause: str
+    def __init__(self, found: _Optional[bool] = ..., name: _Optional[str] = ..., len: _Optional[int] = ..., age_s: _Optional[int] = ..., idle_s: _Optional[int] = ..., blocked: _Optional[int] = ..., import_from: _Optional[_Iterable[str]] = ..., import_rate: _Optional[int] = ..., jobs_in: _Optional[int] = ..., jobs_out: _Optional[int] = ..., pause: _Optional[str] = ...) -> None: ...
+
+class QPeekRequest(_message.Message):
+    __slots__ = ("queue", "count")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    count: int
+    def __init__(self, queue: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class QScanRequest(_message.Message):
+    __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BUSYLOOP_FIELD_NUMBER: _ClassVar[int]
+    MINLEN_FIELD_NUMBER: _ClassVar[int]
+    MAXLEN_FIELD_NUMBER: _ClassVar[int]
+    IMPORTRATE_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    count: int
+    busyloop: bool
+    minlen: int
+    maxlen: int
+    importrate: int
+    def __init__(self, cursor: _Optional[int] = ..., count: _Optional[int] = ..., busyloop: _Optional[bool] = ..., minlen: _Optional[int] = ..., maxlen: _Optional[int] = ..., importrate: _Optional[int] = ...) -> None: ...
+
+class QScanResponse(_message.Message):
+    __slots__ = ("cursor", "queues")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cursor: _Optional[int] = ..., queues: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JScanRequest(_message.Message):
+    __slots__ = ("cursor", "count", "busyloop", "queue", "states")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BUSYLOOP_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    count: int
+    busyloop: bool
+    queue: str
+    states: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cursor: _Optional[int] = ..., count: _Optional[int] = ..., busyloop: _Optional[bool] = ..., queue: _Optional[str] = ..., states: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JScanResponse(_message.Message):
+    __slots__ = ("cursor", "jobs")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    jobs: _containers.RepeatedCompositeFieldContainer[JobInfo]
+    def __init__(self, cursor: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
+
+class PauseRequest(_message.Message):
+    __slots__ = ("queue", "state", "bcast")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    BCAST_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    state: str
+    bcast: bool
+    def __init__(self, queue: _Optional[str] = ..., state: _Optional[str] = ..., bcast: _Optional[bool] = ...) -> None: ...
+
+class PauseResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...
+
+class HelloRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("id", "host", "resp_port", "grpc_port", "priority")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RESP_PORT_FIELD_NUMBER: _ClassVar[int]
+    GRPC_PORT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    host: str
+    resp_port: int
+    grpc_port: int
+    priority: int
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., resp_port: _Optional[int] = ..., grpc_port: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class HelloResponse(_message.Message):
+    __slots__ = ("my_id", "nodes")
+    MY_ID_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    my_id: str
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, my_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class InfoRequest(_message.Message):
+    __slots__ = ("section",)
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    section: str
+    def __init__(self, section: _Optional[str] = ...) -> None: ...
+
+class InfoResponse(_message.Message):
+    __slots__ = ("fields",)
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.ScalarMap[str, str]
+    def __init__(self, fields: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -1,0 +1,31 @@
+"""The client API contract (proto/disq/v1/api.proto) has what the gRPC API issue asks for."""
+
+from __future__ import annotations
+
+from disq.proto_gen import api_pb2
+
+REQUIRED_RPCS = {
+    "AddJob", "AddJobs", "GetJobs", "StreamJobs", "Ack", "FastAck", "Nack", "Working",
+    "Show", "QLen", "QStat", "QPeek", "QScan", "JScan", "Pause", "Hello", "Info",
+}  # fmt: skip
+REQUIRED_REASONS = {"NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING"}
+
+
+def test_every_rpc_of_the_issue_is_in_the_service() -> None:
+    service = api_pb2.DESCRIPTOR.services_by_name["Queue"]
+    assert {m.name for m in service.methods} == REQUIRED_RPCS
+    assert service.methods_by_name["StreamJobs"].server_streaming
+
+
+def test_error_reasons_are_stable_and_complete() -> None:
+    reasons = {v.name: v.number for v in api_pb2.ErrorReason.DESCRIPTOR.values}
+    assert REQUIRED_REASONS <= set(reasons)
+    assert reasons["ERROR_REASON_UNSPECIFIED"] == 0 and reasons["NOREPL"] == 1
+
+
+def test_unset_retry_differs_from_retry_zero() -> None:
+    # RETRY 0 means at-most-once; unset means Disque's default: the field must say which.
+    assert not api_pb2.AddJobRequest(queue="q").HasField("retry_s")
+    assert api_pb2.AddJobRequest(queue="q", retry_s=0).HasField("retry_s")
+    data = api_pb2.AddJobRequest(queue="q", retry_s=0).SerializeToString()
+    assert api_pb2.AddJobRequest.FromString(data).HasField("retry_s")
