@@ -31,8 +31,6 @@ import datetime
 import fnmatch
 import json
 import os
-import platform
-import resource
 import shlex
 import shutil
 import signal
@@ -46,6 +44,25 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
+
+from bench_common import (  # noqa: E402
+    BenchError,
+    Cell,
+    cpu_seconds,
+    ensure_binary,
+    fmt_int,
+    load_fields,
+    log,
+    machine_info,
+    median_cell,
+    proc_tree,
+    rss_bytes,
+    run_json_tool,
+    short_error,
+)
+from bench_common import LoadResult as BaseLoadResult  # noqa: E402
+
 LOADGEN_SRC = ROOT / "scripts" / "loadgen.c"
 LOADGEN_BIN = ROOT / "scripts" / "loadgen"
 HOST = "127.0.0.1"
@@ -61,14 +78,6 @@ BODY = 100
 # prefill / bulk-load shape (high concurrency so loading is quick)
 FILL_CONNS = 8
 FILL_PIPELINE = 64
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,10 +105,7 @@ def ensure_beanstalkd(cmd: list[str]) -> None:
 
 def ensure_loadgen(path: Path) -> Path:
     """Compile loadgen if the binary is missing or older than its source."""
-    if path != LOADGEN_BIN:
-        if not path.exists():
-            raise BenchError(f"loadgen binary not found: {path}")
-        return path
+    return ensure_binary(path, LOADGEN_BIN, LOADGEN_SRC)
     if path.exists() and path.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime:
         return path
     cc = shutil.which("gcc") or shutil.which("cc")
@@ -116,57 +122,6 @@ def free_port() -> int:
         s.bind((HOST, 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def proc_tree(pid: int) -> list[int]:
-    """pid and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def rss_bytes(pid: int) -> int:
-    """Sum of VmRSS over the process tree rooted at pid."""
-    total = 0
-    for p in proc_tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process tree rooted at pid."""
-    tck = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in proc_tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tck
 
 
 def dir_size(path: Path) -> int:
@@ -340,15 +295,7 @@ class Server:
 
 
 @dataclass
-class LoadResult:
-    ops: int
-    seconds: float
-    ops_per_s: float
-    p50_us: int
-    p99_us: int
-    errors: int
-    raw: dict[str, Any]
-    loadgen_cpu_s: float = 0.0
+class LoadResult(BaseLoadResult):
     server_cpu_s: float = 0.0
 
 
@@ -386,40 +333,12 @@ def run_loadgen(
     ]
     if seconds is not None:
         cmd += ["--seconds", f"{seconds:g}"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    limit = (seconds or 0) + 600
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.stderr.strip():
-        for line in proc.stderr.strip().splitlines()[:12]:
-            log("  " + line)
-    if proc.returncode != 0:
-        raise BenchError(
-            f"loadgen failed (rc={proc.returncode}): {shlex.join(cmd)}\n{proc.stderr.strip()}"
-        )
-    raw = json.loads(proc.stdout.strip().splitlines()[-1])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return LoadResult(
-        ops=int(raw["ops"]),
-        seconds=float(raw["seconds"]),
-        ops_per_s=float(raw["ops_per_s"]),
-        p50_us=int(raw["p50_us"]),
-        p99_us=int(raw["p99_us"]),
-        errors=int(raw["errors"]),
-        raw=raw,
-        loadgen_cpu_s=cpu,
-    )
+    raw, cpu = run_json_tool(cmd, seconds)
+    return LoadResult(**load_fields(raw), loadgen_cpu_s=cpu)
 
 
 # --------------------------------------------------------------------------------------------
 # rows
-
-
-@dataclass
-class Cell:
-    result: LoadResult | None = None
-    error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -593,28 +512,8 @@ class Bench:
             shutil.rmtree(wd, ignore_errors=True)
 
 
-def short_error(exc: BaseException) -> str:
-    """First line of the message plus its last line (e.g. the server log's last line)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [repr(exc)]
-    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def median_cell(cells: list[Cell]) -> Cell:
-    """The run with the median throughput (a failure if any run failed)."""
-    for c in cells:
-        if c.error is not None or c.result is None:
-            return c
-    ordered = sorted(cells, key=lambda c: c.result.ops_per_s if c.result else 0.0)
-    return ordered[(len(ordered) - 1) // 2]
-
-
 # --------------------------------------------------------------------------------------------
 # output
-
-
-def fmt_int(v: float) -> str:
-    return f"{v:,.0f}"
 
 
 def fmt_cell_ops(cell: Cell | None) -> tuple[str, str]:
@@ -719,17 +618,6 @@ def failures(rows: list[ThroughputRow], extras: list[ExtraRow]) -> list[str]:
             if c.error:
                 out.append(f"{ex.id} / {n}: {c.error}")
     return out
-
-
-def machine_info() -> str:
-    cpu = platform.processor() or "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    pyver = sys.version.split()[0]
-    return f"{os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, Python {pyver}"
 
 
 def server_version(spec: ServerSpec) -> str:

@@ -46,9 +46,7 @@ import datetime
 import fnmatch
 import json
 import os
-import platform
 import random
-import resource
 import shlex
 import shutil
 import signal
@@ -63,6 +61,27 @@ from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
+
+from bench_common import (  # noqa: E402
+    BenchError,
+    Cell,
+    cpu_seconds,
+    ensure_binary,
+    fmt_int,
+    load_fields,
+    log,
+    machine_info,
+    median_cell,
+    proc_tree,
+    rss_bytes,
+    run_json_tool,
+    short_error,
+)
+from bench_common import LoadResult as BaseLoadResult  # noqa: E402
+
+from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
+
 LOADGEN_SRC = ROOT / "scripts" / "resp_loadgen.c"
 LOADGEN_BIN = ROOT / "scripts" / "resp_loadgen"
 HOST = "127.0.0.1"
@@ -114,28 +133,13 @@ DISQUE_REFERENCE: dict[str, Reference] = {
 REFERENCE_SHAPE = (50, 16)
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
-
-class RespError(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------------------------
 # setup helpers
 
 
 def ensure_loadgen(path: Path) -> Path:
     """Compile resp_loadgen if the binary is missing or older than its source."""
-    if path != LOADGEN_BIN:
-        if not path.exists():
-            raise BenchError(f"load generator binary not found: {path}")
-        return path
+    return ensure_binary(path, LOADGEN_BIN, LOADGEN_SRC)
     if path.exists() and path.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime:
         return path
     cc = shutil.which("gcc") or shutil.which("cc")
@@ -170,42 +174,6 @@ def pick_ports(n: int, taken: set[int]) -> list[int]:
     raise BenchError("could not find free port pairs (P, P+10000)")
 
 
-def proc_tree(pid: int) -> list[int]:
-    """pid and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process tree rooted at pid."""
-    tck = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in proc_tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tck
-
-
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies over all CPUs from /proc/stat."""
     with open("/proc/stat") as f:
@@ -215,87 +183,8 @@ def machine_cpu() -> tuple[float, float]:
     return float(total - idle), float(total)
 
 
-def rss_bytes(pid: int) -> int:
-    total = 0
-    for p in proc_tree(pid):
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
-
-
 # --------------------------------------------------------------------------------------------
 # a minimal blocking RESP2 client for the harness itself
-
-
-class RespClient:
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.rfile = self.sock.makefile("rb")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.rfile.close()
-            self.sock.close()
-
-    def __enter__(self) -> RespClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def call(self, *args: str | int) -> Any:
-        parts = [f"*{len(args)}\r\n".encode()]
-        for a in args:
-            b = str(a).encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(parts))
-        return self._read()
-
-    def _line(self) -> bytes:
-        line = self.rfile.readline()
-        if not line.endswith(b"\r\n"):
-            raise ConnectionError("connection closed")
-        return line[:-2]
-
-    def _read(self) -> Any:
-        line = self._line()
-        t, rest = line[:1], line[1:]
-        if t == b"+":
-            return rest.decode()
-        if t == b"-":
-            raise RespError(rest.decode())
-        if t == b":":
-            return int(rest)
-        if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            data = self.rfile.read(n + 2)
-            if len(data) != n + 2:
-                raise ConnectionError("connection closed")
-            return data[:-2]
-        if t == b"*":
-            n = int(rest)
-            return None if n < 0 else [self._read() for _ in range(n)]
-        raise RespError(f"bad reply line {line!r}")
-
-
-def parse_info(text: bytes | str) -> dict[str, str]:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if ":" in line and not line.startswith("#"):
-            k, _, v = line.partition(":")
-            out[k.strip()] = v.strip()
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,7 +262,7 @@ class Node:
         while time.monotonic() < deadline:
             self.check_alive()
             try:
-                with RespClient(self.port, timeout=1.0) as c:
+                with RespClient(HOST, self.port, timeout=1.0) as c:
                     if c.call("PING") == "PONG":
                         return
             except (OSError, RespError) as exc:
@@ -421,7 +310,7 @@ class Cluster:
             n.spawn()
         for n in self.nodes:
             n.wait_ping(deadline)
-        with RespClient(self.nodes[0].port) as c:
+        with RespClient(HOST, self.nodes[0].port) as c:
             for n in self.nodes[1:]:
                 reply = c.call("CLUSTER", "MEET", HOST, n.port)
                 if reply != "OK":
@@ -440,8 +329,8 @@ class Cluster:
             for n in list(pending):
                 n.check_alive()
                 try:
-                    with RespClient(n.port, timeout=2.0) as c:
-                        info = parse_info(c.call("CLUSTER", "INFO"))
+                    with RespClient(HOST, n.port, timeout=2.0) as c:
+                        info = info_fields(c.call("CLUSTER", "INFO"))
                 except (OSError, RespError) as exc:
                     last[n.index] = repr(exc)
                     continue
@@ -471,7 +360,7 @@ class Cluster:
     def qlens(self, queue: str) -> list[int]:
         out = []
         for n in self.nodes:
-            with RespClient(n.port) as c:
+            with RespClient(HOST, n.port) as c:
                 out.append(int(c.call("QLEN", queue)))
         return out
 
@@ -481,15 +370,7 @@ class Cluster:
 
 
 @dataclass
-class LoadResult:
-    ops: int
-    seconds: float
-    ops_per_s: float
-    p50_us: int
-    p99_us: int
-    errors: int
-    raw: dict[str, Any]
-    loadgen_cpu_s: float = 0.0
+class LoadResult(BaseLoadResult):
     node_cpu_s: list[float] = field(default_factory=list)
     machine_busy_pct: float = 0.0  # all CPUs, every process (the machine is shared)
 
@@ -546,40 +427,12 @@ def run_loadgen(
         cmd.append("--async")
     if seconds is not None:
         cmd += ["--seconds", f"{seconds:g}"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    limit = (seconds or 0) + 600
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.stderr.strip():
-        for line in proc.stderr.strip().splitlines()[:12]:
-            log("  " + line)
-    if proc.returncode != 0:
-        raise BenchError(
-            f"resp_loadgen failed (rc={proc.returncode}): {shlex.join(cmd)}\n{proc.stderr.strip()}"
-        )
-    raw = json.loads(proc.stdout.strip().splitlines()[-1])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return LoadResult(
-        ops=int(raw["ops"]),
-        seconds=float(raw["seconds"]),
-        ops_per_s=float(raw["ops_per_s"]),
-        p50_us=int(raw["p50_us"]),
-        p99_us=int(raw["p99_us"]),
-        errors=int(raw["errors"]),
-        raw=raw,
-        loadgen_cpu_s=cpu,
-    )
+    raw, cpu = run_json_tool(cmd, seconds)
+    return LoadResult(**load_fields(raw), loadgen_cpu_s=cpu)
 
 
 # --------------------------------------------------------------------------------------------
 # rows
-
-
-@dataclass
-class Cell:
-    result: LoadResult | None = None
-    error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -703,28 +556,8 @@ class Bench:
                 shutil.rmtree(wd, ignore_errors=True)
 
 
-def short_error(exc: BaseException) -> str:
-    """First line of the message plus its last line (e.g. a node log's last line)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [repr(exc)]
-    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def median_cell(cells: list[Cell]) -> Cell:
-    """The run with the median throughput (a failure if any run failed)."""
-    for c in cells:
-        if c.error is not None or c.result is None:
-            return c
-    ordered = sorted(cells, key=lambda c: c.result.ops_per_s if c.result else 0.0)
-    return ordered[(len(ordered) - 1) // 2]
-
-
 # --------------------------------------------------------------------------------------------
 # output
-
-
-def fmt_int(v: float) -> str:
-    return f"{v:,.0f}"
 
 
 def fmt_kinds(raw: dict[str, Any]) -> str:
@@ -814,17 +647,6 @@ def render(rows: list[Row]) -> str:
 
 def failures(rows: list[Row]) -> list[str]:
     return [f"{r.id}: {r.cell.error}" for r in rows if r.cell is not None and r.cell.error]
-
-
-def machine_info() -> str:
-    cpu = platform.processor() or "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    pyver = sys.version.split()[0]
-    return f"{os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, Python {pyver}"
 
 
 # --------------------------------------------------------------------------------------------
