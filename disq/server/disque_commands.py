@@ -804,48 +804,29 @@ def _scan_reply(cursor: int, items: list[bytes]) -> bytes:
     return b"".join(out)
 
 
+_QSCAN_NUMBERS = frozenset((b"count", b"minlen", b"maxlen", b"importrate"))
+
+
 def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]: the first
     argument that is not an option is the cursor, wherever it is; a second one is a syntax
     error. An option word without its value is taken as the cursor (and is not one)."""
-    count = 100
+    numbers: dict[bytes, int] = {}  # COUNT, MINLEN, MAXLEN, IMPORTRATE
     busyloop = False
-    minlen: int | None = None
-    maxlen: int | None = None
-    importrate: int | None = None
     cursor = 0
     cursor_set = False
     n = len(argv)
     j = 1
     while j < n:
         opt = argv[j].lower()
-        more = j < n - 1
-        if opt == b"count" and more:
+        if opt in _QSCAN_NUMBERS and j < n - 1:
             v = parse_ll(argv[j + 1])
             if v is None:
                 return NOT_AN_INT_ERR
-            count = v
+            numbers[opt] = v
             j += 1
         elif opt == b"busyloop":
             busyloop = True
-        elif opt == b"minlen" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None:
-                return NOT_AN_INT_ERR
-            minlen = v
-            j += 1
-        elif opt == b"maxlen" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None:
-                return NOT_AN_INT_ERR
-            maxlen = v
-            j += 1
-        elif opt == b"importrate" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None:
-                return NOT_AN_INT_ERR
-            importrate = v
-            j += 1
         else:
             if cursor_set:
                 return SYNTAX_ERR
@@ -855,6 +836,10 @@ def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
             cursor = cur
             cursor_set = True
         j += 1
+    count = numbers.get(b"count", 100)
+    minlen = numbers.get(b"minlen")
+    maxlen = numbers.get(b"maxlen")
+    importrate = numbers.get(b"importrate")
     nxt, names = c.node.core.qscan(
         cursor,
         count,
