@@ -364,7 +364,7 @@ class ClusterRuntime:
         job.cluster = ClusterState(did, self.beanstalk_replicate, 0)
         if pending:
             self._bputs[token] = (s, job_id)
-        self.pump(now_ms)
+        # No pump here: Node.after_commands pumps once for the whole batch of commands.
         return 1 if pending else 0
 
     def on_engine_events(self, now_ms: int) -> None:

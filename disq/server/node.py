@@ -298,8 +298,9 @@ class Node:
     def after_commands(self, proto: BeanstalkProtocol | None, now_ms: int) -> None:
         """Route engine output after a batch of commands: wake-ups, replies, timer."""
         engine = self.engine
-        if engine.cluster_events and self.cluster is not None:
-            self.cluster.on_engine_events(now_ms)
+        cluster = self.cluster
+        if cluster is not None and (engine.cluster_events or cluster.core.outbox):
+            cluster.on_engine_events(now_ms)  # replicated puts, bury, delete ...: one pump
         if engine.wakeups:
             self._deliver_wakeups(now_ms)
         if proto is not None and (proto.out or proto.closing):
