@@ -37,7 +37,9 @@ def ensure_binary(path: Path, default: Path, source: Path) -> Path:
         if not path.exists():
             raise BenchError(f"load generator binary not found: {path}")
         return path
-    if path.exists() and path.stat().st_mtime >= source.stat().st_mtime:
+    header = source.parent / "loadgen_common.h"  # shared by both generators
+    newest = max(source.stat().st_mtime, header.stat().st_mtime if header.exists() else 0.0)
+    if path.exists() and path.stat().st_mtime >= newest:
         return path
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
