@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
-from cluster.resp_client import RespClient, RespError  # noqa: E402
+from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
 
 
 def show(lab: Lab, i: int, job_id: str) -> dict[str, Any] | None:
@@ -334,3 +334,32 @@ def test_seven_nodes_from_configs_with_only_port_and_dir(tmp_path: Path) -> None
 
 def show_port(port: int, job_id: str) -> int:
     return 0 if RespClient("127.0.0.1", port).call("SHOW", job_id) is None else 1
+
+
+@pytest.mark.slow
+def test_memory_pressure_replicates_externally_and_forget_removes_a_node(tmp_path: Path) -> None:
+    """Disque's 02-jobs-replication OOM case through the front door (CONFIG SET maxmemory,
+    then adds until a job has no local copy but exists elsewhere), then CLUSTER FORGET."""
+    with new_lab(tmp_path) as lab:
+        n0 = lab.node(0)
+        assert n0.call("CONFIG", "SET", "maxmemory", "3mb") == "OK"
+        body = "x" * 10_000
+        external = None
+        for _ in range(400):
+            job_id = n0.call("ADDJOB", "mem", body, 5000, "REPLICATE", 2)
+            assert isinstance(job_id, str)
+            if show(lab, 0, job_id) is None:
+                external = job_id
+                break
+        assert external is not None, "node 0 kept a local copy of every job"
+        assert [i for i in (1, 2) if show(lab, i, external) is not None] == [1, 2]
+        assert int(info_fields(n0.call("INFO", "memory"))["mem_warning_level"]) >= 1
+        # CLUSTER FORGET: node 0 drops node 2 from its view (Redis semantics: local).
+        node2 = lab.node(2).call("CLUSTER", "MYID")
+        node2_id = node2.decode() if isinstance(node2, bytes) else node2
+        assert n0.call("CLUSTER", "FORGET", node2_id) == "OK"
+        known = info_fields(n0.call("CLUSTER", "INFO"))["cluster_known_nodes"]
+        assert known == "2"
+        with pytest.raises(RespError) as e:
+            n0.call("CLUSTER", "FORGET", n0.call("CLUSTER", "MYID"))
+        assert "can't forget myself" in str(e.value)
