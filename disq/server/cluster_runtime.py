@@ -45,6 +45,7 @@ from disq.persistence.cluster_records import (
     encode_loadjob,
     to_core_records,
 )
+from disq.server.api_service import QueueApi
 from disq.server.peer_link import PeerLinks
 from disq.server.resp_node import NodeServices
 from disq.server.resp_tcp import RespHub, RespProtocol
@@ -122,6 +123,9 @@ class ClusterRuntime:
         self.services = NodeServices(self)
         self.hub = RespHub(self.services)
         self.resp_factory: Callable[[], asyncio.Protocol] = self.hub.protocol_factory
+        self.api = QueueApi(self)
+        self.hub.other = self.api.route
+        self.links.add_services.append(self.api.register)
         for m in self.membership.members():
             if m.node_id != my_id and m.state != LEFT:
                 self.links.set_address(m.node_id, m.host, m.grpc_port)
@@ -162,6 +166,7 @@ class ClusterRuntime:
         self.core.persist = self.node.aof is not None
         port = await self.links.start()
         self.settings.grpc_port = port
+        await self.api.set_serving(True)
         for host, gport in self.settings.joins:
             self.meet_grpc(host, gport)
         self.pump(self.node.now_ms())
@@ -172,6 +177,8 @@ class ClusterRuntime:
         if self._meet_timer is not None:
             self._meet_timer.cancel()
         self._save_view()
+        if hasattr(self.api, "health"):
+            await self.api.set_serving(False)
         self.hub.close_all()
         await self.links.close()
 
@@ -302,7 +309,8 @@ class ClusterRuntime:
         membership, core = self.membership, self.core
         if (core.takeovers or core.beanstalk_dropped or core.relinks) and self._bridge(now_ms):
             self.node.after_commands(None, now_ms)
-        if core.max_memory_bytes:
+        if core.max_memory_bytes or core.memory_warning:
+            # The second test: CONFIG SET maxmemory 0 must clear a warning level at once.
             core.update_memory(now_ms, self.node.engine.live_bytes)
         if membership.events:
             self._apply_events(membership.events)

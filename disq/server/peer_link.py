@@ -180,6 +180,9 @@ class PeerLinks:
         self._messages_received = 0
         self._frames_dropped = 0
         self._frames_blocked = 0
+        # Called with the grpc.aio server before it starts: other services on the same port
+        # (the client API, health, reflection).
+        self.add_services: list[Callable[[Any], None]] = []
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> int:
@@ -194,6 +197,8 @@ class PeerLinks:
             },
         )
         server.add_generic_rpc_handlers((handler,))
+        for add in self.add_services:
+            add(server)
         try:
             port = server.add_insecure_port(_target(self.host, self.port))
         except RuntimeError as exc:  # grpc reports a failed bind this way

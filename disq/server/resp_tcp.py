@@ -54,7 +54,7 @@ class RespNode(NodeApi, Protocol):
 class RespHub:
     """The RESP port's shared state: tokens, blocked connections, connections, counters."""
 
-    __slots__ = ("connections", "max_clients", "new_token", "node", "registry", "stats")
+    __slots__ = ("connections", "max_clients", "new_token", "node", "other", "registry", "stats")
 
     def __init__(
         self,
@@ -73,6 +73,8 @@ class RespHub:
         self.registry: dict[int, RespProtocol] = {}  # token -> blocked connection
         self.connections: set[RespProtocol] = set()
         self.stats: RespStats = node.resp_stats
+        # Tokens no RESP connection holds (the gRPC API's): offered here, True if taken.
+        self.other: Callable[[int, DeferredResult], bool] | None = None
 
     def protocol_factory(self) -> RespProtocol:
         """For ``loop.create_server(hub.protocol_factory, ...)``."""
@@ -92,6 +94,8 @@ class RespHub:
         caller flushes the returned protocol. None: nobody waits on that token any more."""
         proto = self.registry.pop(token, None)
         if proto is None:
+            if self.other is not None:
+                self.other(token, result)
             return None
         proto.deliver(result, token)
         return proto

@@ -1,13 +1,16 @@
-"""The README's beanstalk example runs as written against a real node."""
+"""The README's examples run as written against a real node."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ServerProcess
+import pytest
+from conftest import ServerFactory, ServerProcess, free_port
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -21,3 +24,45 @@ def test_readme_example_runs(server: ServerProcess) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.strip() == "1 hello"
+
+
+def _sdk_block(word: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    return next(b for b in blocks if word in b)
+
+
+def test_readme_sdk_producer_and_worker_run(server_factory: ServerFactory) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("the gRPC SDK is disq's")
+    grpc_port = free_port()
+    server_factory.new("--grpc-port", str(grpc_port))
+    producer = _sdk_block("add_jobs")
+    worker = _sdk_block("disq.Worker")
+    assert len(producer.strip().splitlines()) <= 10 and len(worker.strip().splitlines()) <= 10
+    out = subprocess.run(
+        [sys.executable, "-c", producer.replace("7710", str(grpc_port))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split("\n")
+    assert out[0].startswith("D-") and out[0].endswith(" 1") and out[1] == "100"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", worker.replace("7710", str(grpc_port))],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # print() to a pipe: line by line
+    )
+    try:
+        assert proc.stdout is not None
+        # Handlers run in 8 threads and print() writes word by word, so lines may interleave:
+        # count a word each print writes whole, once.
+        text = ""
+        while text.count("attempt") < 101:
+            line = proc.stdout.readline()
+            assert line, f"the worker exited early: {text!r}"
+            text += line
+        assert "b'hello'" in text and text.count("b'm") == 100
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0

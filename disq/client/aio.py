@@ -1,0 +1,662 @@
+"""``AsyncClient``: the asyncio SDK. Give it one or more seed addresses (gRPC ports); it
+learns the cluster with Hello and hides it.
+
+How it chooses a node: the nodes Hello lists, best HELLO priority first (1 ok, 5 no link,
+10 suspect, 100 dead or leaving), a random one among the best so that many clients spread,
+and then the same one while it answers (Disque's queues are per node: a consumer that hopped
+between nodes would lean on federation for every job).
+A node whose transport fails is set aside for a backoff (0.5 s doubling to 10 s) and the call
+moves on. The view is refreshed every ``refresh_s`` and after failures.
+
+What it retries: every call whose effect is safe to repeat (reads, acks, nacks, WORKING,
+pause) moves to the next node when the transport fails. An add is retried only when it
+certainly did not leave (the channel to that node was not even connected); once sent, a lost
+answer is an :class:`IndeterminateError`, never a silent second copy.
+
+Batching: concurrent ``add_job`` calls to the same node within one loop iteration travel as
+one AddJobs call (each caller still gets its own id or error); ``ack_nowait`` queues acks per
+node and sends them as one Ack per node per iteration. Acks go to the node that created the
+job (its id names it), where the job surely is, falling back to any node (Disque's dummy acks
+make that correct).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncGenerator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from disq.client.errors import (
+    AuthError,
+    DisqError,
+    IndeterminateError,
+    UnavailableError,
+    from_info,
+    from_metadata,
+)
+from disq.proto_gen import api_pb2, api_pb2_grpc
+
+T = TypeVar("T")
+
+DEFAULT_ADDR = "127.0.0.1:7710"
+PASSWORD_KEY = "disq-password"
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 10.0
+MAX_BATCH = 1000  # adds or acks in one call
+_FOREVER_S = 365 * 86400.0  # "block until jobs come", asked for explicitly
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.enable_retries", 0),  # the SDK decides what is safe to retry
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+_NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as GetJobs and QPeek give it."""
+
+    id: str
+    queue: str
+    body: bytes
+    nacks: int = 0
+    additional_deliveries: int = 0
+    retry_s: int = 0
+
+    @property
+    def node_prefix(self) -> str:
+        """The first 8 hex characters of the id of the node that created the job."""
+        return self.id[2:10]
+
+
+@dataclass(slots=True)
+class NodeAddr:
+    """A node as the client knows it."""
+
+    addr: str  # host:grpc_port
+    node_id: str = ""
+    priority: int = 1
+    down_until: float = 0.0
+    backoff_s: float = BACKOFF_MIN_S
+    channel: Any = None
+    stub: Any = None
+
+    def usable(self, now: float) -> bool:
+        return now >= self.down_until
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    req: api_pb2.AddJobRequest
+    fut: asyncio.Future[str]
+
+
+@dataclass(slots=True)
+class _AddBatch:
+    items: list[_PendingAdd] = field(default_factory=list)
+    deadline_s: float = 0.0
+
+
+def _split(addresses: str | Sequence[str]) -> list[str]:
+    if isinstance(addresses, str):
+        addresses = addresses.split(",")
+    out = [a.strip() for a in addresses if a.strip()]
+    return out or [DEFAULT_ADDR]
+
+
+def _job(j: api_pb2.QueuedJob) -> Job:
+    return Job(j.id, j.queue, j.body, j.nacks, j.additional_deliveries, j.retry_s)
+
+
+def _add_request(
+    queue: str,
+    body: bytes | str,
+    *,
+    replicate: int | None = None,
+    repl_timeout_ms: int = 5000,
+    delay_s: int = 0,
+    retry_s: int | None = None,
+    ttl_s: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+) -> api_pb2.AddJobRequest:
+    req = api_pb2.AddJobRequest(
+        queue=queue,
+        body=body.encode() if isinstance(body, str) else body,
+        timeout_ms=repl_timeout_ms,
+        replicate=replicate or 0,
+        delay_s=delay_s,
+        maxlen=maxlen or 0,
+    )
+    setattr(req, "async", async_)  # a Python keyword
+    if retry_s is not None:
+        req.retry_s = retry_s
+    if ttl_s is not None:
+        req.ttl_s = ttl_s
+    return req
+
+
+class AsyncClient:
+    """The asyncio client. Use ``async with AsyncClient("host:7710") as c:``, or call
+    :meth:`close`. Every call has a deadline (``timeout_s``); only a get with
+    ``timeout_s=None`` blocks until jobs come."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str] = DEFAULT_ADDR,
+        *,
+        password: str | None = None,
+        timeout_s: float = 5.0,
+        connect_timeout_s: float = 1.0,
+        refresh_s: float = 10.0,
+        discover: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.seeds = _split(addresses)
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.refresh_s = refresh_s
+        self.discover = discover
+        self._metadata = ((PASSWORD_KEY, password),) if password else None
+        self._rng = rng or random.Random()
+        self._nodes: dict[str, NodeAddr] = {a: NodeAddr(a) for a in self.seeds}
+        self._refreshed_at = -1.0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._add_batch: _AddBatch | None = None
+        self._acks: dict[str, list[str]] = {}
+        self._flush_scheduled = False
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        # The node that answered the last unrouted call: tried first while it answers.
+        self.last_node: str | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Send queued acks, then close every channel."""
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+        for n in self._nodes.values():
+            if n.channel is not None:
+                await n.channel.close()
+                n.channel = n.stub = None
+
+    # ------------------------------------------------------------------ nodes
+    def nodes(self) -> list[NodeAddr]:
+        """What the client knows of the cluster (a copy of its view)."""
+        return [NodeAddr(n.addr, n.node_id, n.priority, n.down_until) for n in self._nodes.values()]
+
+    def _stub(self, n: NodeAddr) -> Any:
+        if n.stub is None:
+            n.channel = grpc.aio.insecure_channel(n.addr, options=_CHANNEL_OPTIONS)
+            n.stub = api_pb2_grpc.QueueStub(n.channel)  # type: ignore[no-untyped-call]
+        return n.stub
+
+    def _mark_down(self, n: NodeAddr) -> None:
+        n.down_until = time.monotonic() + n.backoff_s
+        n.backoff_s = min(BACKOFF_MAX_S, n.backoff_s * 2)
+        self._refreshed_at = -1.0  # learn the new state of the cluster soon
+
+    def _mark_up(self, n: NodeAddr) -> None:
+        n.down_until = 0.0
+        n.backoff_s = BACKOFF_MIN_S
+
+    def _candidates(self, prefer: str | None = None) -> list[NodeAddr]:
+        """Nodes to try, in order: the preferred one (by node id prefix) when usable, then
+        the usable nodes by priority (random among equals), then the ones set aside."""
+        now = time.monotonic()
+        nodes = list(self._nodes.values())
+        self._rng.shuffle(nodes)
+        nodes.sort(key=lambda n: (not n.usable(now), n.priority))
+        home = self._nodes.get(self.last_node) if self.last_node else None
+        if home is not None and home.usable(now) and home.priority <= nodes[0].priority:
+            nodes.remove(home)
+            nodes.insert(0, home)
+        if prefer:
+            for i, n in enumerate(nodes):
+                if n.node_id.startswith(prefer) and n.usable(now):
+                    nodes.insert(0, nodes.pop(i))
+                    break
+        return nodes
+
+    async def _maybe_refresh(self) -> None:
+        if not self.discover:
+            return
+        if self._refreshed_at >= 0 and time.monotonic() - self._refreshed_at < self.refresh_s:
+            return
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._refresh())
+        await asyncio.shield(self._refreshing)
+
+    async def _refresh(self) -> None:
+        """Hello on the first node that answers: its list replaces the priorities."""
+        self._refreshed_at = time.monotonic()
+        for n in self._candidates():
+            try:
+                r = await self._stub(n).Hello(
+                    api_pb2.HelloRequest(), timeout=self.connect_timeout_s, metadata=self._metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    raise AuthError(exc.details() or "NOAUTH", node=n.addr) from exc
+                self._mark_down(n)
+                continue
+            self._mark_up(n)
+            n.node_id = r.my_id
+            seen = set()
+            for info in r.nodes:
+                if not info.grpc_port:
+                    continue
+                addr = f"{info.host}:{info.grpc_port}"
+                seen.add(addr)
+                known = self._nodes.get(addr)
+                if known is None:
+                    known = self._nodes[addr] = NodeAddr(addr)
+                known.node_id = info.id
+                known.priority = info.priority
+            return
+        # Nobody answered: keep the view; the calls will report it.
+
+    # ------------------------------------------------------------------ calling
+    def _error(self, exc: grpc.aio.AioRpcError, n: NodeAddr) -> DisqError | None:
+        """The node's own refusal, or None for a transport failure."""
+        err = from_metadata(exc.trailing_metadata(), exc.details() or "", n.addr)
+        if err is not None:
+            return err
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            return AuthError(exc.details() or "NOAUTH Authentication required.", node=n.addr)
+        return None
+
+    async def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        prefer: str | None = None,
+    ) -> Any:
+        """A call that is safe to repeat: tried on each node until one answers."""
+        if self._closed:
+            raise UnavailableError("client is closed")
+        await self._maybe_refresh()
+        last = "no node known"
+        for n in self._candidates(prefer):
+            try:
+                r = await getattr(self._stub(n), method)(
+                    request,
+                    timeout=self.timeout_s if timeout_s is None else timeout_s,
+                    metadata=self._metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                err = self._error(exc, n)
+                if err is not None:
+                    raise err from None
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise UnavailableError(
+                        f"{method}: no answer from {n.addr} in time", node=n.addr
+                    ) from None
+                self._mark_down(n)
+                last = f"{n.addr}: {exc.code().name} {exc.details()}"
+                continue
+            self._mark_up(n)
+            if prefer is None:  # calls routed by job id do not move the client's home node
+                self.last_node = n.addr
+            return r
+        raise UnavailableError(f"{method}: no node answered (last: {last})")
+
+    # ------------------------------------------------------------------ adding
+    async def add_job(
+        self,
+        queue: str,
+        body: bytes | str,
+        *,
+        replicate: int | None = None,
+        repl_timeout_ms: int = 5000,
+        delay_s: int = 0,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+    ) -> str:
+        """ADDJOB; the job's id. Sync by default: the id comes once ``replicate`` nodes hold
+        a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched."""
+        req = _add_request(
+            queue,
+            body,
+            replicate=replicate,
+            repl_timeout_ms=repl_timeout_ms,
+            delay_s=delay_s,
+            retry_s=retry_s,
+            ttl_s=ttl_s,
+            maxlen=maxlen,
+            async_=async_,
+        )
+        if self._closed:
+            raise UnavailableError("client is closed")
+        await self._maybe_refresh()
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        batch = self._add_batch
+        if batch is None:
+            batch = self._add_batch = _AddBatch()
+        batch.items.append(_PendingAdd(req, fut))
+        batch.deadline_s = max(batch.deadline_s, repl_timeout_ms / 1000)
+        if len(batch.items) >= MAX_BATCH:
+            self._add_batch = None
+            self._spawn(self._send_adds(batch))
+        else:
+            self._schedule_flush()
+        return await fut
+
+    async def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
+        """Many adds in as few calls as possible: each dict holds add_job's arguments
+        (``queue``, ``body`` and any option). One id or error per job, in order."""
+        reqs = [_add_request(**j) for j in jobs]
+        out: list[str | DisqError] = []
+        for start in range(0, len(reqs), MAX_BATCH):
+            chunk = reqs[start : start + MAX_BATCH]
+            futs = [asyncio.get_running_loop().create_future() for _ in chunk]
+            batch = _AddBatch(
+                [_PendingAdd(r, f) for r, f in zip(chunk, futs, strict=True)],
+                max(r.timeout_ms for r in chunk) / 1000,
+            )
+            await self._send_adds(batch)
+            for f in futs:
+                exc = f.exception()
+                out.append(exc if isinstance(exc, DisqError) else f.result())
+        return out
+
+    async def _send_adds(self, batch: _AddBatch) -> None:
+        """One AddJobs for the batch, on the first node whose channel is connected."""
+        request = api_pb2.AddJobsRequest(jobs=[p.req for p in batch.items])
+        deadline = batch.deadline_s + self.timeout_s
+        last = "no node known"
+        for n in self._candidates():
+            stub = self._stub(n)
+            if not await self._connected(n):
+                last = f"{n.addr}: not reachable"
+                continue
+            try:
+                r = await stub.AddJobs(request, timeout=deadline, metadata=self._metadata)
+            except grpc.aio.AioRpcError as exc:
+                err = self._error(exc, n)
+                details = exc.details() or ""
+                if (
+                    err is None
+                    and exc.code() == grpc.StatusCode.UNAVAILABLE
+                    and any(s in details for s in _NOT_SENT)
+                ):
+                    self._mark_down(n)  # never left: safe to send elsewhere
+                    last = f"{n.addr}: {details}"
+                    continue
+                if err is None:
+                    self._mark_down(n)
+                    err = IndeterminateError(
+                        f"add sent to {n.addr} but no answer came ({exc.code().name}): "
+                        "the job may exist",
+                        node=n.addr,
+                    )
+                for p in batch.items:
+                    _fail(p.fut, err)
+                return
+            except asyncio.CancelledError:
+                for p in batch.items:
+                    _fail(p.fut, IndeterminateError("add cancelled after it was sent"))
+                raise
+            self._mark_up(n)
+            self.last_node = n.addr
+            for p, res in zip(batch.items, r.results, strict=True):
+                if res.HasField("error"):
+                    _fail(p.fut, from_info(res.error, n.addr))
+                elif not p.fut.done():
+                    p.fut.set_result(res.id)
+            return
+        err = UnavailableError(f"AddJobs: no node reachable (last: {last})")
+        for p in batch.items:
+            _fail(p.fut, err)
+
+    async def _connected(self, n: NodeAddr) -> bool:
+        ch = n.channel
+        if ch.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return True
+        try:
+            await asyncio.wait_for(ch.channel_ready(), self.connect_timeout_s)
+        except (TimeoutError, grpc.aio.AioRpcError):
+            self._mark_down(n)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ batching
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        batch, self._add_batch = self._add_batch, None
+        if batch is not None:
+            self._spawn(self._send_adds(batch))
+        acks, self._acks = self._acks, {}
+        for prefix, ids in acks.items():
+            for start in range(0, len(ids), MAX_BATCH):
+                self._spawn(self._send_acks(prefix, ids[start : start + MAX_BATCH]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def flush(self) -> None:
+        """Wait until every queued add and ack has been sent and answered."""
+        if self._flush_scheduled:
+            self._flush_now()
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+    # ------------------------------------------------------------------ getting
+    async def get_jobs(
+        self,
+        queues: str | Sequence[str],
+        *,
+        count: int = 1,
+        timeout_s: float | None = 1.0,
+        nohang: bool = False,
+        with_counters: bool = True,
+    ) -> list[Job]:
+        """GETJOB: up to ``count`` jobs; [] when none came within ``timeout_s``. Blocks until
+        jobs come only with ``timeout_s=None``."""
+        qs = [queues] if isinstance(queues, str) else list(queues)
+        wait_ms = 0 if timeout_s is None else max(1, int(timeout_s * 1000))
+        req = api_pb2.GetJobsRequest(
+            queues=qs, count=count, nohang=nohang, timeout_ms=wait_ms, with_counters=with_counters
+        )
+        # The call's deadline leaves the node time to answer "nothing" after its own wait.
+        deadline = _FOREVER_S if timeout_s is None else timeout_s + self.timeout_s
+        r = await self._call("GetJobs", req, timeout_s=deadline)
+        return [_job(j) for j in r.jobs]
+
+    async def stream_jobs(
+        self, queues: str | Sequence[str], *, count: int = 16, with_counters: bool = True
+    ) -> AsyncGenerator[list[Job], None]:
+        """Jobs as they come, for a long-lived consumer; reconnects to another node when its
+        node goes away. Stop by breaking out of the loop."""
+        qs = [queues] if isinstance(queues, str) else list(queues)
+        req = api_pb2.GetJobsRequest(queues=qs, count=count, with_counters=with_counters)
+        while not self._closed:
+            await self._maybe_refresh()
+            served = False
+            for n in self._candidates():
+                call = self._stub(n).StreamJobs(req, metadata=self._metadata)
+                try:
+                    async for resp in call:
+                        served = True
+                        self._mark_up(n)
+                        self.last_node = n.addr
+                        yield [_job(j) for j in resp.jobs]
+                except grpc.aio.AioRpcError as exc:
+                    err = self._error(exc, n)
+                    if err is not None:
+                        raise err from None
+                    self._mark_down(n)
+                    continue
+                finally:
+                    call.cancel()
+                return  # the server ended the stream
+            if not served:
+                raise UnavailableError("StreamJobs: no node answered")
+
+    # ------------------------------------------------------------------ acking and friends
+    async def ack(self, *ids: str) -> int:
+        """ACKJOB at the node that created the jobs; how many were known there."""
+        return await self._by_origin("Ack", ids)
+
+    async def fast_ack(self, *ids: str) -> int:
+        return await self._by_origin("FastAck", ids)
+
+    async def nack(self, *ids: str) -> int:
+        """NACK: queue the jobs again at once, counting a failed attempt."""
+        return await self._by_origin("Nack", ids)
+
+    async def _by_origin(self, method: str, ids: Sequence[str]) -> int:
+        groups: dict[str, list[str]] = {}
+        for job_id in ids:
+            groups.setdefault(job_id[2:10], []).append(job_id)
+        total = 0
+        for prefix, group in groups.items():
+            r = await self._call(method, api_pb2.JobIds(ids=group), prefer=prefix)
+            total += r.count
+        return total
+
+    def ack_nowait(self, *ids: str) -> None:
+        """Queue acks: sent with every other queued ack for the same node, one call per node
+        per loop iteration (:meth:`flush` waits for them). Failures are retried on other
+        nodes, then dropped: the job comes back after its retry time, which is safe."""
+        for job_id in ids:
+            self._acks.setdefault(job_id[2:10], []).append(job_id)
+        self._schedule_flush()
+
+    async def _send_acks(self, prefix: str, ids: list[str]) -> None:
+        try:
+            await self._call("Ack", api_pb2.JobIds(ids=ids), prefer=prefix)
+        except DisqError:
+            pass  # see ack_nowait: an unacked job is delivered again, never lost
+
+    async def working(self, job_id: str) -> int:
+        """WORKING: postpone the job's next delivery; its retry time in seconds."""
+        r = await self._call("Working", api_pb2.JobId(id=job_id), prefer=job_id[2:10])
+        return int(r.retry_s)
+
+    # ------------------------------------------------------------------ inspecting
+    async def show(self, job_id: str) -> dict[str, Any] | None:
+        r = await self._call("Show", api_pb2.JobId(id=job_id), prefer=job_id[2:10])
+        if not r.found:
+            return None
+        d: dict[str, Any] = {
+            "id": r.id,
+            "queue": r.queue,
+            "state": r.state,
+            "repl": r.repl,
+            "ttl_s": r.ttl_s,
+            "ctime": r.ctime,
+            "delay_s": r.delay_s,
+            "retry_s": r.retry_s,
+            "nacks": r.nacks,
+            "additional_deliveries": r.additional_deliveries,
+            "nodes_delivered": list(r.nodes_delivered),
+            "nodes_confirmed": list(r.nodes_confirmed),
+            "next_requeue_within_ms": (
+                r.next_requeue_within_ms if r.HasField("next_requeue_within_ms") else None
+            ),
+            "next_awake_within_ms": (
+                r.next_awake_within_ms if r.HasField("next_awake_within_ms") else None
+            ),
+            "body": r.body,
+        }
+        return d
+
+    async def qlen(self, queue: str) -> int:
+        r = await self._call("QLen", api_pb2.QueueName(queue=queue))
+        return int(r.count)
+
+    async def qstat(self, queue: str) -> dict[str, Any] | None:
+        r = await self._call("QStat", api_pb2.QueueName(queue=queue))
+        if not r.found:
+            return None
+        return {
+            "name": r.name,
+            "len": r.len,
+            "age_s": r.age_s,
+            "idle_s": r.idle_s,
+            "blocked": r.blocked,
+            "import_from": list(r.import_from),
+            "import_rate": r.import_rate,
+            "jobs_in": r.jobs_in,
+            "jobs_out": r.jobs_out,
+            "pause": r.pause,
+        }
+
+    async def qpeek(self, queue: str, count: int = 10) -> list[Job]:
+        r = await self._call("QPeek", api_pb2.QPeekRequest(queue=queue, count=count))
+        return [_job(j) for j in r.jobs]
+
+    async def queues(self, *, minlen: int | None = None) -> list[str]:
+        """Every queue of the node answering (QSCAN to the end)."""
+        out: list[str] = []
+        cursor = 0
+        while True:
+            req = api_pb2.QScanRequest(cursor=cursor, count=1000)
+            if minlen is not None:
+                req.minlen = minlen
+            r = await self._call("QScan", req)
+            out.extend(r.queues)
+            cursor = r.cursor
+            if cursor == 0:
+                return out
+
+    async def pause(self, queue: str, state: str | None = None, *, bcast: bool = False) -> str:
+        """PAUSE: read (state None) or set none|in|out|all; the resulting state."""
+        req = api_pb2.PauseRequest(queue=queue, bcast=bcast)
+        if state is not None:
+            req.state = state
+        r = await self._call("Pause", req)
+        return str(r.state)
+
+    async def hello(self) -> api_pb2.HelloResponse:
+        r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
+        return r
+
+    async def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
+        """INFO of one node (``node``: an address or id prefix; default: any)."""
+        if node is not None and node in self._nodes:
+            n = self._nodes[node]
+            try:
+                r = await self._stub(n).Info(
+                    api_pb2.InfoRequest(section=section),
+                    timeout=self.timeout_s,
+                    metadata=self._metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                err = self._error(exc, n)
+                raise err or UnavailableError(f"Info: {n.addr} did not answer") from None
+            return dict(r.fields)
+        r = await self._call("Info", api_pb2.InfoRequest(section=section), prefer=node)
+        return dict(r.fields)
+
+
+def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)

@@ -1,0 +1,123 @@
+"""``Client``: the blocking SDK, the same methods as :class:`AsyncClient` without ``await``.
+
+It runs one AsyncClient on a private event loop in a daemon thread, so both clients share one
+implementation (discovery, failover, batching, error mapping). Calls from several threads
+are safe and are batched together the way concurrent coroutines are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr
+from disq.client.errors import DisqError
+from disq.proto_gen import api_pb2
+
+T = TypeVar("T")
+
+
+class Client:
+    def __init__(self, addresses: str | Sequence[str] = DEFAULT_ADDR, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")
+        self._thread.daemon = True
+        self._thread.start()
+        self._aio: AsyncClient = self._run(_make(addresses, options))
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._aio.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    @property
+    def aio(self) -> AsyncClient:
+        """The AsyncClient underneath (its loop is the client's thread, not yours)."""
+        return self._aio
+
+    def nodes(self) -> list[NodeAddr]:
+        return self._aio.nodes()
+
+    def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
+        return self._run(self._aio.add_job(queue, body, **options))
+
+    def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
+        return self._run(self._aio.add_jobs(list(jobs)))
+
+    def get_jobs(self, queues: str | Sequence[str], **options: Any) -> list[Job]:
+        return self._run(self._aio.get_jobs(queues, **options))
+
+    def stream_jobs(self, queues: str | Sequence[str], **options: Any) -> Iterator[list[Job]]:
+        agen = self._aio.stream_jobs(queues, **options)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(agen))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._run(agen.aclose())
+
+    def ack(self, *ids: str) -> int:
+        return self._run(self._aio.ack(*ids))
+
+    def fast_ack(self, *ids: str) -> int:
+        return self._run(self._aio.fast_ack(*ids))
+
+    def nack(self, *ids: str) -> int:
+        return self._run(self._aio.nack(*ids))
+
+    def ack_nowait(self, *ids: str) -> None:
+        self._loop.call_soon_threadsafe(self._aio.ack_nowait, *ids)
+
+    def flush(self) -> None:
+        self._run(self._aio.flush())
+
+    def working(self, job_id: str) -> int:
+        return self._run(self._aio.working(job_id))
+
+    def show(self, job_id: str) -> dict[str, Any] | None:
+        return self._run(self._aio.show(job_id))
+
+    def qlen(self, queue: str) -> int:
+        return self._run(self._aio.qlen(queue))
+
+    def qstat(self, queue: str) -> dict[str, Any] | None:
+        return self._run(self._aio.qstat(queue))
+
+    def qpeek(self, queue: str, count: int = 10) -> list[Job]:
+        return self._run(self._aio.qpeek(queue, count))
+
+    def queues(self, *, minlen: int | None = None) -> list[str]:
+        return self._run(self._aio.queues(minlen=minlen))
+
+    def pause(self, queue: str, state: str | None = None, *, bcast: bool = False) -> str:
+        return self._run(self._aio.pause(queue, state, bcast=bcast))
+
+    def hello(self) -> api_pb2.HelloResponse:
+        return self._run(self._aio.hello())
+
+    def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
+        return self._run(self._aio.info(section, node=node))
+
+
+async def _make(addresses: str | Sequence[str], options: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(addresses, **options)  # created on the client's own loop
+
+
+async def _next(agen: AsyncGenerator[list[Job], None]) -> list[Job]:
+    return await agen.__anext__()

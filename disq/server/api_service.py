@@ -1,0 +1,596 @@
+"""The client API (proto/disq/v1/api.proto, service disq.v1.Queue) on the node's gRPC port.
+
+The third front door to the same job core as the RESP door: the same core calls, the same
+checks and Disque's error texts, so ADDJOB over RESP and AddJob over gRPC cannot disagree.
+What differs is only the envelope: errors are gRPC status codes with a machine-readable
+:class:`ErrorInfo` in the trailing metadata key ``disq-error-bin``.
+
+A call that blocks in the core (a sync AddJob, a GetJobs with nothing queued) takes a token
+from the node-wide counter the RESP connections use and waits on a future; the node routes
+``core.replies`` to it after the AOF write that the answer depends on (the RESP hub hands us
+every token it does not own). A call that goes away (deadline, cancel, the client died)
+cancels its token in the core: a sync add nobody will learn about is deleted, as Disque does
+for a client that disconnects while waiting for replication.
+
+The standard health service (``grpc.health.v1.Health``, overall and per service) and server
+reflection are served on the same port, so grpcurl and Kubernetes probes work unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import grpc
+import structlog
+
+from disq.core.cluster_api import PENDING, DeferredResult, DisqueError
+from disq.core.djob import STATE_BY_NAME, DJob
+from disq.core.ids import BadJobId, validate_job_id
+from disq.core.messages import PAUSE_IN, PAUSE_OUT
+from disq.proto_gen import api_pb2, api_pb2_grpc
+from disq.server.disque_commands import info_text, queue_bytes, queue_name
+
+if TYPE_CHECKING:
+    from disq.server.cluster_runtime import ClusterRuntime
+
+SERVICE_NAME = "disq.v1.Queue"
+ERROR_KEY = "disq-error-bin"
+PASSWORD_KEY = "disq-password"
+
+# Bounds of one call: a batch or a fetch past these is refused, not half served.
+MAX_BATCH_JOBS = 10_000
+MAX_GET_COUNT = 10_000
+MAX_IDS = 100_000
+MAX_QUEUES = 1_000
+MAX_QUEUE_NAME_BYTES = 64 << 10
+
+# Disque's error codes -> (reason, gRPC status code). Everything the core can raise is here;
+# ERR (an argument Disque refuses) is SYNTAX.
+REASONS: dict[str, tuple[int, grpc.StatusCode]] = {
+    "NOREPL": (api_pb2.NOREPL, grpc.StatusCode.UNAVAILABLE),
+    "LEAVING": (api_pb2.LEAVING, grpc.StatusCode.UNAVAILABLE),
+    "MAXLEN": (api_pb2.MAXLEN, grpc.StatusCode.FAILED_PRECONDITION),
+    "PAUSED": (api_pb2.PAUSED, grpc.StatusCode.FAILED_PRECONDITION),
+    "TOOLATE": (api_pb2.TOOLATE, grpc.StatusCode.FAILED_PRECONDITION),
+    "OOM": (api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    "BADID": (api_pb2.BADID, grpc.StatusCode.INVALID_ARGUMENT),
+    "ERR": (api_pb2.SYNTAX, grpc.StatusCode.INVALID_ARGUMENT),
+    "NOJOB": (api_pb2.NOJOB, grpc.StatusCode.NOT_FOUND),
+}
+_PAUSE_FLAGS = {"none": 0, "in": PAUSE_IN, "out": PAUSE_OUT, "all": PAUSE_IN | PAUSE_OUT}
+_PAUSE_NAMES = ("none", "in", "out", "all")
+
+T = TypeVar("T")
+
+
+class ApiError(Exception):
+    """A refused call: its reason, status code and Disque's message."""
+
+    def __init__(self, reason: int, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_disque(cls, exc: DisqueError) -> ApiError:
+        reason, code = REASONS.get(
+            exc.code, (api_pb2.ERROR_REASON_UNSPECIFIED, grpc.StatusCode.INTERNAL)
+        )
+        return cls(reason, code, f"{exc.code} {exc.message}")
+
+    def info(self) -> api_pb2.ErrorInfo:
+        return api_pb2.ErrorInfo(
+            reason=api_pb2.ErrorReason.Name(self.reason),
+            message=self.message,
+        )
+
+
+def syntax(message: str) -> ApiError:
+    return ApiError(api_pb2.SYNTAX, grpc.StatusCode.INVALID_ARGUMENT, f"ERR {message}")
+
+
+def _queue(name: str) -> str:
+    """A queue name from the API as the core's ``str``: the UTF-8 bytes a RESP client would
+    send for it, so both doors name the same queue."""
+    raw = name.encode("utf-8", "surrogatepass")
+    if not raw:
+        raise syntax("queue name must not be empty")
+    if len(raw) > MAX_QUEUE_NAME_BYTES:
+        raise syntax(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
+    return queue_name(raw)
+
+
+def _api_queue(name: str) -> str:
+    return queue_bytes(name).decode("utf-8", "replace")
+
+
+def _ids(ids: Any) -> list[str]:
+    if len(ids) > MAX_IDS:
+        raise syntax(f"at most {MAX_IDS} ids per call")
+    out = list(ids)
+    try:
+        for job_id in out:
+            validate_job_id(job_id)
+    except BadJobId as exc:
+        raise ApiError(
+            api_pb2.BADID, grpc.StatusCode.INVALID_ARGUMENT, "BADID Invalid Job ID format."
+        ) from exc
+    return out
+
+
+def _queued_job(j: DJob, with_counters: bool) -> api_pb2.QueuedJob:
+    if with_counters:
+        return api_pb2.QueuedJob(
+            id=j.id,
+            queue=_api_queue(j.queue),
+            body=j.body,
+            nacks=j.nacks,
+            additional_deliveries=j.add_deliveries,
+            retry_s=j.retry_s,
+        )
+    return api_pb2.QueuedJob(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
+
+
+def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
+    d = dict(pairs)
+    info = api_pb2.JobInfo(
+        found=True,
+        id=str(d["id"]),
+        queue=_api_queue(str(d["queue"])) if d["queue"] is not None else "",
+        state=str(d["state"]),
+        repl=int(d["repl"]),  # type: ignore[call-overload]
+        ttl_s=int(d["ttl"]),  # type: ignore[call-overload]
+        ctime=int(d["ctime"]),  # type: ignore[call-overload]
+        delay_s=int(d["delay"]),  # type: ignore[call-overload]
+        retry_s=int(d["retry"]),  # type: ignore[call-overload]
+        nacks=int(d["nacks"]),  # type: ignore[call-overload]
+        additional_deliveries=int(d["additional-deliveries"]),  # type: ignore[call-overload]
+        nodes_delivered=list(d["nodes-delivered"]),  # type: ignore[call-overload]
+        nodes_confirmed=list(d["nodes-confirmed"]),  # type: ignore[call-overload]
+        body=d["body"] if isinstance(d["body"], bytes) else b"",
+    )
+    if d["next-requeue-within"] is not None:
+        info.next_requeue_within_ms = int(d["next-requeue-within"])  # type: ignore[call-overload]
+    if d["next-awake-within"] is not None:
+        info.next_awake_within_ms = int(d["next-awake-within"])  # type: ignore[call-overload]
+    return info
+
+
+class QueueApi(api_pb2_grpc.QueueServicer):
+    """The servicer. Runs on the node's loop, like every other door."""
+
+    def __init__(self, runtime: ClusterRuntime) -> None:
+        self.rt = runtime
+        self._waiters: dict[int, asyncio.Future[DeferredResult]] = {}
+        self.log = structlog.get_logger("disq.api")
+        self.calls = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ plumbing
+    def register(self, server: Any) -> None:
+        """Add the Queue service, health and reflection to a grpc.aio server (before start)."""
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+        from grpc_reflection.v1alpha import reflection
+
+        api_pb2_grpc.add_QueueServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        names = (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, server)
+        self._health_pb2 = health_pb2
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            self._health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else self._health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    def route(self, token: int, result: DeferredResult) -> bool:
+        """A deferred core answer for one of our tokens (False: not ours)."""
+        fut = self._waiters.pop(token, None)
+        if fut is None:
+            return False
+        if not fut.done():
+            fut.set_result(result)
+        return True
+
+    def _done(self) -> None:
+        """After any core call: AOF records, peer messages, deferred replies, timers."""
+        self.rt.after_resp_commands(None)
+
+    async def _wait(self, token: int) -> DeferredResult:
+        fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
+        self._waiters[token] = fut
+        self._done()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            # The call is gone (deadline, cancel, disconnect): nobody will read the answer.
+            if self._waiters.pop(token, None) is not None:
+                self.rt.core.cancel(token)
+                self._done()
+            raise
+
+    async def _call(
+        self,
+        context: Any,
+        body: Callable[[], Awaitable[T]],
+    ) -> T:
+        self.calls += 1
+        self.rt.services.resp_stats.commands += 1  # INFO's total_commands_processed
+        try:
+            self._check_auth(context)
+            error = self.rt.node.aof_error
+            if error is not None:
+                raise ApiError(
+                    api_pb2.ERROR_REASON_UNSPECIFIED,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"MISCONF Errors writing to the AOF file: {error}",
+                )
+            return await body()
+        except DisqueError as exc:
+            await self._abort(context, ApiError.from_disque(exc))
+        except ApiError as exc:
+            await self._abort(context, exc)
+
+    async def _abort(self, context: Any, exc: ApiError) -> NoReturn:
+        self.errors += 1
+        await context.abort(
+            exc.code, exc.message, trailing_metadata=((ERROR_KEY, exc.info().SerializeToString()),)
+        )
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    def _check_auth(self, context: Any) -> None:
+        password = self.rt.services.requirepass
+        if not password:
+            return
+        given = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == PASSWORD_KEY:
+                given = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        if not hmac.compare_digest(given.encode(), password.encode()):
+            raise ApiError(
+                api_pb2.ERROR_REASON_UNSPECIFIED,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "NOAUTH Authentication required.",
+            )
+
+    def _now(self) -> int:
+        return self.rt.node.now_ms()
+
+    # ------------------------------------------------------------------ adding
+    def _start_add(self, req: api_pb2.AddJobRequest, now: int) -> tuple[int, str | None]:
+        """Start one add: (token, id) when it is done at once, (token, None) when pending."""
+        if req.replicate > 65535:
+            raise syntax("REPLICATE must be between 1 and 65535")
+        if req.HasField("ttl_s") and req.ttl_s == 0:
+            raise syntax("TTL must be a number > 0")
+        token = self.rt.hub.new_token()
+        r = self.rt.core.add_job(
+            now,
+            token,
+            _queue(req.queue),
+            req.body,
+            timeout_ms=req.timeout_ms,
+            repl=req.replicate or None,
+            delay_s=req.delay_s,
+            retry_s=req.retry_s if req.HasField("retry_s") else None,
+            ttl_s=req.ttl_s if req.HasField("ttl_s") else None,
+            maxlen=req.maxlen or None,
+            async_=getattr(req, "async"),
+        )
+        return token, (None if r is PENDING else str(r))
+
+    async def AddJob(self, request: api_pb2.AddJobRequest, context: Any) -> Any:
+        async def body() -> api_pb2.AddJobResponse:
+            token, job_id = self._start_add(request, self._now())
+            if job_id is None:
+                job_id = _added(await self._wait(token))
+            else:
+                self._done()
+            return api_pb2.AddJobResponse(id=job_id)
+
+        return await self._call(context, body)
+
+    async def AddJobs(self, request: api_pb2.AddJobsRequest, context: Any) -> Any:
+        async def body() -> api_pb2.AddJobsResponse:
+            if len(request.jobs) > MAX_BATCH_JOBS:
+                raise syntax(f"at most {MAX_BATCH_JOBS} jobs per AddJobs")
+            now = self._now()
+            results: list[api_pb2.AddJobResult] = []
+            waits: list[tuple[int, int]] = []  # (index, token)
+            for req in request.jobs:
+                try:
+                    token, job_id = self._start_add(req, now)
+                except (DisqueError, ApiError) as exc:
+                    err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
+                    results.append(api_pb2.AddJobResult(error=err.info()))
+                    continue
+                if job_id is None:
+                    waits.append((len(results), token))
+                    results.append(api_pb2.AddJobResult())
+                else:
+                    results.append(api_pb2.AddJobResult(id=job_id))
+            if not waits:
+                self._done()
+            else:
+                # Every sync add of the batch replicates at once; wait for all of them.
+                futs = []
+                for _, token in waits:
+                    fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
+                    self._waiters[token] = fut
+                    futs.append(fut)
+                self._done()
+                try:
+                    done = await asyncio.gather(*futs)
+                except asyncio.CancelledError:
+                    for _, token in waits:
+                        if self._waiters.pop(token, None) is not None:
+                            self.rt.core.cancel(token)
+                    self._done()
+                    raise
+                for (index, _), result in zip(waits, done, strict=True):
+                    if isinstance(result, str):
+                        results[index].id = result
+                    else:
+                        err = (
+                            ApiError.from_disque(result)
+                            if isinstance(result, DisqueError)
+                            else ApiError(
+                                api_pb2.ERROR_REASON_UNSPECIFIED,
+                                grpc.StatusCode.INTERNAL,
+                                f"unexpected add result {result!r}",
+                            )
+                        )
+                        results[index].error.CopyFrom(err.info())
+            return api_pb2.AddJobsResponse(results=results)
+
+        return await self._call(context, body)
+
+    # ------------------------------------------------------------------ getting
+    def _get_args(self, req: api_pb2.GetJobsRequest) -> tuple[list[str], int]:
+        if not req.queues:
+            raise syntax("at least one queue is needed")
+        if len(req.queues) > MAX_QUEUES:
+            raise syntax(f"at most {MAX_QUEUES} queues per call")
+        count = req.count or 1
+        if count > MAX_GET_COUNT:
+            raise syntax(f"COUNT must be at most {MAX_GET_COUNT}")
+        return [_queue(q) for q in req.queues], count
+
+    async def _get(
+        self, req: api_pb2.GetJobsRequest, queues: list[str], count: int, timeout_ms: int
+    ) -> list[DJob]:
+        token = self.rt.hub.new_token()
+        r = self.rt.core.get_job(
+            self._now(), token, queues, nohang=req.nohang, timeout_ms=timeout_ms, count=count
+        )
+        if r is None:
+            self._done()
+            return []
+        if r is PENDING:
+            result = await self._wait(token)
+            if isinstance(result, DisqueError):
+                raise result
+            return result if isinstance(result, list) else []
+        self._done()
+        assert isinstance(r, list)
+        return r
+
+    async def GetJobs(self, request: api_pb2.GetJobsRequest, context: Any) -> Any:
+        async def body() -> api_pb2.GetJobsResponse:
+            queues, count = self._get_args(request)
+            jobs = await self._get(request, queues, count, request.timeout_ms)
+            wc = request.with_counters
+            return api_pb2.GetJobsResponse(jobs=[_queued_job(j, wc) for j in jobs])
+
+        return await self._call(context, body)
+
+    async def StreamJobs(
+        self, request: api_pb2.GetJobsRequest, context: Any
+    ) -> AsyncIterator[api_pb2.GetJobsResponse]:
+        self.calls += 1
+        try:
+            self._check_auth(context)
+            queues, count = self._get_args(request)
+        except ApiError as exc:
+            await self._abort(context, exc)
+        wc = request.with_counters
+        while True:
+            try:
+                # Block without a timeout: the stream lasts until the client cancels it.
+                jobs = await self._get(request, queues, count, 0)
+            except DisqueError as exc:
+                await self._abort(context, ApiError.from_disque(exc))
+            if jobs:
+                yield api_pb2.GetJobsResponse(jobs=[_queued_job(j, wc) for j in jobs])
+            elif request.nohang:
+                return
+
+    # ------------------------------------------------------------------ acking and friends
+    def _ids_call(self, method: Callable[[int, list[str]], int]) -> Callable[..., Any]:
+        async def handler(request: api_pb2.JobIds, context: Any) -> Any:
+            async def body() -> api_pb2.Count:
+                n = method(self._now(), _ids(request.ids))
+                self._done()
+                return api_pb2.Count(count=n)
+
+            return await self._call(context, body)
+
+        return handler
+
+    async def Ack(self, request: api_pb2.JobIds, context: Any) -> Any:
+        return await self._ids_call(self.rt.core.ack_job)(request, context)
+
+    async def FastAck(self, request: api_pb2.JobIds, context: Any) -> Any:
+        return await self._ids_call(self.rt.core.fast_ack)(request, context)
+
+    async def Nack(self, request: api_pb2.JobIds, context: Any) -> Any:
+        return await self._ids_call(self.rt.core.nack)(request, context)
+
+    async def Working(self, request: api_pb2.JobId, context: Any) -> Any:
+        async def body() -> api_pb2.WorkingResponse:
+            (job_id,) = _ids([request.id])
+            retry = self.rt.core.working(self._now(), job_id)
+            self._done()
+            return api_pb2.WorkingResponse(retry_s=retry)
+
+        return await self._call(context, body)
+
+    # ------------------------------------------------------------------ inspecting
+    async def Show(self, request: api_pb2.JobId, context: Any) -> Any:
+        async def body() -> api_pb2.JobInfo:
+            (job_id,) = _ids([request.id])
+            pairs = self.rt.core.show(self._now(), job_id)
+            return api_pb2.JobInfo(found=False) if pairs is None else _job_info(pairs)
+
+        return await self._call(context, body)
+
+    async def QLen(self, request: api_pb2.QueueName, context: Any) -> Any:
+        async def body() -> api_pb2.Count:
+            return api_pb2.Count(count=self.rt.core.qlen(_queue(request.queue)))
+
+        return await self._call(context, body)
+
+    async def QStat(self, request: api_pb2.QueueName, context: Any) -> Any:
+        async def body() -> api_pb2.QueueStats:
+            pairs = self.rt.core.qstat(self._now(), _queue(request.queue))
+            if pairs is None:
+                return api_pb2.QueueStats(found=False)
+            d: dict[str, Any] = dict(pairs)
+            return api_pb2.QueueStats(
+                found=True,
+                name=_api_queue(d["name"]),
+                len=d["len"],
+                age_s=d["age"],
+                idle_s=d["idle"],
+                blocked=d["blocked"],
+                import_from=list(d["import-from"]),
+                import_rate=d["import-rate"],
+                jobs_in=d["jobs-in"],
+                jobs_out=d["jobs-out"],
+                pause=d["pause"],
+            )
+
+        return await self._call(context, body)
+
+    async def QPeek(self, request: api_pb2.QPeekRequest, context: Any) -> Any:
+        async def body() -> api_pb2.Jobs:
+            if abs(request.count) > MAX_GET_COUNT:
+                raise syntax(f"count must be at most {MAX_GET_COUNT} either way")
+            jobs = self.rt.core.qpeek(_queue(request.queue), request.count)
+            return api_pb2.Jobs(jobs=[_queued_job(j, False) for j in jobs])
+
+        return await self._call(context, body)
+
+    async def QScan(self, request: api_pb2.QScanRequest, context: Any) -> Any:
+        async def body() -> api_pb2.QScanResponse:
+            nxt, names = self.rt.core.qscan(
+                request.cursor,
+                request.count or 100,
+                busyloop=request.busyloop,
+                minlen=request.minlen if request.HasField("minlen") else None,
+                maxlen=request.maxlen if request.HasField("maxlen") else None,
+                importrate=request.importrate if request.HasField("importrate") else None,
+                now_ms=self._now(),
+            )
+            return api_pb2.QScanResponse(cursor=nxt, queues=[_api_queue(q) for q in names])
+
+        return await self._call(context, body)
+
+    async def JScan(self, request: api_pb2.JScanRequest, context: Any) -> Any:
+        async def body() -> api_pb2.JScanResponse:
+            states: set[int] = set()
+            for name in request.states:
+                st = STATE_BY_NAME.get(name.lower())
+                if st is None:
+                    raise syntax("Invalid job state name")
+                states.add(st)
+            core = self.rt.core
+            nxt, jobs = core.jscan(
+                request.cursor,
+                request.count or 100,
+                busyloop=request.busyloop,
+                queue=_queue(request.queue) if request.queue else None,
+                states=states or None,
+            )
+            now = self._now()
+            infos = []
+            for j in jobs:
+                if not j.delivered:
+                    continue
+                pairs = core.show(now, j.id)
+                if pairs is not None:
+                    infos.append(_job_info(pairs))
+            return api_pb2.JScanResponse(cursor=nxt, jobs=infos)
+
+        return await self._call(context, body)
+
+    async def Pause(self, request: api_pb2.PauseRequest, context: Any) -> Any:
+        async def body() -> api_pb2.PauseResponse:
+            flags: int | None = None
+            if request.HasField("state"):
+                flags = _PAUSE_FLAGS.get(request.state.lower())
+                if flags is None:
+                    raise syntax("state must be one of none, in, out, all")
+            r = self.rt.core.pause(self._now(), _queue(request.queue), flags, request.bcast)
+            self._done()
+            return api_pb2.PauseResponse(state=_PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)])
+
+        return await self._call(context, body)
+
+    # ------------------------------------------------------------------ the node
+    async def Hello(self, request: api_pb2.HelloRequest, context: Any) -> Any:
+        async def body() -> api_pb2.HelloResponse:
+            services = self.rt.services
+            membership = self.rt.membership
+            nodes = []
+            for e in services.cluster_nodes():
+                m = membership.member(e.node_id)
+                nodes.append(
+                    api_pb2.NodeInfo(
+                        id=e.node_id,
+                        host=e.host,
+                        resp_port=e.client_port,
+                        grpc_port=m.grpc_port if m is not None else 0,
+                        priority=e.priority,
+                    )
+                )
+            return api_pb2.HelloResponse(my_id=membership.my_id, nodes=nodes)
+
+        return await self._call(context, body)
+
+    async def Info(self, request: api_pb2.InfoRequest, context: Any) -> Any:
+        async def body() -> api_pb2.InfoResponse:
+            text = info_text(self.rt.services, request.section or "default")
+            fields = {}
+            for line in text.split("\r\n"):
+                if line and not line.startswith("#") and ":" in line:
+                    k, _, v = line.partition(":")
+                    fields[k] = v
+            return api_pb2.InfoResponse(fields=fields)
+
+        return await self._call(context, body)
+
+
+def _added(result: DeferredResult) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, DisqueError):
+        raise result
+    raise ApiError(
+        api_pb2.ERROR_REASON_UNSPECIFIED,
+        grpc.StatusCode.INTERNAL,
+        f"unexpected add result {result!r}",
+    )
