@@ -94,14 +94,11 @@ class NodeAddr:
 
 
 @dataclass(slots=True)
-class _PendingAdd:
-    req: api_pb2.AddJobRequest
-    fut: asyncio.Future[str]
-
-
-@dataclass(slots=True)
 class _AddBatch:
-    items: list[_PendingAdd] = field(default_factory=list)
+    """add_job calls of one loop iteration: their requests and their callers' futures."""
+
+    request: api_pb2.AddJobsRequest
+    futures: list[asyncio.Future[str]] = field(default_factory=list)
     deadline_s: float = 0.0
 
 
@@ -116,7 +113,8 @@ def _job(j: api_pb2.QueuedJob) -> Job:
     return Job(j.id, j.queue, j.body, j.nacks, j.additional_deliveries, j.retry_s)
 
 
-def _add_request(
+def _fill_add(
+    req: api_pb2.AddJobRequest,
     queue: str,
     body: bytes | str,
     *,
@@ -127,21 +125,24 @@ def _add_request(
     ttl_s: int | None = None,
     maxlen: int | None = None,
     async_: bool = False,
-) -> api_pb2.AddJobRequest:
-    req = api_pb2.AddJobRequest(
-        queue=queue,
-        body=body.encode() if isinstance(body, str) else body,
-        timeout_ms=repl_timeout_ms,
-        replicate=replicate or 0,
-        delay_s=delay_s,
-        maxlen=maxlen or 0,
-    )
-    setattr(req, "async", async_)  # a Python keyword
+) -> None:
+    """Set an AddJobRequest's fields (in place: a batch adds its messages with
+    ``jobs.add()``, which saves a copy per job)."""
+    req.queue = queue
+    req.body = body.encode() if isinstance(body, str) else body
+    req.timeout_ms = repl_timeout_ms
+    if replicate:
+        req.replicate = replicate
+    if delay_s:
+        req.delay_s = delay_s
+    if maxlen:
+        req.maxlen = maxlen
+    if async_:
+        setattr(req, "async", True)  # a Python keyword
     if retry_s is not None:
         req.retry_s = retry_s
     if ttl_s is not None:
         req.ttl_s = ttl_s
-    return req
 
 
 class AsyncClient:
@@ -334,29 +335,34 @@ class AsyncClient:
     ) -> str:
         """ADDJOB; the job's id. Sync by default: the id comes once ``replicate`` nodes hold
         a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched."""
-        req = _add_request(
-            queue,
-            body,
-            replicate=replicate,
-            repl_timeout_ms=repl_timeout_ms,
-            delay_s=delay_s,
-            retry_s=retry_s,
-            ttl_s=ttl_s,
-            maxlen=maxlen,
-            async_=async_,
-        )
         if self._closed:
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
-        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         batch = self._add_batch
         if batch is None:
-            batch = self._add_batch = _AddBatch()
-        batch.items.append(_PendingAdd(req, fut))
+            batch = self._add_batch = _AddBatch(api_pb2.AddJobsRequest())
+        try:
+            _fill_add(
+                batch.request.jobs.add(),
+                queue,
+                body,
+                replicate=replicate,
+                repl_timeout_ms=repl_timeout_ms,
+                delay_s=delay_s,
+                retry_s=retry_s,
+                ttl_s=ttl_s,
+                maxlen=maxlen,
+                async_=async_,
+            )
+        except (TypeError, ValueError):
+            del batch.request.jobs[-1]  # a bad argument: nothing joins the batch
+            raise
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        batch.futures.append(fut)
         batch.deadline_s = max(batch.deadline_s, repl_timeout_ms / 1000)
-        if len(batch.items) >= MAX_BATCH:
+        if len(batch.futures) >= MAX_BATCH:
             self._add_batch = None
-            self._spawn(self._send_adds(batch))
+            self._spawn(self._send_batch(batch))
         else:
             self._schedule_flush()
         return await fut
@@ -364,25 +370,49 @@ class AsyncClient:
     async def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
         """Many adds in as few calls as possible: each dict holds add_job's arguments
         (``queue``, ``body`` and any option). One id or error per job, in order."""
-        reqs = [_add_request(**j) for j in jobs]
+        if self._closed:
+            raise UnavailableError("client is closed")
+        await self._maybe_refresh()
         out: list[str | DisqError] = []
-        for start in range(0, len(reqs), MAX_BATCH):
-            chunk = reqs[start : start + MAX_BATCH]
-            futs = [asyncio.get_running_loop().create_future() for _ in chunk]
-            batch = _AddBatch(
-                [_PendingAdd(r, f) for r, f in zip(chunk, futs, strict=True)],
-                max(r.timeout_ms for r in chunk) / 1000,
-            )
-            await self._send_adds(batch)
-            for f in futs:
-                exc = f.exception()
-                out.append(exc if isinstance(exc, DisqError) else f.result())
+        request = api_pb2.AddJobsRequest()
+        add = request.jobs.add
+        deadline_ms = 0
+        for j in jobs:
+            msg = add()
+            _fill_add(msg, **j)
+            deadline_ms = max(deadline_ms, msg.timeout_ms)
+            if len(request.jobs) == MAX_BATCH:
+                out.extend(await self._send_adds(request, deadline_ms / 1000))
+                request = api_pb2.AddJobsRequest()
+                add = request.jobs.add
+        if len(request.jobs):
+            out.extend(await self._send_adds(request, deadline_ms / 1000))
         return out
 
-    async def _send_adds(self, batch: _AddBatch) -> None:
-        """One AddJobs for the batch, on the first node whose channel is connected."""
-        request = api_pb2.AddJobsRequest(jobs=[p.req for p in batch.items])
-        deadline = batch.deadline_s + self.timeout_s
+    async def _send_batch(self, batch: _AddBatch) -> None:
+        """The batched add_job calls: one AddJobs, then each caller's id or error."""
+        try:
+            results = await self._send_adds(batch.request, batch.deadline_s)
+        except asyncio.CancelledError:
+            for fut in batch.futures:
+                _fail(fut, IndeterminateError("add cancelled after it was sent"))
+            raise
+        for fut, res in zip(batch.futures, results, strict=True):
+            if fut.done():
+                continue
+            if isinstance(res, str):
+                fut.set_result(res)
+            else:
+                fut.set_exception(res)
+
+    async def _send_adds(
+        self, request: api_pb2.AddJobsRequest, wait_s: float
+    ) -> list[str | DisqError]:
+        """One AddJobs on the first node whose channel is connected; an id or an error per
+        job. A transport failure gives every job the same error (see the module docstring
+        for when that is IndeterminateError)."""
+        n_jobs = len(request.jobs)
+        deadline = wait_s + self.timeout_s
         last = "no node known"
         for n in self._candidates():
             stub = self._stub(n)
@@ -409,24 +439,14 @@ class AsyncClient:
                         "the job may exist",
                         node=n.addr,
                     )
-                for p in batch.items:
-                    _fail(p.fut, err)
-                return
-            except asyncio.CancelledError:
-                for p in batch.items:
-                    _fail(p.fut, IndeterminateError("add cancelled after it was sent"))
-                raise
+                return [err] * n_jobs
             self._mark_up(n)
             self.last_node = n.addr
-            for p, res in zip(batch.items, r.results, strict=True):
-                if res.HasField("error"):
-                    _fail(p.fut, from_info(res.error, n.addr))
-                elif not p.fut.done():
-                    p.fut.set_result(res.id)
-            return
-        err = UnavailableError(f"AddJobs: no node reachable (last: {last})")
-        for p in batch.items:
-            _fail(p.fut, err)
+            return [
+                from_info(res.error, n.addr) if res.HasField("error") else res.id
+                for res in r.results
+            ]
+        return [UnavailableError(f"AddJobs: no node reachable (last: {last})")] * n_jobs
 
     async def _connected(self, n: NodeAddr) -> bool:
         ch = n.channel
@@ -449,7 +469,7 @@ class AsyncClient:
         self._flush_scheduled = False
         batch, self._add_batch = self._add_batch, None
         if batch is not None:
-            self._spawn(self._send_adds(batch))
+            self._spawn(self._send_batch(batch))
         acks, self._acks = self._acks, {}
         for prefix, ids in acks.items():
             for start in range(0, len(ids), MAX_BATCH):

@@ -122,17 +122,21 @@ def _ids(ids: Any) -> list[str]:
     return out
 
 
-def _queued_job(j: DJob, with_counters: bool) -> api_pb2.QueuedJob:
-    if with_counters:
-        return api_pb2.QueuedJob(
-            id=j.id,
-            queue=_api_queue(j.queue),
-            body=j.body,
-            nacks=j.nacks,
-            additional_deliveries=j.add_deliveries,
-            retry_s=j.retry_s,
-        )
-    return api_pb2.QueuedJob(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
+def _add_jobs(out: Any, jobs: list[DJob], with_counters: bool) -> None:
+    """Append jobs to a repeated QueuedJob field, in place (no copy per job)."""
+    add = out.add
+    for j in jobs:
+        if with_counters:
+            add(
+                id=j.id,
+                queue=_api_queue(j.queue),
+                body=j.body,
+                nacks=j.nacks,
+                additional_deliveries=j.add_deliveries,
+                retry_s=j.retry_s,
+            )
+        else:
+            add(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
 
 
 def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
@@ -308,20 +312,21 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             if len(request.jobs) > MAX_BATCH_JOBS:
                 raise syntax(f"at most {MAX_BATCH_JOBS} jobs per AddJobs")
             now = self._now()
-            results: list[api_pb2.AddJobResult] = []
+            response = api_pb2.AddJobsResponse()
+            result = response.results.add  # in place: no message copied per job
             waits: list[tuple[int, int]] = []  # (index, token)
-            for req in request.jobs:
+            for index, req in enumerate(request.jobs):
                 try:
                     token, job_id = self._start_add(req, now)
                 except (DisqueError, ApiError) as exc:
                     err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
-                    results.append(api_pb2.AddJobResult(error=err.info()))
+                    result().error.CopyFrom(err.info())
                     continue
                 if job_id is None:
-                    waits.append((len(results), token))
-                    results.append(api_pb2.AddJobResult())
+                    waits.append((index, token))
+                    result()
                 else:
-                    results.append(api_pb2.AddJobResult(id=job_id))
+                    result(id=job_id)
             if not waits:
                 self._done()
             else:
@@ -340,21 +345,22 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                             self.rt.core.cancel(token)
                     self._done()
                     raise
-                for (index, _), result in zip(waits, done, strict=True):
-                    if isinstance(result, str):
-                        results[index].id = result
+                results = response.results
+                for (index, _), outcome in zip(waits, done, strict=True):
+                    if isinstance(outcome, str):
+                        results[index].id = outcome
                     else:
                         err = (
-                            ApiError.from_disque(result)
-                            if isinstance(result, DisqueError)
+                            ApiError.from_disque(outcome)
+                            if isinstance(outcome, DisqueError)
                             else ApiError(
                                 api_pb2.ERROR_REASON_UNSPECIFIED,
                                 grpc.StatusCode.INTERNAL,
-                                f"unexpected add result {result!r}",
+                                f"unexpected add result {outcome!r}",
                             )
                         )
                         results[index].error.CopyFrom(err.info())
-            return api_pb2.AddJobsResponse(results=results)
+            return response
 
         return await self._call(context, body)
 
@@ -393,7 +399,9 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             queues, count = self._get_args(request)
             jobs = await self._get(request, queues, count, request.timeout_ms)
             wc = request.with_counters
-            return api_pb2.GetJobsResponse(jobs=[_queued_job(j, wc) for j in jobs])
+            response = api_pb2.GetJobsResponse()
+            _add_jobs(response.jobs, jobs, wc)
+            return response
 
         return await self._call(context, body)
 
@@ -414,7 +422,9 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             except DisqueError as exc:
                 await self._abort(context, ApiError.from_disque(exc))
             if jobs:
-                yield api_pb2.GetJobsResponse(jobs=[_queued_job(j, wc) for j in jobs])
+                response = api_pb2.GetJobsResponse()
+                _add_jobs(response.jobs, jobs, wc)
+                yield response
             elif request.nohang:
                 return
 
@@ -490,7 +500,9 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             if abs(request.count) > MAX_GET_COUNT:
                 raise syntax(f"count must be at most {MAX_GET_COUNT} either way")
             jobs = self.rt.core.qpeek(_queue(request.queue), request.count)
-            return api_pb2.Jobs(jobs=[_queued_job(j, False) for j in jobs])
+            response = api_pb2.Jobs()
+            _add_jobs(response.jobs, jobs, False)
+            return response
 
         return await self._call(context, body)
 
