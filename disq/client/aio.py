@@ -275,12 +275,9 @@ class AsyncClient:
     # ------------------------------------------------------------------ calling
     def _error(self, exc: grpc.aio.AioRpcError, n: NodeAddr) -> DisqError | None:
         """The node's own refusal, or None for a transport failure."""
-        err = from_metadata(exc.trailing_metadata(), exc.details() or "", n.addr)
-        if err is not None:
-            return err
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
             return AuthError(exc.details() or "NOAUTH Authentication required.", node=n.addr)
-        return None
+        return from_metadata(exc.trailing_metadata(), exc.details() or "", n.addr)
 
     async def _call(
         self,

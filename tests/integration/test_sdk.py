@@ -25,11 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import ServerFactory, free_port  # noqa: E402
 from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
 from disq.client import (  # noqa: E402
     AsyncClient,
+    AuthError,
     BadIdError,
     Client,
     DisqError,
@@ -447,3 +449,16 @@ def test_worker_sigterm_shutdown_loses_nothing(lab3: Lab, tmp_path: Path) -> Non
         for job_id, body in ids.items():
             if body.startswith("quick"):
                 assert c.show(job_id) is None  # acked: REPLICATE 1, so deleted at once
+
+
+def test_password_is_required_over_grpc_too(server_factory: ServerFactory) -> None:
+    grpc_port = free_port()
+    server_factory.new("--grpc-port", str(grpc_port), "--requirepass", "s3cret")
+    target = f"127.0.0.1:{grpc_port}"
+    with Client(target, discover=False) as c, pytest.raises(AuthError):
+        c.qlen("q")
+    with Client(target, discover=False, password="wrong") as c, pytest.raises(AuthError):
+        c.add_job("q", "x")
+    with Client(target, password="s3cret") as c:
+        assert c.add_job("q", "x", replicate=1).startswith("D-")
+        assert c.qlen("q") == 1
