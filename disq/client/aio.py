@@ -125,6 +125,7 @@ def _fill_add(
     ttl_s: int | None = None,
     maxlen: int | None = None,
     async_: bool = False,
+    idempotency_key: str | None = None,
 ) -> None:
     """Set an AddJobRequest's fields (in place: a batch adds its messages with
     ``jobs.add()``, which saves a copy per job)."""
@@ -143,6 +144,8 @@ def _fill_add(
         req.retry_s = retry_s
     if ttl_s is not None:
         req.ttl_s = ttl_s
+    if idempotency_key:
+        req.idempotency_key = idempotency_key
 
 
 class AsyncClient:
@@ -329,9 +332,13 @@ class AsyncClient:
         ttl_s: int | None = None,
         maxlen: int | None = None,
         async_: bool = False,
+        idempotency_key: str | None = None,
     ) -> str:
         """ADDJOB; the job's id. Sync by default: the id comes once ``replicate`` nodes hold
-        a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched."""
+        a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched.
+        With ``idempotency_key``, repeating the add (same queue, within the nodes' window)
+        answers the first job's id and adds nothing: safe to retry after an
+        IndeterminateError."""
         if self._closed:
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
@@ -350,6 +357,7 @@ class AsyncClient:
                 ttl_s=ttl_s,
                 maxlen=maxlen,
                 async_=async_,
+                idempotency_key=idempotency_key,
             )
         except (TypeError, ValueError):
             del batch.request.jobs[-1]  # a bad argument: nothing joins the batch

@@ -86,6 +86,11 @@ CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked con
 CRON_IDLE_MS = 1000
 TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recently
 TOMBSTONE_MAX = 200_000
+# Idempotent adds: a key is remembered this long after its add (node-wide), for at most
+# IDEM_MAX_KEYS keys (the oldest go first): a retry after that adds a second job.
+IDEM_WINDOW_MS = 3_600_000
+IDEM_MAX_KEYS = 1_000_000
+IDEM_KEY_MAX_BYTES = 256
 MAX_TICK_JOBS = 10_000  # bounded batches: a mass expiry never stalls the loop
 # Beanstalk jobs have no TTL; their cluster records live "forever" (fits the u32 wire field).
 BEANSTALK_TTL_S = 100 * 365 * 86400
@@ -147,6 +152,12 @@ class ClusterCore:
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
         self._tombstones: dict[str, int] = {}  # job id -> until (insertion order = age)
+        # (queue, idempotency key) -> (job id, until), insertion order = age; and the
+        # ADDJOBs that repeated a key while its first add still waits for its copies.
+        self._idem: dict[tuple[str, str], tuple[str, int]] = {}
+        self._followers: dict[int, list[int]] = {}  # leader token -> follower tokens
+        self._follower_of: dict[int, int] = {}
+        self.idem_window_ms = IDEM_WINDOW_MS
         self._prev_ctime = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
         self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (set_memory_limit)
@@ -244,6 +255,7 @@ class ClusterCore:
             beanstalk=bool(j.flags & BEANSTALK_ORIGIN),
             bstate=j.bstate,
             beanstalk_id=j.bid,
+            idempotency_key=j.idem_key,
         )
 
     def _log_job(self, j: DJob, now_ms: int) -> None:
@@ -269,6 +281,44 @@ class ClusterCore:
             return False
         return True
 
+    # ================================================================== idempotency keys
+    def _remember_key(self, j: DJob, now_ms: int) -> None:
+        if not j.idem_key:
+            return
+        k = (j.queue, j.idem_key)
+        self._idem.pop(k, None)
+        self._idem[k] = (j.id, now_ms + self.idem_window_ms)
+        if len(self._idem) > IDEM_MAX_KEYS:
+            del self._idem[next(iter(self._idem))]
+
+    def _known_key(self, queue: str, key: str, now_ms: int) -> str | None:
+        """The id of the job first added with this key, if still in the window."""
+        self._expire_keys(now_ms)
+        hit = self._idem.get((queue, key))
+        return hit[0] if hit is not None else None
+
+    def _expire_keys(self, now_ms: int) -> None:
+        idem = self._idem
+        while idem:
+            k = next(iter(idem))
+            if idem[k][1] > now_ms:
+                return
+            del idem[k]
+
+    def _forget_key(self, j: DJob) -> None:
+        """The add failed (NOREPL, cancelled): a retry with the key must add the job."""
+        if j.idem_key:
+            hit = self._idem.get((j.queue, j.idem_key))
+            if hit is not None and hit[0] == j.id:
+                del self._idem[(j.queue, j.idem_key)]
+
+    def _reply_add(self, token: int, result: DeferredResult) -> None:
+        """A sync ADDJOB's answer, for it and for every ADDJOB that repeated its key."""
+        self.replies.append((token, result))
+        for f in self._followers.pop(token, ()):
+            self._follower_of.pop(f, None)
+            self.replies.append((f, result))
+
     # ================================================================== job lifecycle
     def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
@@ -292,7 +342,8 @@ class ClusterCore:
             token = self._add_by_job.pop(j.id, None)
             if token is not None:
                 self._adds.pop(token, None)
-                self.replies.append((token, DisqueError("NOREPL", NOREPL_EXPIRED)))
+                self._reply_add(token, DisqueError("NOREPL", NOREPL_EXPIRED))
+            self._forget_key(j)
             j.state = ACTIVE
             self._broadcast_del(j)
         if j.flags & BEANSTALK_OWNED and j.bid:
@@ -398,7 +449,7 @@ class ClusterCore:
         token = self._add_by_job.pop(j.id, None)
         if token is not None:
             self._adds.pop(token, None)
-            self.replies.append((token, j.id))
+            self._reply_add(token, j.id)
         if j.flags & BEANSTALK_OWNED:
             self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
             self._update_awake(j)
@@ -431,9 +482,14 @@ class ClusterCore:
         ttl_s: int | None = None,
         maxlen: int | None = None,
         async_: bool = False,
+        idem_key: str = "",
     ) -> str | Pending:
         """ADDJOB after syntax checks. Returns the id, or PENDING for a synchronous add
-        (the id or a NOREPL error arrives in ``replies``). Raises DisqueError."""
+        (the id or a NOREPL error arrives in ``replies``). Raises DisqueError.
+
+        ``idem_key``: an add that repeats a key seen on this queue within the window adds
+        nothing and answers the first job's id; if that add still waits for its copies,
+        this one waits with it and gets the same answer."""
         size = self.view.cluster_size()
         if repl is None:
             repl = min(3, size)
@@ -451,6 +507,19 @@ class ClusterCore:
             )
         if retry_s is None:
             retry_s = max(1, min(ttl // 10, DEFAULT_RETRY_MAX_S))
+        if idem_key:
+            if len(idem_key.encode("utf-8", "surrogateescape")) > IDEM_KEY_MAX_BYTES:
+                raise DisqueError(
+                    "ERR", f"the idempotency key is longer than {IDEM_KEY_MAX_BYTES} bytes"
+                )
+            first = self._known_key(queue, idem_key, now_ms)
+            if first is not None:
+                leader = self._add_by_job.get(first)
+                if leader is None:
+                    return first
+                self._followers.setdefault(leader, []).append(token)
+                self._follower_of[token] = leader
+                return PENDING
         if self.memory_warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         extrepl = self.memory_warning > 0 or self.view.leaving
@@ -474,6 +543,9 @@ class ClusterCore:
         self._prev_ctime = ctime
         job_id = ids.make_job_id(self.my_id, self.rng, ttl, retry_s)
         j = DJob(job_id, queue, body, repl, ctime, delay_s, retry_s, now_ms + ttl * 1000)
+        if idem_key:
+            j.idem_key = idem_key
+            self._remember_key(j, now_ms)
         if not extrepl:
             j.delivered.add(self.my_id)
         j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
@@ -567,6 +639,29 @@ class ClusterCore:
         return PENDING
 
     def cancel(self, token: int) -> None:
+        leader = self._follower_of.pop(token, None)
+        if leader is not None:
+            rest = self._followers.get(leader, [])
+            if token in rest:
+                rest.remove(token)
+            return
+        followers = self._followers.pop(token, None)
+        if followers and token in self._adds:
+            # The first add's client is gone but others wait for the same job: the first
+            # of them takes its place, and the job lives on.
+            heir = followers.pop(0)
+            self._follower_of.pop(heir, None)
+            wait = self._adds.pop(token)
+            self._adds[heir] = wait
+            self._add_by_job[wait.job_id] = heir
+            heapq.heappush(self._repl_timers, (wait.next_repl_ms, heir))
+            if wait.deadline_ms:
+                heapq.heappush(self._client_timers, (wait.deadline_ms, heir))
+            if followers:
+                self._followers[heir] = followers
+                for f in followers:
+                    self._follower_of[f] = heir
+            return
         g = self._gets.pop(token, None)
         if g is not None:
             for name in g.queues:
@@ -579,6 +674,7 @@ class ClusterCore:
             j = self.jobs.get(a.job_id)
             if j is not None and j.state == WAIT_REPL:
                 # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
+                self._forget_key(j)
                 j.state = ACTIVE
                 self._broadcast_del(j)
                 self._forget(j)
@@ -613,7 +709,7 @@ class ClusterCore:
             token = self._add_by_job.pop(j.id, None)
             if token is not None:
                 self._adds.pop(token, None)
-                self.replies.append((token, j.id))
+                self._reply_add(token, j.id)
         if j.state == QUEUED:
             self._dequeue(j)
         j.state = ACKED
@@ -855,8 +951,11 @@ class ClusterCore:
         return q.pause
 
     def flushall(self) -> None:
+        for token in list(self._follower_of):  # first, so no follower inherits an add
+            self.cancel(token)
         for token in list(self._adds):
             self.cancel(token)
+        self._idem.clear()
         self.jobs.clear()
         self.used_bytes = 0
         self.queues = {name: q for name, q in self.queues.items() if q.blocked}
@@ -1108,6 +1207,9 @@ class ClusterCore:
         j.delivered = set(d.nodes_delivered)
         j.delivered.add(self.my_id)
         j.priority = d.priority
+        if d.idempotency_key:
+            j.idem_key = d.idempotency_key
+            self._remember_key(j, now_ms)
         if d.beanstalk:
             j.flags |= BEANSTALK_ORIGIN
             j.bstate = d.bstate
@@ -1288,6 +1390,7 @@ class ClusterCore:
         return nxt
 
     def tick(self, now_ms: int) -> None:
+        self._expire_keys(now_ms)
         self._process_jobs(now_ms)
         self._process_clients(now_ms)
         if now_ms >= self._next_cron_ms:
@@ -1354,8 +1457,10 @@ class ClusterCore:
                 self._adds.pop(token)
                 self._add_by_job.pop(a.job_id, None)
                 self.stats["noreply_timeouts"] += 1
-                self.replies.append((token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                self._reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
                 j = self.jobs.get(a.job_id)
+                if j is not None:
+                    self._forget_key(j)
                 if j is not None and j.state == WAIT_REPL:
                     j.state = ACTIVE
                     self._delete_from_cluster(j, now_ms)

@@ -43,6 +43,7 @@ class DJob:
         "flags",
         "gc_retry",
         "id",
+        "idem_key",
         "nacks",
         "priority",
         "qtime_ms",
@@ -83,6 +84,7 @@ class DJob:
         self.priority = DEFAULT_PRIORITY
         self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
         self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
+        self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
 
     @property
     def queue_key(self) -> tuple[int, str]:

@@ -71,6 +71,7 @@ class JobData:
     beanstalk: bool = False  # put through a beanstalk door (a takeover puts it back there)
     bstate: int = 0  # the owner's last reported beanstalk state (0 ready, 3 buried)
     beanstalk_id: int = 0  # the owner's numeric alias
+    idempotency_key: str = ""  # the ADDJOB's idempotency key: every copy answers a retried add
 
 
 @dataclass(slots=True)

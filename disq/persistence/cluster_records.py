@@ -31,9 +31,12 @@ class ClusterRecordError(ValueError):
     code = "AOF_BAD_RECORD"
 
 
+_KEYLEN = struct.Struct("<H")
+
+
 def encode_loadjob(d: JobData) -> bytes:
     """``d.ttl_remaining_s`` holds the absolute expiry in ms (the core's AOF convention)."""
-    queue = d.queue.encode()
+    queue = d.queue.encode("utf-8", "surrogateescape")  # queue names are any bytes
     nodes = b"".join(n.encode() for n in d.nodes_delivered)
     return (
         _LOAD.pack(
@@ -56,7 +59,17 @@ def encode_loadjob(d: JobData) -> bytes:
         + nodes
         + queue
         + d.body
+        + _key_trailer(d.idempotency_key)
     )
+
+
+def _key_trailer(key: str) -> bytes:
+    """The idempotency key, if any, after the body: ``K``, u16 length, the key. Records
+    without one end after the body, as every record did before keys existed."""
+    if not key:
+        return b""
+    raw = key.encode("utf-8", "surrogateescape")
+    return b"K" + _KEYLEN.pack(len(raw)) + raw
 
 
 def decode_loadjob(payload: bytes | memoryview) -> JobData:
@@ -67,14 +80,23 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
     n_nodes, qlen, blen = f[12], f[13], f[14]
     pos = _LOAD.size
     end = pos + 40 * n_nodes + qlen + blen
-    if end != len(payload):
+    if end > len(payload):
         raise ClusterRecordError("LOADJOB record length does not match its fields")
     raw = bytes(payload[pos : pos + 40 * n_nodes])
     nodes = [raw[i : i + 40].decode() for i in range(0, len(raw), 40)]
     pos += 40 * n_nodes
-    queue = bytes(payload[pos : pos + qlen]).decode()
+    queue = bytes(payload[pos : pos + qlen]).decode("utf-8", "surrogateescape")
     pos += qlen
     body = bytes(payload[pos : pos + blen])
+    key = ""
+    if end < len(payload):
+        trailer = bytes(payload[end:])
+        if trailer[:1] != b"K" or len(trailer) < 1 + _KEYLEN.size:
+            raise ClusterRecordError("LOADJOB record has junk after the body")
+        (klen,) = _KEYLEN.unpack_from(trailer, 1)
+        if 1 + _KEYLEN.size + klen != len(trailer):
+            raise ClusterRecordError("LOADJOB idempotency key length does not match")
+        key = trailer[1 + _KEYLEN.size :].decode("utf-8", "surrogateescape")
     return JobData(
         id=f[0].decode(),
         queue=queue,
@@ -91,6 +113,7 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
         beanstalk=bool(f[9]),
         bstate=f[10],
         beanstalk_id=f[11],
+        idempotency_key=key,
     )
 
 

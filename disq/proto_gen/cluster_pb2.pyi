@@ -111,7 +111,7 @@ class PingReq(_message.Message):
     def __init__(self, probe_id: _Optional[int] = ..., target: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "priority", "beanstalk", "bstate", "beanstalk_id")
+    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "priority", "beanstalk", "bstate", "beanstalk_id", "idempotency_key")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class Job(_message.Message):
     BEANSTALK_FIELD_NUMBER: _ClassVar[int]
     BSTATE_FIELD_NUMBER: _ClassVar[int]
     BEANSTALK_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     body: bytes
@@ -142,7 +143,8 @@ class Job(_message.Message):
     beanstalk: bool
     bstate: int
     beanstalk_id: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., repl: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_remaining_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., beanstalk: _Optional[bool] = ..., bstate: _Optional[int] = ..., beanstalk_id: _Optional[int] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., repl: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_remaining_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., beanstalk: _Optional[bool] = ..., bstate: _Optional[int] = ..., beanstalk_id: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class ReplJob(_message.Message):
     __slots__ = ("job",)

@@ -293,6 +293,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             ttl_s=req.ttl_s if req.HasField("ttl_s") else None,
             maxlen=req.maxlen or None,
             async_=getattr(req, "async"),
+            idem_key=req.idempotency_key,
         )
         return token, (None if r is PENDING else str(r))
 

@@ -520,15 +520,16 @@ def _timeout(arg: bytes) -> int | bytes:
 
 def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
-    [ASYNC]. Options are checked before the timeout, as in addjobCommand; the checks that
-    combine options (RETRY 0 with REPLICATE > 1, DELAY >= TTL) and the defaults are the
-    core's, since they depend on the cluster size."""
+    [ASYNC] [IDEMPOTENCY-KEY key]. Options are checked before the timeout, as in
+    addjobCommand; the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >=
+    TTL) and the defaults are the core's, since they depend on the cluster size."""
     repl: int | None = None
     ttl: int | None = None
     retry: int | None = None
     delay = 0
     maxlen: int | None = None
     async_ = False
+    idem_key = ""
     n = len(argv)
     j = 4
     while j < n:
@@ -566,6 +567,13 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             j += 1
         elif opt == b"async":
             async_ = True
+        elif opt == b"idempotency-key" and more:
+            # disq's addition: a retried add with the same key (same queue, within the
+            # node's window) answers the first job's id instead of adding another.
+            if not argv[j + 1]:
+                return b"-ERR IDEMPOTENCY-KEY must not be empty\r\n"
+            idem_key = queue_name(argv[j + 1])
+            j += 1
         else:
             return SYNTAX_ERR
         j += 1
@@ -585,6 +593,7 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         ttl_s=ttl,
         maxlen=maxlen,
         async_=async_,
+        idem_key=idem_key,
     )
     if isinstance(r, Pending):
         return c.block(token, _addjob_deferred)

@@ -93,6 +93,8 @@ def _fill_job(t: pb.Job, j: m.JobData) -> None:
         t.beanstalk = True
         t.bstate = j.bstate
         t.beanstalk_id = j.beanstalk_id
+    if j.idempotency_key:
+        t.idempotency_key = j.idempotency_key
 
 
 def _enc_ping(t: pb.Message, x: m.Ping) -> None:
@@ -264,6 +266,7 @@ def _job(j: pb.Job) -> m.JobData:
         j.beanstalk,
         j.bstate,
         j.beanstalk_id,
+        j.idempotency_key,
     )
 
 

@@ -359,3 +359,67 @@ def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
     assert isinstance(got, list)
     assert core.add_job(c.now, 5, "d", b"x", timeout_ms=0)  # reclaims "c"
     assert sorted(core.queues) == ["a", "b", "d"]
+
+
+# ------------------------------------------------------------------ idempotency keys
+def test_idempotency_key_answers_the_first_id_and_adds_nothing() -> None:
+    c = Cluster(3)
+    core = c.core(0)
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    # A retry while the first add still waits for its copies waits with it.
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    c.pump()
+    replies = dict(c.replies[c.ids[0]])
+    assert replies[1] == replies[2] and isinstance(replies[1], str)
+    first = replies[1]
+    # After: answered at once, on the creator and on any node holding a copy.
+    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") == first
+    assert c.core(1).add_job(c.now, 4, "q", b"x", timeout_ms=0, repl=1, idem_key="k1") == first
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+    assert len(c.core(1).jobs) == 1
+    # The key is per queue, and another key is another job.
+    other = core.add_job(c.now, 5, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1")
+    assert isinstance(other, str) and other != first
+    assert core.add_job(c.now, 6, "q", b"a", timeout_ms=0, repl=1, idem_key="k2") != first
+
+
+def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    core.idem_window_ms = 10_000
+    first = core.add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert isinstance(first, str)
+    assert core.ack_job(c.now, [first]) == 1
+    c.advance(2000)
+    assert first not in core.jobs
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    c.advance(9000)
+    again = core.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert isinstance(again, str) and again != first
+
+
+def test_failed_add_forgets_its_key_and_a_cancelled_first_add_passes_to_the_follower() -> None:
+    c = Cluster(3)
+    core = c.core(0)
+    c.cut = {c.ids[1], c.ids[2]}  # no copies can be confirmed
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=500, repl=3, idem_key="k") is PENDING
+    c.advance(600)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    c.replies[c.ids[0]].clear()
+    # NOREPL: the retry is a new add.
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
+    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
+    core.cancel(2)  # the first client went away; the second still waits for the job
+    c.cut = set()
+    c.advance(2000)
+    replies = dict(c.replies[c.ids[0]])
+    assert 2 not in replies and isinstance(replies[3], str)
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+
+
+def test_idempotency_key_length_is_bounded() -> None:
+    c = Cluster(1)
+    with pytest.raises(DisqueError) as info:
+        c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k" * 257)
+    assert info.value.code == "ERR"

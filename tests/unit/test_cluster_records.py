@@ -44,6 +44,8 @@ def job(**kw: object) -> JobData:
         job(),
         job(nodes_delivered=[], body=b"", queue=""),
         job(beanstalk=True, bstate=3, beanstalk_id=2**63),
+        job(idempotency_key="spark/q1/batch-7/part-3/row-42"),
+        job(queue="bin\udcff", idempotency_key="k\udcfe"),  # any bytes, as RESP names them
     ],
 )
 def test_loadjob_round_trip(d: JobData) -> None:
@@ -63,6 +65,9 @@ def test_deljob_round_trip_and_core_records_in_file_order() -> None:
 @pytest.mark.parametrize("cut", [0, 10, 60, -1])
 def test_damaged_payloads_are_refused(cut: int) -> None:
     data = encode_loadjob(job())
+    keyed = encode_loadjob(job(idempotency_key="key"))
+    with pytest.raises(ClusterRecordError):
+        decode_loadjob(keyed[:-1])
     with pytest.raises(ClusterRecordError):
         decode_loadjob(data[:cut])
     with pytest.raises(ClusterRecordError):

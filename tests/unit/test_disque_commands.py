@@ -364,6 +364,9 @@ def test_addjob_options(door: RespDoor, node: FakeNode) -> None:
         (("NOPE",), "ERR syntax error"),
         (("TTL",), "ERR syntax error"),  # an option without its value
         (("ASYNC", "TTL", 10, "EXTRA"), "ERR syntax error"),
+        (("IDEMPOTENCY-KEY",), "ERR syntax error"),
+        (("IDEMPOTENCY-KEY", ""), "ERR IDEMPOTENCY-KEY must not be empty"),
+        (("IDEMPOTENCY-KEY", "k" * 257), "ERR the idempotency key is longer than 256 bytes"),
         (
             ("REPLICATE", 2, "RETRY", 0),
             "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)",
@@ -381,6 +384,14 @@ def test_addjob_options(door: RespDoor, node: FakeNode) -> None:
 )
 def test_addjob_errors(door: RespDoor, opts: tuple[str | int, ...], error: str) -> None:
     assert door.feed(cmd("ADDJOB", "q", "b", 0, *opts)) == err(error)
+
+
+def test_addjob_idempotency_key_answers_the_first_id(door: RespDoor, node: FakeNode) -> None:
+    first = add(door, "q", b"x", "IDEMPOTENCY-KEY", "order-42")
+    assert add(door, "q", b"x", "idempotency-key", "order-42") == first
+    assert door.feed(cmd("QLEN", "q")) == b":1\r\n"
+    assert node.core.jobs[first.decode()].idem_key == "order-42"
+    assert add(door, "q", b"x", "IDEMPOTENCY-KEY", "order-43") != first
 
 
 def test_addjob_timeout_errors_come_after_option_errors(door: RespDoor) -> None:
