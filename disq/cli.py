@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from disq import __version__
+from disq import __version__, cli_events
 from disq.cli_format import (
     JOB_HEADERS,
     body_text,
@@ -224,7 +224,20 @@ def _number(value: str | None) -> int | str | None:
         return value
 
 
+def cmd_events(args: argparse.Namespace, c: Client, out: Out) -> int:
+    summaries = cli_events.export(args, c)
+    rows = [
+        (d["node"][:8], d["events"], d["first_seq"], d["last_seq"], d["file"]) for d in summaries
+    ]
+    out.emit(summaries, table(("NODE", "EVENTS", "FIRST", "LAST", "FILE"), rows))
+    for d in summaries:
+        if d["lost_before_first"]:
+            out.warn(f"node {d['node'][:8]}: {d['lost_before_first']} events gone (retention)")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
+    "events": cmd_events,
     "put": cmd_put,
     "get": cmd_get,
     "ack": cmd_ack,
@@ -321,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = cmd("top", "a live view of queues and nodes with rates")
     s.add_argument("--interval", type=_seconds, default=1.0, help="seconds between frames")
     s.add_argument("--iterations", type=_positive, help="frames to show (default: until ^C)")
+    cli_events.add_parser(sub, common)
     return p
 
 

@@ -664,6 +664,22 @@ class AsyncClient:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
         return r
 
+    async def read_events(
+        self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
+    ) -> api_pb2.ReadEventsResponse:
+        """One node's lifecycle events from ``from_seq`` (``node``: its gRPC address). Not
+        retried elsewhere: sequence numbers are per node."""
+        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        req = api_pb2.ReadEventsRequest(from_seq=from_seq, max_events=max_events, since_ms=since_ms)
+        try:
+            r: api_pb2.ReadEventsResponse = await self._stub(n).ReadEvents(
+                req, timeout=self.timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            err = self._error(exc, n)
+            raise err or UnavailableError(f"ReadEvents: {n.addr} did not answer") from None
+        return r
+
     async def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
         """INFO of one node (``node``: an address or id prefix; default: any)."""
         if node is not None and node in self._nodes:

@@ -111,6 +111,13 @@ class Client:
     def hello(self) -> api_pb2.HelloResponse:
         return self._run(self._aio.hello())
 
+    def read_events(
+        self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
+    ) -> api_pb2.ReadEventsResponse:
+        return self._run(
+            self._aio.read_events(node, from_seq, max_events=max_events, since_ms=since_ms)
+        )
+
     def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
         return self._run(self._aio.info(section, node=node))
 

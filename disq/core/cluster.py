@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from disq.core import events as ev
 from disq.core import ids
 from disq.core.cluster_api import PENDING, ClusterView, DeferredResult, DisqueError, Pending
 from disq.core.djob import (
@@ -158,6 +159,7 @@ class ClusterCore:
         self._followers: dict[int, list[int]] = {}  # leader token -> follower tokens
         self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
+        self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
         self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (set_memory_limit)
@@ -416,6 +418,9 @@ class ClusterCore:
         q.jobs_out += 1
         q.atime_ms = now_ms
         self.stats["jobs_delivered"] += 1
+        self.events.add(
+            ev.DELIVERED, now_ms, j.queue, j.id, 1 + j.nacks + j.add_deliveries, len(j.body)
+        )
         if j.retry_s == 0:
             j.qtime_ms = 0
         self._update_awake(j)
@@ -550,6 +555,7 @@ class ClusterCore:
             j.delivered.add(self.my_id)
         j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
         self.stats["jobs_added"] += 1
+        self.events.add(ev.ENQUEUED, now_ms, queue, job_id, 0, len(body))
 
         if (repl > 1 or extrepl) and not async_:
             # Sync, and also REPLICATE 1 without a local copy (memory warning, leaving): the
@@ -685,6 +691,7 @@ class ClusterCore:
             j = self.jobs.get(job_id)
             if j is not None:
                 if j.state != ACKED:
+                    self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
                     self._acknowledge(j, now_ms)
                     self._try_gc(j, now_ms)
                     known += 1
@@ -697,6 +704,7 @@ class ClusterCore:
                 # in search of the holders.
                 d = DJob(job_id, "", b"", 0, 0, 0, 0, now_ms + ids.ttl_minutes(job_id) * 60_000)
                 d.state = ACKED
+                self.events.add(ev.ACKED, now_ms, "", job_id, 0, 0)  # the queue is elsewhere
                 self._register(d)
                 self._try_gc(d, now_ms)
         self.stats["jobs_acked"] += known
@@ -750,6 +758,7 @@ class ClusterCore:
                     self._send(node, DelJob([job_id]))
                 continue
             known += 1
+            self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
             self._delete_from_cluster(j, now_ms)
         self.stats["jobs_acked"] += known
         return known
@@ -794,6 +803,8 @@ class ClusterCore:
             j = self.jobs.get(job_id)
             if j is not None and j.state == ACTIVE and self._enqueue(j, now_ms, nack=nack):
                 n += 1
+                if nack:
+                    self.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
         return n
 
     def dequeue(self, now_ms: int, job_ids: list[str]) -> int:
@@ -811,6 +822,7 @@ class ClusterCore:
             if j is not None:
                 if j.state != ACKED:
                     self._log_del(j.id)
+                self.events.add(ev.DELETED, now_ms, j.queue, j.id, j.nacks, len(j.body))
                 self._unregister(j, now_ms)
                 n += 1
         return n
@@ -1187,6 +1199,7 @@ class ClusterCore:
             j = self._job_from_data(d, now_ms)
             self._register(j)
             self._log_job(j, now_ms)
+            self.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
         self._send(sender, GotJob(d.id))
 
     def _job_from_data(self, d: JobData, now_ms: int) -> DJob:
@@ -1412,6 +1425,8 @@ class ClusterCore:
         if j.etime_ms <= now_ms:
             self.stats["jobs_expired"] += 1
             if j.state != ACKED:
+                self.events.add(ev.EXPIRED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+            if j.state != ACKED:
                 self._log_del(j.id)
             self._unregister(j, now_ms)
             return
@@ -1434,6 +1449,7 @@ class ClusterCore:
                 j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
             elif self._enqueue(j, now_ms):
                 self.stats["jobs_requeued"] += 1
+                self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))
         if j.state == QUEUED and j.qtime_ms and j.qtime_ms <= now_ms and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
             j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()

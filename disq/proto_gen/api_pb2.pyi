@@ -337,3 +337,43 @@ class InfoResponse(_message.Message):
     FIELDS_FIELD_NUMBER: _ClassVar[int]
     fields: _containers.ScalarMap[str, str]
     def __init__(self, fields: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ReadEventsRequest(_message.Message):
+    __slots__ = ("from_seq", "max_events", "since_ms")
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    from_seq: int
+    max_events: int
+    since_ms: int
+    def __init__(self, from_seq: _Optional[int] = ..., max_events: _Optional[int] = ..., since_ms: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("seq", "time_ms", "kind", "queue", "job_id", "attempt", "size")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time_ms: int
+    kind: str
+    queue: str
+    job_id: str
+    attempt: int
+    size: int
+    def __init__(self, seq: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., queue: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ReadEventsResponse(_message.Message):
+    __slots__ = ("node_id", "first_seq", "next_seq", "events")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    first_seq: int
+    next_seq: int
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, node_id: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...

@@ -119,6 +119,11 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.ReadEvents = channel.unary_unary(
+                '/disq.v1.Queue/ReadEvents',
+                request_serializer=disq_dot_v1_dot_api__pb2.ReadEventsRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ReadEventsResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -228,6 +233,13 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadEvents(self, request, context):
+        """This node's job lifecycle events from a sequence number (its event log).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +327,11 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=disq_dot_v1_dot_api__pb2.InfoRequest.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.InfoResponse.SerializeToString,
+            ),
+            'ReadEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadEvents,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ReadEventsRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ReadEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -776,6 +793,33 @@ class Queue:
             '/disq.v1.Queue/Info',
             disq_dot_v1_dot_api__pb2.InfoRequest.SerializeToString,
             disq_dot_v1_dot_api__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ReadEvents',
+            disq_dot_v1_dot_api__pb2.ReadEventsRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ReadEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

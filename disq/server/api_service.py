@@ -596,6 +596,29 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
         return await self._call(context, body)
 
+    # ------------------------------------------------------------------ events
+    async def ReadEvents(self, request: api_pb2.ReadEventsRequest, context: Any) -> Any:
+        async def body() -> api_pb2.ReadEventsResponse:
+            log = self.rt.event_log
+            self.rt.pump(self._now())  # what the core recorded so far is readable at once
+            response = api_pb2.ReadEventsResponse(
+                node_id=self.rt.membership.my_id, first_seq=log.first_seq, next_seq=log.next_seq
+            )
+            add = response.events.add
+            for e in log.read(request.from_seq, request.max_events or 1000, request.since_ms):
+                add(
+                    seq=e.seq,
+                    time_ms=e.time_ms,
+                    kind=e.kind,
+                    queue=_api_queue(e.queue),
+                    job_id=e.job_id,
+                    attempt=e.attempt,
+                    size=e.size,
+                )
+            return response
+
+        return await self._call(context, body)
+
 
 def _added(result: DeferredResult) -> str:
     if isinstance(result, str):

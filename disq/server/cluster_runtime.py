@@ -45,6 +45,7 @@ from disq.persistence.cluster_records import (
     encode_loadjob,
     to_core_records,
 )
+from disq.persistence.event_log import EventLog
 from disq.server.api_service import QueueApi
 from disq.server.peer_link import PeerLinks
 from disq.server.resp_node import NodeServices
@@ -123,6 +124,8 @@ class ClusterRuntime:
         self.services = NodeServices(self)
         self.hub = RespHub(self.services)
         self.resp_factory: Callable[[], asyncio.Protocol] = self.hub.protocol_factory
+        state_dir = settings.state_dir or node.config.data_dir
+        self.event_log = EventLog(state_dir / "events" if state_dir is not None else None)
         self.api = QueueApi(self)
         self.hub.other = self.api.route
         self.links.add_services.append(self.api.register)
@@ -316,6 +319,8 @@ class ClusterRuntime:
             self._apply_events(membership.events)
             membership.events.clear()
         self._move_records()
+        if len(core.events):
+            self.event_log.append(core.events.take())
         if membership.outbox:
             self._held_out.extend(membership.outbox)
             membership.outbox.clear()

@@ -1,0 +1,239 @@
+"""The node's job lifecycle event log: segmented, bounded, read by sequence number.
+
+Events come from the cores (disq/core/events.py) and get consecutive sequence numbers here,
+per node, kept across restarts. The log is a list of segments, each holding the events from
+its first sequence number on: files ``DIR/seg-<first seq, 20 digits>.log`` when the node has a
+data directory, byte arrays otherwise. A segment closes at ``segment_bytes``; whole segments
+are dropped, oldest first, once the log passes ``max_bytes`` or a segment's newest event is
+older than ``retention_ms``. So readers see a window ``first_seq .. next_seq - 1`` that
+moves forward; a reader behind it has lost events (the Spark source's ``failOnDataLoss``).
+
+Record: ``<u32 crc32 of the rest> <u64 seq> <i64 time_ms> <u8 kind> <u32 attempt> <u32 size>
+<u16 id length> <u32 queue length> <id> <queue>``, little-endian. Events are best effort,
+not acknowledged data: they are written without fsync, and a torn or corrupt tail found at
+start-up is cut (a warning is logged).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from disq.core.events import KIND_NAMES, EventBuffer
+
+_HEAD = struct.Struct("<IQqBIIHI")
+_SEG_PREFIX = "seg-"
+_SEG_SUFFIX = ".log"
+DEFAULT_SEGMENT_BYTES = 4 << 20
+DEFAULT_MAX_BYTES = 256 << 20
+DEFAULT_MEMORY_MAX_BYTES = 32 << 20
+DEFAULT_RETENTION_MS = 7 * 86_400_000
+MAX_READ_EVENTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    time_ms: int
+    kind: str
+    queue: str
+    job_id: str
+    attempt: int
+    size: int
+
+
+@dataclass(slots=True)
+class _Segment:
+    first_seq: int
+    path: Path | None  # None: in memory
+    data: bytearray  # in memory only
+    size: int
+    last_time_ms: int
+
+
+def encode(buf: EventBuffer, first_seq: int) -> bytes:
+    out = bytearray()
+    for i in range(len(buf)):
+        jid = buf.job_ids[i].encode("latin-1")
+        queue = buf.queues[i].encode("utf-8", "surrogateescape")
+        rest = (
+            _HEAD.pack(
+                0,
+                first_seq + i,
+                buf.times[i],
+                buf.kinds[i],
+                buf.attempts[i],
+                buf.sizes[i],
+                len(jid),
+                len(queue),
+            )[4:]
+            + jid
+            + queue
+        )
+        out += struct.pack("<I", zlib.crc32(rest)) + rest
+    return bytes(out)
+
+
+def decode(data: bytes | bytearray | memoryview) -> tuple[list[Event], int]:
+    """The whole records in ``data`` and the length they span (a torn or corrupt tail ends
+    the decoding there)."""
+    out: list[Event] = []
+    pos = 0
+    n = len(data)
+    while pos + _HEAD.size <= n:
+        crc, seq, t, kind, attempt, size, jlen, qlen = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + jlen + qlen
+        if end > n or zlib.crc32(data[pos + 4 : end]) != crc:
+            break
+        body = pos + _HEAD.size
+        jid = bytes(data[body : body + jlen]).decode("latin-1")
+        queue = bytes(data[body + jlen : end]).decode("utf-8", "surrogateescape")
+        out.append(Event(seq, t, KIND_NAMES.get(kind, str(kind)), queue, jid, attempt, size))
+        pos = end
+    return out, pos
+
+
+class EventLog:
+    def __init__(
+        self,
+        directory: Path | None,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        max_bytes: int | None = None,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+    ) -> None:
+        self.directory = directory
+        self.segment_bytes = max(1024, segment_bytes)
+        if max_bytes is None:
+            max_bytes = DEFAULT_MAX_BYTES if directory is not None else DEFAULT_MEMORY_MAX_BYTES
+        self.max_bytes = max(self.segment_bytes, max_bytes)
+        self.retention_ms = retention_ms
+        self.log = structlog.get_logger("disq.events")
+        self.segments: list[_Segment] = []
+        self.next_seq = 1
+        self.total_bytes = 0
+        self.write_errors = 0
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._load()
+
+    # ------------------------------------------------------------------ start-up
+    def _load(self) -> None:
+        assert self.directory is not None
+        files = sorted(
+            p
+            for p in self.directory.iterdir()
+            if p.name.startswith(_SEG_PREFIX) and p.name.endswith(_SEG_SUFFIX)
+        )
+        for p in files:
+            try:
+                first = int(p.name[len(_SEG_PREFIX) : -len(_SEG_SUFFIX)])
+            except ValueError:
+                continue
+            size = p.stat().st_size
+            mtime_ms = int(p.stat().st_mtime * 1000)
+            self.segments.append(_Segment(first, p, bytearray(), size, mtime_ms))
+            self.total_bytes += size
+        if not self.segments:
+            return
+        last = self.segments[-1]
+        assert last.path is not None
+        data = last.path.read_bytes()
+        events, good = decode(data)
+        if good < len(data):
+            self.log.warning("event_log_tail_cut", path=str(last.path), cut_bytes=len(data) - good)
+            with open(last.path, "r+b") as f:
+                f.truncate(good)
+            self.total_bytes -= len(data) - good
+            last.size = good
+        self.next_seq = events[-1].seq + 1 if events else last.first_seq
+        if events:
+            last.last_time_ms = events[-1].time_ms
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def first_seq(self) -> int:
+        return self.segments[0].first_seq if self.segments else self.next_seq
+
+    def append(self, buf: EventBuffer) -> None:
+        """Give the buffered events their sequence numbers and store them."""
+        n = len(buf)
+        if n == 0:
+            return
+        data = encode(buf, self.next_seq)
+        seg = self.segments[-1] if self.segments else None
+        if seg is None or seg.size >= self.segment_bytes:
+            seg = self._new_segment(self.next_seq)
+        try:
+            if seg.path is not None:
+                with open(seg.path, "ab") as f:
+                    f.write(data)
+            else:
+                seg.data += data
+        except OSError as exc:
+            # Events are best effort: a full disk must not stop the node. The sequence
+            # numbers of lost events are skipped, so readers can tell.
+            self.write_errors += 1
+            self.log.warning("event_log_write_failed", error=str(exc), events=n)
+            self.next_seq += n
+            return
+        seg.size += len(data)
+        seg.last_time_ms = buf.times[n - 1]
+        self.total_bytes += len(data)
+        self.next_seq += n
+        self._enforce_bounds(buf.times[n - 1])
+
+    def _new_segment(self, first_seq: int) -> _Segment:
+        path = None
+        if self.directory is not None:
+            path = self.directory / f"{_SEG_PREFIX}{first_seq:020d}{_SEG_SUFFIX}"
+            path.touch()
+        seg = _Segment(first_seq, path, bytearray(), 0, 0)
+        self.segments.append(seg)
+        return seg
+
+    def _enforce_bounds(self, now_ms: int) -> None:
+        segs = self.segments
+        while len(segs) > 1 and (
+            self.total_bytes > self.max_bytes or segs[0].last_time_ms < now_ms - self.retention_ms
+        ):
+            old = segs.pop(0)
+            self.total_bytes -= old.size
+            if old.path is not None:
+                try:
+                    os.unlink(old.path)
+                except OSError as exc:
+                    self.log.warning(
+                        "event_segment_not_removed", path=str(old.path), error=str(exc)
+                    )
+
+    # ------------------------------------------------------------------ reading
+    def read(self, from_seq: int, max_events: int, since_ms: int = 0) -> list[Event]:
+        """Up to ``max_events`` events with ``seq >= from_seq`` and ``time_ms >= since_ms``,
+        in order. Events before ``first_seq`` are gone (retention)."""
+        max_events = max(1, min(max_events, MAX_READ_EVENTS))
+        out: list[Event] = []
+        segs = self.segments
+        for k, seg in enumerate(segs):
+            nxt = segs[k + 1].first_seq if k + 1 < len(segs) else self.next_seq
+            if nxt <= from_seq or seg.size == 0:
+                continue
+            if seg.path is not None:
+                try:
+                    data: bytes | bytearray = seg.path.read_bytes()[: seg.size]
+                except OSError:
+                    continue  # removed by retention meanwhile
+            else:
+                data = seg.data
+            events, _ = decode(data)
+            for e in events:
+                if e.seq >= from_seq and e.time_ms >= since_ms:
+                    out.append(e)
+                    if len(out) >= max_events:
+                        return out
+        return out
