@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from disq.core import errors
+from disq.core import events as ev
 from disq.core.job import (
     BURIED,
     DELAYED,
@@ -91,6 +92,9 @@ class Engine:
         self.aof_out: list[bytes] = []
         # Replicated jobs (job.cluster set) whose state the holders must learn: (event, job).
         self.cluster_events: list[tuple[int, Job]] = []
+        # Lifecycle events (ids are the numeric job ids); off until a node with an event log
+        # turns them on, since nobody would drain them.
+        self.events = ev.EventBuffer(enabled=False)
         # int results: a replicated put confirmed (INSERTED <id>), delivered by the cluster.
         self.wakeups: list[tuple[Session, Job | str | int]] = []
         # Global counters (beanstalkd `stats`); per-command counters live with the door.
@@ -236,6 +240,7 @@ class Engine:
                 self._process_queue(now_ms)
         if self.persist:
             self.aof_out.append(_frame(records.REC_PUT, records.encode_put(job)))
+        self.events.add(ev.ENQUEUED, now_ms, tube.name, job_id, 0, len(body))
         return job_id
 
     def adopt(
@@ -329,6 +334,7 @@ class Engine:
         job.state = RESERVED
         job.reserver = s
         job.reserves += 1
+        self.events.add(ev.DELIVERED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
         job.deadline_ms = deadline = now_ms + job.ttr_ms
         self._push_timer((deadline << KEY_SHIFT) | job.id)
         s.reserved[job.id] = job
@@ -399,6 +405,7 @@ class Engine:
         del self.jobs[job_id]
         self.used_bytes -= len(job.body) + JOB_OVERHEAD_BYTES
         tube.cmd_delete += 1
+        self.events.add(ev.DELETED, now_ms, tube.name, job_id, job.reserves, len(job.body))
         if job.cluster is not None:
             self.cluster_events.append((EV_DELETE, job))
         if self.persist:
@@ -417,6 +424,7 @@ class Engine:
         job.pri = pri
         job.delay_ms = delay_ms
         job.releases += 1
+        self.events.add(ev.NACKED, now_ms, job.tube.name, job.id, job.releases, len(job.body))
         if delay_ms:
             self._make_delayed(job, now_ms + delay_ms)
         else:
@@ -433,6 +441,7 @@ class Engine:
         self._unreserve(s, job)
         job.pri = pri
         job.buries += 1
+        self.events.add(ev.BURIED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
         self._make_buried(job)
         self._log_update(job)
 
@@ -450,12 +459,12 @@ class Engine:
         if tube.buried:
             while kicked < bound and tube.buried:
                 job = next(iter(tube.buried.values()))
-                self._kick_one(job)
+                self._kick_one(job, now_ms)
                 kicked += 1
         else:
             while kicked < bound and tube.delayed:
                 job = self.jobs[tube.delayed[0] & ID_MASK]
-                self._kick_one(job)
+                self._kick_one(job, now_ms)
                 kicked += 1
         if kicked and tube.waiting:
             self._process_queue(now_ms)
@@ -465,13 +474,14 @@ class Engine:
         job = self.jobs.get(job_id)
         if job is None or job.state not in (BURIED, DELAYED):
             raise errors.NotFound()
-        self._kick_one(job)
+        self._kick_one(job, now_ms)
         if job.tube.waiting:
             self._process_queue(now_ms)
 
-    def _kick_one(self, job: Job) -> None:
+    def _kick_one(self, job: Job, now_ms: int) -> None:
         self._take_out(job)
         job.kicks += 1
+        self.events.add(ev.KICKED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
         self._make_ready(job)
         self._log_update(job)
 
@@ -672,6 +682,9 @@ class Engine:
                 self._unreserve(s, job)
                 job.timeouts += 1
                 self.job_timeouts += 1
+                self.events.add(
+                    ev.REQUEUED, now_ms, job.tube.name, job.id, job.reserves, len(job.body)
+                )
                 self._make_ready(job)
                 woke = True
         pauses = self.pause_timers

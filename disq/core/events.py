@@ -51,9 +51,11 @@ class EventBuffer:
         self.attempts = array("I")
         self.sizes = array("I")
         self.queues: list[str] = []
-        self.job_ids: list[str] = []
+        self.job_ids: list[str | int] = []  # int: a beanstalk job's numeric id
 
-    def add(self, kind: int, now_ms: int, queue: str, job_id: str, attempt: int, size: int) -> None:
+    def add(
+        self, kind: int, now_ms: int, queue: str, job_id: str | int, attempt: int, size: int
+    ) -> None:
         if not self.enabled:
             return
         self.kinds.append(kind)

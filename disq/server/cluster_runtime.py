@@ -126,6 +126,7 @@ class ClusterRuntime:
         self.resp_factory: Callable[[], asyncio.Protocol] = self.hub.protocol_factory
         state_dir = settings.state_dir or node.config.data_dir
         self.event_log = EventLog(state_dir / "events" if state_dir is not None else None)
+        node.engine.events.enabled = True  # drained into the log by pump and the node
         self.api = QueueApi(self)
         self.hub.other = self.api.route
         self.links.add_services.append(self.api.register)
@@ -321,6 +322,9 @@ class ClusterRuntime:
         self._move_records()
         if len(core.events):
             self.event_log.append(core.events.take())
+        engine_events = self.node.engine.events
+        if len(engine_events):  # beanstalk jobs' events from the engine's timer
+            self.event_log.append(engine_events.take())
         if membership.outbox:
             self._held_out.extend(membership.outbox)
             membership.outbox.clear()

@@ -301,6 +301,8 @@ class Node:
         cluster = self.cluster
         if cluster is not None and (engine.cluster_events or cluster.core.outbox):
             cluster.on_engine_events(now_ms)  # replicated puts, bury, delete ...: one pump
+        if cluster is not None and len(engine.events):
+            cluster.event_log.append(engine.events.take())
         if engine.wakeups:
             self._deliver_wakeups(now_ms)
         if proto is not None and (proto.out or proto.closing):

@@ -75,3 +75,21 @@ def test_cli_exports_events_as_json_lines(server_factory: ServerFactory, tmp_pat
     rows = [json.loads(line) for line in f.read_text().splitlines()]
     assert [(r["kind"], r["job_id"]) for r in rows] == [("enqueued", i) for i in ids]
     assert all(r["node"] and r["queue"] == "exp" and r["size"] == 1 for r in rows)
+
+
+def test_beanstalk_jobs_have_events_too(server_factory: ServerFactory) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("the event log is disq's")
+    grpc_port = free_port()
+    srv = server_factory.new("--grpc-port", str(grpc_port))
+    addr = f"127.0.0.1:{grpc_port}"
+    with srv.connect() as conn:
+        conn.send(b"use bt\r\nwatch bt\r\nput 0 0 60 3\r\nabc\r\nreserve\r\n")
+        conn.expect(b"USING bt\r\nWATCHING 2\r\nINSERTED 1\r\nRESERVED 1 3\r\nabc\r\n")
+        conn.send(b"bury 1 0\r\nkick 1\r\nreserve\r\ndelete 1\r\n")
+        conn.expect(b"BURIED\r\nKICKED 1\r\nRESERVED 1 3\r\nabc\r\nDELETED\r\n")
+    with Client(addr, discover=False) as c:
+        r = c.read_events(addr, 0)
+    want = ("enqueued", "delivered", "buried", "kicked", "delivered", "deleted")
+    assert [(e.kind, e.job_id, e.queue) for e in r.events] == [(k, "1", "bt") for k in want]
+    assert [e.attempt for e in r.events if e.kind == "delivered"] == [1, 2]

@@ -27,19 +27,27 @@ def test_buffer_take_empties_it_and_disabled_records_nothing() -> None:
 
 
 def test_encode_decode_round_trip_and_torn_or_corrupt_tails() -> None:
-    data = encode(buf(5, queue="qu\udcff"), 10)
-    events, good = decode(data)
-    assert good == len(data)
-    assert [e.seq for e in events] == [10, 11, 12, 13, 14]
+    b = buf(5, queue="qu\udcff")
+    b.add(ev.DELIVERED, 2000, "", 7, 2, 0)  # a beanstalk job's numeric id, an empty queue
+    one = encode(b, 10)
+    events, good = decode(one)
+    assert good == len(one)
+    assert [e.seq for e in events] == [10, 11, 12, 13, 14, 15]
     assert events[0].kind == "enqueued" and events[0].queue == "qu\udcff"
     assert (events[4].attempt, events[4].size, events[4].time_ms) == (1, 104, 1004)
-    for cut in range(1, len(data)):
+    assert (events[5].job_id, events[5].queue, events[5].kind) == ("7", "", "delivered")
+    two = encode(buf(3), 16)
+    data = one + two
+    assert [e.seq for e in decode(data)[0]] == list(range(10, 19))
+    assert [e.seq for e in decode(data, from_seq=16)[0]] == [16, 17, 18]
+    for cut in range(len(data)):
         part, at = decode(data[:cut])
-        assert len(part) == sum(1 for e in events if e.seq < 10 + len(part))
-        assert at <= cut
+        # Whole frames only: nothing of a frame that was cut.
+        assert len(part) == (0 if cut < len(one) else 6 if cut < len(data) else 9)
+        assert at == (0 if cut < len(one) else len(one))
     bad = bytearray(data)
-    bad[-1] ^= 0xFF  # corrupt the last record
-    assert len(decode(bad)[0]) == 4
+    bad[-1] ^= 0xFF  # corrupt the second frame
+    assert [e.seq for e in decode(bad)[0]] == list(range(10, 16))
 
 
 @pytest.mark.parametrize("on_disk", [True, False])
