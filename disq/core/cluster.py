@@ -52,6 +52,7 @@ from disq.core.messages import (
     Enqueue,
     GotAck,
     GotJob,
+    IdemKeys,
     JobData,
     Message,
     NeedJobs,
@@ -307,6 +308,24 @@ class ClusterCore:
                 return
             del idem[k]
 
+    def _announce_key(self, j: DJob) -> None:
+        """The add is done (its copies exist): every peer learns the key, so a retry that
+        reaches a node without a copy answers this id too. Sent only now, never while the
+        add may still fail, or a peer could answer the id of a job that never was."""
+        if j.idem_key:
+            msg = IdemKeys([j.queue], [j.idem_key], [j.id])
+            for node in self.view.all_peers():
+                self._send(node, msg)
+
+    def _on_idem_keys(self, now_ms: int, sender: str, msg: IdemKeys) -> None:
+        until = now_ms + self.idem_window_ms
+        idem = self._idem
+        for queue, key, job_id in zip(msg.queues, msg.keys, msg.job_ids, strict=False):
+            if (queue, key) not in idem:
+                idem[(queue, key)] = (job_id, until)
+        while len(idem) > IDEM_MAX_KEYS:
+            del idem[next(iter(idem))]
+
     def _forget_key(self, j: DJob) -> None:
         """The add failed (NOREPL, cancelled): a retry with the key must add the job."""
         if j.idem_key:
@@ -455,6 +474,7 @@ class ClusterCore:
         if token is not None:
             self._adds.pop(token, None)
             self._reply_add(token, j.id)
+        self._announce_key(j)
         if j.flags & BEANSTALK_OWNED:
             self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
             self._update_awake(j)
@@ -589,6 +609,7 @@ class ClusterCore:
                 self._log_job(j, now_ms)
         if additional > 0:
             self._replicate(j, additional, now_ms)
+        self._announce_key(j)  # not waiting for copies: the add is done now
         if async_ and extrepl:
             holders = sorted(j.delivered)
             if holders:
@@ -1579,6 +1600,7 @@ ClusterCore._handlers = {
     SetAck: ClusterCore._on_setack,
     GotAck: ClusterCore._on_gotack,
     DelJob: ClusterCore._on_deljob,
+    IdemKeys: ClusterCore._on_idem_keys,
     NeedJobs: ClusterCore._on_needjobs,
     YourJobs: ClusterCore._on_yourjobs,
     Working: ClusterCore._on_working,

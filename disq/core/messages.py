@@ -119,6 +119,16 @@ class DelJob:
 
 
 @dataclass(slots=True)
+class IdemKeys:
+    """Idempotency keys of finished adds, for every peer (entry i: queues[i], keys[i],
+    job_ids[i])."""
+
+    queues: list[str]
+    keys: list[str]
+    job_ids: list[str]
+
+
+@dataclass(slots=True)
 class NeedJobs:
     queue: str
     count: int
@@ -166,6 +176,7 @@ JobMessage = (
     | Working
     | Pause
     | BeanstalkUpdate
+    | IdemKeys
 )
 Message = MembershipMessage | JobMessage
 

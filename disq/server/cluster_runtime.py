@@ -34,6 +34,7 @@ from disq.core.messages import (
     MEMBERSHIP_TYPES,
     SUSPECT,
     DelJob,
+    IdemKeys,
     JobData,
     Member,
 )
@@ -459,7 +460,21 @@ class ClusterRuntime:
         out, self._held_out = self._held_out, []
         send = self.links.send
         dels: dict[str, list[str]] | None = None
+        keys: dict[str, IdemKeys] | None = None
         for dest, msg in out:
+            if type(msg) is IdemKeys:
+                # Likewise one IdemKeys per peer per iteration: a bulk of keyed adds (the
+                # Spark sink) would otherwise cost one message per job per peer.
+                if keys is None:
+                    keys = {}
+                acc = keys.get(dest)
+                if acc is None:
+                    keys[dest] = IdemKeys(list(msg.queues), list(msg.keys), list(msg.job_ids))
+                else:
+                    acc.queues.extend(msg.queues)
+                    acc.keys.extend(msg.keys)
+                    acc.job_ids.extend(msg.job_ids)
+                continue
             if type(msg) is DelJob:
                 # One DELJOB per peer per iteration, with every id: the ack GC of a busy
                 # queue ends thousands of jobs a second, and each message costs a protobuf
@@ -472,6 +487,9 @@ class ClusterRuntime:
         if dels:
             for dest, job_ids in dels.items():
                 send(dest, DelJob(job_ids))
+        if keys:
+            for dest, msg in keys.items():
+                send(dest, msg)
         self.links.flush()
         self._route_beanstalk_replies()
         dirty, self._dirty_resp = self._dirty_resp, []

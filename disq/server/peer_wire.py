@@ -155,6 +155,14 @@ def _enc_got_ack(t: pb.Message, x: m.GotAck) -> None:
     s.known = x.known
 
 
+def _enc_idem_keys(t: pb.Message, x: m.IdemKeys) -> None:
+    k = t.idem_keys
+    k.SetInParent()  # selects the oneof even when the lists are empty
+    k.queues.extend(x.queues)
+    k.keys.extend(x.keys)
+    k.job_ids.extend(x.job_ids)
+
+
 def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
     t.del_job.job_ids.extend(x.job_ids)  # extend([]) selects the oneof too
 
@@ -202,6 +210,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.SetAck: _enc_set_ack,
     m.GotAck: _enc_got_ack,
     m.DelJob: _enc_del_job,
+    m.IdemKeys: _enc_idem_keys,
     m.NeedJobs: _enc_need_jobs,
     m.YourJobs: _enc_your_jobs,
     m.Working: _enc_working,
@@ -316,6 +325,11 @@ def _dec_got_ack(t: pb.Message) -> m.GotAck:
     return m.GotAck(s.job_id, s.known)
 
 
+def _dec_idem_keys(t: pb.Message) -> m.IdemKeys:
+    k = t.idem_keys
+    return m.IdemKeys(list(k.queues), list(k.keys), list(k.job_ids))
+
+
 def _dec_del_job(t: pb.Message) -> m.DelJob:
     return m.DelJob(list(t.del_job.job_ids))
 
@@ -355,6 +369,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "set_ack": _dec_set_ack,
     "got_ack": _dec_got_ack,
     "del_job": _dec_del_job,
+    "idem_keys": _dec_idem_keys,
     "need_jobs": _dec_need_jobs,
     "your_jobs": _dec_your_jobs,
     "working": _dec_working,
@@ -379,6 +394,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "working": m.Working,
     "pause": m.Pause,
     "beanstalk_update": m.BeanstalkUpdate,
+    "idem_keys": m.IdemKeys,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

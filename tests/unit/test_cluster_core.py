@@ -423,3 +423,19 @@ def test_idempotency_key_length_is_bounded() -> None:
     with pytest.raises(DisqueError) as info:
         c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k" * 257)
     assert info.value.code == "ERR"
+
+
+def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
+    c = Cluster(4)
+    core = c.core(0)
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
+    # Before the copies exist nobody else knows the key (the add may still fail).
+    assert all(("q", "k") not in c.core(i)._idem for i in (1, 2, 3))
+    c.pump()
+    [(_, first)] = c.replies[c.ids[0]]
+    holders = {i for i in range(4) if first in c.core(i).jobs}
+    assert len(holders) == 2
+    outsider = min({1, 2, 3} - holders)  # a node that never held a copy
+    r = c.core(outsider).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert r == first
+    assert first not in c.core(outsider).jobs  # answered, and nothing added there

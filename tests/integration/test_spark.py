@@ -1,0 +1,131 @@
+"""The Spark sink against real nodes and a real local Spark session (one for the module).
+
+Slow: the JVM starts once (~10 s), then each write of 100k rows takes seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pyspark = pytest.importorskip("pyspark")
+if shutil.which("java") is None:
+    pytest.skip("Java is needed for Spark (make test installs it)", allow_module_level=True)
+
+from cluster.lab import Lab  # noqa: E402
+from disq.client import Client  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROWS = 100_000
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from disq.spark import session
+
+    # local[2,4]: two cores, and a failed task is tried up to 4 times (what a cluster does).
+    s = session("disq-tests", master="local[2,4]")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with Lab(3, tmp_path_factory.mktemp("spark3"), node_timeout_ms=1500) as lab:
+        yield lab
+
+
+def nodes(lab: Lab) -> str:
+    return ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
+
+
+def drain(lab: Lab, queue: str) -> list[bytes]:
+    """Every queued job of ``queue`` on every node (Disque's queues are per node)."""
+    bodies: list[bytes] = []
+    for i in range(lab.n):
+        with Client(f"127.0.0.1:{lab.node(i).bus_port}", discover=False) as c:
+            while True:
+                jobs = c.get_jobs(queue, count=1000, nohang=True)
+                if not jobs:
+                    break
+                bodies.extend(j.body for j in jobs)
+                c.fast_ack(*(j.id for j in jobs))
+    return bodies
+
+
+def write(spark: Any, lab: Lab, queue: str, **options: str) -> None:
+    df = spark.range(0, ROWS, numPartitions=4).selectExpr("concat('row-', id) as body")
+    w = df.write.format("disq").mode("append").option("nodes", nodes(lab))
+    w = w.option("queue", queue).option("replicate", "2").option("retry", "600")
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def test_100k_rows_arrive_exactly_once_though_a_task_is_retried(spark: Any, lab3: Lab) -> None:
+    write(spark, lab3, "exactly", _failFirstAttemptAfter="3000")
+    bodies = drain(lab3, "exactly")
+    assert len(bodies) == ROWS
+    assert set(bodies) == {f"row-{i}".encode() for i in range(ROWS)}
+
+
+def test_without_keys_the_retried_task_duplicates(spark: Any, lab3: Lab) -> None:
+    # The same failure with idempotency off: at-least-once, the first attempt's rows twice.
+    write(spark, lab3, "atleast", _failFirstAttemptAfter="3000", idempotency="off")
+    bodies = drain(lab3, "atleast")
+    assert set(bodies) == {f"row-{i}".encode() for i in range(ROWS)}
+    assert len(bodies) == ROWS + 3000
+
+
+@pytest.mark.parametrize(
+    ("options", "mode", "columns", "message"),
+    [
+        ({"queue": "q"}, "append", "concat('x', id) as body", "option nodes is required"),
+        ({"nodes": "x:1"}, "append", "concat('x', id) as body", "option queue is required"),
+        ({"nodes": "x:1", "queue": "q"}, "append", "id", "no body column 'body'"),
+        ({"nodes": "x:1", "queue": "q"}, "append", "id as body", "must be string or binary"),
+        ({"nodes": "x:1", "queue": "q"}, "overwrite", "concat('x', id) as body", "only appends"),
+        (
+            {"nodes": "x:1", "queue": "q", "batchSize": "many"},
+            "append",
+            "concat('x', id) as body",
+            "(?i)batchSize must be an integer",
+        ),
+    ],
+)
+def test_bad_options_columns_and_modes_are_clear_errors(
+    spark: Any, options: dict[str, str], mode: str, columns: str, message: str
+) -> None:
+    df = spark.range(0, 3).selectExpr(columns)
+    w = df.write.format("disq").mode(mode)
+    for k, v in options.items():
+        w = w.option(k, v)
+    with pytest.raises(Exception, match=message):
+        w.save()
+
+
+def test_unreachable_nodes_fail_the_write_with_unavailable(spark: Any) -> None:
+    df = spark.range(0, 3).selectExpr("concat('x', id) as body")
+    w = df.write.format("disq").mode("append").option("nodes", "127.0.0.1:1").option("queue", "q")
+    with pytest.raises(Exception, match="no node reachable"):
+        w.save()
+
+
+def test_readme_sink_example_runs(spark: Any, lab3: Lab) -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "disq.spark" in b)
+    assert len(block.strip().splitlines()) <= 10
+    exec(block.replace("127.0.0.1:7710", nodes(lab3)), {})  # session() returns this session
+    bodies = drain(lab3, "orders")
+    assert len(bodies) == 100_000 and len(set(bodies)) == 100_000
