@@ -857,7 +857,7 @@ class ClusterCore:
         requeue = None if j.qtime_ms == 0 or j.state == ACKED else max(0, j.qtime_ms - now_ms)
         awake = None if j.awake_ms <= 0 else max(0, j.awake_ms - now_ms)
         confirmed = sorted(j.confirmed) if j.state in (WAIT_REPL, ACKED) else []
-        return [
+        pairs: list[tuple[str, object]] = [
             ("id", j.id),
             ("queue", j.queue if j.delivered or j.state != ACKED else None),
             ("state", STATE_NAMES[j.state]),
@@ -874,6 +874,11 @@ class ClusterCore:
             ("next-awake-within", awake),
             ("body", j.body if j.state != ACKED or j.body else None),
         ]
+        if j.flags & BEANSTALK_ORIGIN:
+            # disq's addition, only for jobs put through a beanstalk door: the state the
+            # owner last reported, which a takeover restores.
+            pairs.append(("beanstalk-state", "buried" if j.bstate == 3 else "ready"))
+        return pairs
 
     def qlen(self, queue: str) -> int:
         q = self.queues.get(queue)

@@ -17,9 +17,11 @@ from typing import Any
 
 def register(spark: Any) -> None:
     """Make ``format("disq")`` known to a session (``session()`` does it)."""
+    from disq.spark.events_source import DisqEventsDataSource
     from disq.spark.sink import DisqDataSource
 
     spark.dataSource.register(DisqDataSource)
+    spark.dataSource.register(DisqEventsDataSource)
 
 
 def session(

@@ -146,6 +146,16 @@ def holders_of(nodes: list[BNode]) -> list[BNode]:
     return holders
 
 
+def beanstalk_state(node: BNode) -> bytes | None:
+    """SHOW's beanstalk-state of the node's single job (disq's field for beanstalk jobs)."""
+    _, ids = node.resp("JSCAN", "COUNT", 10)
+    if len(ids) != 1:
+        return None
+    pairs = node.resp("SHOW", ids[0])
+    fields = dict(zip(pairs[::2], pairs[1::2], strict=True))
+    return fields.get(b"beanstalk-state")
+
+
 def first_reply(clients: list[Beanstalk], cmd: bytes, want: bytes) -> tuple[bytes, bytes, int]:
     """Ask every holder until one answers ``want`` (the takeover happens on one of them)."""
 
@@ -192,6 +202,11 @@ def test_a_buried_job_comes_back_buried_after_takeover(cluster3: list[BNode]) ->
     assert head == b"RESERVED 1 4"
     assert c.cmd(b"bury 1 77\r\n") == b"BURIED"
     holders = holders_of(cluster3)
+    # The bury reaches the holders after the client's BURIED (as every state change does):
+    # a kill -9 in between would lose it. Wait until they know, then kill the owner.
+    eventually(
+        lambda: all(beanstalk_state(h) == b"buried" for h in holders), "holders see the bury"
+    )
     cluster3[0].kill9()
     clients = [h.beanstalk() for h in holders]
     head, body, k = first_reply(clients, b"peek-buried\r\n", b"FOUND")
