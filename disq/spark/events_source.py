@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from disq.spark.sink import DisqSinkError, _bool, _int
+from disq.spark.sink import DisqSinkError, _bool, _connection, _int, _lower
 
 SCHEMA = (
     "node STRING, seq LONG, time_ms LONG, kind STRING, queue STRING, job_id STRING, "
@@ -64,12 +64,8 @@ class DisqEventsDataSource(DataSource):
 
 class EventsStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        lower = {k.lower(): v for k, v in options.items()}
-        nodes = lower.get("nodes")
-        if not nodes:
-            raise DisqSinkError("option nodes is required: host:port[,host:port...] (gRPC ports)")
-        self.nodes = nodes
-        self.password = lower.get("password")
+        lower = _lower(options)
+        self.nodes, self.password = _connection(lower)
         self.starting = lower.get("startingoffsets", "earliest")
         if self.starting not in ("earliest", "latest"):
             try:

@@ -47,6 +47,19 @@ class AddedJobs(WriterCommitMessage):
     jobs: int
 
 
+def _lower(options: dict[str, str]) -> dict[str, str]:
+    """Spark's option names are case-insensitive."""
+    return {k.lower(): v for k, v in options.items()}
+
+
+def _connection(lower: dict[str, str]) -> tuple[str, str | None]:
+    """(nodes, password) from the options; nodes is required."""
+    nodes = lower.get("nodes")
+    if not nodes:
+        raise DisqSinkError("option nodes is required: host:port[,host:port...] (gRPC ports)")
+    return nodes, lower.get("password")
+
+
 def _bool(v: str | None, default: bool) -> bool:
     if v is None:
         return default
@@ -87,12 +100,8 @@ class DisqWriter(DataSourceWriter):
     """Made on the driver (options and columns checked there), pickled to the tasks."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        lower = {k.lower(): v for k, v in options.items()}
-        nodes = lower.get("nodes")
-        if not nodes:
-            raise DisqSinkError("option nodes is required: host:port[,host:port...] (gRPC ports)")
-        self.nodes = nodes
-        self.password = lower.get("password")
+        lower = _lower(options)
+        self.nodes, self.password = _connection(lower)
         self.body_column = lower.get("bodycolumn", "body")
         fields = {f.name: f for f in schema.fields}
         body = fields.get(self.body_column)
