@@ -28,7 +28,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 # Row columns that override an option for that row (named as add_job's arguments).
@@ -88,6 +93,11 @@ class DisqDataSource(DataSource):
     def name(cls) -> str:
         return "disq"
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DisqStreamWriter:
+        if overwrite:
+            raise DisqSinkError("the disq sink only appends (output mode 'append')")
+        return DisqStreamWriter(DisqWriter(dict(self.options), schema))
+
     def writer(self, schema: StructType, overwrite: bool) -> DisqWriter:
         if overwrite:
             raise DisqSinkError(
@@ -137,9 +147,11 @@ class DisqWriter(DataSourceWriter):
         self.in_flight = max(1, _int(lower, "inflightbatches", 4) or 1)
         self.idempotent = _bool(lower.get("idempotency"), True)
         self.write_id = lower.get("writeid") or uuid.uuid4().hex
-        # Fault injection for tests of the exactly-once path: the first attempt of
-        # partition 0 fails after this many rows, so Spark runs the task again.
+        # Fault injection for tests of the exactly-once path: partition 0 fails after this
+        # many rows, in its first attempt only (Spark runs the task again) or in every one
+        # (the write, or the streaming batch, fails; a restarted query runs it again).
         self.fail_first_attempt_after = _int(lower, "_failfirstattemptafter", None)
+        self.fail_after = _int(lower, "_failafter", None)
 
     # ------------------------------------------------------------------ on the executors
     def write(self, iterator: Iterator[Any]) -> AddedJobs:
@@ -148,13 +160,17 @@ class DisqWriter(DataSourceWriter):
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        n = asyncio.run(self._write(iterator, partition, attempt))
+        n = asyncio.run(self._write(iterator, self.write_id, partition, attempt))
         return AddedJobs(partition, attempt, n)
 
-    async def _write(self, rows: Iterator[Any], partition: int, attempt: int) -> int:
+    async def _write(self, rows: Iterator[Any], prefix: str, partition: int, attempt: int) -> int:
         from disq.client import AsyncClient, DisqError
 
-        fail_after = self.fail_first_attempt_after if attempt == 0 and partition == 0 else None
+        fail_after = None
+        if partition == 0:
+            fail_after = self.fail_after
+            if attempt == 0 and self.fail_first_attempt_after is not None:
+                fail_after = self.fail_first_attempt_after
         async with AsyncClient(self.nodes, password=self.password, timeout_s=30) as client:
             pending: set[asyncio.Task[list[Any]]] = set()
             batch: list[dict[str, Any]] = []
@@ -178,9 +194,9 @@ class DisqWriter(DataSourceWriter):
                     for t in pending:
                         _check(await t)
                     raise RuntimeError(
-                        f"injected failure after {index} rows (option _failFirstAttemptAfter)"
+                        f"injected failure after {index} rows (a _fail* test option)"
                     )
-                batch.append(self._job(row, partition, index))
+                batch.append(self._job(row, prefix, partition, index))
                 if len(batch) >= self.batch_size:
                     written += len(batch)
                     await flush(batch)
@@ -192,7 +208,7 @@ class DisqWriter(DataSourceWriter):
                 _check(await t)
             return written
 
-    def _job(self, row: Any, partition: int, index: int) -> dict[str, Any]:
+    def _job(self, row: Any, prefix: str, partition: int, index: int) -> dict[str, Any]:
         d = row.asDict()
         body = d[self.body_column]
         if body is None:
@@ -210,7 +226,7 @@ class DisqWriter(DataSourceWriter):
         if key:
             job["idempotency_key"] = key
         elif self.idempotent:
-            job["idempotency_key"] = f"{self.write_id}/{partition}/{index}"
+            job["idempotency_key"] = f"{prefix}/{partition}/{index}"
         return job
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -218,3 +234,31 @@ class DisqWriter(DataSourceWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing can be taken back: jobs of failed tasks stay (their retries add none)."""
+
+
+class DisqStreamWriter(DataSourceStreamWriter):
+    """``writeStream.format("disq")``: each micro-batch as a batch write. The keys are
+    ``<query id>/<batch id>/<partition>/<row>``: a batch that Spark runs again after a
+    failure or a restart of the query (same checkpoint, same query id, same batch id) adds
+    nothing twice, as long as the batch's rows are the same (a replayable source)."""
+
+    def __init__(self, inner: DisqWriter) -> None:
+        self.inner = inner
+
+    def write(self, iterator: Iterator[Any]) -> AddedJobs:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        prefix = f"{query or self.inner.write_id}/{batch or 0}"
+        n = asyncio.run(self.inner._write(iterator, prefix, partition, attempt))
+        return AddedJobs(partition, attempt, n)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: every job was acknowledged as it was added."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing can be taken back; the batch's retry adds nothing twice."""

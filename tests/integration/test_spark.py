@@ -188,3 +188,46 @@ def test_events_stream_starting_offsets_latest_skips_the_past(
     _stream_once(spark, lab3, out, ck)
     rows = spark.read.json(str(out)).collect()
     assert [(r.kind, r.job_id) for r in rows] == [("enqueued", new)]
+
+
+def test_streaming_into_disq_survives_a_restart_of_the_query(
+    spark: Any, lab3: Lab, tmp_path: Path
+) -> None:
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    src.mkdir()
+
+    def add_file(name: str, first: int, n: int) -> None:
+        rows = "".join(f'{{"body": "s-{i}"}}\n' for i in range(first, first + n))
+        (src / name).write_text(rows)
+
+    def run(**options: str) -> None:
+        w = (
+            spark.readStream.schema("body STRING")
+            .json(str(src))
+            .writeStream.format("disq")
+            .option("nodes", nodes(lab3))
+            .option("queue", "streamed")
+            .option("replicate", "2")
+            .option("checkpointLocation", str(ck))
+        )
+        for k, v in options.items():
+            w = w.option(k, v)
+        q = w.start()
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+
+    add_file("a.json", 0, 4000)
+    add_file("b.json", 4000, 4000)
+    # The first run dies in its first batch, after part of it was added (every attempt of
+    # partition 0 fails after 1000 rows).
+    with pytest.raises(Exception, match="injected failure"):
+        run(_failAfter="1000")
+    # Restarted on the same checkpoint: the batch runs again with the same keys.
+    run()
+    add_file("c.json", 8000, 2000)
+    run()  # and a later batch after another restart
+    bodies = drain(lab3, "streamed")
+    assert len(bodies) == 10_000
+    assert set(bodies) == {f"s-{i}".encode() for i in range(10_000)}
