@@ -40,7 +40,9 @@ def session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    elif "spark.master" not in (conf or {}) and not os.environ.get("SPARK_SUBMIT"):
+    elif "spark.master" not in (conf or {}) and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Under spark-submit the JVM started this driver (and set the gateway port): its
+        # --master stands. Run as a plain script, local mode is the default.
         builder = builder.master("local[*]")
     settings = {
         "spark.ui.enabled": "false",

@@ -231,3 +231,39 @@ def test_streaming_into_disq_survives_a_restart_of_the_query(
     bodies = drain(lab3, "streamed")
     assert len(bodies) == 10_000
     assert set(bodies) == {f"s-{i}".encode() for i in range(10_000)}
+
+
+# ----------------------------------------------------------------------------- analytics
+from disq.testing.events import exact_percentile, seeded_events  # noqa: E402
+
+
+def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: Path) -> None:
+    import json
+
+    from disq.spark import analytics
+
+    events, expect = seeded_events(7)
+    src = tmp_path / "events"
+    src.mkdir()
+    with open(src / "events-all.jsonl", "w") as f:
+        for e in events:
+            f.write(json.dumps(e) + "\n")
+    out = tmp_path / "out"
+    rows = analytics.run(spark, str(src), out, 3600)
+    got = {(r["queue"], r["window_start_ms"]): r for r in rows}
+    assert set(got) == set(expect)
+    for key, e in expect.items():
+        r = got[key]
+        assert (r["enqueued"], r["acked"], r["dead"]) == (e["enqueued"], e["acked"], len(e["dead"]))
+        assert r["dead_ids"] == sorted(e["dead"])
+        assert r["throughput_per_s"] == pytest.approx(e["acked"] / 3600)
+        assert r["retry_rate"] == pytest.approx(e["retried"] / e["delivered"])
+        for name, values in (("delivery", e["deliv"]), ("ack", e["ack"])):
+            for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+                want = exact_percentile(values, q)
+                assert r[f"{name}_ms_{p}"] == pytest.approx(want), (key, name, p)
+    assert (out / "chart.png").stat().st_size > 1000
+    text = (out / "summary.txt").read_text()
+    assert "alpha" in text and "beta" in text and "DELIV p50/p95/p99 ms" in text
+    back = spark.read.parquet(str(out / "summary.parquet")).count()
+    assert back == len(expect)
