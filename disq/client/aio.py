@@ -664,6 +664,32 @@ class AsyncClient:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
         return r
 
+    async def scan_jobs(
+        self,
+        node: str,
+        *,
+        queue: str = "",
+        states: Sequence[str] = (),
+        page: int = 1000,
+    ) -> list[api_pb2.JobInfo]:
+        """JSCAN to the end on one node (``node``: its gRPC address): every job there, or
+        those of ``queue`` in ``states`` (wait-repl, active, queued, acked), bodies included.
+        Not retried elsewhere: each node holds its own copies."""
+        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        out: list[api_pb2.JobInfo] = []
+        cursor = 0
+        while True:
+            req = api_pb2.JScanRequest(cursor=cursor, count=page, queue=queue, states=states)
+            try:
+                r = await self._stub(n).JScan(req, timeout=self.timeout_s, metadata=self._metadata)
+            except grpc.aio.AioRpcError as exc:
+                err = self._error(exc, n)
+                raise err or UnavailableError(f"JScan: {n.addr} did not answer") from None
+            out.extend(r.jobs)
+            cursor = r.cursor
+            if cursor == 0:
+                return out
+
     async def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
     ) -> api_pb2.ReadEventsResponse:

@@ -111,6 +111,11 @@ class Client:
     def hello(self) -> api_pb2.HelloResponse:
         return self._run(self._aio.hello())
 
+    def scan_jobs(
+        self, node: str, *, queue: str = "", states: Sequence[str] = (), page: int = 1000
+    ) -> list[api_pb2.JobInfo]:
+        return self._run(self._aio.scan_jobs(node, queue=queue, states=states, page=page))
+
     def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
     ) -> api_pb2.ReadEventsResponse:

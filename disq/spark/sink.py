@@ -30,6 +30,8 @@ from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     WriterCommitMessage,
@@ -92,6 +94,21 @@ class DisqDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "disq"
+
+    def schema(self) -> str:
+        from disq.spark.snapshot import SCHEMA
+
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from disq.spark.snapshot import SnapshotReader
+
+        return SnapshotReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from disq.spark.queue_stream import QueueStreamReader
+
+        return QueueStreamReader(dict(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DisqStreamWriter:
         if overwrite:

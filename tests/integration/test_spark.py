@@ -21,6 +21,8 @@ pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("Java is needed for Spark (make test installs it)", allow_module_level=True)
 
+from eventually import eventually  # noqa: E402
+
 from cluster.lab import Lab  # noqa: E402
 from disq.client import Client  # noqa: E402
 
@@ -60,6 +62,14 @@ def drain(lab: Lab, queue: str) -> list[bytes]:
                 bodies.extend(j.body for j in jobs)
                 c.fast_ack(*(j.id for j in jobs))
     return bodies
+
+
+def qlen_all(lab: Lab, queue: str) -> int:
+    total = 0
+    for i in range(lab.n):
+        with Client(f"127.0.0.1:{lab.node(i).bus_port}", discover=False) as c:
+            total += c.qlen(queue)
+    return total
 
 
 def write(spark: Any, lab: Lab, queue: str, **options: str) -> None:
@@ -267,3 +277,56 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     assert "alpha" in text and "beta" in text and "DELIV p50/p95/p99 ms" in text
     back = spark.read.parquet(str(out / "summary.parquet")).count()
     assert back == len(expect)
+
+
+def test_snapshot_read_of_a_queue_takes_nothing(spark: Any, lab3: Lab) -> None:
+    with Client(nodes(lab3)) as c:
+        ids = {c.add_job("snap", f"b{k}", replicate=2, retry_s=600): f"b{k}" for k in range(50)}
+    before = qlen_all(lab3, "snap")
+    reader = spark.read.format("disq").option("nodes", nodes(lab3)).option("queue", "snap")
+    rows = reader.load().collect()
+    assert {r.id: bytes(r.body).decode() for r in rows} == ids
+    assert {r.state for r in rows} == {"queued"} and len(rows) == 50
+    assert reader.load().count() == 50  # again: nothing was taken
+    copies = reader.option("states", "queued,active").load()
+    assert copies.count() == 100 and copies.select("id").distinct().count() == 50
+    after = qlen_all(lab3, "snap")
+    assert before == after == 50
+
+
+def test_queue_stream_consumes_and_acks_on_commit(spark: Any, lab3: Lab, tmp_path: Path) -> None:
+    with Client(nodes(lab3)) as c:
+        ids = {c.add_job("consumed", f"c{k}", replicate=2, retry_s=600) for k in range(300)}
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    q = (
+        spark.readStream.format("disq")
+        .option("nodes", nodes(lab3))
+        .option("queue", "consumed")
+        .option("maxJobsPerTrigger", "120")
+        .load()
+        .writeStream.format("json")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    rows = spark.read.json(str(out)).collect()
+    assert {r.id for r in rows} == ids and len(rows) == 300
+    assert {r.state for r in rows} == {"delivered"}
+    assert qlen_all(lab3, "consumed") == 0
+    # Acked when the batches were committed: the acks reach every node holding a copy.
+    sample = sorted(ids)[:30]
+
+    def all_acked() -> bool:
+        for i in range(lab3.n):
+            with Client(f"127.0.0.1:{lab3.node(i).bus_port}", discover=False) as c:
+                for job_id in sample:
+                    info = c.show(job_id)
+                    if info is not None and info["state"] != "acked":
+                        return False
+        return True
+
+    eventually(all_acked, "the acks to reach every holder")
