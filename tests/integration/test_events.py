@@ -93,3 +93,23 @@ def test_beanstalk_jobs_have_events_too(server_factory: ServerFactory) -> None:
     want = ("enqueued", "delivered", "buried", "kicked", "delivered", "deleted")
     assert [(e.kind, e.job_id, e.queue) for e in r.events] == [(k, "1", "bt") for k in want]
     assert [e.attempt for e in r.events if e.kind == "delivered"] == [1, 2]
+
+
+def test_cli_exports_parquet(server_factory: ServerFactory, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    if server_factory.kind != "disq":
+        pytest.skip("the event log is disq's")
+    grpc_port = free_port()
+    server_factory.new("--grpc-port", str(grpc_port))
+    addr = f"127.0.0.1:{grpc_port}"
+    with Client(addr, discover=False) as c:
+        ids = [c.add_job("pq", f"{k}", replicate=1) for k in range(4)]
+    out = tmp_path / "out"
+    disq = Path(sys.executable).with_name("disq")
+    cmd = [str(disq), "--addr", addr, "events", "export", "--out", str(out), "--format", "parquet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    [f] = list(out.iterdir())
+    table = pq.read_table(f).to_pylist()
+    assert [(r["kind"], r["job_id"]) for r in table] == [("enqueued", i) for i in ids]
+    assert set(table[0]) == {"node", "seq", "time_ms", "kind", "queue", "job_id", "attempt", "size"}

@@ -330,3 +330,33 @@ def test_queue_stream_consumes_and_acks_on_commit(spark: Any, lab3: Lab, tmp_pat
         return True
 
     eventually(all_acked, "the acks to reach every holder")
+
+
+def test_row_columns_override_the_options(spark: Any, lab3: Lab) -> None:
+    df = spark.createDataFrame(
+        [
+            ("a", "rows-a", 1, 30, None),
+            ("b", "rows-b", 2, 90, "my-key"),
+            ("c", None, None, None, None),
+        ],
+        "body STRING, queue STRING, replicate INT, retry_s INT, idempotency_key STRING",
+    )
+    (
+        df.write.format("disq")
+        .mode("append")
+        .option("nodes", nodes(lab3))
+        .option("queue", "rows-default")
+        .option("retry", "600")
+        .save()
+    )
+    found = spark.read.format("disq").option("nodes", nodes(lab3))
+    got = {}
+    for queue in ("rows-a", "rows-b", "rows-default"):
+        for r in found.option("queue", queue).load().collect():
+            got[bytes(r.body).decode()] = (r.queue, r.retry_s)
+    assert got == {"a": ("rows-a", 30), "b": ("rows-b", 90), "c": ("rows-default", 600)}
+    with Client(nodes(lab3)) as c:
+        # The row's own key is the one used: repeating it adds nothing.
+        again = c.add_job("rows-b", "b", replicate=2, idempotency_key="my-key")
+        [b] = [r for r in found.option("queue", "rows-b").load().collect()]
+        assert again == b.id
