@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--beanstalk-replicate", type=int, default=1, help="copies of each beanstalk put"
     )
     p.add_argument("--requirepass", help="password RESP clients must AUTH with")
+    p.add_argument(
+        "--events-max-bytes",
+        type=int,
+        help="bound of the lifecycle event log (default 256 MiB on disk, 32 MiB in memory)",
+    )
     return p
 
 
@@ -164,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "requirepass": args.requirepass,
             "state_dir": data_dir,
             "beanstalk_replicate": args.beanstalk_replicate,
+            "events_max_bytes": args.events_max_bytes,
         }
 
     # The sockets listen: now the heavy imports.

@@ -72,6 +72,7 @@ class ClusterSettings:
     joins: list[tuple[str, int]] = field(default_factory=list)  # gRPC addresses
     requirepass: str | None = None
     beanstalk_replicate: int = 1  # copies of each beanstalk put (1: not replicated)
+    events_max_bytes: int | None = None  # the event log's bound (None: its defaults)
     beanstalk_repl_timeout_ms: int = 5000
     state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
     config_store: Any = None  # disq.config_file.ConfigStore in config-file mode
@@ -126,7 +127,13 @@ class ClusterRuntime:
         self.hub = RespHub(self.services)
         self.resp_factory: Callable[[], asyncio.Protocol] = self.hub.protocol_factory
         state_dir = settings.state_dir or node.config.data_dir
-        self.event_log = EventLog(state_dir / "events" if state_dir is not None else None)
+        max_bytes = settings.events_max_bytes
+        self.event_log = EventLog(
+            state_dir / "events" if state_dir is not None else None,
+            max_bytes=max_bytes,
+            # A small bound gets small segments, so retention works in small steps.
+            segment_bytes=min(4 << 20, max(1024, max_bytes // 4)) if max_bytes else 4 << 20,
+        )
         node.engine.events.enabled = True  # drained into the log by pump and the node
         self.api = QueueApi(self)
         self.hub.other = self.api.route
@@ -571,6 +578,7 @@ def attach_cluster(node: Node, options: dict[str, Any]) -> ClusterRuntime:
         joins=list(options["joins"]),
         requirepass=options.get("requirepass"),
         beanstalk_replicate=int(options.get("beanstalk_replicate") or 1),
+        events_max_bytes=options.get("events_max_bytes"),
         state_dir=Path(state_dir) if state_dir else None,
         config_store=options.get("config_store"),
     )

@@ -360,3 +360,39 @@ def test_row_columns_override_the_options(spark: Any, lab3: Lab) -> None:
         again = c.add_job("rows-b", "b", replicate=2, idempotency_key="my-key")
         [b] = [r for r in found.option("queue", "rows-b").load().collect()]
         assert again == b.id
+
+
+def test_events_stream_fail_on_data_loss(spark: Any, server_factory: Any, tmp_path: Path) -> None:
+    from conftest import free_port
+
+    port = free_port()
+    # A tiny event log: old segments go quickly.
+    server_factory.new("--grpc-port", str(port), "--events-max-bytes", "4096")
+    addr = f"127.0.0.1:{port}"
+
+    def run(ck: Path, out: Path, **options: str) -> None:
+        r = spark.readStream.format("disq-events").option("nodes", addr)
+        for k, v in options.items():
+            r = r.option(k, v)
+        q = r.load().writeStream.format("json").option("path", str(out))
+        q = q.option("checkpointLocation", str(ck)).start()
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+
+    with Client(addr, discover=False) as c:
+        c.add_job("loss", "x", replicate=1)
+        strict, lenient = tmp_path / "strict", tmp_path / "lenient"
+        run(strict / "ck", strict / "out")  # both queries now stand after this first event
+        run(lenient / "ck", lenient / "out", failOnDataLoss="false")
+        first_next = c.read_events(addr, 0).next_seq
+        for k in range(200):  # one frame per add: far more than the log keeps
+            c.add_job("loss", f"{k}", replicate=1)
+        assert c.read_events(addr, 0).first_seq > first_next  # what the queries need is gone
+    with pytest.raises(Exception, match="are gone"):
+        run(strict / "ck", strict / "out")
+    run(lenient / "ck", lenient / "out", failOnDataLoss="false")
+    rows = spark.read.json(str(lenient / "out")).collect()
+    seqs = sorted(r.seq for r in rows)
+    assert seqs[0] == 1 and seqs[1] > first_next  # the first event, then a gap, then the rest
