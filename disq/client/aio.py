@@ -664,6 +664,18 @@ class AsyncClient:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
         return r
 
+    async def _call_node(self, node: str, method: str, request: Any) -> Any:
+        """One call to one node (its gRPC address), never retried elsewhere: for what is per
+        node (its jobs, its event log, its INFO)."""
+        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        try:
+            return await getattr(self._stub(n), method)(
+                request, timeout=self.timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            err = self._error(exc, n)
+            raise err or UnavailableError(f"{method}: {n.addr} did not answer") from None
+
     async def scan_jobs(
         self,
         node: str,
@@ -673,18 +685,12 @@ class AsyncClient:
         page: int = 1000,
     ) -> list[api_pb2.JobInfo]:
         """JSCAN to the end on one node (``node``: its gRPC address): every job there, or
-        those of ``queue`` in ``states`` (wait-repl, active, queued, acked), bodies included.
-        Not retried elsewhere: each node holds its own copies."""
-        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        those of ``queue`` in ``states`` (wait-repl, active, queued, acked), bodies included."""
         out: list[api_pb2.JobInfo] = []
         cursor = 0
         while True:
             req = api_pb2.JScanRequest(cursor=cursor, count=page, queue=queue, states=states)
-            try:
-                r = await self._stub(n).JScan(req, timeout=self.timeout_s, metadata=self._metadata)
-            except grpc.aio.AioRpcError as exc:
-                err = self._error(exc, n)
-                raise err or UnavailableError(f"JScan: {n.addr} did not answer") from None
+            r = await self._call_node(node, "JScan", req)
             out.extend(r.jobs)
             cursor = r.cursor
             if cursor == 0:
@@ -693,34 +699,19 @@ class AsyncClient:
     async def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
     ) -> api_pb2.ReadEventsResponse:
-        """One node's lifecycle events from ``from_seq`` (``node``: its gRPC address). Not
-        retried elsewhere: sequence numbers are per node."""
-        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        """One node's lifecycle events from ``from_seq`` (``node``: its gRPC address);
+        sequence numbers are per node."""
         req = api_pb2.ReadEventsRequest(from_seq=from_seq, max_events=max_events, since_ms=since_ms)
-        try:
-            r: api_pb2.ReadEventsResponse = await self._stub(n).ReadEvents(
-                req, timeout=self.timeout_s, metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            err = self._error(exc, n)
-            raise err or UnavailableError(f"ReadEvents: {n.addr} did not answer") from None
+        r: api_pb2.ReadEventsResponse = await self._call_node(node, "ReadEvents", req)
         return r
 
     async def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
-        """INFO of one node (``node``: an address or id prefix; default: any)."""
+        """INFO of one node (``node``: a known address, or an id prefix; default: any)."""
+        req = api_pb2.InfoRequest(section=section)
         if node is not None and node in self._nodes:
-            n = self._nodes[node]
-            try:
-                r = await self._stub(n).Info(
-                    api_pb2.InfoRequest(section=section),
-                    timeout=self.timeout_s,
-                    metadata=self._metadata,
-                )
-            except grpc.aio.AioRpcError as exc:
-                err = self._error(exc, n)
-                raise err or UnavailableError(f"Info: {n.addr} did not answer") from None
-            return dict(r.fields)
-        r = await self._call("Info", api_pb2.InfoRequest(section=section), prefer=node)
+            r = await self._call_node(node, "Info", req)
+        else:
+            r = await self._call("Info", req, prefer=node)
         return dict(r.fields)
 
 

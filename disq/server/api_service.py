@@ -213,17 +213,22 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         """After any core call: AOF records, peer messages, deferred replies, timers."""
         self.rt.after_resp_commands(None)
 
-    async def _wait(self, token: int) -> DeferredResult:
-        fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
-        self._waiters[token] = fut
+    async def _wait(self, tokens: list[int]) -> list[DeferredResult]:
+        """The core's deferred answers for ``tokens``, in order."""
+        futs: list[asyncio.Future[DeferredResult]] = []
+        for token in tokens:
+            fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
+            self._waiters[token] = fut
+            futs.append(fut)
         self._done()
         try:
-            return await fut
+            return list(await asyncio.gather(*futs))
         except asyncio.CancelledError:
-            # The call is gone (deadline, cancel, disconnect): nobody will read the answer.
-            if self._waiters.pop(token, None) is not None:
-                self.rt.core.cancel(token)
-                self._done()
+            # The call is gone (deadline, cancel, disconnect): nobody will read the answers.
+            for token in tokens:
+                if self._waiters.pop(token, None) is not None:
+                    self.rt.core.cancel(token)
+            self._done()
             raise
 
     async def _call(
@@ -301,7 +306,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def body() -> api_pb2.AddJobResponse:
             token, job_id = self._start_add(request, self._now())
             if job_id is None:
-                job_id = _added(await self._wait(token))
+                job_id = _added((await self._wait([token]))[0])
             else:
                 self._done()
             return api_pb2.AddJobResponse(id=job_id)
@@ -332,20 +337,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 self._done()
             else:
                 # Every sync add of the batch replicates at once; wait for all of them.
-                futs = []
-                for _, token in waits:
-                    fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
-                    self._waiters[token] = fut
-                    futs.append(fut)
-                self._done()
-                try:
-                    done = await asyncio.gather(*futs)
-                except asyncio.CancelledError:
-                    for _, token in waits:
-                        if self._waiters.pop(token, None) is not None:
-                            self.rt.core.cancel(token)
-                    self._done()
-                    raise
+                done = await self._wait([token for _, token in waits])
                 results = response.results
                 for (index, _), outcome in zip(waits, done, strict=True):
                     if isinstance(outcome, str):
@@ -387,7 +379,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             self._done()
             return []
         if r is PENDING:
-            result = await self._wait(token)
+            (result,) = await self._wait([token])
             if isinstance(result, DisqueError):
                 raise result
             return result if isinstance(result, list) else []
@@ -599,8 +591,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     # ------------------------------------------------------------------ events
     async def ReadEvents(self, request: api_pb2.ReadEventsRequest, context: Any) -> Any:
         async def body() -> api_pb2.ReadEventsResponse:
-            log = self.rt.event_log
-            self.rt.pump(self._now())  # what the core recorded so far is readable at once
+            log = self.rt.event_log  # every command batch and timer drains into it
             response = api_pb2.ReadEventsResponse(
                 node_id=self.rt.membership.my_id, first_seq=log.first_seq, next_seq=log.next_seq
             )

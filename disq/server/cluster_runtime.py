@@ -466,37 +466,23 @@ class ClusterRuntime:
         self._release_scheduled = False
         out, self._held_out = self._held_out, []
         send = self.links.send
-        dels: dict[str, list[str]] | None = None
-        keys: dict[str, IdemKeys] | None = None
+        # One DELJOB and one IdemKeys per peer per iteration, with every entry: the ack GC of
+        # a busy queue ends thousands of jobs a second, a bulk of keyed adds (the Spark sink)
+        # announces as many keys, and each message costs a protobuf encode and decode. Sent
+        # last: a delete or a key that arrives a little later is safe.
+        merged: dict[tuple[type, str], DelJob | IdemKeys] = {}
         for dest, msg in out:
-            if type(msg) is IdemKeys:
-                # Likewise one IdemKeys per peer per iteration: a bulk of keyed adds (the
-                # Spark sink) would otherwise cost one message per job per peer.
-                if keys is None:
-                    keys = {}
-                acc = keys.get(dest)
-                if acc is None:
-                    keys[dest] = IdemKeys(list(msg.queues), list(msg.keys), list(msg.job_ids))
-                else:
-                    acc.queues.extend(msg.queues)
-                    acc.keys.extend(msg.keys)
-                    acc.job_ids.extend(msg.job_ids)
-                continue
-            if type(msg) is DelJob:
-                # One DELJOB per peer per iteration, with every id: the ack GC of a busy
-                # queue ends thousands of jobs a second, and each message costs a protobuf
-                # encode and decode. Sent last: a delete that arrives a little later is safe.
-                if dels is None:
-                    dels = {}
-                dels.setdefault(dest, []).extend(msg.job_ids)
-                continue
-            send(dest, msg)
-        if dels:
-            for dest, job_ids in dels.items():
-                send(dest, DelJob(job_ids))
-        if keys:
-            for dest, msg in keys.items():
+            kind = type(msg)
+            if kind is not DelJob and kind is not IdemKeys:
                 send(dest, msg)
+                continue
+            acc = merged.get((kind, dest))
+            if acc is None:
+                merged[(kind, dest)] = _copy_columns(msg)
+            else:
+                _extend_columns(acc, msg)
+        for (_, dest), msg in merged.items():
+            send(dest, msg)
         self.links.flush()
         self._route_beanstalk_replies()
         dirty, self._dirty_resp = self._dirty_resp, []
@@ -545,6 +531,22 @@ class ClusterRuntime:
         except Exception:
             self.log.exception("cluster_tick_failed")
         self.pump(now)
+
+
+def _copy_columns(msg: DelJob | IdemKeys) -> DelJob | IdemKeys:
+    """A message of list fields whose lists this module may extend."""
+    if isinstance(msg, DelJob):
+        return DelJob(list(msg.job_ids))
+    return IdemKeys(list(msg.queues), list(msg.keys), list(msg.job_ids))
+
+
+def _extend_columns(acc: DelJob | IdemKeys, msg: DelJob | IdemKeys) -> None:
+    if isinstance(acc, DelJob) and isinstance(msg, DelJob):
+        acc.job_ids.extend(msg.job_ids)
+    elif isinstance(acc, IdemKeys) and isinstance(msg, IdemKeys):
+        acc.queues.extend(msg.queues)
+        acc.keys.extend(msg.keys)
+        acc.job_ids.extend(msg.job_ids)
 
 
 def _timing(node_timeout_ms: int) -> dict[str, int]:

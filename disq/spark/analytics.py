@@ -14,7 +14,9 @@ The window is the one its enqueue time falls in. Per (queue, window):
 - delivery_ms_p50/p95/p99: enqueue -> first delivery; ack_ms_p50/p95/p99: enqueue -> ack
   (exact percentiles, Spark's ``percentile``: linear interpolation between the closest ranks)
 - retry_rate: of the jobs delivered, the share delivered more than once
-- dead: jobs that expired and were never acked, with their ids (``dead_ids``)
+- dead: jobs never acked that expired, or that sit in a dead-letter queue
+  (``--dead-letter-queues``, where disq.Worker moves jobs after too many failures), with
+  their ids (``dead_ids``)
 
 Output in DIR: ``summary.parquet/``, ``summary.json/`` (one JSON object per line), a readable
 ``summary.txt`` (also printed) and ``chart.png`` (latency percentiles and throughput over time).
@@ -66,7 +68,7 @@ def job_stories(events: Any) -> Any:
     )
 
 
-def summarize(events: Any, window_s: int) -> Any:
+def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = ()) -> Any:
     from pyspark.sql import functions as F
 
     jobs = job_stories(events)
@@ -85,7 +87,11 @@ def summarize(events: Any, window_s: int) -> Any:
         F.sum(F.when(F.col("deliveries") > 1, 1).otherwise(0)).alias("retried"),
         F.sort_array(
             F.collect_list(
-                F.when((F.col("expired") == 1) & F.col("acked_ms").isNull(), F.col("job_id"))
+                F.when(
+                    ((F.col("expired") == 1) | F.col("queue").isin(*dead_letter_queues))
+                    & F.col("acked_ms").isNull(),
+                    F.col("job_id"),
+                )
             )
         ).alias("dead_ids"),
     )
@@ -170,9 +176,16 @@ def chart(rows: list[Any], path: Path) -> None:
     plt.close(fig)
 
 
-def run(spark: Any, events_path: str, out: Path, window_s: int) -> list[Any]:
+def run(
+    spark: Any,
+    events_path: str,
+    out: Path,
+    window_s: int,
+    dead_letter_queues: tuple[str, ...] = (),
+) -> list[Any]:
     # Cached: written twice and collected once, computed once.
-    summary = summarize(load_events(spark, events_path), window_s).cache()
+    events = load_events(spark, events_path)
+    summary = summarize(events, window_s, dead_letter_queues).cache()
     out.mkdir(parents=True, exist_ok=True)
     summary.write.mode("overwrite").parquet(str(out / "summary.parquet"))
     summary.write.mode("overwrite").json(str(out / "summary.json"))
@@ -189,11 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", required=True, help="directory of `disq events export` files")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--window", type=parse_window, default=3600, help="e.g. 5m, 1h (default)")
+    p.add_argument(
+        "--dead-letter-queues",
+        default="",
+        help="comma-separated queues whose unacked jobs count as dead (disq.Worker's dead_letter)",
+    )
     args = p.parse_args(argv)
     from disq.spark import session
 
     spark = session("disq-analytics")
-    rows = run(spark, args.events, args.out, args.window)
+    dlq = tuple(q for q in args.dead_letter_queues.split(",") if q)
+    rows = run(spark, args.events, args.out, args.window, dlq)
     sys.stdout.write(render(rows))
     spark.stop()
     return 0

@@ -10,59 +10,31 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROJECT_ROOT, START_TIMEOUT, STOP_TIMEOUT, free_port
+from conftest import PROJECT_ROOT, STOP_TIMEOUT, ServerProcess, free_port
 
-from disq.client import Client, DisqError
+from disq.client import Client
 
-BIN = Path(sys.executable).parent
-# The console script; `python -m disq.cli` until the package is reinstalled with it.
-CLI = [str(BIN / "disq")] if (BIN / "disq").exists() else [sys.executable, "-m", "disq.cli"]
+CLI = [str(Path(sys.executable).with_name("disq"))]  # the console script make test installs
 JOB_ID = r"D-[0-9a-f]{8}-"
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One in-memory node for the module (tests use their own queues); its gRPC address."""
-    work = tmp_path_factory.mktemp("cli-node")
     grpc_port = free_port()
-    argv = [str(BIN / "disq-node"), "-l", "127.0.0.1", "-p", str(free_port())]
-    argv += ["--resp-port", str(free_port()), "--grpc-port", str(grpc_port), "--in-memory"]
-    log_path = work / "node.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    addr = f"127.0.0.1:{grpc_port}"
+    srv = ServerProcess(
+        "disq", tmp_path_factory.mktemp("cli-node"), ("--grpc-port", str(grpc_port))
+    )
+    srv.start()  # returns once the node serves commands
     try:
-        _wait_ready(proc, addr, log_path)
-        yield addr
+        yield f"127.0.0.1:{grpc_port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], addr: str, log_path: Path) -> None:
-    """Poll the gRPC port with QLEN until the node answers (or died, or the deadline)."""
-    deadline = time.monotonic() + START_TIMEOUT
-    with Client(addr, timeout_s=1.0) as client:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"node exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                client.qlen("cli-ready-probe")
-                return
-            except DisqError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"node not ready:\n{log_path.read_text()}") from None
-                time.sleep(0.05)
+        srv.stop()
 
 
 def _env(addr: str) -> dict[str, str]:

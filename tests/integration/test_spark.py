@@ -247,19 +247,38 @@ def test_streaming_into_disq_survives_a_restart_of_the_query(
 from disq.testing.events import exact_percentile, seeded_events  # noqa: E402
 
 
+def _event(node: str, seq: int, t: int, kind: str, queue: str, job: str) -> dict[str, Any]:
+    return {"node": node, "seq": seq, "time_ms": t, "kind": kind, "queue": queue,
+            "job_id": job, "attempt": 1, "size": 1}  # fmt: skip
+
+
 def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: Path) -> None:
     import json
 
     from disq.spark import analytics
 
     events, expect = seeded_events(7)
+    # A dead-letter queue (disq.Worker's): 5 jobs moved there, 2 of them handled later.
+    w = min(window for _, window in expect)
+    dead_row = {"enqueued": 5, "acked": 2, "deliv": [], "ack": [], "delivered": 2, "retried": 0}
+    for k in range(5):
+        job = f"D-00000007-dlq{k:021d}-05a1"
+        t = w + 1000 * k
+        events.append(_event("n3", 90_000 + 3 * k, t, "enqueued", "alpha-dead", job))
+        if k < 2:
+            events.append(_event("n3", 90_001 + 3 * k, t + 100, "delivered", "alpha-dead", job))
+            events.append(_event("n3", 90_002 + 3 * k, t + 300, "acked", "alpha-dead", job))
+            dead_row["deliv"].append(100)  # type: ignore[attr-defined]
+            dead_row["ack"].append(300)  # type: ignore[attr-defined]
+    dead_row["dead"] = [f"D-00000007-dlq{k:021d}-05a1" for k in (2, 3, 4)]
+    expect[("alpha-dead", w)] = dead_row
     src = tmp_path / "events"
     src.mkdir()
     with open(src / "events-all.jsonl", "w") as f:
         for e in events:
             f.write(json.dumps(e) + "\n")
     out = tmp_path / "out"
-    rows = analytics.run(spark, str(src), out, 3600)
+    rows = analytics.run(spark, str(src), out, 3600, dead_letter_queues=("alpha-dead",))
     got = {(r["queue"], r["window_start_ms"]): r for r in rows}
     assert set(got) == set(expect)
     for key, e in expect.items():
