@@ -518,16 +518,22 @@ def _timeout(arg: bytes) -> int | bytes:
     return v
 
 
+# ADDJOB's numeric options: (lowest, highest, Disque's error for anything else).
+_ADDJOB_NUMBERS: dict[bytes, tuple[int, int, bytes]] = {
+    b"replicate": (1, 65535, b"-ERR REPLICATE must be between 1 and 65535\r\n"),
+    b"ttl": (1, _LLONG_MAX, b"-ERR TTL must be a number > 0\r\n"),
+    b"retry": (0, _LLONG_MAX, b"-ERR RETRY time must be a non negative number\r\n"),
+    b"delay": (0, _LLONG_MAX, b"-ERR DELAY time must be a non negative number\r\n"),
+    b"maxlen": (1, _LLONG_MAX, b"-ERR MAXLEN must be a positive number\r\n"),
+}
+
+
 def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
     [ASYNC] [IDEMPOTENCY-KEY key]. Options are checked before the timeout, as in
     addjobCommand; the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >=
     TTL) and the defaults are the core's, since they depend on the cluster size."""
-    repl: int | None = None
-    ttl: int | None = None
-    retry: int | None = None
-    delay = 0
-    maxlen: int | None = None
+    numbers: dict[bytes, int] = {}  # REPLICATE, TTL, RETRY, DELAY, MAXLEN
     async_ = False
     idem_key = ""
     n = len(argv)
@@ -535,35 +541,13 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     while j < n:
         opt = argv[j].lower()
         more = j < n - 1
-        if opt == b"replicate" and more:
+        rule = _ADDJOB_NUMBERS.get(opt)
+        if rule is not None and more:
+            low, high, error = rule
             v = parse_ll(argv[j + 1])
-            if v is None or v <= 0 or v > 65535:
-                return b"-ERR REPLICATE must be between 1 and 65535\r\n"
-            repl = v
-            j += 1
-        elif opt == b"ttl" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None or v <= 0:
-                return b"-ERR TTL must be a number > 0\r\n"
-            ttl = v
-            j += 1
-        elif opt == b"retry" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None or v < 0:
-                return b"-ERR RETRY time must be a non negative number\r\n"
-            retry = v
-            j += 1
-        elif opt == b"delay" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None or v < 0:
-                return b"-ERR DELAY time must be a non negative number\r\n"
-            delay = v
-            j += 1
-        elif opt == b"maxlen" and more:
-            v = parse_ll(argv[j + 1])
-            if v is None or v <= 0:
-                return b"-ERR MAXLEN must be a positive number\r\n"
-            maxlen = v
+            if v is None or v < low or v > high:
+                return error
+            numbers[opt] = v
             j += 1
         elif opt == b"async":
             async_ = True
@@ -587,11 +571,11 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         queue_name(argv[1]),
         argv[2],
         timeout_ms=timeout,
-        repl=repl,
-        delay_s=delay,
-        retry_s=retry,
-        ttl_s=ttl,
-        maxlen=maxlen,
+        repl=numbers.get(b"replicate"),
+        delay_s=numbers.get(b"delay", 0),
+        retry_s=numbers.get(b"retry"),
+        ttl_s=numbers.get(b"ttl"),
+        maxlen=numbers.get(b"maxlen"),
         async_=async_,
         idem_key=idem_key,
     )
