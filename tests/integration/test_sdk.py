@@ -96,6 +96,8 @@ def test_errors_carry_reason_and_disque_message_in_metadata(lab3: Lab) -> None:
         assert detail.reason == api_pb2.BADID
         # The connection and the node keep serving after the error.
         assert stub.QLen(api_pb2.QueueName(queue="nothing"), timeout=5).count == 0
+        stats = stub.Info(api_pb2.InfoRequest(section="stats"), timeout=5).fields
+        assert int(stats["grpc_api_errors"]) >= 1 and int(stats["grpc_api_calls"]) >= 3
 
 
 def test_grpc_and_resp_doors_see_the_same_queue(lab3: Lab) -> None:
