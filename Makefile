@@ -18,6 +18,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check disq tests scripts cluster
 	$(BIN)/ruff format --check disq
+	$(BIN)/lint-imports --no-cache --no-logo
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

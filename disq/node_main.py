@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"disq-node {__version__} (beanstalkd protocol 1.12)\n")
         return 0
     if args.repair_aof:
-        from disq.persistence.aof_file import AofError, repair_aof
+        from disq.persistence.aof_errors import AofError
+        from disq.persistence.aof_reader import repair_aof
 
         try:
             dropped = repair_aof(Path(args.repair_aof) / "disq.aof")
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main_config_file(args: argparse.Namespace) -> int:
     """Drop-in for ``disque-server disque.conf``."""
-    from disq.config_file import ConfigFileError, load_config
+    from disq.config import ConfigFileError, load_config
 
     try:
         store = load_config(args.config)
@@ -229,9 +230,10 @@ def _run(
     import asyncio
     import gc
 
-    from disq.core.engine import Limits
+    from disq.core.beanstalk.core import Limits
     from disq.logging import configure_logging
-    from disq.server.node import Node, NodeConfig
+    from disq.server.node_config import NodeConfig
+    from disq.server.runtime import NodeRuntime
 
     log_options = cluster or {}
     configure_logging(args.verbose, log_options.get("logfile"), log_options.get("loglevel"))
@@ -266,9 +268,9 @@ def _run(
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    node = Node(config, loop)
+    node = NodeRuntime(config, loop)
     if cluster is not None:
-        from disq.server.cluster_runtime import attach_cluster
+        from disq.server.cluster_services import attach_cluster
 
         try:
             attach_cluster(node, cluster)
@@ -276,7 +278,7 @@ def _run(
             sys.stderr.write(f"disq-node: {exc}\n")
             return 1
     if config.data_dir is not None:
-        from disq.persistence.aof_file import AofCorruptError, AofLockedError
+        from disq.persistence.aof_errors import AofCorruptError, AofLockedError
 
         try:
             node.open_aof()

@@ -14,13 +14,13 @@ import itertools
 import random
 import time
 
-from disq.core.cluster import ClusterCore
+from disq.core.disque.core import DisqueCore
 from disq.core.membership import Membership
 from disq.core.messages import ALIVE, Member, Message
+from disq.doors.disque import RespStats, execute
+from disq.doors.resp_door import RespDoor
 from disq.protocol.resp import RespParser
-from disq.server.disque_commands import RespStats, execute
 from disq.server.peer_wire import decode_frame, encode_frame
-from disq.server.resp_door import RespDoor
 
 BODY = b"x" * 100
 ADDJOB = (
@@ -35,7 +35,7 @@ def us_per(n: int, t0: float) -> float:
 
 
 class _Node:
-    def __init__(self, core: ClusterCore) -> None:
+    def __init__(self, core: DisqueCore) -> None:
         self.core = core
         self.requirepass: str | None = None
         self.aof_error: str | None = None
@@ -47,7 +47,7 @@ class _Node:
 
 def single_node(n: int = 50_000) -> None:
     me = Member("a" * 40, "127.0.0.1", 7710, 7711, 0, ALIVE)
-    core = ClusterCore(Membership(me, random.Random(1), 0), random.Random(1), 0)
+    core = DisqueCore(Membership(me, random.Random(1), 0), random.Random(1), 0)
     core.persist = False
     t0 = time.perf_counter()
     for k in range(n):
@@ -91,7 +91,7 @@ class _View:
 def three_nodes(n: int = 16_000, in_flight: int = 800) -> None:
     ids = [f"{i:02x}" * 20 for i in range(1, 4)]
     cores = {
-        nid: ClusterCore(_View(nid, [p for p in ids if p != nid]), random.Random(k), 0)
+        nid: DisqueCore(_View(nid, [p for p in ids if p != nid]), random.Random(k), 0)
         for k, nid in enumerate(ids)
     }
     creator = cores[ids[0]]

@@ -121,7 +121,7 @@ def _member_from_dict(d: dict[str, Any]) -> Member:
 
 
 class Membership:
-    """SWIM membership of one node; implements ``disq.core.cluster_api.ClusterView``.
+    """SWIM membership of one node; implements ``disq.core.disque.api.ClusterView``.
 
     Outputs, drained by the IO layer:
 

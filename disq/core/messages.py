@@ -12,6 +12,7 @@ entries by destination and sends each peer one frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 # Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
 ALIVE = 1
@@ -52,9 +53,21 @@ class PingReq:
     target: str
 
 
+# The beanstalk state a replicated beanstalk job's copies carry (JobData.bstate,
+# BeanstalkUpdate.bstate): beanstalkd's own numbers, only the two a copy can be taken over in.
+BSTATE_READY = 0
+BSTATE_BURIED = 3
+
+
 @dataclass(slots=True)
 class JobData:
-    """A job as it travels: TTL relative (clocks differ between nodes), counters included."""
+    """A job as it travels: TTL relative (clocks differ between nodes), counters included.
+
+    The same record is the AOF's LOADJOB payload, where one clock holds: there the expiry is
+    absolute (``expire_ms``) and ``ttl_remaining_s`` is 0. ``expire_ms`` never travels.
+    """
+
+    AOF_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("expire_ms",)
 
     id: str
     queue: str
@@ -63,15 +76,16 @@ class JobData:
     ctime: int  # creating node's ms * 1e6, strictly increasing per node
     delay_s: int
     retry_s: int
-    ttl_remaining_s: int
+    ttl_remaining_s: int  # on the wire: seconds left (clocks differ); 0 in an AOF record
     nacks: int = 0
     additional_deliveries: int = 0
     nodes_delivered: list[str] = field(default_factory=list)
     priority: int = 1024
     beanstalk: bool = False  # put through a beanstalk door (a takeover puts it back there)
-    bstate: int = 0  # the owner's last reported beanstalk state (0 ready, 3 buried)
+    bstate: int = BSTATE_READY  # the owner's last reported beanstalk state
     beanstalk_id: int = 0  # the owner's numeric alias
     idempotency_key: str = ""  # the ADDJOB's idempotency key: every copy answers a retried add
+    expire_ms: int = 0  # in an AOF record: the absolute expiry (one clock); 0 on the wire
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 
 from disq.core.messages import JobData
+from disq.persistence.framing import iter_frames
 
 REC_LOADJOB = 16
 REC_DELJOB = 17
@@ -35,7 +36,7 @@ _KEYLEN = struct.Struct("<H")
 
 
 def encode_loadjob(d: JobData) -> bytes:
-    """``d.ttl_remaining_s`` holds the absolute expiry in ms (the core's AOF convention)."""
+    """The job as the AOF keeps it: ``d.expire_ms`` is its absolute expiry."""
     queue = d.queue.encode("utf-8", "surrogateescape")  # queue names are any bytes
     nodes = b"".join(n.encode() for n in d.nodes_delivered)
     return (
@@ -45,7 +46,7 @@ def encode_loadjob(d: JobData) -> bytes:
             d.ctime,
             d.delay_s,
             d.retry_s,
-            d.ttl_remaining_s,
+            d.expire_ms,
             d.nacks,
             d.additional_deliveries,
             d.priority,
@@ -105,7 +106,8 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
         ctime=f[2],
         delay_s=f[3],
         retry_s=f[4],
-        ttl_remaining_s=f[5],
+        ttl_remaining_s=0,
+        expire_ms=f[5],
         nacks=f[6],
         additional_deliveries=f[7],
         nodes_delivered=nodes,
@@ -125,6 +127,11 @@ def decode_deljob(payload: bytes | memoryview) -> str:
     if len(payload) != _DEL.size:
         raise ClusterRecordError("DELJOB record has the wrong length")
     return bytes(_DEL.unpack_from(payload, 0)[0]).decode()
+
+
+def decode_framed(records: list[bytes]) -> list[tuple[str, object]]:
+    """Framed records (a core's ``aof_out``) back as the core's ``restore`` takes them."""
+    return to_core_records(list(iter_frames(b"".join(records))))
 
 
 def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:

@@ -11,7 +11,7 @@ import json
 import secrets
 from pathlib import Path
 
-from disq.persistence.aof_file import replace_durably
+from disq.persistence.fs import replace_durably
 
 NODE_FILE = "node.json"
 

@@ -1,6 +1,6 @@
 """Payloads of the AOF records a node writes: pure encode/decode, no IO.
 
-Framing (length, CRC, file header) lives in ``aof_file``. A record states absolute values
+Framing (length, CRC, file header) lives in ``framing``. A record states absolute values
 (state, priority, deadline, counters), never deltas: replaying the same record twice, or an
 older record before a newer full one (as an incremental rewrite interleaves them), converges
 on the state of the last record in file order.
@@ -20,7 +20,7 @@ import struct
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from disq.core.job import Job
+    from disq.core.beanstalk.job import Job
 
 REC_PUT = 1
 REC_UPDATE = 2

@@ -6,11 +6,11 @@ What differs is only the envelope: errors are gRPC status codes with a machine-r
 :class:`ErrorInfo` in the trailing metadata key ``disq-error-bin``.
 
 A call that blocks in the core (a sync AddJob, a GetJobs with nothing queued) takes a token
-from the node-wide counter the RESP connections use and waits on a future; the node routes
-``core.replies`` to it after the AOF write that the answer depends on (the RESP hub hands us
-every token it does not own). A call that goes away (deadline, cancel, the client died)
-cancels its token in the core: a sync add nobody will learn about is deleted, as Disque does
-for a client that disconnects while waiting for replication.
+from the node-wide counter the RESP connections use and waits on a future; the node's reply
+router calls back with the answer after the AOF write that the answer depends on. A call that
+goes away (deadline, cancel, the client died) cancels its token in the core: a sync add
+nobody will learn about is deleted, as Disque does for a client that disconnects while
+waiting for replication.
 
 The standard health service (``grpc.health.v1.Health``, overall and per service) and server
 reflection are served on the same port, so grpcurl and Kubernetes probes work unchanged.
@@ -21,20 +21,21 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 import structlog
 
-from disq.core.cluster_api import PENDING, DeferredResult, DisqueError
-from disq.core.djob import STATE_BY_NAME, DJob
+from disq.core.disque.api import PENDING, DeferredResult, DisqueError
+from disq.core.disque.job import STATE_BY_NAME, DJob
 from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import PAUSE_IN, PAUSE_OUT
+from disq.doors.disque import NodeApi, info_text, queue_bytes, queue_name
 from disq.proto_gen import api_pb2, api_pb2_grpc
-from disq.server.disque_commands import info_text, queue_bytes, queue_name
 
 if TYPE_CHECKING:
-    from disq.server.cluster_runtime import ClusterRuntime
+    from disq.persistence.event_log import EventLog
+    from disq.server.router import Waiter
 
 SERVICE_NAME = "disq.v1.Queue"
 ERROR_KEY = "disq-error-bin"
@@ -64,6 +65,30 @@ _PAUSE_FLAGS = {"none": 0, "in": PAUSE_IN, "out": PAUSE_OUT, "all": PAUSE_IN | P
 _PAUSE_NAMES = ("none", "in", "out", "all")
 
 T = TypeVar("T")
+
+
+class ApiNode(NodeApi, Protocol):
+    """What the API needs from the node on top of the RESP commands' :class:`NodeApi`
+    (``disq.server.node_services.NodeServices`` is both)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def my_id(self) -> str: ...
+
+    @property
+    def event_log(self) -> EventLog: ...
+
+    def member_grpc_port(self, node_id: str) -> int: ...
+
+    def new_token(self) -> int: ...
+
+    def wait_reply(self, token: int, waiter: Waiter) -> None: ...
+
+    def cancel(self, token: int) -> None: ...
+
+    def after_commands(self) -> None: ...
 
 
 class ApiError(Exception):
@@ -167,8 +192,8 @@ def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
 class QueueApi(api_pb2_grpc.QueueServicer):
     """The servicer. Runs on the node's loop, like every other door."""
 
-    def __init__(self, runtime: ClusterRuntime) -> None:
-        self.rt = runtime
+    def __init__(self, node: ApiNode) -> None:
+        self.node = node
         self._waiters: dict[int, asyncio.Future[DeferredResult]] = {}
         self.log = structlog.get_logger("disq.api")
         self.calls = 0
@@ -200,25 +225,23 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         for name in ("", SERVICE_NAME):
             await self.health.set(name, status)
 
-    def route(self, token: int, result: DeferredResult) -> bool:
-        """A deferred core answer for one of our tokens (False: not ours)."""
+    def _deliver(self, token: int, result: DeferredResult) -> None:
+        """A deferred core answer for one of our tokens (the node's router calls it)."""
         fut = self._waiters.pop(token, None)
-        if fut is None:
-            return False
-        if not fut.done():
+        if fut is not None and not fut.done():
             fut.set_result(result)
-        return True
 
     def _done(self) -> None:
         """After any core call: AOF records, peer messages, deferred replies, timers."""
-        self.rt.after_resp_commands(None)
+        self.node.after_commands()
 
     async def _wait(self, tokens: list[int]) -> list[DeferredResult]:
         """The core's deferred answers for ``tokens``, in order."""
         futs: list[asyncio.Future[DeferredResult]] = []
         for token in tokens:
-            fut: asyncio.Future[DeferredResult] = self.rt.loop.create_future()
+            fut: asyncio.Future[DeferredResult] = self.node.loop.create_future()
             self._waiters[token] = fut
+            self.node.wait_reply(token, self._deliver)
             futs.append(fut)
         self._done()
         try:
@@ -227,7 +250,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             # The call is gone (deadline, cancel, disconnect): nobody will read the answers.
             for token in tokens:
                 if self._waiters.pop(token, None) is not None:
-                    self.rt.core.cancel(token)
+                    self.node.cancel(token)
             self._done()
             raise
 
@@ -237,10 +260,10 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         body: Callable[[], Awaitable[T]],
     ) -> T:
         self.calls += 1
-        self.rt.services.resp_stats.commands += 1  # INFO's total_commands_processed
+        self.node.resp_stats.commands += 1  # INFO's total_commands_processed
         try:
             self._check_auth(context)
-            error = self.rt.node.aof_error
+            error = self.node.aof_error
             if error is not None:
                 raise ApiError(
                     api_pb2.ERROR_REASON_UNSPECIFIED,
@@ -261,7 +284,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         raise AssertionError("context.abort returned")  # pragma: no cover
 
     def _check_auth(self, context: Any) -> None:
-        password = self.rt.services.requirepass
+        password = self.node.requirepass
         if not password:
             return
         given = ""
@@ -276,7 +299,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             )
 
     def _now(self) -> int:
-        return self.rt.node.now_ms()
+        return self.node.now_ms()
 
     # ------------------------------------------------------------------ adding
     def _start_add(self, req: api_pb2.AddJobRequest, now: int) -> tuple[int, str | None]:
@@ -285,8 +308,8 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             raise syntax("REPLICATE must be between 1 and 65535")
         if req.HasField("ttl_s") and req.ttl_s == 0:
             raise syntax("TTL must be a number > 0")
-        token = self.rt.hub.new_token()
-        r = self.rt.core.add_job(
+        token = self.node.new_token()
+        r = self.node.core.add_job(
             now,
             token,
             _queue(req.queue),
@@ -371,8 +394,8 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     async def _get(
         self, req: api_pb2.GetJobsRequest, queues: list[str], count: int, timeout_ms: int
     ) -> list[DJob]:
-        token = self.rt.hub.new_token()
-        r = self.rt.core.get_job(
+        token = self.node.new_token()
+        r = self.node.core.get_job(
             self._now(), token, queues, nohang=req.nohang, timeout_ms=timeout_ms, count=count
         )
         if r is None:
@@ -434,18 +457,18 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         return handler
 
     async def Ack(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.rt.core.ack_job)(request, context)
+        return await self._ids_call(self.node.core.ack_job)(request, context)
 
     async def FastAck(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.rt.core.fast_ack)(request, context)
+        return await self._ids_call(self.node.core.fast_ack)(request, context)
 
     async def Nack(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.rt.core.nack)(request, context)
+        return await self._ids_call(self.node.core.nack)(request, context)
 
     async def Working(self, request: api_pb2.JobId, context: Any) -> Any:
         async def body() -> api_pb2.WorkingResponse:
             (job_id,) = _ids([request.id])
-            retry = self.rt.core.working(self._now(), job_id)
+            retry = self.node.core.working(self._now(), job_id)
             self._done()
             return api_pb2.WorkingResponse(retry_s=retry)
 
@@ -455,20 +478,20 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     async def Show(self, request: api_pb2.JobId, context: Any) -> Any:
         async def body() -> api_pb2.JobInfo:
             (job_id,) = _ids([request.id])
-            pairs = self.rt.core.show(self._now(), job_id)
+            pairs = self.node.core.show(self._now(), job_id)
             return api_pb2.JobInfo(found=False) if pairs is None else _job_info(pairs)
 
         return await self._call(context, body)
 
     async def QLen(self, request: api_pb2.QueueName, context: Any) -> Any:
         async def body() -> api_pb2.Count:
-            return api_pb2.Count(count=self.rt.core.qlen(_queue(request.queue)))
+            return api_pb2.Count(count=self.node.core.qlen(_queue(request.queue)))
 
         return await self._call(context, body)
 
     async def QStat(self, request: api_pb2.QueueName, context: Any) -> Any:
         async def body() -> api_pb2.QueueStats:
-            pairs = self.rt.core.qstat(self._now(), _queue(request.queue))
+            pairs = self.node.core.qstat(self._now(), _queue(request.queue))
             if pairs is None:
                 return api_pb2.QueueStats(found=False)
             d: dict[str, Any] = dict(pairs)
@@ -492,7 +515,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def body() -> api_pb2.Jobs:
             if abs(request.count) > MAX_GET_COUNT:
                 raise syntax(f"count must be at most {MAX_GET_COUNT} either way")
-            jobs = self.rt.core.qpeek(_queue(request.queue), request.count)
+            jobs = self.node.core.qpeek(_queue(request.queue), request.count)
             response = api_pb2.Jobs()
             _add_jobs(response.jobs, jobs, False)
             return response
@@ -501,7 +524,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
     async def QScan(self, request: api_pb2.QScanRequest, context: Any) -> Any:
         async def body() -> api_pb2.QScanResponse:
-            nxt, names = self.rt.core.qscan(
+            nxt, names = self.node.core.qscan(
                 request.cursor,
                 request.count or 100,
                 busyloop=request.busyloop,
@@ -522,7 +545,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 if st is None:
                     raise syntax("Invalid job state name")
                 states.add(st)
-            core = self.rt.core
+            core = self.node.core
             nxt, jobs = core.jscan(
                 request.cursor,
                 request.count or 100,
@@ -549,7 +572,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 flags = _PAUSE_FLAGS.get(request.state.lower())
                 if flags is None:
                     raise syntax("state must be one of none, in, out, all")
-            r = self.rt.core.pause(self._now(), _queue(request.queue), flags, request.bcast)
+            r = self.node.core.pause(self._now(), _queue(request.queue), flags, request.bcast)
             self._done()
             return api_pb2.PauseResponse(state=_PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)])
 
@@ -558,27 +581,24 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     # ------------------------------------------------------------------ the node
     async def Hello(self, request: api_pb2.HelloRequest, context: Any) -> Any:
         async def body() -> api_pb2.HelloResponse:
-            services = self.rt.services
-            membership = self.rt.membership
             nodes = []
-            for e in services.cluster_nodes():
-                m = membership.member(e.node_id)
+            for e in self.node.cluster_nodes():
                 nodes.append(
                     api_pb2.NodeInfo(
                         id=e.node_id,
                         host=e.host,
                         resp_port=e.client_port,
-                        grpc_port=m.grpc_port if m is not None else 0,
+                        grpc_port=self.node.member_grpc_port(e.node_id),
                         priority=e.priority,
                     )
                 )
-            return api_pb2.HelloResponse(my_id=membership.my_id, nodes=nodes)
+            return api_pb2.HelloResponse(my_id=self.node.my_id, nodes=nodes)
 
         return await self._call(context, body)
 
     async def Info(self, request: api_pb2.InfoRequest, context: Any) -> Any:
         async def body() -> api_pb2.InfoResponse:
-            text = info_text(self.rt.services, request.section or "default")
+            text = info_text(self.node, request.section or "default")
             fields = {}
             for line in text.split("\r\n"):
                 if line and not line.startswith("#") and ":" in line:
@@ -591,9 +611,9 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     # ------------------------------------------------------------------ events
     async def ReadEvents(self, request: api_pb2.ReadEventsRequest, context: Any) -> Any:
         async def body() -> api_pb2.ReadEventsResponse:
-            log = self.rt.event_log  # every command batch and timer drains into it
+            log = self.node.event_log  # every command batch and timer drains into it
             response = api_pb2.ReadEventsResponse(
-                node_id=self.rt.membership.my_id, first_seq=log.first_seq, next_seq=log.next_seq
+                node_id=self.node.my_id, first_seq=log.first_seq, next_seq=log.next_seq
             )
             add = response.events.add
             for e in log.read(request.from_seq, request.max_events or 1000, request.since_ms):

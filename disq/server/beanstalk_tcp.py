@@ -3,63 +3,62 @@
 This is the hot path. Per read: one parse of every complete command, one engine call per
 command, and one ``transport.write`` of all the replies of that read (beanstalkd writes each
 reply on its own). When the AOF is on, replies wait for the node's group commit instead.
+Backpressure and hang-ups: :mod:`disq.server.flow`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 from time import time as _time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from disq.server.beanstalk_door import BeanstalkDoor
-from disq.server.hangup import HANGUP_POLL_S, hung_up
+from disq.doors.beanstalk_door import BeanstalkDoor, Replicator
+from disq.server.flow import PENDING_HIGH_BYTES, FlowControlledProtocol, Flushable, set_nodelay
 
 if TYPE_CHECKING:
-    from disq.server.node import Node
-
-# Queued commands (behind a blocked reserve, or waiting for the client to read its replies)
-# past this many bytes stop the reading of the socket; reading resumes below the low mark.
-PENDING_HIGH_BYTES = 1 << 20
-PENDING_LOW_BYTES = 256 << 10
+    from disq.core.beanstalk.core import BeanstalkCore
+    from disq.core.beanstalk.session import Session
 
 
-class BeanstalkProtocol(asyncio.Protocol):
-    __slots__ = (
-        "continue_scheduled",
-        "door",
-        "node",
-        "out",
-        "read_paused",
-        "transport",
-        "watching_hangup",
-        "write_paused",
-    )
+class BeanstalkHost(Protocol):
+    """What the beanstalk transport needs from the runtime."""
 
-    def __init__(self, node: Node) -> None:
+    beanstalk: BeanstalkCore
+    op_counts: list[int]
+    sessions: dict[Session, BeanstalkProtocol]  # where the core's wake-ups go
+    replicator: Replicator | None  # the node core, when the node is in a cluster
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def now_ms(self) -> int: ...
+
+    def after_commands(self, conn: Flushable | None, now_ms: int) -> None: ...
+
+    def check_timer(self, deadline_ms: int, now_ms: int) -> None: ...
+
+    def stats_tail(self, now_ms: int) -> list[tuple[str, object]]: ...
+
+
+class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
+    __slots__ = ("node",)
+
+    def __init__(self, node: BeanstalkHost) -> None:
+        super().__init__()
         self.node = node
-        self.out: list[bytes] = []
-        self.transport: asyncio.Transport | None = None
-        self.door: BeanstalkDoor | None = None
-        self.read_paused = False  # too much queued input
-        self.write_paused = False  # the client is not reading its replies
-        self.continue_scheduled = False
-        self.watching_hangup = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         node = self.node
         try:
-            self.door = BeanstalkDoor(node.engine, node)
-            if node.cluster is not None:
-                self.door.replicator = node.cluster  # replicates when beanstalk-replicate > 1
+            self.door = BeanstalkDoor(node.beanstalk, node)
+            # The node core replicates each put when beanstalk-replicate > 1.
+            self.door.replicator = node.replicator
         except Exception:
             transport.close()  # connection limit reached
             return
         node.sessions[self.door.session] = self
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(transport)
 
     def data_received(self, data: bytes) -> None:
         door = self.door
@@ -69,106 +68,43 @@ class BeanstalkProtocol(asyncio.Protocol):
         now_ms = int(_time() * 1000)
         out = self.out
         door.receive(data, now_ms, out)
-        engine = node.engine
-        if engine.wakeups or engine.persist or door.closing or door.pending:
+        beanstalk = node.beanstalk
+        if (
+            beanstalk.wakeups
+            or beanstalk.persist
+            or beanstalk.cluster_events  # a replicated job changed: its holders must learn it
+            or door.blocked  # a replicated put waits for its copies
+            or door.closing
+            or door.pending
+        ):
             node.after_commands(self, now_ms)
             if door.pending_bytes > PENDING_HIGH_BYTES and not self.read_paused:
-                self.read_paused = True
-                self._update_reading()
+                self._pause_input()
             return
         # The common case, inlined (per-read overhead is what pipeline-1 clients see): no
-        # wake-ups, no AOF, nothing queued: write the replies and check the one timer.
+        # wake-ups, no AOF, nothing for the cluster, nothing queued: write the replies now
+        # and check the one timer.
         if out and self.transport is not None:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
-        hint = engine.timer_hint_ms
+        hint = beanstalk.timer_hint_ms
         if hint >= 0:
-            engine.timer_hint_ms = -1
+            beanstalk.timer_hint_ms = -1
             node.check_timer(hint, now_ms)
 
-    @property
-    def closing(self) -> bool:
-        return self.door is not None and self.door.closing
+    # ------------------------------------------------------------------ flow hooks
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return self.node.loop
 
-    def flush(self) -> None:
-        """Write every reply gathered so far with one call; close after ``quit``."""
-        out = self.out
-        transport = self.transport
-        if transport is None:
-            out.clear()
-            return
-        if out:
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-        door = self.door
-        if door is None:
-            return
-        if door.closing:
-            transport.close()
-            return
-        if self.read_paused and door.pending_bytes < PENDING_LOW_BYTES:
-            self.read_paused = False
-            self._update_reading()
-        if door.runnable and not self.write_paused:
-            self._schedule_continue()
+    def _queued_bytes(self, door: BeanstalkDoor) -> int:
+        return door.pending_bytes
 
-    def _schedule_continue(self) -> None:
-        # Let the loop serve other clients (and drain this socket) before the next batch.
-        if not self.continue_scheduled:
-            self.continue_scheduled = True
-            self.node.loop.call_soon(self._continue)
-
-    def _continue(self) -> None:
-        self.continue_scheduled = False
-        door = self.door
-        if door is None or self.write_paused or not door.runnable:
-            return
+    def _run_pending(self, door: BeanstalkDoor) -> None:
         now_ms = int(_time() * 1000)
         door.run_pending(now_ms, self.out)
         self.node.after_commands(self, now_ms)
 
-    def _update_reading(self) -> None:
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self.read_paused or self.write_paused:
-            transport.pause_reading()
-            if not self.watching_hangup:
-                self.watching_hangup = True
-                self._watch_hangup()
-        else:
-            transport.resume_reading()
-
-    def _watch_hangup(self) -> None:
-        """While we do not read, a client that goes away is not seen by the transport; its
-        reserved jobs would wait for their TTR. Poll for the hang-up (what beanstalkd asks
-        epoll for) until reading resumes."""
-        transport = self.transport
-        if transport is None or not (self.read_paused or self.write_paused):
-            self.watching_hangup = False
-            return
-        if hung_up(transport):
-            return
-        self.node.loop.call_later(HANGUP_POLL_S, self._watch_hangup)
-
-    def pause_writing(self) -> None:
-        # The client is not reading its replies: stop reading and running its commands.
-        self.write_paused = True
-        self._update_reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self._update_reading()
-        door = self.door
-        if door is not None and door.runnable:
-            self._schedule_continue()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        door = self.door
-        self.transport = None
-        if door is None:
-            return
-        self.door = None
+    def _door_closed(self, door: BeanstalkDoor) -> None:
         node = self.node
         node.sessions.pop(door.session, None)
         now_ms = node.now_ms()

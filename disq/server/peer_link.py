@@ -307,6 +307,21 @@ class PeerLinks:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
 
+    def send_many(self, node_id: str, msgs: list[Message]) -> None:
+        """Buffer a Ready's messages for one peer (the node core's per-peer list)."""
+        pending = self._pending.get(node_id)
+        if pending is None:
+            self._pending[node_id] = list(msgs)
+        else:
+            pending.extend(msgs)
+        if not self._flush_scheduled:
+            loop = self._loop
+            if loop is None:
+                self._flush()
+                return
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+
     def flush(self) -> None:
         """Hand what is buffered to the links now (the caller knows the iteration's sends
         are complete); saves the loop iteration a scheduled flush would wait for."""

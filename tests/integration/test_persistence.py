@@ -2,7 +2,7 @@
 
 Every test runs real node processes on 127.0.0.1 (fixture ``server_factory`` in ``conftest.py``)
 and talks to them over TCP; the file is only touched directly where a test damages it on
-purpose (a stopped node's ``DIR/disq.aof``, format in ``disq/persistence/aof_file.py``).
+purpose (a stopped node's ``DIR/disq.aof``, format in ``disq/persistence/framing.py``).
 
 What is covered:
 
@@ -594,7 +594,7 @@ def test_aof_bounded_under_1m_put_delete_cycles(server_factory: ServerFactory):
     stay under 1.5 x 64 MiB at every sample; and after SIGKILL + restart the 2000 jobs are all
     there with their states, and the churned jobs are all gone.
     """
-    from disq.server.node import REWRITE_MIN_BYTES
+    from disq.server.node_config import REWRITE_MIN_BYTES
 
     srv = server_factory("-F", binlog=True)
     c = srv.connect()

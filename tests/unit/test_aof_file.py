@@ -1,4 +1,7 @@
-"""The AOF file layer against real files: framing, torn tails, corruption, locking, rewrite."""
+"""The AOF file layer against real files: torn tails, corruption, locking, rewrite.
+
+The pure framing functions are tested in ``test_aof_framing.py``.
+"""
 
 from __future__ import annotations
 
@@ -17,27 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from disq.persistence import aof_file
-from disq.persistence.aof_file import (
-    AOF_NAME,
-    HEADER,
-    HEADER_SIZE,
-    LOCK_NAME,
-    MAX_RECORD_LENGTH,
-    REWRITE_NAME,
+from disq.persistence import framing
+from disq.persistence.aof_errors import (
     AofCorruptError,
     AofLockedError,
     AofRewriteError,
     AofWriteError,
-    AofWriter,
-    FsyncPolicy,
-    count_records,
-    frame,
-    frame_into,
-    iter_frames,
-    read_aof,
-    repair_aof,
 )
+from disq.persistence.aof_reader import read_aof, repair_aof
+from disq.persistence.aof_writer import AOF_NAME, REWRITE_NAME, AofWriter, FsyncPolicy
+from disq.persistence.framing import HEADER, HEADER_SIZE, frame
+from disq.persistence.fs import LOCK_NAME
 
 Record = tuple[int, bytes]
 
@@ -64,44 +57,6 @@ def writer(tmp_path: Path) -> Iterator[AofWriter]:
     w = AofWriter(tmp_path / "data")
     yield w
     w.close()
-
-
-# ----------------------------------------------------------------------------------- framing
-
-
-def test_frame_layout_is_the_documented_one() -> None:
-    f = frame(7, b"hello")
-    length, crc, rtype = struct.unpack_from("<IIB", f)
-    assert (length, rtype) == (6, 7)
-    assert crc == zlib.crc32(b"\x07hello")
-    assert f[9:] == b"hello"
-    assert HEADER == b"DISQAOF\n\x01\x00" + bytes(6)
-
-
-def test_frame_into_matches_frame_and_accepts_buffers() -> None:
-    buf = bytearray()
-    frame_into(buf, 1, b"a")
-    frame_into(buf, 2, memoryview(b"bc"))
-    frame_into(buf, 3, bytearray(b""))
-    assert bytes(buf) == frame(1, b"a") + frame(2, b"bc") + frame(3, b"")
-    assert count_records(buf) == 3
-    assert list(iter_frames(buf)) == [(1, b"a"), (2, b"bc"), (3, b"")]
-
-
-@pytest.mark.parametrize("rtype", [0, 256, -1])
-def test_frame_rejects_bad_types(rtype: int) -> None:
-    with pytest.raises(ValueError):
-        frame(rtype, b"x")
-    with pytest.raises(ValueError):
-        frame_into(bytearray(), rtype, b"x")
-
-
-def test_count_records_rejects_partial_buffers() -> None:
-    data = frame(1, b"abc") + frame(2, b"de")
-    with pytest.raises(ValueError):
-        count_records(data[:-1])
-    with pytest.raises(ValueError):
-        count_records(data + b"\x01")
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -285,24 +240,10 @@ def test_large_valid_record_after_corruption_is_found(tmp_path: Path) -> None:
     assert read_aof(path).records == RECORDS
 
 
-def test_range_crc_matches_zlib() -> None:
-    import random
-
-    rnd = random.Random(7)
-    buf = os.urandom(50_000)
-    ranges = aof_file._RangeCrc(buf, 100, len(buf))
-    cases = [(100, 100), (100, len(buf)), (len(buf), len(buf)), (100 + 4096, 100 + 8192)]
-    for _ in range(500):
-        a = rnd.randrange(100, len(buf) + 1)
-        cases.append((a, rnd.randrange(a, len(buf) + 1)))
-    for a, b in cases:
-        assert ranges.crc(a, b) == zlib.crc32(buf[a:b]), (a, b)
-
-
 def test_search_gives_up_with_repair_hint_when_over_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aof_file, "_SEARCH_BUDGET", 50)
+    monkeypatch.setattr(framing, "_SEARCH_BUDGET", 50)
     # Mostly-zero bytes make nearly every offset a candidate: the pathological case.
     noise = bytes(1 if i % 5 == 0 else 0 for i in range(20_000))
     path = write_raw(tmp_path, RECORDS, tail=frame(2, noise)[:15_000])
@@ -557,7 +498,7 @@ def test_rewrite_interleaves_snapshot_and_live_records(tmp_path: Path) -> None:
         w.commit_rewrite()
         assert not w.rewrite_active and not (d / REWRITE_NAME).exists()
         assert w.rewrites_done == 1
-        assert w.size == w.base_size == (d / AOF_NAME).stat().st_size
+        assert w.size == (d / AOF_NAME).stat().st_size
         w.write(frame(2, b"live-3"))
         assert w.size == (d / AOF_NAME).stat().st_size
         assert w.records_written == 5
@@ -602,17 +543,6 @@ def test_leftover_rewrite_from_a_crash_is_removed_at_open(tmp_path: Path) -> Non
     assert "aof_leftover_removed" in [e["event"] for e in logs]
 
 
-def test_rewrite_due_tracks_growth(writer: AofWriter) -> None:
-    assert not writer.rewrite_due(min_size=0, growth=1.0)
-    writer.write(frame(1, b"x" * 100))
-    assert writer.rewrite_due(min_size=0, growth=1.0)
-    assert not writer.rewrite_due(min_size=10_000, growth=1.0)
-    writer.begin_rewrite()
-    assert not writer.rewrite_due(min_size=0, growth=1.0)
-    writer.commit_rewrite()
-    assert not writer.rewrite_due(min_size=0, growth=1.0)
-
-
 # -------------------------------------------------------------------------------- properties
 
 records_st = st.lists(st.tuples(st.integers(1, 255), st.binary(max_size=300)), max_size=25).map(
@@ -642,7 +572,3 @@ def test_random_records_round_trip_and_any_truncation_is_torn(
         assert res.valid_end == offs[kept]
         assert res.torn_bytes == cut - offs[kept]
         assert path.stat().st_size == offs[kept]
-
-
-def test_max_record_length_is_about_1_1_gib() -> None:
-    assert 1 << 30 < MAX_RECORD_LENGTH < 1.2 * (1 << 30)

@@ -28,7 +28,8 @@ def job(**kw: object) -> JobData:
         ctime=1_795_000_000_000_000_001,
         delay_s=5,
         retry_s=60,
-        ttl_remaining_s=1_795_000_086_400_000,
+        ttl_remaining_s=0,  # an AOF record: the expiry is absolute
+        expire_ms=1_795_000_086_400_000,
         nacks=2,
         additional_deliveries=4,
         nodes_delivered=["a" * 40, "b" * 40],

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disq.config_file import (
-    DAEMONIZE_REFUSED,
+from disq.config import (
     ConfigFileError,
     ConfigRewriteError,
     ConfigSetError,
@@ -29,6 +28,7 @@ from disq.config_file import (
     split_args,
     string_match,
 )
+from disq.config.options import DAEMONIZE_REFUSED
 
 
 def parse(text: str, cwd: Path) -> DisqueSettings:

@@ -1,4 +1,4 @@
-"""The RESP door and Disque's command set, driven over a real ClusterCore.
+"""The RESP door and Disque's command set, driven over a real DisqueCore.
 
 Replies are compared as whole byte strings: what a Disque client parses is the bytes, and
 the expected values are built with the codec's generic encoder (``resp.encode``) or written
@@ -14,17 +14,19 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from disq.core.cluster import ClusterCore
-from disq.core.cluster_api import DisqueError
+from disq.core.disque.api import DisqueError
+from disq.core.disque.core import DisqueCore
 from disq.core.messages import GotJob, ReplJob
+from disq.doors import disque as dc
+from disq.doors.disque import NodeEntry, RespStats, parse_cursor, parse_ll
+from disq.doors.resp_door import RespDoor
 from disq.protocol import resp
-from disq.server import disque_commands as dc
-from disq.server.disque_commands import NodeEntry, RespStats, parse_cursor, parse_ll
-from disq.server.resp_door import RespDoor
-from disq.server.resp_tcp import RespHub, RespProtocol
+from disq.server.resp_tcp import RespHub
+from disq.server.router import ReplyRouter
 
 MY_ID = "a1b2c3d4" + "0" * 32
 PEER = "f" * 40
@@ -59,7 +61,7 @@ class FakeNode:
     def __init__(self, view: StaticView | None = None) -> None:
         self.view = view or StaticView()
         self.clock = T0
-        self.core = ClusterCore(self.view, random.Random(7), T0)
+        self.core = DisqueCore(self.view, random.Random(7), T0)
         self.requirepass: str | None = None
         self.aof_error: str | None = None
         self.resp_stats = RespStats()
@@ -1078,19 +1080,36 @@ def test_stats_count_commands(door: RespDoor, node: FakeNode) -> None:
 
 # ------------------------------------------------------------------ TCP and real clients
 class FakeRespNode(FakeNode):
-    """The transport's node: routes replies and flushes at once (no AOF)."""
+    """The transport's node: routes the core's replies through a real router and flushes
+    at once (no AOF, no peers)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.loop = loop
         self.hub: RespHub | None = None
+        self.router = ReplyRouter()
+        self.dirty: list[Any] = []
+        self.new_token = itertools.count(1).__next__
 
-    def after_resp_commands(self, proto: RespProtocol | None) -> None:
-        assert self.hub is not None
-        touched = self.hub.route_replies()
-        if proto is not None:
-            proto.flush()
-        for p in touched:
+    def wait_reply(self, token: int, waiter: Any) -> None:
+        self.router.wait(token, waiter)
+
+    def cancel(self, token: int) -> None:
+        self.router.forget(token)
+        self.core.cancel(token)
+
+    def mark_dirty(self, conn: Any) -> None:
+        self.dirty.append(conn)
+
+    def after_commands(self, conn: Any = None) -> None:
+        if conn is not None:
+            self.dirty.append(conn)
+        while self.core.replies:
+            replies, self.core.replies = self.core.replies, []
+            for token, result in replies:
+                self.router.route(token, result)
+        dirty, self.dirty = self.dirty, []
+        for p in dirty:
             p.flush()
         self.core.outbox.clear()
         self.core.aof_out.clear()

@@ -32,12 +32,21 @@ import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from disq.core.engine import JOB_OVERHEAD_BYTES, Engine, Limits
-from disq.core.job import BURIED, DELAYED, ID_MASK, KEY_SHIFT, READY, RESERVED, URGENT_THRESHOLD
-from disq.core.session import Session
-from disq.persistence.aof_file import count_records
+from disq.core.beanstalk.core import BeanstalkCore, Limits
+from disq.core.beanstalk.job import (
+    BURIED,
+    DELAYED,
+    ID_MASK,
+    KEY_SHIFT,
+    READY,
+    RESERVED,
+    URGENT_THRESHOLD,
+)
+from disq.core.beanstalk.session import Session
+from disq.core.constants import JOB_OVERHEAD_BYTES
+from disq.doors.beanstalk_door import BeanstalkDoor
+from disq.persistence.framing import count_records
 from disq.protocol import beanstalk as bp
-from disq.server.beanstalk_door import BeanstalkDoor
 
 T0 = 1_700_000_000_000  # a realistic wall clock, in ms
 N_CONNS = 3
@@ -73,7 +82,7 @@ class World:
     def __init__(self, limits: Limits, draining: bool, deliver_each: bool = False) -> None:
         self.now = T0
         # With the AOF records on, as a node with -b: encoding them must never fail either.
-        self.engine = Engine(limits, persist=True)
+        self.engine = BeanstalkCore(limits, persist=True)
         self.aof_records = 0
         self.engine.draining = draining
         self.info = FakeInfo()

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disq.core.cluster_api import ClusterView
+from disq.core.disque.api import ClusterView
 from disq.core.membership import (
     DEAD_PROBE_EVERY,
     FORGET_BAN_MS,

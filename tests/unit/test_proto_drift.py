@@ -61,7 +61,9 @@ NESTED = {"Job": m.JobData, "Member": m.Member}
 
 def _check_fields(descriptor: Descriptor, cls: type) -> None:
     proto_fields = {f.name: f for f in descriptor.fields}
-    class_fields = [f.name for f in dataclasses.fields(cls)]
+    # Fields a record keeps only in the AOF (named on the class) never travel.
+    local = getattr(cls, "AOF_ONLY_FIELDS", ())
+    class_fields = [f.name for f in dataclasses.fields(cls) if f.name not in local]
     assert sorted(class_fields) == sorted(proto_fields), f"{descriptor.name} vs {cls.__name__}"
     for f in proto_fields.values():
         if f.type == FieldDescriptor.TYPE_MESSAGE:

@@ -14,8 +14,9 @@ def test_bind_happens_before_heavy_imports() -> None:
         import sys
         import disq.node_main as m
         sock = m._bind("127.0.0.1", 0)
-        heavy = [n for n in ("asyncio", "uvloop", "structlog", "sortedcontainers",
-                              "disq.core.engine", "disq.server.node") if n in sys.modules]
+        names = ("asyncio", "uvloop", "structlog", "sortedcontainers",
+                 "disq.core.beanstalk.core", "disq.server.runtime")
+        heavy = [n for n in names if n in sys.modules]
         print(",".join(heavy))
         sock.close()
         """

@@ -1,0 +1,160 @@
+"""The settings: :class:`DisqueSettings`, the typed view of a configuration, and ``_State``,
+the option values a file load or a CONFIG SET builds it from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, cast
+
+from disq.config.options import _OPTIONS, CLIENT_LIMIT_DEFAULTS
+
+LogLevel = Literal["debug", "verbose", "notice", "warning"]
+FsyncPolicy = Literal["always", "everysec", "no"]
+MaxmemoryPolicy = Literal["acks", "noeviction"]
+
+DEFAULT_BIND = ("127.0.0.1",)
+CLUSTER_PORT_INCR = 10000  # Disque's CLUSTER_PORT_INCR: the bus listens on port + 10000
+
+
+@dataclass(frozen=True, slots=True)
+class DisqueSettings:
+    """The typed view of a configuration, in the units its field names say.
+
+    ``dir`` is absolute. ``bind`` is what the file says (empty: not configured); listen on
+    :attr:`effective_bind`. ``maxmemory_bytes`` 0 means "disq's own default". ``port`` 0 means
+    no RESP listener (Disque: "Disque will not listen on a TCP socket"); ``beanstalk_port`` 0
+    means no beanstalk door.
+    """
+
+    dir: Path
+    port: int = 7711
+    bind: tuple[str, ...] = ()
+    logfile: str = ""
+    loglevel: LogLevel = "notice"
+    daemonize: bool = False
+    pidfile: str = "/var/run/disque.pid"
+    appendonly: bool = False
+    appendfilename: str = "disque.aof"
+    appendfsync: FsyncPolicy = "everysec"
+    auto_aof_rewrite_percentage: int = 100
+    auto_aof_rewrite_min_size_bytes: int = 64 << 20
+    aof_load_truncated: bool = True
+    aof_enqueue_jobs_once: bool = False
+    cluster_node_timeout_ms: int = 15000
+    maxmemory_bytes: int = 0
+    maxmemory_policy: MaxmemoryPolicy = "acks"
+    requirepass: str | None = None
+    tcp_backlog: int = 511
+    timeout_s: int = 0
+    tcp_keepalive_s: int = 0
+    hz: int = 10
+    maxclients: int = 10000
+    unixsocket: str | None = None
+    unixsocketperm: int = 0
+    beanstalk_port: int = 0
+    grpc_port_setting: int | None = None
+    beanstalk_replicate: int = 1
+    # rename-command lines, in order, lower-cased: (command, new name); "" removes the command.
+    renamed_commands: tuple[tuple[str, str], ...] = ()
+    config_file: Path | None = None
+
+    @property
+    def grpc_port(self) -> int:
+        """The cluster (gRPC) port: ``grpc-port`` if set, else ``port + 10000`` as Disque."""
+        if self.grpc_port_setting is not None:
+            return self.grpc_port_setting
+        return self.port + CLUSTER_PORT_INCR
+
+    @property
+    def effective_bind(self) -> tuple[str, ...]:
+        return self.bind or DEFAULT_BIND
+
+    @property
+    def aof_path(self) -> Path:
+        return self.dir / self.appendfilename
+
+    @property
+    def logfile_path(self) -> Path | None:
+        """Where to log; None: standard output. Relative names are relative to ``dir``, where
+        Disque's process is when it opens its log."""
+        return self.dir / self.logfile if self.logfile else None
+
+
+@dataclass(slots=True)
+class _State:
+    values: dict[str, str | None]
+    dir: Path
+    client_limits: dict[str, tuple[int, int, int]] = field(
+        default_factory=lambda: dict(CLIENT_LIMIT_DEFAULTS)
+    )
+    renames: list[tuple[str, str]] = field(default_factory=list)
+    # Where the last value of a directive came from, for checks made after the whole file.
+    origin: dict[str, tuple[str | None, int, str]] = field(default_factory=dict)
+
+    @classmethod
+    def defaults(cls, cwd: Path) -> _State:
+        values: dict[str, str | None] = {o.name: o.default for o in _OPTIONS}
+        return cls(values=values, dir=cwd)
+
+    def copy(self) -> _State:
+        return _State(
+            values=dict(self.values),
+            dir=self.dir,
+            client_limits=dict(self.client_limits),
+            renames=list(self.renames),
+            origin=dict(self.origin),
+        )
+
+
+def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
+    v = state.values
+
+    def num(name: str) -> int:
+        text = v[name]
+        assert text is not None
+        return int(text)
+
+    def flag(name: str) -> bool:
+        return v[name] == "yes"
+
+    def text(name: str) -> str:
+        value = v[name]
+        assert value is not None
+        return value
+
+    bind = v["bind"]
+    grpc = v["grpc-port"]
+    password = v["requirepass"]
+    return DisqueSettings(
+        dir=state.dir,
+        port=num("port"),
+        bind=tuple(bind.split(" ")) if bind else (),
+        logfile=text("logfile"),
+        loglevel=cast(LogLevel, text("loglevel")),
+        daemonize=flag("daemonize"),
+        pidfile=text("pidfile"),
+        appendonly=flag("appendonly"),
+        appendfilename=text("appendfilename"),
+        appendfsync=cast(FsyncPolicy, text("appendfsync")),
+        auto_aof_rewrite_percentage=num("auto-aof-rewrite-percentage"),
+        auto_aof_rewrite_min_size_bytes=num("auto-aof-rewrite-min-size"),
+        aof_load_truncated=flag("aof-load-truncated"),
+        aof_enqueue_jobs_once=flag("aof-enqueue-jobs-once"),
+        cluster_node_timeout_ms=num("cluster-node-timeout"),
+        maxmemory_bytes=num("maxmemory"),
+        maxmemory_policy=cast(MaxmemoryPolicy, text("maxmemory-policy")),
+        requirepass=password or None,  # "" means no password (CONFIG SET requirepass "")
+        tcp_backlog=num("tcp-backlog"),
+        timeout_s=num("timeout"),
+        tcp_keepalive_s=num("tcp-keepalive"),
+        hz=num("hz"),
+        maxclients=num("maxclients"),
+        unixsocket=v["unixsocket"],
+        unixsocketperm=int(text("unixsocketperm"), 8),
+        beanstalk_port=num("beanstalk-port"),
+        grpc_port_setting=int(grpc) if grpc is not None else None,
+        beanstalk_replicate=num("beanstalk-replicate"),
+        renamed_commands=tuple(state.renames),
+        config_file=config_file,
+    )

@@ -1,0 +1,203 @@
+"""Acks and their garbage collection (Disque's ack.c), and the deletions that end a job.
+
+ACKJOB marks the job acked here (a DELJOB record: acks themselves are not persisted), then
+asks every node that may hold a copy to ack it too (SETACK) and retries with exponential
+backoff; once every holder confirmed (GOTACK) the job is deleted everywhere (DELJOB). An ack
+for an id this node never held is a "dummy ack" broadcast to all nodes. FASTACK skips the
+confirmation round: DELJOB to everybody at once. A deleted id is remembered for a while
+(a tombstone) so a late REPLJOB cannot bring it back.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from disq.core import events as ev
+from disq.core import ids
+from disq.core.disque.job import ACKED, QUEUED, WAIT_REPL, DJob
+from disq.core.messages import DelJob, GotAck, Message, SetAck
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView, DeferredResult
+    from disq.core.disque.blocked import _AddWait
+    from disq.core.events import EventBuffer
+
+GC_RETRY_MIN_MS = 1000
+GC_RETRY_MAX_MS = 180_000
+GC_TIME_ERR_MS = 500  # jitter on every GC retry, so holders do not all retry at once
+TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recently
+TOMBSTONE_MAX = 200_000
+
+
+class AckMixin:
+    """The acks, GC and deletions of DisqueCore."""
+
+    view: ClusterView
+    rng: random.Random
+    jobs: dict[str, DJob]
+    events: EventBuffer
+    stats: dict[str, int]
+    _tombstones: dict[str, int]
+    _adds: dict[int, _AddWait]
+    _add_by_job: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
+
+        @property
+        def my_id(self) -> str: ...
+        def _send(self, node: str, msg: Message) -> None: ...
+        def _register(self, j: DJob, awake: bool = True) -> None: ...
+        def _unregister(self, j: DJob, now_ms: int) -> None: ...
+        def _dequeue(self, j: DJob) -> bool: ...
+        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
+        def _broadcast_del(self, j: DJob) -> None: ...
+        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
+        def _log_del(self, job_id: str) -> None: ...
+        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
+        def _forget_key(self, j: DJob) -> None: ...
+
+    # ------------------------------------------------------------------ commands
+    def ack_job(self, now_ms: int, job_ids: list[str]) -> int:
+        known = 0
+        for job_id in job_ids:
+            j = self.jobs.get(job_id)
+            if j is not None:
+                if j.state != ACKED:
+                    self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+                    self._acknowledge(j, now_ms)
+                    self._try_gc(j, now_ms)
+                    known += 1
+            elif (
+                self.view.cluster_size() > 1
+                and not self.view.leaving
+                and ids.may_be_redelivered(job_id)
+            ):
+                # Dummy ACK: an ack for a job this node never held; SETACK goes to everybody
+                # in search of the holders.
+                d = DJob(job_id, "", b"", 0, 0, 0, 0, now_ms + ids.ttl_minutes(job_id) * 60_000)
+                d.state = ACKED
+                self.events.add(ev.ACKED, now_ms, "", job_id, 0, 0)  # the queue is elsewhere
+                self._register(d)
+                self._try_gc(d, now_ms)
+        self.stats["jobs_acked"] += known
+        return known
+
+    def _acknowledge(self, j: DJob, now_ms: int) -> None:
+        if j.state == WAIT_REPL:
+            # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so
+            # the copies exist; answer the producer with its id instead of crashing.
+            token = self._add_by_job.pop(j.id, None)
+            if token is not None:
+                self._adds.pop(token, None)
+                self._reply_add(token, j.id)
+        if j.state == QUEUED:
+            self._dequeue(j)
+        j.state = ACKED
+        j.gc_retry = 0
+        j.confirmed = set()
+        # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
+        # ack by SETACK and answered GOTACK must not keep it until its TTL if the DELJOB that
+        # should follow is lost or its sender crashes (acks are not in the AOF).
+        j.qtime_ms = self._gc_retry_time(j, now_ms)
+        self._log_del(j.id)
+
+    def _gc_retry_time(self, j: DJob, now_ms: int) -> int:
+        base = min(GC_RETRY_MIN_MS << min(j.gc_retry, 20), GC_RETRY_MAX_MS)
+        j.gc_retry += 1
+        return now_ms + base + int(self.rng.random() * 2 * GC_TIME_ERR_MS) - GC_TIME_ERR_MS
+
+    def _try_gc(self, j: DJob, now_ms: int) -> None:
+        """tryJobGC: SETACK to every node that may hold a copy and has not confirmed; delete
+        once all did. A dummy ack (no known holders) asks everybody."""
+        dummy = not j.delivered
+        j.confirmed.add(self.my_id)
+        if (not dummy and j.confirmed >= j.delivered) or (dummy and self.view.cluster_size() == 1):
+            self._unregister(j, now_ms)
+            return
+        targets = self.view.all_peers() if dummy else list(j.delivered)
+        for node in targets:
+            if node != self.my_id and node not in j.confirmed:
+                self._send(node, SetAck(j.id, len(j.delivered)))
+        j.qtime_ms = self._gc_retry_time(j, now_ms)
+        self._update_awake(j)
+
+    def fast_ack(self, now_ms: int, job_ids: list[str]) -> int:
+        known = 0
+        for job_id in job_ids:
+            j = self.jobs.get(job_id)
+            if j is None:
+                for node in self.view.all_peers():
+                    self._send(node, DelJob([job_id]))
+                continue
+            known += 1
+            self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+            self._delete_from_cluster(j, now_ms)
+        self.stats["jobs_acked"] += known
+        return known
+
+    def _tombstone(self, job_id: str, now_ms: int) -> None:
+        self._tombstones.pop(job_id, None)
+        self._tombstones[job_id] = now_ms + TOMBSTONE_MS
+        if len(self._tombstones) > TOMBSTONE_MAX:
+            del self._tombstones[next(iter(self._tombstones))]
+
+    def _tombstoned(self, job_id: str, now_ms: int) -> bool:
+        until = self._tombstones.get(job_id)
+        if until is None:
+            return False
+        if until < now_ms:
+            del self._tombstones[job_id]
+            return False
+        return True
+
+    # ------------------------------------------------------------------ messages
+    def _on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is not None and j.state != ACKED:
+            self._acknowledge(j, now_ms)
+            self._update_awake(j)
+        if j is None:
+            self._send(sender, GotAck(msg.job_id, False))
+        elif len(j.delivered) <= msg.may_have:
+            self._send(sender, GotAck(msg.job_id, True))
+        else:
+            self._try_gc(j, now_ms)
+
+    def _on_gotack(self, now_ms: int, sender: str, msg: GotAck) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None or j.state != ACKED:
+            return
+        dummy = not j.delivered
+        if dummy and msg.known:
+            # A holder took over the GC: the dummy ack is no longer needed.
+            self._unregister(j, now_ms)
+            return
+        if msg.known or sender in j.delivered:
+            if not dummy:
+                j.delivered.add(sender)
+            j.confirmed.add(sender)
+        if dummy and not msg.known:
+            j.confirmed.add(sender)
+            if len(j.confirmed) >= self.view.cluster_size():
+                self._unregister(j, now_ms)
+            return
+        if not dummy and j.confirmed >= j.delivered:
+            self._broadcast_del(j)
+            self._unregister(j, now_ms)
+
+    def _on_deljob(self, now_ms: int, sender: str, msg: DelJob) -> None:
+        for job_id in msg.job_ids:
+            j = self.jobs.get(job_id)
+            if j is not None:
+                if j.state != ACKED:
+                    self._log_del(j.id)
+                    # Deleted unacked: its add failed (NOREPL, the client left), or it was
+                    # FASTACKed or DELJOBed. A retry of its idempotency key here must add
+                    # the job again, not answer the id of a job that is gone: after a failed
+                    # add that would lose it. After a FASTACK it adds a second job, which
+                    # at-least-once allows.
+                    self._forget_key(j)
+                self._unregister(j, now_ms)
+            else:
+                self._tombstone(job_id, now_ms)

@@ -1,0 +1,101 @@
+"""The AOF side of the Disque core (Disque's aof.c): LOADJOB and DELJOB records, the replay of
+a file at start and the records of a rewritten one.
+
+Disque's model: a job is logged when it becomes active; an ack or an eviction logs its
+deletion; acks themselves are not persisted (a restarted node re-learns them by GC).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from disq.core import ids
+from disq.core.disque.job import (
+    ACTIVE,
+    BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
+    QUEUED,
+    DJob,
+)
+from disq.core.messages import JobData
+from disq.persistence.cluster_records import (
+    REC_DELJOB,
+    REC_LOADJOB,
+    encode_deljob,
+    encode_loadjob,
+)
+from disq.persistence.framing import frame
+
+
+class AofMixin:
+    """The AOF records of DisqueCore."""
+
+    jobs: dict[str, DJob]
+    aof_out: list[bytes]
+    persist: bool
+    aof_enqueue_once: bool
+    relinks: list[DJob]
+    _prev_ctime: int
+
+    if TYPE_CHECKING:  # provided by DisqueCore
+
+        @property
+        def my_id(self) -> str: ...
+        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
+        def _job_from_data(self, d: JobData, now_ms: int) -> DJob: ...
+        def _register(self, j: DJob, awake: bool = True) -> None: ...
+        def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
+
+    def _log_job(self, j: DJob, now_ms: int) -> None:
+        if self.persist:
+            self.aof_out.append(self._loadjob_record(j, now_ms))
+
+    def _log_del(self, job_id: str) -> None:
+        if self.persist:
+            self.aof_out.append(frame(REC_DELJOB, encode_deljob(job_id)))
+
+    def _loadjob_record(self, j: DJob, now_ms: int) -> bytes:
+        return frame(REC_LOADJOB, encode_loadjob(self._job_data(j, now_ms, absolute=True)))
+
+    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+        """Replay AOF records (LOADJOB/DELJOB, last wins). Jobs come back active and are
+        requeued by their retry as in Disque, unless ``aof_enqueue_once`` asks to queue
+        them at once (a controlled restart)."""
+        loaded: dict[str, JobData] = {}
+        for kind, payload in records:
+            if kind == "LOADJOB":
+                assert isinstance(payload, JobData)
+                loaded[payload.id] = payload
+            elif kind == "DELJOB":
+                assert isinstance(payload, str)
+                loaded.pop(payload, None)
+        for d in loaded.values():
+            if d.expire_ms <= now_ms:
+                continue
+            rel = dataclasses.replace(d)
+            rel.ttl_remaining_s = max(1, (d.expire_ms - now_ms) // 1000)
+            j = self._job_from_data(rel, now_ms)
+            j.etime_ms = d.expire_ms
+            if d.beanstalk and d.beanstalk_id:
+                # This node owned it: the engine's AOF has the live job under that id.
+                j.flags = (j.flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
+                j.bid = d.beanstalk_id
+                j.qtime_ms = 0
+                self.relinks.append(j)
+            if j.ctime > self._prev_ctime and ids.node_prefix(j.id) == self.my_id[:8]:
+                self._prev_ctime = j.ctime
+            self._register(j)
+            if self.aof_enqueue_once and j.retry_s and not j.flags & BEANSTALK_ORIGIN:
+                # Never an at-most-once job: whether it was delivered is not in the AOF.
+                self._enqueue(j, now_ms)
+        self.aof_enqueue_once = False
+
+    def snapshot_records(self, now_ms: int) -> list[bytes]:
+        """What a rewritten AOF holds: every active or queued job (acked ones are gone)."""
+        return [
+            self._loadjob_record(j, now_ms)
+            for j in self.jobs.values()
+            if j.state in (ACTIVE, QUEUED)
+        ]

@@ -1,0 +1,203 @@
+"""Blocked clients (Disque's blocked.c, with the client side of job.c and queue.c): GETJOB
+waiting for a job, ADDJOB waiting for its copies, their time-outs, their disconnects, and the
+delayed replication of a slow synchronous ADDJOB (clientsCronHandleDelayedJobReplication).
+
+A blocked command returned PENDING under a token; its answer goes to ``replies`` as
+``(token, DeferredResult)``. The ADDJOBs that repeat an idempotency key while the first add
+still waits (the "followers" of that "leader") get the leader's answer.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
+from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
+from disq.core.disque.queue import DQueue
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView
+
+REPL_RETRY_MIN_MS = 50  # first "add one more node" for a slow sync ADDJOB
+REPL_RETRY_MAX_MS = 1000
+REPL_RESEND_MS = 1000  # silent but reachable replication targets are asked again this often
+
+
+@dataclass(slots=True)
+class _AddWait:
+    """A client blocked in a synchronous ADDJOB."""
+
+    job_id: str
+    deadline_ms: int  # 0: wait forever
+    next_repl_ms: int
+    repl_backoff_ms: int
+    resend_ms: int = 0  # when silent targets are asked again
+
+
+@dataclass(slots=True)
+class _GetWait:
+    """A client blocked in GETJOB."""
+
+    queues: list[str]
+    deadline_ms: int  # 0: forever
+
+
+class BlockedClientsMixin:
+    """The blocked clients of DisqueCore."""
+
+    view: ClusterView
+    jobs: dict[str, DJob]
+    queues: dict[str, DQueue]
+    stats: dict[str, int]
+    replies: list[tuple[int, DeferredResult]]
+    _adds: dict[int, _AddWait]  # token -> blocked ADDJOB
+    _add_by_job: dict[str, int]
+    _gets: dict[int, _GetWait]  # token -> blocked GETJOB
+    _client_timers: list[tuple[int, int]]  # (deadline_ms, token), lazy
+    _repl_timers: list[tuple[int, int]]  # (next_repl_ms, token), lazy
+    # The ADDJOBs that repeated a key while its first add still waits for its copies.
+    _followers: dict[int, list[int]]  # leader token -> follower tokens
+    _follower_of: dict[int, int]
+
+    if TYPE_CHECKING:  # provided by DisqueCore
+
+        @property
+        def my_id(self) -> str: ...
+        def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
+        def _forget(self, j: DJob) -> None: ...
+        def _forget_key(self, j: DJob) -> None: ...
+        def _broadcast_del(self, j: DJob) -> None: ...
+        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
+        def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
+
+    def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
+        """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
+        (0: forever); more copies are asked for meanwhile (``_process_clients``)."""
+        backoff = REPL_RETRY_MIN_MS
+        wait = _AddWait(job_id, deadline_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MS)
+        self._track_add(token, wait)
+
+    def _track_add(self, token: int, wait: _AddWait) -> None:
+        self._adds[token] = wait
+        self._add_by_job[wait.job_id] = token
+        heapq.heappush(self._repl_timers, (wait.next_repl_ms, token))
+        if wait.deadline_ms:
+            heapq.heappush(self._client_timers, (wait.deadline_ms, token))
+
+    def _reply_add(self, token: int, result: DeferredResult) -> None:
+        """A sync ADDJOB's answer, for it and for every ADDJOB that repeated its key."""
+        self.replies.append((token, result))
+        for f in self._followers.pop(token, ()):
+            self._follower_of.pop(f, None)
+            self.replies.append((f, result))
+
+    def cancel(self, token: int) -> None:
+        leader = self._follower_of.pop(token, None)
+        if leader is not None:
+            rest = self._followers.get(leader, [])
+            if token in rest:
+                rest.remove(token)
+            return
+        followers = self._followers.pop(token, None)
+        if followers and token in self._adds:
+            # The first add's client is gone but others wait for the same job: the first
+            # of them takes its place, and the job lives on.
+            heir = followers.pop(0)
+            self._follower_of.pop(heir, None)
+            self._track_add(heir, self._adds.pop(token))
+            if followers:
+                self._followers[heir] = followers
+                for f in followers:
+                    self._follower_of[f] = heir
+            return
+        g = self._gets.pop(token, None)
+        if g is not None:
+            for name in g.queues:
+                q = self.queues.get(name)
+                if q is not None:
+                    q.blocked.pop(token, None)
+        a = self._adds.pop(token, None)
+        if a is not None:
+            self._add_by_job.pop(a.job_id, None)
+            j = self.jobs.get(a.job_id)
+            if j is not None and j.state == WAIT_REPL:
+                # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
+                self._forget_key(j)
+                j.state = ACTIVE
+                self._broadcast_del(j)
+                self._forget(j)
+
+    def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
+        while q.blocked and q.skiplist and not q.paused_out:
+            token = next(iter(q.blocked))
+            self._unblock_get(token)
+            j = self._fetch(q, now_ms)
+            if j is not None:
+                self.replies.append((token, [j]))
+
+    def _unblock_get(self, token: int) -> None:
+        g = self._gets.pop(token, None)
+        if g is None:
+            return
+        for name in g.queues:
+            q = self.queues.get(name)
+            if q is not None:
+                q.blocked.pop(token, None)
+
+    def blocked_clients(self) -> int:
+        return len(self._gets) + len(self._adds)
+
+    # ------------------------------------------------------------------ time
+    def _process_clients(self, now_ms: int) -> None:
+        timers = self._client_timers
+        while timers and timers[0][0] <= now_ms:
+            at, token = heapq.heappop(timers)
+            g = self._gets.get(token)
+            if g is not None and g.deadline_ms == at:
+                self._unblock_get(token)
+                self.replies.append((token, None))
+                continue
+            a = self._adds.get(token)
+            if a is not None and a.deadline_ms == at:
+                self._adds.pop(token)
+                self._add_by_job.pop(a.job_id, None)
+                self.stats["noreply_timeouts"] += 1
+                self._reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
+                j = self.jobs.get(a.job_id)
+                if j is not None:
+                    self._forget_key(j)
+                if j is not None and j.state == WAIT_REPL:
+                    j.state = ACTIVE
+                    self._delete_from_cluster(j, now_ms)
+        rt = self._repl_timers
+        while rt and rt[0][0] <= now_ms:
+            at, token = heapq.heappop(rt)
+            a = self._adds.get(token)
+            if a is None or a.next_repl_ms != at:
+                continue
+            j = self.jobs.get(a.job_id)
+            if j is None or j.state != WAIT_REPL:
+                continue
+            # clientsCronHandleDelayedJobReplication, adapted to reliable streams: a target
+            # that is no longer reachable is replaced by a new node at once (Disque adds one
+            # node per 50 ms whatever the reason). Silent but reachable targets are only
+            # slow (a busy loop, a queue of frames): they are asked again every second or so,
+            # which covers frames dropped while a link was down, and the job grows one more
+            # copy then, as Disque's would, in case the target is stuck.
+            reach = self.view.reachable_peers()
+            lost = sum(
+                1
+                for n in j.delivered
+                if n != self.my_id and n not in j.confirmed and n not in reach
+            )
+            resend = now_ms >= a.resend_ms
+            if resend:
+                a.resend_ms = now_ms + REPL_RESEND_MS
+                lost += 1
+            if lost or resend:
+                self._replicate(j, lost, now_ms, resend=resend)
+            a.repl_backoff_ms = min(a.repl_backoff_ms * 2, REPL_RETRY_MAX_MS)
+            a.next_repl_ms = now_ms + a.repl_backoff_ms
+            heapq.heappush(rt, (a.next_repl_ms, token))

@@ -1,0 +1,751 @@
+"""The cluster core: Disque's job, queue, ack and federation state machine, pure.
+
+Every entry point takes ``now_ms``; randomness comes from the injected ``random.Random``;
+nothing here does IO (design.md section 1). Work for the IO layer accumulates in outboxes:
+
+- ``outbox``: ``(destination node id, message)`` (disq.core.messages). The IO layer sends one
+  frame per peer per loop iteration, after the AOF records of the iteration are written, so a
+  GOTJOB never leaves before the copy it confirms is on disk.
+- ``replies``: ``(token, DeferredResult)``: answers to commands that returned ``PENDING``.
+- ``aof_out``: framed AOF records (bytes), as the beanstalk core writes them: LOADJOB (the
+  whole job, absolute expiry) and DELJOB (id). One convention for both cores, so the node
+  core hands the IO layer one list to write (aof.py).
+- ``takeovers``, ``beanstalk_dropped``, ``relinks``: the beanstalk bridge's (bridge.py).
+
+``next_deadline_ms()`` says when ``tick(now_ms)`` must run next. Jobs sit in one heap ordered by
+the next time anything must happen to them (Disque's ``awakeme`` skiplist), with lazy deletion.
+
+This module holds jobs, replication, queueing, acks and their GC, the timers and the messages
+for those; the names follow Disque's job.c / queue.c / ack.c so their comments apply; where
+disq differs the comment says why. The rest of ``DisqueCore`` comes from mixins, one module
+each: idempotency keys, federation (NEEDJOBS/YOURJOBS), introspection and PAUSE, the
+beanstalk bridge, blocked clients, memory levels, the AOF.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from disq.core import events as ev
+from disq.core import ids
+from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH
+from disq.core.disque.ack import AckMixin
+from disq.core.disque.aof import AofMixin
+from disq.core.disque.api import (
+    LEAVING_MSG,
+    NOREPL_EXPIRED,
+    NOREPL_NODES,
+    NOREPL_NODES_LOCAL,
+    PENDING,
+    ClusterView,
+    DeferredResult,
+    DisqueError,
+    Pending,
+)
+from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
+from disq.core.disque.bridge import BeanstalkBridgeMixin
+from disq.core.disque.federation import FederationMixin
+from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
+from disq.core.disque.introspection import IntrospectionMixin
+from disq.core.disque.job import (
+    ACKED,
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
+    DELIVERED,
+    QUEUED,
+    WAIT_REPL,
+    DJob,
+)
+from disq.core.disque.memory import MemoryMixin
+from disq.core.disque.queue import DQueue
+from disq.core.disque.replication import ReplicationMixin
+from disq.core.messages import (
+    BeanstalkUpdate,
+    DelJob,
+    Enqueue,
+    GotAck,
+    GotJob,
+    IdemKeys,
+    JobData,
+    Message,
+    NeedJobs,
+    Pause,
+    Queued,
+    ReplJob,
+    SetAck,
+    WillQueue,
+    Working,
+    YourJobs,
+)
+from disq.core.timers import compact, rebuild_bound
+
+WILLQUEUE_ADVANCE_MS = 500
+MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
+TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
+DEFAULT_TTL_S = 86400
+DEFAULT_RETRY_MAX_S = 300
+QUEUE_IDLE_GC_MS = 300_000
+CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked consumers
+CRON_IDLE_MS = 1000
+
+
+def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
+    """Disque's ``compareNodeIDsByJob``: node ids XORed with the job id, so which copy wins
+    a double requeue differs per job and the load spreads."""
+    key = job_id.encode()
+    ka = bytes(x ^ y for x, y in zip(a.encode(), key, strict=False))
+    kb = bytes(x ^ y for x, y in zip(b.encode(), key, strict=False))
+    return (ka > kb) - (ka < kb)
+
+
+class DisqueCore(
+    IdempotencyMixin,
+    FederationMixin,
+    IntrospectionMixin,
+    AckMixin,
+    BeanstalkBridgeMixin,
+    ReplicationMixin,
+    BlockedClientsMixin,
+    MemoryMixin,
+    AofMixin,
+):
+    def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
+        self.view = view
+        self.rng = rng
+        self.outbox: list[tuple[str, Message]] = []
+        self.replies: list[tuple[int, DeferredResult]] = []
+        self.aof_out: list[bytes] = []
+        self.jobs: dict[str, DJob] = {}
+        self.queues: dict[str, DQueue] = {}
+        self._awake: list[tuple[int, int, str]] = []  # (awake_ms, ctime, id), lazy
+        self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
+        self._adds: dict[int, _AddWait] = {}  # token -> blocked ADDJOB
+        self._add_by_job: dict[str, int] = {}
+        self._gets: dict[int, _GetWait] = {}  # token -> blocked GETJOB
+        self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
+        self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
+        self._tombstones: dict[str, int] = {}  # job id -> until (insertion order = age)
+        self._idem: dict[tuple[str, str], tuple[str, int]] = {}  # idempotency.py
+        self._followers: dict[int, list[int]] = {}  # blocked.py
+        self._follower_of: dict[int, int] = {}
+        self.idem_window_ms = IDEM_WINDOW_MS
+        self.events = ev.EventBuffer()  # lifecycle events, drained by the node
+        self._prev_ctime = 0
+        self._next_cron_ms = now_ms + CRON_IDLE_MS
+        self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (update_memory)
+        self.max_memory_bytes = 0  # 0: no limit
+        self.used_bytes = 0  # bodies + a fixed per-job estimate
+        self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
+        self.persist = True  # produce aof_out records (the node turns it off without an AOF)
+        self.max_queues = MAX_QUEUES
+        # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
+        self.takeovers: list[DJob] = []
+        self.beanstalk_dropped: list[int] = []
+        self.relinks: list[DJob] = []
+        # Counters for INFO / stats.
+        self.stats: dict[str, int] = {
+            "jobs_added": 0,
+            "jobs_delivered": 0,
+            "jobs_acked": 0,
+            "jobs_requeued": 0,
+            "jobs_expired": 0,
+            "jobs_imported": 0,
+            "jobs_exported": 0,
+            "noreply_timeouts": 0,
+        }
+
+    # ================================================================== helpers
+    @property
+    def my_id(self) -> str:
+        return self.view.my_id
+
+    def _send(self, node: str, msg: Message) -> None:
+        if node != self.view.my_id:
+            self.outbox.append((node, msg))
+
+    def _jitter(self) -> int:
+        # random() is one C call; randint is several Python frames, on every enqueue.
+        return int(self.rng.random() * TIME_ERR_MS) - TIME_ERR_MS // 2
+
+    def _check_new_queue(self, name: str) -> None:
+        """Queues are created on demand; their number is bounded (``max_queues``). At the
+        bound, empty idle queues are reclaimed first, whatever their age; still full: an
+        error, and nothing was created."""
+        queues = self.queues
+        if name in queues or len(queues) < self.max_queues:
+            return
+        for qname in [n for n, q in queues.items() if q.idle()]:
+            del queues[qname]
+        if len(queues) >= self.max_queues:
+            raise DisqueError("ERR", f"too many queues (the limit is {self.max_queues})")
+
+    def _queue(self, name: str, now_ms: int) -> DQueue:
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = DQueue(name, now_ms)
+        return q
+
+    def _update_awake(self, j: DJob, at: int = 0) -> None:
+        if at == 0:
+            # One second after expiry, so that when it runs the job is surely expired.
+            at = j.etime_ms + 1000
+            if j.state == ACKED:
+                # For an acked job qtime_ms holds the next GC attempt.
+                if j.qtime_ms and j.qtime_ms < at:
+                    at = j.qtime_ms
+            elif j.state in (ACTIVE, QUEUED) and j.qtime_ms:
+                qt = j.qtime_ms
+                if j.flags & BCAST_WILLQUEUE:
+                    qt -= WILLQUEUE_ADVANCE_MS
+                if qt < at:
+                    at = qt
+        if at != j.awake_ms:
+            j.awake_ms = at
+            heap = self._awake
+            heapq.heappush(heap, (at, j.ctime, j.id))
+            if len(heap) > self._awake_rebuild_at:
+                self._awake_rebuild_at = compact(heap, self._awake_live)
+
+    def _awake_live(self, entry: tuple[int, int, str]) -> bool:
+        """The entry is the job's current one: the test ``_process_jobs`` makes."""
+        j = self.jobs.get(entry[2])
+        return j is not None and j.awake_ms == entry[0]
+
+    def _new_ctime(self, now_ms: int) -> int:
+        """A creation time (ms * 1e6) strictly greater than every one this node gave."""
+        ctime = now_ms * 1_000_000
+        if ctime <= self._prev_ctime:
+            ctime = self._prev_ctime + 1
+        self._prev_ctime = ctime
+        return ctime
+
+    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
+        """The job as it travels (TTL in seconds left), or with ``absolute`` as the AOF
+        keeps it (the absolute expiry in ``expire_ms``)."""
+        if absolute:
+            ttl, expire_ms = 0, j.etime_ms
+        else:
+            ttl, expire_ms = max(1, (j.etime_ms - now_ms + 999) // 1000), 0
+        return JobData(
+            id=j.id,
+            queue=j.queue,
+            body=j.body,
+            repl=j.repl,
+            ctime=j.ctime,
+            delay_s=j.delay_s,
+            retry_s=j.retry_s,
+            ttl_remaining_s=ttl,
+            nacks=j.nacks,
+            additional_deliveries=j.add_deliveries,
+            nodes_delivered=sorted(j.delivered),
+            priority=j.priority,
+            beanstalk=bool(j.flags & BEANSTALK_ORIGIN),
+            bstate=j.bstate,
+            beanstalk_id=j.bid,
+            idempotency_key=j.idem_key,
+            expire_ms=expire_ms,
+        )
+
+    # ================================================================== job lifecycle
+    def _register(self, j: DJob, awake: bool = True) -> None:
+        self.jobs[j.id] = j
+        self.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
+        if awake:
+            self._update_awake(j)
+
+    def _forget(self, j: DJob) -> None:
+        del self.jobs[j.id]
+        self.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
+        j.awake_ms = -1
+
+    def _unregister(self, j: DJob, now_ms: int) -> None:
+        """Forget a job (unregisterJob). A client still waiting for its replication gets
+        NOREPL and the copies are deleted best effort."""
+        if self.jobs.get(j.id) is not j:
+            return
+        if j.state == QUEUED:
+            self._dequeue(j)
+        if j.state == WAIT_REPL:
+            token = self._add_by_job.pop(j.id, None)
+            if token is not None:
+                self._adds.pop(token, None)
+                self._reply_add(token, DisqueError("NOREPL", NOREPL_EXPIRED))
+            self._forget_key(j)
+            j.state = ACTIVE
+            self._broadcast_del(j)
+        if j.flags & BEANSTALK_OWNED and j.bid:
+            self.beanstalk_dropped.append(j.bid)
+            j.bid = 0
+        self._forget(j)
+        self._tombstone(j.id, now_ms)
+
+    def _broadcast_del(self, j: DJob) -> None:
+        for node in j.delivered:
+            self._send(node, DelJob([j.id]))
+
+    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
+        self._broadcast_del(j)
+        if j.state != ACKED:
+            self._log_del(j.id)
+        self._unregister(j, now_ms)
+
+    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool:
+        """enqueueJob: queue the job here; QUEUED goes out on every enqueue but the first."""
+        if j.state == QUEUED or j.state == ACKED or j.state == WAIT_REPL:
+            return False
+        if j.flags & BEANSTALK_ORIGIN:
+            return False  # lives in a beanstalk engine, never in a Disque queue
+        if j.retry_s == 0 and j.flags & DELIVERED:
+            return False  # at-most-once: never queue again once delivered
+        if j.flags & BCAST_QUEUED or nack:
+            for node in j.delivered:
+                self._send(node, Queued(j.id, incr_nacks=nack, incr_deliveries=not nack))
+            if nack:
+                j.nacks += 1
+            else:
+                j.add_deliveries += 1
+        else:
+            j.flags |= BCAST_QUEUED
+        if j.retry_s:
+            j.flags |= BCAST_WILLQUEUE
+            j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
+        else:
+            j.qtime_ms = 0
+        j.state = QUEUED
+        q = self._queue(j.queue, now_ms)
+        q.skiplist.add((j.ctime, j.id))
+        q.jobs_in += 1
+        q.atime_ms = now_ms
+        self._update_awake(j)
+        if q.blocked:
+            self._serve_blocked(q, now_ms)
+        elif q.wanted_by and not q.paused_out:
+            self._push_wanted(q, now_ms)
+        return True
+
+    def _dequeue(self, j: DJob) -> bool:
+        if j.state != QUEUED:
+            return False
+        q = self.queues.get(j.queue)
+        if q is not None:
+            q.skiplist.discard((j.ctime, j.id))
+        j.state = ACTIVE
+        return True
+
+    def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
+        """queueFetchJob: the oldest job, now active and delivered; qtime keeps running."""
+        if not q.skiplist or q.paused_out:
+            return None
+        _, job_id = q.skiplist.pop(0)
+        j = self.jobs[job_id]
+        j.state = ACTIVE
+        j.flags |= DELIVERED
+        q.jobs_out += 1
+        q.atime_ms = now_ms
+        self.stats["jobs_delivered"] += 1
+        self.events.add(
+            ev.DELIVERED, now_ms, j.queue, j.id, 1 + j.nacks + j.add_deliveries, len(j.body)
+        )
+        if j.retry_s == 0:
+            j.qtime_ms = 0
+        self._update_awake(j)
+        if not q.skiplist and q.import_rate(now_ms) > 0:
+            self._need_jobs(q, now_ms, reached_zero=True)
+        return j
+
+    # ================================================================== commands
+    def add_job(
+        self,
+        now_ms: int,
+        token: int,
+        queue: str,
+        body: bytes,
+        *,
+        timeout_ms: int,
+        repl: int | None = None,
+        delay_s: int = 0,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+        idem_key: str = "",
+    ) -> str | Pending:
+        """ADDJOB after syntax checks. Returns the id, or PENDING for a synchronous add
+        (the id or a NOREPL error arrives in ``replies``). Raises DisqueError.
+
+        ``idem_key``: an add that repeats a key seen on this queue within the window adds
+        nothing and answers the first job's id; if that add still waits for its copies,
+        this one waits with it and gets the same answer."""
+        size = self.view.cluster_size()
+        if repl is None:
+            repl = min(3, size)
+        ttl = DEFAULT_TTL_S if ttl_s is None else ttl_s
+        if repl > 1 and retry_s == 0:
+            raise DisqueError(
+                "ERR",
+                "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)",
+            )
+        if delay_s >= ttl:
+            raise DisqueError(
+                "ERR",
+                "The specified DELAY is greater than TTL. Job refused since would "
+                "never be delivered",
+            )
+        if retry_s is None:
+            retry_s = max(1, min(ttl // 10, DEFAULT_RETRY_MAX_S))
+        if idem_key:
+            if len(idem_key.encode("utf-8", "surrogateescape")) > IDEM_KEY_MAX_BYTES:
+                raise DisqueError(
+                    "ERR", f"the idempotency key is longer than {IDEM_KEY_MAX_BYTES} bytes"
+                )
+            first = self._known_key(queue, idem_key, now_ms)
+            if first is not None:
+                leader = self._add_by_job.get(first)
+                if leader is None:
+                    return first
+                self._followers.setdefault(leader, []).append(token)
+                self._follower_of[token] = leader
+                return PENDING
+        if self.memory_warning >= 3:
+            raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
+        extrepl = self.memory_warning > 0 or self.view.leaving
+        additional = repl if extrepl else repl - 1
+        reachable = len(self.view.reachable_peers())
+        if additional > reachable:
+            if extrepl and additional - 1 == reachable:
+                why = "I'm leaving the cluster" if self.view.leaving else "I'm out of memory"
+                raise DisqueError("NOREPL", NOREPL_NODES_LOCAL + why)
+            raise DisqueError("NOREPL", NOREPL_NODES)
+        self._check_new_queue(queue)
+        q = self.queues.get(queue)
+        if maxlen is not None and q is not None and len(q) >= maxlen:
+            raise DisqueError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
+        if q is not None and q.paused_in:
+            raise DisqueError("PAUSED", "Queue paused in input, try later")
+
+        ctime = self._new_ctime(now_ms)
+        job_id = ids.make_job_id(self.my_id, self.rng, ttl, retry_s)
+        j = DJob(job_id, queue, body, repl, ctime, delay_s, retry_s, now_ms + ttl * 1000)
+        if idem_key:
+            j.idem_key = idem_key
+            self._remember_key(j, now_ms)
+        if not extrepl:
+            j.delivered.add(self.my_id)
+        j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
+        self.stats["jobs_added"] += 1
+        self.events.add(ev.ENQUEUED, now_ms, queue, job_id, 0, len(body))
+
+        if (repl > 1 or extrepl) and not async_:
+            # Sync, and also REPLICATE 1 without a local copy (memory warning, leaving): the
+            # client must learn the id only once the external copy exists.
+            self._register(j)
+            j.confirmed = set() if extrepl else {self.my_id}
+            deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+            self._wait_for_copies(token, job_id, deadline, now_ms)
+            self._replicate(j, additional, now_ms)
+            return PENDING
+
+        if not (async_ and extrepl):
+            j.state = ACTIVE
+            if delay_s == 0 and not extrepl:
+                self._register(j, awake=False)  # _enqueue sets the timer once
+                self._log_job(j, now_ms)
+                self._enqueue(j, now_ms)
+            else:
+                self._register(j)
+                self._log_job(j, now_ms)
+        if additional > 0:
+            self._replicate(j, additional, now_ms)
+        self._announce_key(j)  # not waiting for copies: the add is done now
+        if async_ and extrepl:
+            # ASYNC without a local copy (leaving, low on memory): nothing was registered
+            # here; one of the holders queues it. (Without ASYNC, extrepl took the sync
+            # branch above, whatever REPLICATE.)
+            holders = sorted(j.delivered)
+            if holders:
+                self._send(self.rng.choice(holders), Enqueue(j.id))
+        return job_id
+
+    def get_job(
+        self,
+        now_ms: int,
+        token: int,
+        queues: list[str],
+        *,
+        nohang: bool = False,
+        timeout_ms: int = 0,
+        count: int = 1,
+    ) -> list[DJob] | Pending | None:
+        out: list[DJob] = []
+        left = count
+        while left > 0:
+            before = left
+            for name in queues:
+                q = self.queues.get(name)
+                if q is None:
+                    continue
+                j = self._fetch(q, now_ms)
+                if j is not None:
+                    out.append(j)
+                    left -= 1
+                    if left == 0:
+                        break
+            if left == before:
+                break
+        if out:
+            return out
+        if nohang:
+            return None
+        if self.view.leaving:
+            raise DisqueError("LEAVING", LEAVING_MSG)
+        for name in queues:
+            self._check_new_queue(name)
+        deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+        self._gets[token] = _GetWait(list(queues), deadline)
+        for name in queues:
+            q = self._queue(name, now_ms)
+            q.blocked[token] = None
+            self._need_jobs(q, now_ms, reached_zero=False)
+        if deadline:
+            heapq.heappush(self._client_timers, (deadline, token))
+        return PENDING
+
+    def working(self, now_ms: int, job_id: str) -> int:
+        j = self.jobs.get(job_id)
+        if j is None:
+            raise DisqueError("NOJOB", "Job not known in the context of this node.")
+        created_ms = j.ctime // 1_000_000
+        ttl_ms = j.etime_ms - created_ms
+        if ttl_ms > 0 and now_ms - created_ms > ttl_ms // 2:
+            raise DisqueError(
+                "TOOLATE",
+                "Half of job TTL already elapsed, you are no longer allowed to postpone "
+                "the next delivery.",
+            )
+        if j.state == QUEUED:
+            self._dequeue(j)
+        self._postpone(j, now_ms)
+        for node in j.delivered:
+            self._send(node, Working(j.id))
+        return j.retry_s
+
+    def _postpone(self, j: DJob, now_ms: int) -> None:
+        """updateJobRequeueTime: never for at-most-once jobs."""
+        if j.retry_s == 0 or j.qtime_ms == 0:
+            return
+        j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
+        self._update_awake(j)
+
+    def nack(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._enqueue_many(now_ms, job_ids, nack=True)
+
+    def enqueue(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._enqueue_many(now_ms, job_ids, nack=False)
+
+    def _enqueue_many(self, now_ms: int, job_ids: list[str], nack: bool) -> int:
+        if self.memory_warning >= 3:
+            raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
+        n = 0
+        for job_id in job_ids:
+            j = self.jobs.get(job_id)
+            if j is not None and j.state == ACTIVE and self._enqueue(j, now_ms, nack=nack):
+                n += 1
+                if nack:
+                    self.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+        return n
+
+    def dequeue(self, now_ms: int, job_ids: list[str]) -> int:
+        n = 0
+        for job_id in job_ids:
+            j = self.jobs.get(job_id)
+            if j is not None and self._dequeue(j):
+                n += 1
+        return n
+
+    def del_job(self, now_ms: int, job_ids: list[str]) -> int:
+        n = 0
+        for job_id in job_ids:
+            j = self.jobs.get(job_id)
+            if j is not None:
+                if j.state != ACKED:
+                    self._log_del(j.id)
+                self.events.add(ev.DELETED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+                self._unregister(j, now_ms)
+                n += 1
+        return n
+
+    def flushall(self) -> None:
+        for token in list(self._follower_of):  # first, so no follower inherits an add
+            self.cancel(token)
+        for token in list(self._adds):
+            self.cancel(token)
+        self._idem.clear()
+        self.jobs.clear()
+        self.used_bytes = 0
+        self.queues = {name: q for name, q in self.queues.items() if q.blocked}
+        for q in self.queues.values():
+            q.skiplist.clear()
+        self._awake.clear()
+        self._tombstones.clear()
+
+    # ================================================================== messages
+    def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
+        handler = self._handlers.get(type(msg))
+        if handler is not None:
+            handler(self, now_ms, sender, msg)
+
+    def _on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None or j.state != ACTIVE:
+            return
+        q = self.queues.get(j.queue)
+        if q is not None and q.paused_in:
+            return
+        if j.delay_s:
+            j.qtime_ms = now_ms + j.delay_s * 1000
+            j.flags &= ~BCAST_WILLQUEUE
+            self._update_awake(j)
+        else:
+            self._enqueue(j, now_ms)
+
+    def _on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if msg.incr_nacks:
+            j.nacks += 1
+        if msg.incr_deliveries:
+            j.add_deliveries += 1
+        if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
+            self._dequeue(j)  # two copies queued: the one whose node wins keeps it
+        j.flags |= BCAST_QUEUED
+        if j.state in (ACTIVE, QUEUED) and j.retry_s:
+            j.flags |= BCAST_WILLQUEUE
+            self._postpone(j, now_ms)
+
+    def _on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if j.state == ACKED:
+            self._send(sender, SetAck(j.id, len(j.delivered)))
+        elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
+            self._send(sender, Queued(j.id))
+
+    def _on_working(self, now_ms: int, sender: str, msg: Working) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if j.state == QUEUED:
+            self._dequeue(j)
+        self._postpone(j, now_ms)
+
+    _handlers: ClassVar[dict[type, Callable[[DisqueCore, int, str, Any], None]]] = {}
+
+    # ================================================================== time
+    def next_deadline_ms(self) -> int:
+        nxt = self._next_cron_ms
+        if self._awake and self._awake[0][0] < nxt:
+            nxt = self._awake[0][0]
+        if self._client_timers and self._client_timers[0][0] < nxt:
+            nxt = self._client_timers[0][0]
+        if self._repl_timers and self._repl_timers[0][0] < nxt:
+            nxt = self._repl_timers[0][0]
+        return nxt
+
+    def tick(self, now_ms: int) -> None:
+        self._expire_keys(now_ms)
+        self._process_jobs(now_ms)
+        self._process_clients(now_ms)
+        if now_ms >= self._next_cron_ms:
+            self._cron(now_ms)
+
+    def _process_jobs(self, now_ms: int) -> None:
+        heap = self._awake
+        budget = TICK_BATCH
+        while heap and heap[0][0] <= now_ms and budget:
+            at, _, job_id = heapq.heappop(heap)
+            j = self.jobs.get(job_id)
+            if j is None or j.awake_ms != at:
+                continue  # stale entry (lazy deletion)
+            budget -= 1
+            j.awake_ms = 0
+            self._process_job(j, now_ms)
+
+    def _process_job(self, j: DJob, now_ms: int) -> None:
+        if j.etime_ms <= now_ms:
+            self.stats["jobs_expired"] += 1
+            if j.state != ACKED:
+                self.events.add(ev.EXPIRED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+            if j.state != ACKED:
+                self._log_del(j.id)
+            self._unregister(j, now_ms)
+            return
+        if (
+            j.state in (ACTIVE, QUEUED)
+            and j.flags & BCAST_WILLQUEUE
+            and j.qtime_ms
+            and j.qtime_ms - WILLQUEUE_ADVANCE_MS <= now_ms
+        ):
+            if j.state != QUEUED:
+                for node in j.delivered:
+                    self._send(node, WillQueue(j.id))
+            j.flags &= ~BCAST_WILLQUEUE
+        if j.state == ACTIVE and j.qtime_ms and j.qtime_ms <= now_ms:
+            q = self.queues.get(j.queue)
+            if j.flags & BEANSTALK_ORIGIN:
+                if not j.flags & BEANSTALK_OWNED:
+                    self._take_over(j)
+            elif q is not None and q.paused_in and j.retry_s:
+                j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
+            elif self._enqueue(j, now_ms):
+                self.stats["jobs_requeued"] += 1
+                self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))
+        if j.state == QUEUED and j.qtime_ms and j.qtime_ms <= now_ms and j.retry_s:
+            j.flags |= BCAST_WILLQUEUE
+            j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
+        if j.state == ACKED:
+            self._try_gc(j, now_ms)
+            return
+        if j.id in self.jobs:
+            self._update_awake(j)
+
+    def _cron(self, now_ms: int) -> None:
+        any_blocked = False
+        idle: list[str] = []
+        for q in self.queues.values():
+            if q.blocked:
+                any_blocked = True
+                self._need_jobs(q, now_ms, reached_zero=False)
+            elif q.idle() and now_ms - q.atime_ms > QUEUE_IDLE_GC_MS:
+                idle.append(q.name)
+            if q.wanted_by:
+                for node in [n for n, t in q.wanted_by.items() if t < now_ms]:
+                    del q.wanted_by[node]
+        for name in idle:
+            del self.queues[name]
+        self._next_cron_ms = now_ms + (CRON_BLOCKED_MS if any_blocked else CRON_IDLE_MS)
+
+
+DisqueCore._handlers = {
+    ReplJob: DisqueCore._on_repljob,
+    GotJob: DisqueCore._on_gotjob,
+    Enqueue: DisqueCore._on_enqueue,
+    Queued: DisqueCore._on_queued,
+    WillQueue: DisqueCore._on_willqueue,
+    SetAck: DisqueCore._on_setack,
+    GotAck: DisqueCore._on_gotack,
+    DelJob: DisqueCore._on_deljob,
+    IdemKeys: DisqueCore._on_idem_keys,
+    NeedJobs: DisqueCore._on_needjobs,
+    YourJobs: DisqueCore._on_yourjobs,
+    Working: DisqueCore._on_working,
+    Pause: DisqueCore._on_pause,
+    BeanstalkUpdate: DisqueCore._on_beanstalk_update,
+}

@@ -1,0 +1,158 @@
+"""Federation (Disque's queue.c, needJobsForQueue and friends): a node whose consumers find a
+queue empty asks the others for jobs (NEEDJOBS), and they move some over (YOURJOBS).
+
+A rare NEEDJOBS(1) broadcast discovers who has jobs; frequent ad hoc requests go to the nodes
+that recently answered (the queue's ``responders``). disq adds ``wanted_by``: peers that asked
+while the queue here was empty get the next job added here at once, instead of waiting for
+their next (backed off) broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
+from disq.core.disque.queue import DQueue
+from disq.core.messages import JobData, Message, NeedJobs, YourJobs
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView
+
+NEEDJOBS_BCAST_MIN_MS = 2000
+NEEDJOBS_BCAST_MAX_MS = 30_000
+NEEDJOBS_ADHOC_MIN_MS = 25
+NEEDJOBS_ADHOC_MAX_MS = 2000
+NEEDJOBS_MIN_REQUEST = 5
+NEEDJOBS_MAX_REQUEST = 100
+WANTED_VALID_MS = 35_000  # longer than the longest NEEDJOBS broadcast gap
+
+
+class FederationMixin:
+    """NEEDJOBS / YOURJOBS of DisqueCore."""
+
+    view: ClusterView
+    jobs: dict[str, DJob]
+    queues: dict[str, DQueue]
+    max_queues: int
+    stats: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by DisqueCore
+
+        def _send(self, node: str, msg: Message) -> None: ...
+        def _queue(self, name: str, now_ms: int) -> DQueue: ...
+        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
+        def _job_from_data(self, d: JobData, now_ms: int) -> DJob: ...
+        def _register(self, j: DJob, awake: bool = True) -> None: ...
+        def _unregister(self, j: DJob, now_ms: int) -> None: ...
+        def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
+        def _postpone(self, j: DJob, now_ms: int) -> None: ...
+        def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
+        def _log_job(self, j: DJob, now_ms: int) -> None: ...
+        def _log_del(self, job_id: str) -> None: ...
+
+    def _need_jobs(self, q: DQueue, now_ms: int, reached_zero: bool) -> None:
+        """needJobsForQueue: a rare NEEDJOBS(1) broadcast to discover who has jobs, and
+        frequent ad hoc requests to the nodes that recently answered."""
+        if self.view.leaving:
+            return
+        responders = q.live_responders(now_ms)
+        rate = q.import_rate(now_ms)
+        to_fetch = NEEDJOBS_MIN_REQUEST
+        if responders:
+            to_fetch = rate // len(responders)
+        to_fetch = max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, to_fetch))
+        bcast_delay = min(
+            NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 10), NEEDJOBS_BCAST_MAX_MS
+        )
+        adhoc_delay = min(
+            NEEDJOBS_ADHOC_MIN_MS << min(q.needjobs_adhoc_attempt, 10), NEEDJOBS_ADHOC_MAX_MS
+        )
+        if q.needjobs_bcast_ms == 0 or now_ms - q.needjobs_bcast_ms > bcast_delay:
+            q.needjobs_bcast_ms = now_ms
+            q.needjobs_bcast_attempt += 1
+            for node in self.view.reachable_peers():
+                self._send(node, NeedJobs(q.name, 1))
+        if responders and (reached_zero or now_ms - q.needjobs_adhoc_ms > adhoc_delay):
+            q.needjobs_adhoc_ms = now_ms
+            q.needjobs_adhoc_attempt += 1
+            for node in responders:
+                self._send(node, NeedJobs(q.name, to_fetch))
+
+    def _give_jobs(self, q: DQueue, node: str, count: int, now_ms: int) -> None:
+        n = count if len(q) >= 2 * count else max(1, len(q) // 2)
+        jobs: list[JobData] = []
+        for _ in range(min(n, len(q))):
+            _, job_id = q.skiplist.pop(0)
+            j = self.jobs[job_id]
+            j.state = ACTIVE
+            q.jobs_out += 1
+            j.delivered.add(node)
+            jobs.append(self._job_data(j, now_ms))
+            if j.retry_s == 0:
+                # An at-most-once job must exist in one place only: it moves.
+                self._log_del(j.id)
+                self._unregister(j, now_ms)
+            else:
+                # Our copy stays active; the importer's QUEUED/WILLQUEUE answers keep it
+                # from being requeued here while the importer has it.
+                self._postpone(j, now_ms)
+        if jobs:
+            self.stats["jobs_exported"] += len(jobs)
+            self._send(node, YourJobs(jobs))
+
+    def _push_wanted(self, q: DQueue, now_ms: int) -> None:
+        for node, until in list(q.wanted_by.items()):
+            if until < now_ms or not self._peer_ok(node):
+                del q.wanted_by[node]
+                continue
+            del q.wanted_by[node]
+            self._give_jobs(q, node, 1, now_ms)
+            return
+
+    def _peer_ok(self, node: str) -> bool:
+        return node in self.view.reachable_peers()
+
+    # ------------------------------------------------------------------ messages
+    def _on_needjobs(self, now_ms: int, sender: str, msg: NeedJobs) -> None:
+        q = self.queues.get(msg.queue)
+        if q is None:
+            if len(self.queues) >= self.max_queues:
+                return  # at the bound: a peer's interest is not worth a queue record
+            # Remember the interest (the queue record is reclaimed by the idle GC).
+            q = self._queue(msg.queue, now_ms)
+        if q.paused_out or q.import_rate(now_ms) > 0:
+            return
+        if not q.skiplist:
+            if not q.blocked:
+                q.wanted_by[sender] = now_ms + WANTED_VALID_MS
+            return
+        self._give_jobs(q, sender, max(1, msg.count), now_ms)
+
+    def _on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:
+        imported = 0
+        for d in msg.jobs:
+            j = self.jobs.get(d.id)
+            if j is None:
+                if self._tombstoned(d.id, now_ms):
+                    continue
+                j = self._job_from_data(d, now_ms)
+                j.delivered.add(sender)
+                self._register(j)
+                self._log_job(j, now_ms)
+            else:
+                j.delivered.update(d.nodes_delivered)
+            if j.state == ACTIVE:
+                # Imported jobs are queued without a QUEUED broadcast: the sender already
+                # knows where they went.
+                j.flags &= ~BCAST_QUEUED
+                if self._enqueue(j, now_ms):
+                    imported += 1
+        if msg.jobs:
+            q = self._queue(msg.jobs[0].queue, now_ms)
+            q.responders[sender] = now_ms
+            if imported:
+                q.record_import(now_ms, imported)
+            q.needjobs_adhoc_attempt = 0
+            if len(q.responders) == 1:
+                q.needjobs_bcast_attempt = 0
+            self.stats["jobs_imported"] += imported

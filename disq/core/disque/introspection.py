@@ -1,0 +1,175 @@
+"""Introspection and PAUSE: SHOW, QLEN, QSTAT, QPEEK, QSCAN, JSCAN (read only) and PAUSE, which
+also travels between nodes (the PAUSE message).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, STATE_NAMES, WAIT_REPL, DJob
+from disq.core.disque.queue import DQueue
+from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Message, Pause
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView
+
+
+class IntrospectionMixin:
+    """The read-only commands and PAUSE of DisqueCore."""
+
+    view: ClusterView
+    jobs: dict[str, DJob]
+    queues: dict[str, DQueue]
+
+    if TYPE_CHECKING:  # provided by DisqueCore
+
+        def _send(self, node: str, msg: Message) -> None: ...
+        def _check_new_queue(self, name: str) -> None: ...
+        def _queue(self, name: str, now_ms: int) -> DQueue: ...
+        def _serve_blocked(self, q: DQueue, now_ms: int) -> None: ...
+
+    def show(self, now_ms: int, job_id: str) -> list[tuple[str, object]] | None:
+        j = self.jobs.get(job_id)
+        if j is None:
+            return None
+        ttl = max(0, (j.etime_ms - now_ms) // 1000)
+        requeue = None if j.qtime_ms == 0 or j.state == ACKED else max(0, j.qtime_ms - now_ms)
+        awake = None if j.awake_ms <= 0 else max(0, j.awake_ms - now_ms)
+        confirmed = sorted(j.confirmed) if j.state in (WAIT_REPL, ACKED) else []
+        pairs: list[tuple[str, object]] = [
+            ("id", j.id),
+            ("queue", j.queue if j.delivered or j.state != ACKED else None),
+            ("state", STATE_NAMES[j.state]),
+            ("repl", j.repl),
+            ("ttl", ttl),
+            ("ctime", j.ctime),
+            ("delay", j.delay_s),
+            ("retry", j.retry_s),
+            ("nacks", j.nacks),
+            ("additional-deliveries", j.add_deliveries),
+            ("nodes-delivered", sorted(j.delivered)),
+            ("nodes-confirmed", confirmed),
+            ("next-requeue-within", requeue),
+            ("next-awake-within", awake),
+            ("body", j.body if j.state != ACKED or j.body else None),
+        ]
+        if j.flags & BEANSTALK_ORIGIN:
+            # disq's addition, only for jobs put through a beanstalk door: the state the
+            # owner last reported, which a takeover restores.
+            pairs.append(("beanstalk-state", "buried" if j.bstate == BSTATE_BURIED else "ready"))
+        return pairs
+
+    def qlen(self, queue: str) -> int:
+        q = self.queues.get(queue)
+        return len(q) if q is not None else 0
+
+    def qstat(self, now_ms: int, queue: str) -> list[tuple[str, object]] | None:
+        q = self.queues.get(queue)
+        if q is None:
+            return None
+        return [
+            ("name", q.name),
+            ("len", len(q)),
+            ("age", max(0, (now_ms - q.ctime_ms) // 1000)),
+            ("idle", max(0, (now_ms - q.atime_ms) // 1000)),
+            ("blocked", len(q.blocked)),
+            ("import-from", q.live_responders(now_ms)),
+            ("import-rate", q.import_rate(now_ms)),
+            ("jobs-in", q.jobs_in),
+            ("jobs-out", q.jobs_out),
+            ("pause", q.pause_name()),
+        ]
+
+    def qpeek(self, queue: str, count: int) -> list[DJob]:
+        q = self.queues.get(queue)
+        if q is None or count == 0:
+            return []
+        if count > 0:
+            keys = list(q.skiplist.islice(0, count))
+        else:
+            keys = list(q.skiplist.islice(max(0, len(q.skiplist) + count), len(q.skiplist)))
+            keys.reverse()
+        return [self.jobs[k[1]] for k in keys]
+
+    def qscan(
+        self,
+        cursor: int,
+        count: int,
+        *,
+        busyloop: bool = False,
+        minlen: int | None = None,
+        maxlen: int | None = None,
+        importrate: int | None = None,
+        now_ms: int = 0,
+    ) -> tuple[int, list[str]]:
+        """Stateless iteration over sorted queue names: the cursor is a position. Queues
+        added or removed meanwhile may be missed or repeated, as with Redis SCAN."""
+        names = sorted(self.queues)
+        out: list[str] = []
+        pos = cursor
+        while pos < len(names):
+            q = self.queues[names[pos]]
+            pos += 1
+            if minlen is not None and len(q) < minlen:
+                continue
+            if maxlen is not None and len(q) > maxlen:
+                continue
+            if importrate is not None and q.import_rate(now_ms) < importrate:
+                continue
+            out.append(q.name)
+            if not busyloop and len(out) >= count:
+                break
+        return (0 if pos >= len(names) else pos), out
+
+    def jscan(
+        self,
+        cursor: int,
+        count: int,
+        *,
+        busyloop: bool = False,
+        queue: str | None = None,
+        states: set[int] | None = None,
+    ) -> tuple[int, list[DJob]]:
+        keys = sorted(self.jobs)
+        out: list[DJob] = []
+        pos = cursor
+        while pos < len(keys):
+            j = self.jobs[keys[pos]]
+            pos += 1
+            if queue is not None and j.queue != queue:
+                continue
+            if states and j.state not in states:
+                continue
+            if j.state == ACKED and not j.delivered:
+                continue  # a dummy ack is bookkeeping, not a job
+            out.append(j)
+            if not busyloop and len(out) >= count:
+                break
+        return (0 if pos >= len(keys) else pos), out
+
+    def pause(self, now_ms: int, queue: str, flags: int | None, bcast: bool) -> int:
+        q = self.queues.get(queue)
+        if q is None:
+            if not flags:
+                # Reading the state (or pausing nothing) must not create a phantom queue.
+                if bcast:
+                    for node in self.view.all_peers():
+                        self._send(node, Pause(queue, 0))
+                return 0
+            self._check_new_queue(queue)
+            q = self._queue(queue, now_ms)
+        if flags is not None:
+            q.pause = flags
+            if not q.paused_out and q.blocked and q.skiplist:
+                self._serve_blocked(q, now_ms)
+        if bcast:
+            for node in self.view.all_peers():
+                self._send(node, Pause(queue, q.pause))
+        return q.pause
+
+    # ------------------------------------------------------------------ messages
+    def _on_pause(self, now_ms: int, sender: str, msg: Pause) -> None:
+        q = self._queue(msg.queue, now_ms)
+        q.pause = msg.flags & (PAUSE_IN | PAUSE_OUT)
+        if not q.paused_out and q.blocked and q.skiplist:
+            self._serve_blocked(q, now_ms)

@@ -1,0 +1,90 @@
+"""Disque jobs: the record a cluster node holds for every job it knows (reference 2.3).
+
+Kept apart from the beanstalk ``Job`` because the two index differently: a Disque job is
+named by its 40-char id everywhere (queues, timers, messages), a beanstalk job by a per-node
+integer. The fields mirror Disque's ``job.h`` so its design notes apply line by line.
+"""
+
+from __future__ import annotations
+
+from disq.core.constants import DEFAULT_PRIORITY
+
+# States, Disque's numbers (wait-repl 0, active 1, queued 2, acked 3).
+WAIT_REPL = 0
+ACTIVE = 1
+QUEUED = 2
+ACKED = 3
+
+STATE_NAMES = ("wait-repl", "active", "queued", "acked")
+STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+
+# Flags.
+BCAST_QUEUED = 1  # broadcast QUEUED when this node re-queues the job
+BCAST_WILLQUEUE = 2  # wake 500 ms before the requeue to ask the others (WILLQUEUE)
+DELIVERED = 4  # this node delivered the job at least once
+# disq: beanstalk jobs replicated through the cluster (issue: beanstalk door in a cluster).
+BEANSTALK_ORIGIN = 8  # put through a beanstalk door; a takeover puts it in the local engine
+BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``): this record
+# only answers the holders (WILLQUEUE -> QUEUED) and tells them of changes and deletion
+
+
+class DJob:
+    __slots__ = (
+        "add_deliveries",
+        "awake_ms",
+        "bid",
+        "body",
+        "bstate",
+        "confirmed",
+        "ctime",
+        "delay_s",
+        "delivered",
+        "etime_ms",
+        "flags",
+        "gc_retry",
+        "id",
+        "idem_key",
+        "nacks",
+        "priority",
+        "qtime_ms",
+        "queue",
+        "repl",
+        "retry_s",
+        "state",
+    )
+
+    def __init__(
+        self,
+        job_id: str,
+        queue: str,
+        body: bytes,
+        repl: int,
+        ctime: int,
+        delay_s: int,
+        retry_s: int,
+        etime_ms: int,
+    ) -> None:
+        self.id = job_id
+        self.queue = queue
+        self.body = body
+        self.repl = repl
+        self.ctime = ctime  # ms * 1e6 at the creating node, strictly increasing there
+        self.delay_s = delay_s
+        self.retry_s = retry_s
+        self.etime_ms = etime_ms  # TTL end, this node's clock
+        self.state = WAIT_REPL
+        self.flags = 0
+        self.nacks = 0
+        self.add_deliveries = 0
+        self.delivered: set[str] = set()  # nodes that may have a copy
+        self.confirmed: set[str] = set()  # GOTJOB (wait-repl) or GOTACK (acked) senders
+        self.qtime_ms = 0  # next requeue; 0 = never
+        self.awake_ms = 0  # when the timer next looks at the job
+        self.gc_retry = 0
+        self.priority = DEFAULT_PRIORITY
+        self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
+        self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
+        self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
+
+    def __repr__(self) -> str:
+        return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"

@@ -1,0 +1,163 @@
+"""Replication (Disque's clusterReplicateJob, REPLJOB/GOTJOB): a new job's copies.
+
+A sync ADDJOB registers the job WAIT_REPL here and sends REPLJOB to R-1 shuffled reachable
+peers; each peer registers it *active* (not queued: "replicated to several nodes, queued on
+one"), logs LOADJOB and answers GOTJOB, which leaves only after that record is written. At R
+confirmations the creator logs the job, answers the client and queues it (or, replicated
+externally under memory pressure, hands it to one holder with ENQUEUE).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from disq.core import events as ev
+from disq.core.disque.job import (
+    ACTIVE,
+    BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
+    WAIT_REPL,
+    DJob,
+)
+from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView, DeferredResult
+    from disq.core.disque.blocked import _AddWait
+    from disq.core.disque.queue import DQueue
+    from disq.core.events import EventBuffer
+
+
+class ReplicationMixin:
+    """The replication of DisqueCore's jobs."""
+
+    view: ClusterView
+    rng: random.Random
+    jobs: dict[str, DJob]
+    queues: dict[str, DQueue]
+    events: EventBuffer
+    memory_warning: int
+    _adds: dict[int, _AddWait]
+    _add_by_job: dict[str, int]
+
+    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
+
+        @property
+        def my_id(self) -> str: ...
+        def _send(self, node: str, msg: Message) -> None: ...
+        def _jitter(self) -> int: ...
+        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
+        def _register(self, j: DJob, awake: bool = True) -> None: ...
+        def _forget(self, j: DJob) -> None: ...
+        def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
+        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
+        def _log_job(self, j: DJob, now_ms: int) -> None: ...
+        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
+        def _announce_key(self, j: DJob) -> None: ...
+        def _remember_key(self, j: DJob, now_ms: int) -> None: ...
+        def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
+
+    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
+        """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
+        delivered set and send them REPLJOB; with ``resend``, ask again every delivered
+        node that has not confirmed. Disque resends to confirmed nodes too; disq does not:
+        under load thousands of adds wait, and re-sent bodies nobody needs saturate links."""
+        new: list[str] = []
+        if count > 0:
+            peers = [n for n in self.view.reachable_peers() if n not in j.delivered]
+            self.rng.shuffle(peers)
+            new = peers[:count]
+            j.delivered.update(new)
+        msg: ReplJob | None = None
+        targets = j.delivered if resend else new
+        for node in targets:
+            if node == self.my_id or node in j.confirmed:
+                continue
+            if msg is None:
+                msg = ReplJob(self._job_data(j, now_ms))
+            self._send(node, msg)
+
+    def _replication_achieved(self, j: DJob, now_ms: int) -> None:
+        j.state = ACTIVE
+        j.confirmed = set()
+        token = self._add_by_job.pop(j.id, None)
+        if token is not None:
+            self._adds.pop(token, None)
+            self._reply_add(token, j.id)
+        self._announce_key(j)
+        if j.flags & BEANSTALK_OWNED:
+            self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
+            self._update_awake(j)
+            return
+        if self.my_id not in j.delivered:
+            # External replication: one of the holders queues it, this node forgets it.
+            holders = sorted(j.delivered)
+            if holders:
+                self._send(self.rng.choice(holders), Enqueue(j.id))
+            self._forget(j)
+            return
+        self._log_job(j, now_ms)
+        if j.delay_s == 0:
+            self._enqueue(j, now_ms)
+        else:
+            self._update_awake(j)
+
+    # ------------------------------------------------------------------ messages
+    def _on_repljob(self, now_ms: int, sender: str, msg: ReplJob) -> None:
+        d = msg.job
+        if self.memory_warning > 0 or self.view.leaving:
+            return  # no copy: the sender will pick another node
+        q = self.queues.get(d.queue)
+        if q is not None and q.paused_in:
+            return
+        j = self.jobs.get(d.id)
+        if j is not None:
+            j.delivered.update(d.nodes_delivered)
+        else:
+            if self._tombstoned(d.id, now_ms):
+                return  # acked or deleted here moments ago: a late resend must not revive it
+            j = self._job_from_data(d, now_ms)
+            self._register(j)
+            self._log_job(j, now_ms)
+            self.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
+        self._send(sender, GotJob(d.id))
+
+    def _job_from_data(self, d: JobData, now_ms: int) -> DJob:
+        """deserializeJob: active, requeue after delay + retry (+ jitter)."""
+        j = DJob(
+            d.id,
+            d.queue,
+            d.body,
+            d.repl,
+            d.ctime,
+            d.delay_s,
+            d.retry_s,
+            now_ms + d.ttl_remaining_s * 1000,
+        )
+        j.state = ACTIVE
+        j.nacks = d.nacks
+        j.add_deliveries = d.additional_deliveries
+        j.delivered = set(d.nodes_delivered)
+        j.delivered.add(self.my_id)
+        j.priority = d.priority
+        if d.idempotency_key:
+            j.idem_key = d.idempotency_key
+            self._remember_key(j, now_ms)
+        if d.beanstalk:
+            j.flags |= BEANSTALK_ORIGIN
+            j.bstate = d.bstate
+        if d.retry_s:
+            j.flags |= BCAST_WILLQUEUE
+            j.qtime_ms = now_ms + (d.delay_s + d.retry_s) * 1000 + self._jitter()
+        return j
+
+    def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None or j.state != WAIT_REPL:
+            return
+        j.confirmed.add(sender)
+        j.delivered.add(sender)
+        if len(j.confirmed) >= j.repl:
+            self._replication_achieved(j, now_ms)

@@ -1,0 +1,431 @@
+"""One node's state machines behind one API: the beanstalk core, the Disque core, membership.
+
+Shaped after etcd raft's ``RawNode``: inputs go in (commands through the cores, peer messages,
+``tick(now_ms)``), and the work they make for the IO layer comes out as one :class:`Ready`.
+The IO layer persists the Ready's records, then sends its messages and delivers its replies
+(:func:`apply_ready` is that order, written once), then calls :meth:`NodeCore.advance`.
+Production (``disq.server.runtime``), the simulator and the unit tests drive this same class,
+so the glue between the cores (the beanstalk bridge, the DELJOB/IdemKeys merge, reply routing
+by token) runs under the simulator's faults too.
+
+What lives here and nowhere else:
+
+- **The beanstalk bridge.** A beanstalk put with ``beanstalk_replicate`` > 1 gets a Disque
+  record replicated like a sync ADDJOB (:meth:`beanstalk_put`); INSERTED waits for the copies.
+  The beanstalk core's ``cluster_events`` (bury, kick, release with a priority, delete) become
+  BeanstalkUpdate/DELJOB through the Disque core; the Disque core's ``takeovers``,
+  ``beanstalk_dropped`` and ``relinks`` become beanstalk jobs adopted, dropped or relinked.
+  One call can cause the other (a takeover adopts a job that wakes a reserve...), so
+  :meth:`ready` settles both ways until nothing moves: no re-entrant pumps.
+- **Reply routing by token.** One token counter for every door (RESP, gRPC, beanstalk), so
+  a deferred result names exactly one waiter. Replicated puts' tokens are answered here, as
+  beanstalk wake-ups; every other token leaves in ``Ready.replies`` for the IO layer's router.
+- **Message merging.** Each peer gets at most one DelJob and one IdemKeys per Ready, with
+  every entry: the ack GC of a busy queue ends thousands of jobs a second and each message
+  costs an encode and a decode. They go last: a delete or a key that arrives a little later
+  is safe, a job message that arrives after its delete is not.
+
+Pure: no asyncio, no sockets, no clock (``now_ms`` is passed in), no randomness but the
+cores' injected ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from disq.core.beanstalk.core import EV_DELETE, BeanstalkCore
+from disq.core.beanstalk.job import BURIED, ReplicaLink
+from disq.core.disque.api import DeferredResult, DisqueError
+from disq.core.events import EventBuffer
+from disq.core.messages import (
+    BSTATE_BURIED,
+    BSTATE_READY,
+    MEMBERSHIP_TYPES,
+    DelJob,
+    IdemKeys,
+    Message,
+)
+from disq.persistence.cluster_records import to_core_records
+
+if TYPE_CHECKING:
+    from disq.core.beanstalk.session import Session
+    from disq.core.disque.core import DisqueCore
+    from disq.core.membership import Membership
+
+BEANSTALK_REPL_TIMEOUT_MS: Final = 5000  # no copies by then: INTERNAL_ERROR, job dropped
+_SETTLE_ROUNDS_MAX: Final = 64  # the bridge settles in 1-3 rounds; more is a core bug
+
+# A beanstalk waiter's result: a reserved Job, a numeric id (a replicated put confirmed), or
+# a beanstalk error code.
+Wakeup = tuple["Session", Any]
+
+
+class Ready:
+    """One batch of work for the IO layer, taken with :meth:`NodeCore.ready`.
+
+    THE RULE: ``aof_records`` are written (and fsynced, when the fsync policy says so)
+    BEFORE any of ``messages``, ``replies`` or ``wakeups`` leaves. A GOTJOB confirms a copy,
+    a reply hands out a job id, a wake-up answers INSERTED: each promises a record that a
+    crash must not lose. :func:`apply_ready` is the one place that applies a Ready in that
+    order; the server runtime and the simulator both call it.
+
+    ``events`` and ``member_changes`` are bookkeeping (the lifecycle event log, link
+    addresses): they depend on nothing and may be applied in any order.
+    """
+
+    __slots__ = ("aof_records", "events", "member_changes", "messages", "replies", "wakeups")
+
+    def __init__(self) -> None:
+        self.aof_records: list[bytes] = []  # framed records, in order
+        self.messages: dict[str, list[Message]] = {}  # peer id -> messages, in order
+        self.replies: list[tuple[int, DeferredResult]] = []  # token -> deferred result
+        self.wakeups: list[Wakeup] = []  # beanstalk sessions to resume
+        self.events: list[EventBuffer] = []  # lifecycle events, drained from both cores
+        self.member_changes: list[tuple[str, int]] = []  # (node id, membership state)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.aof_records
+            or self.messages
+            or self.replies
+            or self.wakeups
+            or self.events
+            or self.member_changes
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Ready(records={len(self.aof_records)}, peers={len(self.messages)}, "
+            f"replies={len(self.replies)}, wakeups={len(self.wakeups)})"
+        )
+
+
+def apply_ready(
+    rd: Ready,
+    persist: Callable[[list[bytes]], bool],
+    send: Callable[[str, list[Message]], None],
+    reply: Callable[[int, DeferredResult], None],
+    wake: Callable[[Session, Any], None],
+) -> bool:
+    """Apply ``rd`` in the order its rule demands: records first; only when ``persist``
+    says they are durable, the messages, then the replies and wake-ups. False: nothing
+    left (the IO layer keeps the Ready, retries later, and does not call ``advance``)."""
+    if rd.aof_records and not persist(rd.aof_records):
+        return False
+    for peer, msgs in rd.messages.items():
+        send(peer, msgs)
+    for token, result in rd.replies:
+        reply(token, result)
+    for session, result in rd.wakeups:
+        wake(session, result)
+    return True
+
+
+class NodeCore:
+    """The node's three state machines; ``disque`` and ``membership`` are None on a node
+    without its cluster doors (beanstalkd-style flags)."""
+
+    def __init__(
+        self,
+        beanstalk: BeanstalkCore,
+        disque: DisqueCore | None = None,
+        membership: Membership | None = None,
+        *,
+        beanstalk_replicate: int = 1,
+        beanstalk_repl_timeout_ms: int = BEANSTALK_REPL_TIMEOUT_MS,
+        contain_errors: bool = True,
+    ) -> None:
+        self.beanstalk = beanstalk
+        self.disque = disque
+        self.membership = membership
+        self.beanstalk_replicate = beanstalk_replicate
+        self.beanstalk_repl_timeout_ms = beanstalk_repl_timeout_ms
+        # A bad peer message or a failing tick must not take a production node down; the
+        # simulator turns this off, since any exception out of a core fails its seed.
+        self.contain_errors = contain_errors
+        self.message_errors = 0
+        self.errors: list[tuple[str, BaseException]] = []  # (what, exception) for the log
+        self.new_token: Callable[[], int] = itertools.count(1).__next__
+        self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, beanstalk id)
+        self._in_flight: Ready | None = None
+
+    # ------------------------------------------------------------------ inputs
+    def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
+        membership, disque = self.membership, self.disque
+        for msg in msgs:
+            try:
+                if isinstance(msg, MEMBERSHIP_TYPES):
+                    if membership is not None:
+                        membership.on_message(now_ms, sender, msg)
+                elif disque is not None:
+                    disque.on_message(now_ms, sender, msg)
+            except Exception as exc:
+                if not self.contain_errors:
+                    raise
+                self.message_errors += 1
+                self.errors.append((f"peer message {type(msg).__name__} from {sender}", exc))
+
+    def tick(self, now_ms: int) -> None:
+        """Run what is due in every core."""
+        membership, disque = self.membership, self.disque
+        try:
+            if membership is not None and membership.next_deadline_ms() <= now_ms:
+                membership.tick(now_ms)
+            if disque is not None and 0 <= disque.next_deadline_ms() <= now_ms:
+                disque.tick(now_ms)
+        except Exception as exc:
+            if not self.contain_errors:
+                raise
+            self.errors.append(("cluster tick", exc))
+        beanstalk = self.beanstalk
+        if 0 <= beanstalk.next_deadline_ms() <= now_ms:
+            beanstalk.tick(now_ms)
+
+    def next_deadline_ms(self) -> int:
+        """The earliest time ``tick`` has work, or -1 when nothing is scheduled."""
+        best = self.beanstalk.next_deadline_ms()
+        for core in (self.disque, self.membership):
+            if core is not None:
+                when = core.next_deadline_ms()
+                if when >= 0 and (best < 0 or when < best):
+                    best = when
+        return best
+
+    def cancel(self, token: int) -> None:
+        """The client waiting on ``token`` went away."""
+        bput = self._bputs.pop(token, None)
+        if self.disque is not None:
+            self.disque.cancel(token)
+        if bput is not None:
+            # Nobody will hear INSERTED: the put goes, like a sync ADDJOB whose client left.
+            self.beanstalk.drop(bput[1])
+
+    def set_persist(self, on: bool) -> None:
+        """Produce AOF records (the node has an AOF) or not."""
+        self.beanstalk.persist = on
+        if self.disque is not None:
+            self.disque.persist = on
+
+    # ------------------------------------------------------------------ the bridge
+    def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
+        """The beanstalk door's Replicator: copy a put to ``beanstalk_replicate`` nodes.
+        0: done (INSERTED now); 1: INSERTED waits for the copies; -1: failed (the job is
+        dropped, the door answers INTERNAL_ERROR)."""
+        disque = self.disque
+        if self.beanstalk_replicate <= 1 or disque is None:
+            return 0
+        beanstalk = self.beanstalk
+        job = beanstalk.jobs[job_id]
+        token = self.new_token()
+        try:
+            did, pending = disque.add_beanstalk(
+                now_ms,
+                token,
+                job.tube.name,
+                job.body,
+                priority=job.pri,
+                ttr_s=job.ttr_ms // 1000,
+                delay_s=job.delay_ms // 1000,
+                repl=self.beanstalk_replicate,
+                timeout_ms=self.beanstalk_repl_timeout_ms,
+                bid=job_id,
+            )
+        except DisqueError:
+            beanstalk.drop(job_id)
+            return -1
+        job.replica = ReplicaLink(did, self.beanstalk_replicate)
+        if pending:
+            self._bputs[token] = (s, job_id)
+        return 1 if pending else 0
+
+    def _settle(self, now_ms: int) -> None:
+        """Carry changes across the bridge, both ways, until neither core has any."""
+        beanstalk, disque = self.beanstalk, self.disque
+        if disque is None:
+            beanstalk.cluster_events.clear()
+            return
+        for _ in range(_SETTLE_ROUNDS_MAX):
+            moved = False
+            if beanstalk.cluster_events:
+                moved = True
+                events, beanstalk.cluster_events = beanstalk.cluster_events, []
+                for kind, job in events:
+                    link = job.replica
+                    if link is None:
+                        continue
+                    if kind == EV_DELETE:
+                        disque.beanstalk_deleted(now_ms, link.disque_id)
+                    else:
+                        bstate = BSTATE_BURIED if job.state == BURIED else BSTATE_READY
+                        disque.beanstalk_update(now_ms, link.disque_id, bstate, job.pri)
+            if disque.beanstalk_dropped:
+                moved = True
+                dropped, disque.beanstalk_dropped = disque.beanstalk_dropped, []
+                for bid in dropped:
+                    beanstalk.drop(bid)
+            if disque.takeovers:
+                moved = True
+                takeovers, disque.takeovers = disque.takeovers, []
+                for j in takeovers:
+                    job = beanstalk.adopt(
+                        j.queue,
+                        j.body,
+                        j.priority,
+                        j.retry_s * 1000,
+                        j.bstate == BSTATE_BURIED,
+                        now_ms,
+                    )
+                    job.replica = ReplicaLink(j.id, j.repl)
+                    disque.adopted(now_ms, j, job.id)
+            if disque.relinks:
+                moved = True
+                relinks, disque.relinks = disque.relinks, []
+                for j in relinks:
+                    live = beanstalk.jobs.get(j.bid)
+                    if live is None:
+                        disque.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
+                    else:
+                        live.replica = ReplicaLink(j.id, j.repl)
+            if not moved:
+                break
+        else:  # pragma: no cover - would be a core bug: each round consumes its input
+            raise RuntimeError("the beanstalk bridge did not settle")
+        if disque.max_memory_bytes or disque.memory_warning:
+            # Also when the limit went to 0: a warning level must clear at once.
+            disque.update_memory(now_ms, beanstalk.live_bytes)
+
+    # ------------------------------------------------------------------ output
+    def has_ready(self) -> bool:
+        """Whether :meth:`ready` would return a non-empty Ready (cheap: the hot path asks)."""
+        b = self.beanstalk
+        if b.aof_out or b.wakeups or b.cluster_events or len(b.events):
+            return True
+        d = self.disque
+        if d is not None and (
+            d.outbox
+            or d.replies
+            or d.aof_out
+            or len(d.events)
+            or d.takeovers
+            or d.beanstalk_dropped
+            or d.relinks
+        ):
+            return True
+        m = self.membership
+        return m is not None and bool(m.outbox or m.events)
+
+    def ready(self, now_ms: int) -> Ready:
+        """Everything the inputs since the last Ready produced. Call :meth:`advance` once
+        the IO layer has applied it, before the next ``ready``."""
+        if self._in_flight is not None:
+            raise RuntimeError("ready() again before advance(): the last Ready is not applied")
+        self._settle(now_ms)
+        rd = Ready()
+        beanstalk, disque, membership = self.beanstalk, self.disque, self.membership
+        # Records: the beanstalk core's first. The Disque core's records of a replicated
+        # beanstalk job follow the beanstalk PUT they describe (replay relinks them).
+        if beanstalk.aof_out:
+            rd.aof_records, beanstalk.aof_out = beanstalk.aof_out, []
+        if disque is not None and disque.aof_out:
+            rd.aof_records.extend(disque.aof_out)
+            disque.aof_out.clear()
+        if membership is not None:
+            if membership.outbox:
+                self._add_messages(rd, membership.outbox)
+                membership.outbox.clear()
+            if membership.events:
+                rd.member_changes, membership.events = membership.events, []
+        if disque is not None:
+            if disque.outbox:
+                self._add_messages(rd, disque.outbox)
+                disque.outbox.clear()
+            if disque.replies:
+                self._route_replies(rd, disque)
+            if len(disque.events):
+                rd.events.append(disque.events.take())
+        if len(beanstalk.events):
+            rd.events.append(beanstalk.events.take())
+        if beanstalk.wakeups:
+            rd.wakeups, beanstalk.wakeups = beanstalk.wakeups, []
+        self._in_flight = rd
+        return rd
+
+    def advance(self) -> None:
+        """The last Ready is applied: the next may be taken."""
+        self._in_flight = None
+
+    @staticmethod
+    def _add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
+        per_peer = rd.messages
+        merged: dict[tuple[str, type], DelJob | IdemKeys] = {}
+        for dest, msg in outbox:
+            kind = type(msg)
+            if kind is DelJob or kind is IdemKeys:
+                assert isinstance(msg, DelJob | IdemKeys)
+                acc = merged.get((dest, kind))
+                if acc is None:
+                    merged[(dest, kind)] = _copy_columns(msg)
+                else:
+                    _extend_columns(acc, msg)
+                continue
+            msgs = per_peer.get(dest)
+            if msgs is None:
+                per_peer[dest] = msgs = []
+            msgs.append(msg)
+        for (dest, _), acc in merged.items():
+            msgs = per_peer.get(dest)
+            if msgs is None:
+                per_peer[dest] = msgs = []
+            msgs.append(acc)
+
+    def _route_replies(self, rd: Ready, disque: DisqueCore) -> None:
+        replies, disque.replies = disque.replies, []
+        bputs = self._bputs
+        if not bputs:
+            rd.replies = replies
+            return
+        out = rd.replies
+        wakeups = self.beanstalk.wakeups
+        for token, result in replies:
+            bput = bputs.pop(token, None)
+            if bput is None:
+                out.append((token, result))
+                continue
+            session, job_id = bput
+            # The Disque core answers a job id when the copies exist, a NOREPL error
+            # otherwise (the job is dropped through beanstalk_dropped).
+            wakeups.append((session, job_id if isinstance(result, str) else "INTERNAL_ERROR"))
+
+    # ------------------------------------------------------------------ persistence
+    def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> int:
+        """Replay an AOF's records into empty cores; the number of jobs they hold."""
+        jobs = self.beanstalk.restore(records)
+        if self.disque is not None:
+            self.disque.restore(now_ms, to_core_records(records))
+            jobs += len(self.disque.jobs)
+        return jobs
+
+    def live_bytes(self) -> int:
+        """What the AOF would hold after a rewrite (the rewrite trigger compares the file to
+        it after every write: O(1))."""
+        live = self.beanstalk.live_bytes
+        if self.disque is not None:
+            live += self.disque.used_bytes
+        return live
+
+
+def _copy_columns(msg: DelJob | IdemKeys) -> DelJob | IdemKeys:
+    if isinstance(msg, DelJob):
+        return DelJob(list(msg.job_ids))
+    return IdemKeys(list(msg.queues), list(msg.keys), list(msg.job_ids))
+
+
+def _extend_columns(acc: DelJob | IdemKeys, msg: DelJob | IdemKeys) -> None:
+    if isinstance(acc, DelJob) and isinstance(msg, DelJob):
+        acc.job_ids.extend(msg.job_ids)
+    elif isinstance(acc, IdemKeys) and isinstance(msg, IdemKeys):
+        acc.queues.extend(msg.queues)
+        acc.keys.extend(msg.keys)
+        acc.job_ids.extend(msg.job_ids)

@@ -1,0 +1,38 @@
+"""The rule that keeps a lazy-deletion timer heap bounded, shared by both cores.
+
+Both cores keep per-job time work in a binary heap (heapq is C; a sorted insert is not) and
+never delete from it: a job that is deleted or rescheduled leaves its old entry behind, and
+the code that pops the heap skips the entries that no longer match their job. Stale entries
+would otherwise stay until their time comes (up to a job's TTL), so a heap is rebuilt from its
+live entries once stale ones outnumber live ones: when it grows past ``rebuild_bound`` of the
+live count at the last rebuild. The slack keeps small heaps from ever being rebuilt.
+
+Pushes stay inline (``heapq.heappush`` and a length check) in each core: the beanstalk core
+pushes on every put, reserve and release, where a helper call would cost.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+T = TypeVar("T", bound="SupportsRichComparison")
+
+REBUILD_SLACK = 4096
+
+
+def rebuild_bound(live: int) -> int:
+    """The heap size past which a heap holding ``live`` live entries is rebuilt."""
+    return 2 * live + REBUILD_SLACK
+
+
+def compact(heap: list[T], live: Callable[[T], bool]) -> int:
+    """Drop the stale entries of ``heap`` in place (its users may hold the list, as a tick
+    that pops it does) and return the size past which to compact it next."""
+    heap[:] = [e for e in heap if live(e)]
+    heapq.heapify(heap)
+    return rebuild_bound(len(heap))

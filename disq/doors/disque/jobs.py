@@ -1,0 +1,214 @@
+"""Job commands: ADDJOB, GETJOB, ACKJOB, FASTACK, DELJOB, ENQUEUE, NACK, DEQUEUE, WORKING,
+SHOW."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from disq.core.disque.api import DeferredResult, DisqueError, Pending
+from disq.doors.disque.client import Client, Deferred, Handler
+from disq.doors.disque.numbers import _LLONG_MAX, parse_ll
+from disq.doors.disque.replies import (
+    _CRLF,
+    BADID_ERR,
+    NULL_ARRAY,
+    NULL_BULK,
+    SYNTAX_ERR,
+    TIMEOUT_NEGATIVE_ERR,
+    TIMEOUT_NOT_INT_ERR,
+    _disque_error,
+    _err,
+    _id_bytes,
+    _job_ids,
+    _jobs_reply,
+    _pairs,
+    _valid_id,
+    queue_name,
+)
+
+if TYPE_CHECKING:
+    from disq.core.disque.core import DisqueCore
+
+
+def _timeout(arg: bytes) -> int | bytes:
+    """getTimeoutFromObjectOrReply in ms: the value, or the error reply."""
+    v = parse_ll(arg)
+    if v is None:
+        return TIMEOUT_NOT_INT_ERR
+    if v < 0:
+        return TIMEOUT_NEGATIVE_ERR
+    return v
+
+
+# ADDJOB's numeric options: (lowest, highest, Disque's error for anything else).
+_ADDJOB_NUMBERS: dict[bytes, tuple[int, int, bytes]] = {
+    b"replicate": (1, 65535, b"-ERR REPLICATE must be between 1 and 65535\r\n"),
+    b"ttl": (1, _LLONG_MAX, b"-ERR TTL must be a number > 0\r\n"),
+    b"retry": (0, _LLONG_MAX, b"-ERR RETRY time must be a non negative number\r\n"),
+    b"delay": (0, _LLONG_MAX, b"-ERR DELAY time must be a non negative number\r\n"),
+    b"maxlen": (1, _LLONG_MAX, b"-ERR MAXLEN must be a positive number\r\n"),
+}
+
+
+def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
+    [ASYNC] [IDEMPOTENCY-KEY key]. Options are checked before the timeout, as in
+    addjobCommand; the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >=
+    TTL) and the defaults are the core's, since they depend on the cluster size."""
+    numbers: dict[bytes, int] = {}  # REPLICATE, TTL, RETRY, DELAY, MAXLEN
+    async_ = False
+    idem_key = ""
+    n = len(argv)
+    j = 4
+    while j < n:
+        opt = argv[j].lower()
+        more = j < n - 1
+        rule = _ADDJOB_NUMBERS.get(opt)
+        if rule is not None and more:
+            low, high, error = rule
+            v = parse_ll(argv[j + 1])
+            if v is None or v < low or v > high:
+                return error
+            numbers[opt] = v
+            j += 1
+        elif opt == b"async":
+            async_ = True
+        elif opt == b"idempotency-key" and more:
+            # disq's addition: a retried add with the same key (same queue, within the
+            # node's window) answers the first job's id instead of adding another.
+            if not argv[j + 1]:
+                return b"-ERR IDEMPOTENCY-KEY must not be empty\r\n"
+            idem_key = queue_name(argv[j + 1])
+            j += 1
+        else:
+            return SYNTAX_ERR
+        j += 1
+    timeout = _timeout(argv[3])
+    if isinstance(timeout, bytes):
+        return timeout
+    token = c.new_token()
+    r = c.node.core.add_job(
+        now_ms,
+        token,
+        queue_name(argv[1]),
+        argv[2],
+        timeout_ms=timeout,
+        repl=numbers.get(b"replicate"),
+        delay_s=numbers.get(b"delay", 0),
+        retry_s=numbers.get(b"retry"),
+        ttl_s=numbers.get(b"ttl"),
+        maxlen=numbers.get(b"maxlen"),
+        async_=async_,
+        idem_key=idem_key,
+    )
+    if isinstance(r, Pending):
+        return c.block(token, _addjob_deferred)
+    return b"+" + _id_bytes(r) + _CRLF
+
+
+def _addjob_deferred(result: DeferredResult) -> bytes:
+    if isinstance(result, str):
+        return b"+" + _id_bytes(result) + _CRLF
+    if isinstance(result, DisqueError):
+        return _disque_error(result)
+    return _err(f"ERR internal error: unexpected ADDJOB result {type(result).__name__}")
+
+
+def _getjob_deferred(withcounters: bool) -> Deferred:
+    def deferred(result: DeferredResult) -> bytes:
+        if result is None:
+            return NULL_ARRAY  # timed out
+        if isinstance(result, list):
+            return _jobs_reply(result, withcounters)
+        if isinstance(result, DisqueError):
+            return _disque_error(result)  # LEAVING for clients already blocked
+        return _err(f"ERR internal error: unexpected GETJOB result {type(result).__name__}")
+
+    return deferred
+
+
+_GETJOB_PLAIN = _getjob_deferred(False)
+_GETJOB_COUNTERS = _getjob_deferred(True)
+
+
+def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN: options only
+    before FROM, everything after FROM is a queue name."""
+    timeout = 0
+    count = 1
+    nohang = False
+    withcounters = False
+    queues: list[bytes] | None = None
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        more = j < n - 1
+        if opt == b"nohang":
+            nohang = True
+        elif opt == b"withcounters":
+            withcounters = True
+        elif opt == b"timeout" and more:
+            t = _timeout(argv[j + 1])
+            if isinstance(t, bytes):
+                return t
+            timeout = t
+            j += 1
+        elif opt == b"count" and more:
+            v = parse_ll(argv[j + 1])
+            if v is None or v <= 0:
+                return b"-ERR COUNT must be a number greater than zero\r\n"
+            count = v
+            j += 1
+        elif opt == b"from":
+            queues = argv[j + 1 :]
+            break
+        else:
+            return SYNTAX_ERR
+        j += 1
+    if not queues:
+        return SYNTAX_ERR  # FROM is mandatory, with at least one queue
+    token = c.new_token()
+    r = c.node.core.get_job(
+        now_ms,
+        token,
+        [queue_name(q) for q in queues],
+        nohang=nohang,
+        timeout_ms=timeout,
+        count=count,
+    )
+    if r is None:
+        return NULL_ARRAY
+    if isinstance(r, Pending):
+        return c.block(token, _GETJOB_COUNTERS if withcounters else _GETJOB_PLAIN)
+    return _jobs_reply(r, withcounters)
+
+
+def _ids_command(method: Callable[[DisqueCore, int, list[str]], int]) -> Handler:
+    """ACKJOB, FASTACK, DELJOB, ENQUEUE, NACK, DEQUEUE: all ids valid, then an integer."""
+
+    def handler(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+        ids = _job_ids(argv[1:])
+        if ids is None:
+            return BADID_ERR
+        return b":%d\r\n" % method(c.node.core, now_ms, ids)
+
+    return handler
+
+
+def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    if not _valid_id(argv[1]):
+        return BADID_ERR
+    return b":%d\r\n" % c.node.core.working(now_ms, argv[1].decode("latin-1"))
+
+
+def _show(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    if not _valid_id(argv[1]):
+        return BADID_ERR
+    pairs = c.node.core.show(now_ms, argv[1].decode("latin-1"))
+    if pairs is None:
+        return NULL_BULK
+    out: list[bytes] = []
+    _pairs(pairs, out)
+    return b"".join(out)

@@ -1,0 +1,203 @@
+"""Queue commands: QLEN, QSTAT, QPEEK, QSCAN, JSCAN, PAUSE."""
+
+from __future__ import annotations
+
+from disq.core.disque.job import STATE_BY_NAME
+from disq.core.messages import PAUSE_IN, PAUSE_OUT
+from disq.doors.disque.client import Client
+from disq.doors.disque.numbers import parse_cursor, parse_ll
+from disq.doors.disque.replies import (
+    _CRLF,
+    CURSOR_ERR,
+    EMPTY_ARRAY,
+    NOT_AN_INT_ERR,
+    NULL_ARRAY,
+    NULL_BULK,
+    SYNTAX_ERR,
+    _bulk,
+    _id_bytes,
+    _jobs_reply,
+    _pairs,
+    queue_bytes,
+    queue_name,
+)
+
+
+def _qlen(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    return b":%d\r\n" % c.node.core.qlen(queue_name(argv[1]))
+
+
+def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    pairs = c.node.core.qstat(now_ms, queue_name(argv[1]))
+    if pairs is None:
+        return NULL_ARRAY
+    out: list[bytes] = []
+    _pairs(pairs, out)
+    return b"".join(out)
+
+
+def _qpeek(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """QPEEK queue count: oldest first, newest first for a negative count."""
+    count = parse_ll(argv[2])
+    if count is None:
+        return NOT_AN_INT_ERR
+    jobs = c.node.core.qpeek(queue_name(argv[1]), count)
+    if not jobs:
+        return EMPTY_ARRAY
+    return _jobs_reply(jobs, False)
+
+
+def _scan_reply(cursor: int, items: list[bytes]) -> bytes:
+    out = [b"*2\r\n", _bulk(b"%d" % cursor), b"*%d\r\n" % len(items)]
+    out.extend(items)
+    return b"".join(out)
+
+
+_QSCAN_NUMBERS = frozenset((b"count", b"minlen", b"maxlen", b"importrate"))
+
+
+def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]: the first
+    argument that is not an option is the cursor, wherever it is; a second one is a syntax
+    error. An option word without its value is taken as the cursor (and is not one)."""
+    numbers: dict[bytes, int] = {}  # COUNT, MINLEN, MAXLEN, IMPORTRATE
+    busyloop = False
+    cursor = 0
+    cursor_set = False
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        if opt in _QSCAN_NUMBERS and j < n - 1:
+            v = parse_ll(argv[j + 1])
+            if v is None:
+                return NOT_AN_INT_ERR
+            numbers[opt] = v
+            j += 1
+        elif opt == b"busyloop":
+            busyloop = True
+        else:
+            if cursor_set:
+                return SYNTAX_ERR
+            cur = parse_cursor(argv[j])
+            if cur is None:
+                return CURSOR_ERR
+            cursor = cur
+            cursor_set = True
+        j += 1
+    count = numbers.get(b"count", 100)
+    minlen = numbers.get(b"minlen")
+    maxlen = numbers.get(b"maxlen")
+    importrate = numbers.get(b"importrate")
+    nxt, names = c.node.core.qscan(
+        cursor,
+        count,
+        busyloop=busyloop,
+        minlen=minlen,
+        maxlen=maxlen,
+        importrate=importrate,
+        now_ms=now_ms,
+    )
+    return _scan_reply(nxt, [_bulk(queue_bytes(q)) for q in names])
+
+
+def _jscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]."""
+    count = 100
+    busyloop = False
+    queue: str | None = None
+    states: set[int] = set()
+    reply_all = False
+    cursor = 0
+    cursor_set = False
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        more = j < n - 1
+        if opt == b"count" and more:
+            v = parse_ll(argv[j + 1])
+            if v is None:
+                return NOT_AN_INT_ERR
+            count = v
+            j += 1
+        elif opt == b"busyloop":
+            busyloop = True
+        elif opt == b"queue" and more:
+            queue = queue_name(argv[j + 1])
+            j += 1
+        elif opt == b"state" and more:
+            st = STATE_BY_NAME.get(argv[j + 1].lower().decode("latin-1"))
+            if st is None:
+                return b"-ERR Invalid job state name\r\n"
+            states.add(st)
+            j += 1
+        elif opt == b"reply" and more:
+            kind = argv[j + 1].lower()
+            if kind == b"id":
+                reply_all = False
+            elif kind == b"all":
+                reply_all = True
+            else:
+                return b"-ERR Invalid REPLY type, try ID or ALL\r\n"
+            j += 1
+        else:
+            if cursor_set:
+                return SYNTAX_ERR
+            cur = parse_cursor(argv[j])
+            if cur is None:
+                return CURSOR_ERR
+            cursor = cur
+            cursor_set = True
+        j += 1
+    core = c.node.core
+    nxt, jobs = core.jscan(cursor, count, busyloop=busyloop, queue=queue, states=states or None)
+    items: list[bytes] = []
+    for job in jobs:
+        if not job.delivered:
+            continue  # jscanCallback skips the dummy jobs that only hold an ACK
+        if reply_all:
+            pairs = core.show(now_ms, job.id)
+            if pairs is None:
+                items.append(NULL_BULK)
+                continue
+            out: list[bytes] = []
+            _pairs(pairs, out)
+            items.append(b"".join(out))
+        else:
+            items.append(b"+" + _id_bytes(job.id) + _CRLF)  # addReplyJobID: a status reply
+    return _scan_reply(nxt, items)
+
+
+_PAUSE_NAMES = (b"+none\r\n", b"+in\r\n", b"+out\r\n", b"+all\r\n")
+
+
+def _pause(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """PAUSE queue option...: ``none`` clears what the options before it set, ``in`` /
+    ``out`` / ``all`` add, ``state`` only reads, ``bcast`` tells every node. The reply is the
+    resulting state."""
+    flags = 0
+    update = False
+    bcast = False
+    for a in argv[2:]:
+        opt = a.lower()
+        if opt == b"none":
+            flags = 0
+            update = True
+        elif opt == b"in":
+            flags |= PAUSE_IN
+            update = True
+        elif opt == b"out":
+            flags |= PAUSE_OUT
+            update = True
+        elif opt == b"all":
+            flags |= PAUSE_IN | PAUSE_OUT
+            update = True
+        elif opt == b"state":
+            pass
+        elif opt == b"bcast":
+            bcast = True
+        else:
+            return SYNTAX_ERR
+    r = c.node.core.pause(now_ms, queue_name(argv[1]), flags if update else None, bcast)
+    return _PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)]

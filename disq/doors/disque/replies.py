@@ -1,0 +1,132 @@
+"""Shared reply encoders, names and encodings of Disque's RESP commands.
+
+Names of queues are bytes on the wire and ``str`` in the core: they are decoded as UTF-8 with
+``surrogateescape``, so any byte string round-trips. Job ids are decoded as Latin-1 (one char
+per byte), so an id's length and positions are those Disque checks.
+"""
+
+from __future__ import annotations
+
+from disq.core.disque.api import DisqueError
+from disq.core.disque.job import DJob
+from disq.protocol import resp
+
+# ------------------------------------------------------------------ shared replies
+OK = b"+OK\r\n"
+PONG = b"+PONG\r\n"
+NULL_BULK = b"$-1\r\n"
+NULL_ARRAY = b"*-1\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+SYNTAX_ERR = b"-ERR syntax error\r\n"
+NOAUTH_ERR = b"-NOAUTH Authentication required.\r\n"
+BADID_ERR = b"-BADID Invalid Job ID format.\r\n"
+NOT_AN_INT_ERR = b"-ERR value is not an integer or out of range\r\n"
+TIMEOUT_NOT_INT_ERR = b"-ERR timeout is not an integer or out of range\r\n"
+TIMEOUT_NEGATIVE_ERR = b"-ERR timeout is negative\r\n"
+CURSOR_ERR = b"-ERR invalid cursor or option name\r\n"  # Disque's parseScanCursorOrReply
+
+_JOB_ID_LEN = 40
+_CRLF = b"\r\n"
+
+
+# ------------------------------------------------------------------ names and encodings
+def queue_name(b: bytes) -> str:
+    """A queue name from the wire (any bytes) as the core's ``str``; see module docstring."""
+    return b.decode("utf-8", "surrogateescape")
+
+
+def queue_bytes(s: str) -> bytes:
+    return s.encode("utf-8", "surrogateescape")
+
+
+def _id_bytes(s: str) -> bytes:
+    return s.encode("latin-1")
+
+
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def _err(text: str) -> bytes:
+    # resp.error replaces CR/LF by spaces, as addReplyErrorFormat does.
+    return resp.error(text)
+
+
+def _err_arg(prefix: bytes, arg: bytes, suffix: bytes = b"") -> bytes:
+    """An error quoting a client's argument as ``%s`` does: cut at a NUL, CR/LF blanked."""
+    nul = arg.find(b"\0")
+    if nul >= 0:
+        arg = arg[:nul]
+    arg = arg.replace(b"\r", b" ").replace(b"\n", b" ")
+    return b"-" + prefix + arg + suffix + _CRLF
+
+
+def _disque_error(exc: DisqueError) -> bytes:
+    return _err(f"{exc.code} {exc.message}")
+
+
+def _valid_id(b: bytes) -> bool:
+    """validateJobId: length 40, ``D`` at 0, ``-`` at 1, 10 and 35; nothing more."""
+    return (
+        len(b) == _JOB_ID_LEN and b[0] == 0x44 and b[1] == 0x2D and b[10] == 0x2D and b[35] == 0x2D
+    )
+
+
+def _job_ids(args: list[bytes]) -> list[str] | None:
+    """validateJobIDs: all ids are checked before any is acted on (None: one is bad)."""
+    for a in args:
+        if not _valid_id(a):
+            return None
+    return [a.decode("latin-1") for a in args]
+
+
+# ------------------------------------------------------------------ jobs and key/value pairs
+_COUNTERS = b"$5\r\nnacks\r\n:%d\r\n$21\r\nadditional-deliveries\r\n:%d\r\n"
+
+
+def _job_entry(j: DJob, withcounters: bool, out: list[bytes]) -> None:
+    """addReplyJob: ``[queue, id, body]``, plus the counters as key/value pairs."""
+    q = queue_bytes(j.queue)
+    jid = _id_bytes(j.id)
+    body = j.body
+    out.append(
+        b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n"
+        % (b"*7\r\n" if withcounters else b"*3\r\n", len(q), q, len(jid), jid, len(body))
+    )
+    out.append(body)
+    out.append(_CRLF)
+    if withcounters:
+        out.append(_COUNTERS % (j.nacks, j.add_deliveries))
+
+
+def _jobs_reply(jobs: list[DJob], withcounters: bool) -> bytes:
+    out = [b"*%d\r\n" % len(jobs)]
+    for j in jobs:
+        _job_entry(j, withcounters, out)
+    return b"".join(out)
+
+
+def _value(key: str, v: object, out: list[bytes]) -> None:
+    """One value of a SHOW / QSTAT pair, typed as Disque sends it."""
+    if v is None:
+        out.append(NULL_BULK)
+    elif isinstance(v, int):
+        out.append(b":%d\r\n" % v)
+    elif isinstance(v, bytes):
+        out.append(_bulk(v))
+    elif isinstance(v, str):
+        out.append(_bulk(_id_bytes(v) if key == "id" else queue_bytes(v)))
+    elif isinstance(v, list | tuple | set | frozenset):
+        items = sorted(v) if isinstance(v, set | frozenset) else v
+        out.append(b"*%d\r\n" % len(items))
+        for item in items:
+            out.append(_bulk(str(item).encode()))
+    else:
+        raise TypeError(f"cannot send {type(v).__name__} in a key/value reply")
+
+
+def _pairs(pairs: list[tuple[str, object]], out: list[bytes]) -> None:
+    out.append(b"*%d\r\n" % (2 * len(pairs)))
+    for k, v in pairs:
+        out.append(_bulk(k.encode()))
+        _value(k, v, out)

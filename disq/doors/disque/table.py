@@ -1,0 +1,170 @@
+"""Disque's command table: :class:`CommandSpec` rows, :func:`execute` (processCommand's
+checks, then the handler), COMMAND (which describes the table) and the table itself."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from disq.core.disque.api import DisqueError, Pending
+from disq.core.disque.core import DisqueCore
+from disq.doors.disque.client import Client, Handler
+from disq.doors.disque.cluster import _cluster, _hello
+from disq.doors.disque.jobs import _addjob, _getjob, _ids_command, _show, _working
+from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qscan, _qstat
+from disq.doors.disque.replies import (
+    _CRLF,
+    NOAUTH_ERR,
+    NULL_BULK,
+    OK,
+    _bulk,
+    _disque_error,
+    _err,
+    _err_arg,
+)
+from disq.doors.disque.server import (
+    _auth,
+    _bgrewriteaof,
+    _client,
+    _config,
+    _debug,
+    _echo,
+    _info,
+    _ping,
+    _select,
+    _shutdown,
+    _time,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One row of Disque's ``serverCommandTable``: arity N means exactly N arguments
+    (the name included), -N at least N; flags are Disque's letters."""
+
+    name: str
+    handler: Handler
+    arity: int
+    flags: str
+    first_key: int = 0
+    last_key: int = 0
+    key_step: int = 0
+
+    @property
+    def write(self) -> bool:
+        return "w" in self.flags
+
+
+_FLAG_NAMES = (
+    ("w", "write"),
+    ("r", "readonly"),
+    ("m", "denyoom"),
+    ("a", "admin"),
+    ("l", "loading"),
+    ("M", "skip_monitor"),
+    ("F", "fast"),
+)
+
+
+def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    """processCommand: QUIT, lookup, arity, AUTH, MISCONF, then the command. Disque checks
+    the name and the arity before authentication, so an unknown command gets its error even
+    from a client that has not authenticated."""
+    name = argv[0].lower()
+    if name == b"quit":
+        client.closing = True
+        return OK
+    spec = COMMANDS.get(name)
+    if spec is None:
+        return _err_arg(b"ERR unknown command '", argv[0], b"'")
+    arity = spec.arity
+    argc = len(argv)
+    if (arity > 0 and arity != argc) or argc < -arity:
+        return b"-ERR wrong number of arguments for '%s' command\r\n" % spec.name.encode()
+    node = client.node
+    if not client.authenticated and spec.handler is not _auth and node.requirepass:
+        return NOAUTH_ERR
+    if (spec.write or spec.handler is _ping) and node.aof_error is not None:
+        return _err("MISCONF Errors writing to the AOF file: " + node.aof_error)
+    stats = node.resp_stats
+    stats.commands += 1
+    t0 = time.perf_counter_ns()
+    try:
+        out = spec.handler(client, argv, now_ms)
+    except DisqueError as exc:
+        out = _disque_error(exc)
+    calls = stats.calls.get(spec.name)
+    if calls is None:
+        calls = stats.calls[spec.name] = [0, 0]
+    calls[0] += 1
+    calls[1] += (time.perf_counter_ns() - t0) // 1000
+    return out
+
+
+def _command_entry(spec: CommandSpec | None) -> bytes:
+    """addReplyCommand: name, arity, flags (status replies), first key, last key, step."""
+    if spec is None:
+        return NULL_BULK
+    flags = [b"+" + name.encode() + _CRLF for letter, name in _FLAG_NAMES if letter in spec.flags]
+    return b"".join(
+        [
+            b"*6\r\n",
+            _bulk(spec.name.encode()),
+            b":%d\r\n*%d\r\n" % (spec.arity, len(flags)),
+            *flags,
+            b":%d\r\n:%d\r\n:%d\r\n" % (spec.first_key, spec.last_key, spec.key_step),
+        ]
+    )
+
+
+def _command(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    if len(argv) == 1:
+        return b"*%d\r\n" % len(COMMANDS) + b"".join(map(_command_entry, COMMANDS.values()))
+    sub = argv[1].lower()
+    if sub == b"info":
+        names = argv[2:]
+        return b"*%d\r\n" % len(names) + b"".join(
+            _command_entry(COMMANDS.get(n.lower())) for n in names
+        )
+    if sub == b"count" and len(argv) == 2:
+        return b":%d\r\n" % len(COMMANDS)
+    return b"-ERR Unknown subcommand or wrong number of arguments.\r\n"
+
+
+# Disque's table order (server.c), then the Redis commands clients need.
+COMMANDS: dict[bytes, CommandSpec] = {
+    spec.name.encode(): spec
+    for spec in (
+        CommandSpec("auth", _auth, 2, "rlF"),
+        CommandSpec("ping", _ping, -1, "rF"),
+        CommandSpec("info", _info, -1, "rl"),
+        CommandSpec("shutdown", _shutdown, -1, "arl"),
+        CommandSpec("debug", _debug, -2, "a"),
+        CommandSpec("config", _config, -2, "ar"),
+        CommandSpec("cluster", _cluster, -2, "ar"),
+        CommandSpec("client", _client, -2, "ar"),
+        CommandSpec("time", _time, 1, "rF"),
+        CommandSpec("command", _command, 0, "rl"),
+        CommandSpec("hello", _hello, 1, "rF"),
+        CommandSpec("addjob", _addjob, -4, "wmF"),
+        CommandSpec("getjob", _getjob, -2, "wF"),
+        CommandSpec("ackjob", _ids_command(DisqueCore.ack_job), -1, "wF"),
+        CommandSpec("fastack", _ids_command(DisqueCore.fast_ack), -1, "wF"),
+        CommandSpec("deljob", _ids_command(DisqueCore.del_job), -1, "wF"),
+        CommandSpec("show", _show, 2, "rF"),
+        CommandSpec("bgrewriteaof", _bgrewriteaof, 1, "ar"),
+        CommandSpec("qlen", _qlen, 2, "rF"),
+        CommandSpec("qpeek", _qpeek, 3, "r"),
+        CommandSpec("qstat", _qstat, 2, "rF"),
+        CommandSpec("qscan", _qscan, -1, "r"),
+        CommandSpec("jscan", _jscan, -1, "r"),
+        CommandSpec("enqueue", _ids_command(DisqueCore.enqueue), -1, "mwF"),
+        CommandSpec("nack", _ids_command(DisqueCore.nack), -1, "mwF"),
+        CommandSpec("dequeue", _ids_command(DisqueCore.dequeue), -1, "wF"),
+        CommandSpec("working", _working, 2, "wF"),
+        CommandSpec("pause", _pause, -3, "rF"),
+        # Not in Disque: Redis commands that Redis clients send.
+        CommandSpec("echo", _echo, 2, "rF"),
+        CommandSpec("select", _select, 2, "rlF"),
+    )
+}

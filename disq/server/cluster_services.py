@@ -1,0 +1,309 @@
+"""The IO a node needs to be in a cluster: the peer links, the RESP port, the gRPC API, the
+cluster view file, the event log, joins and CONFIG SET.
+
+No job logic here: the node core (``disq.core.node_core``) holds the Disque core and
+membership, and the runtime's one flush moves their output. This module builds them, owns
+what they talk through, and applies the bookkeeping half of a Ready (membership changes:
+link addresses and the view file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from disq.core.disque.core import DisqueCore
+from disq.core.membership import FORGOTTEN, Membership
+from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT, Member
+from disq.persistence.event_log import EventLog
+from disq.persistence.fs import replace_durably
+from disq.server.api_service import QueueApi
+from disq.server.node_services import NodeServices
+from disq.server.peer_link import PeerLinks
+from disq.server.resp_tcp import RespHub
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from disq.server.host import NodeHost
+
+CLUSTER_FILE = "cluster.json"
+VIEW_SAVE_DELAY_S = 1.0
+DISQUE_BUS_OFFSET = 10000  # Disque's bus port = client port + 10000
+MEET_RETRY_S = 0.5
+MEET_ATTEMPTS = 20
+
+
+@dataclass
+class ClusterSettings:
+    host: str = "127.0.0.1"
+    resp_port: int = 7711
+    grpc_port: int = 7710
+    node_timeout_ms: int = 15000
+    joins: list[tuple[str, int]] = field(default_factory=list)  # gRPC addresses
+    requirepass: str | None = None
+    beanstalk_replicate: int = 1  # copies of each beanstalk put (1: not replicated)
+    events_max_bytes: int | None = None  # the event log's bound (None: its defaults)
+    beanstalk_repl_timeout_ms: int = 5000
+    state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
+    config_store: Any = None  # disq.config.ConfigStore in config-file mode
+
+
+class ClusterServices:
+    def __init__(self, runtime: NodeHost, settings: ClusterSettings, my_id: str) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.loop = runtime.loop
+        self.log: Any = structlog.get_logger("disq.cluster").bind(node=my_id[:8])
+        rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        now = runtime.now_ms()
+        me = Member(
+            node_id=my_id,
+            host=settings.host if settings.host not in ("0.0.0.0", "::") else "127.0.0.1",
+            grpc_port=settings.grpc_port,
+            client_port=settings.resp_port,
+            incarnation=0,
+            state=ALIVE,
+        )
+        timing = _timing(settings.node_timeout_ms)
+        snapshot = self._load_view()
+        membership: Membership | None = None
+        if snapshot is not None:
+            try:
+                membership = Membership.restore(snapshot, me, rng, now, **timing)
+            except (ValueError, KeyError, TypeError) as exc:
+                self.log.warning("cluster_view_unusable", error=str(exc))
+        if membership is None:
+            membership = Membership(me, rng, now, **timing)
+        self.membership = membership
+        self.disque = DisqueCore(membership, rng, now)
+        self.disque.max_memory_bytes = runtime.config.limits.max_memory_bytes
+        self.disque.persist = runtime.aof.writer is not None  # the AOF turns it on when open
+        core = runtime.core
+        core.disque = self.disque
+        core.membership = membership
+        core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
+        runtime.replicator = core
+        core.beanstalk_repl_timeout_ms = settings.beanstalk_repl_timeout_ms
+        self.links = PeerLinks(
+            my_id, runtime.on_peer_messages, host=settings.host, port=settings.grpc_port
+        )
+        self._view_save: asyncio.TimerHandle | None = None
+        self._meets: dict[tuple[str, int], int] = {}
+        self._meet_timer: asyncio.TimerHandle | None = None
+        if settings.config_store is not None:
+            settings.config_store.on_change = self.on_config_change
+        self.services = NodeServices(runtime, self)
+        self.hub = RespHub(self.services, new_token=core.new_token)
+        state_dir = settings.state_dir or runtime.config.data_dir
+        max_bytes = settings.events_max_bytes
+        self.event_log = EventLog(
+            state_dir / "events" if state_dir is not None else None,
+            max_bytes=max_bytes,
+            # A small bound gets small segments, so retention works in small steps.
+            segment_bytes=min(4 << 20, max(1024, max_bytes // 4)) if max_bytes else 4 << 20,
+        )
+        runtime.beanstalk.events.enabled = True  # drained into the log by every flush
+        self.api = QueueApi(self.services)
+        self.links.add_services.append(self.api.register)
+        for m in membership.members():
+            if m.node_id != my_id and m.state != LEFT:
+                self.links.set_address(m.node_id, m.host, m.grpc_port)
+
+    # ------------------------------------------------------------------ CONFIG SET
+    def on_config_change(self, name: str, value: str) -> None:
+        """CONFIG SET applied to the running node (called before the store keeps the value;
+        raising refuses the change)."""
+        from disq.config import ConfigSetError
+
+        runtime = self.runtime
+        if name == "maxmemory":
+            limit = int(value)
+            self.disque.max_memory_bytes = limit
+            runtime.beanstalk.limits.max_memory_bytes = limit
+        elif name == "appendonly":
+            store = self.settings.config_store
+            try:
+                if value == "yes":
+                    runtime.aof.enable(store.settings.dir if store is not None else Path("."))
+                else:
+                    runtime.aof.disable()
+            except Exception as exc:
+                self.log.error("config_appendonly_failed", error=str(exc))
+                raise ConfigSetError("ERR Unable to turn on AOF. Check server logs.") from exc
+        elif name == "appendfsync":
+            was = runtime.config.fsync
+            runtime.config.fsync = value
+            if value == "everysec" and was != "everysec" and runtime.aof.writer is not None:
+                runtime.aof.start_fsync_timer()
+        elif name == "cluster-node-timeout":
+            self.membership.node_timeout_ms = max(1, int(value))
+        elif name == "beanstalk-replicate":
+            runtime.core.beanstalk_replicate = max(1, int(value))
+
+    def enqueue_once_done(self) -> None:
+        """Disque resets aof-enqueue-jobs-once after the load it was meant for, in the file
+        too, so the next ordinary restart requeues by retry again."""
+        store = self.settings.config_store
+        if store is None or store.config_file is None:
+            return
+        try:
+            store.set("aof-enqueue-jobs-once", "no")
+            store.rewrite()
+        except Exception as exc:
+            self.log.warning("aof_enqueue_once_not_reset", error=str(exc))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        port = await self.links.start()
+        self.settings.grpc_port = port
+        await self.api.set_serving(True)
+        for host, gport in self.settings.joins:
+            self.meet_grpc(host, gport)
+        self.runtime.after_commands(None, self.runtime.now_ms())
+
+    async def close(self) -> None:
+        if self._meet_timer is not None:
+            self._meet_timer.cancel()
+        if self._view_save is not None:
+            self._view_save.cancel()
+        self._save_view()
+        if hasattr(self.api, "health"):
+            await self.api.set_serving(False)
+        self.hub.close_all()
+        await self.links.close()
+
+    # ------------------------------------------------------------------ membership output
+    def apply_member_changes(self, changes: list[tuple[str, int]]) -> None:
+        for node_id, state in changes:
+            if state == FORGOTTEN or state == LEFT:
+                self.links.forget(node_id)
+            elif state in (ALIVE, SUSPECT, DEAD):
+                m = self.membership.member(node_id)
+                if m is not None:
+                    self.links.set_address(node_id, m.host, m.grpc_port)
+            self.log.info("member_state", peer=node_id[:8], state=state)
+        if self._view_save is None and self._view_path() is not None:
+            self._view_save = self.loop.call_later(VIEW_SAVE_DELAY_S, self._save_view)
+
+    # ------------------------------------------------------------------ the view file
+    def _view_path(self) -> Path | None:
+        d = self.settings.state_dir
+        return d / CLUSTER_FILE if d is not None else None
+
+    def _load_view(self) -> dict[str, Any] | None:
+        path = self._view_path()
+        if path is None:
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.log.warning("cluster_view_unreadable", path=str(path), error=str(exc))
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _save_view(self) -> None:
+        self._view_save = None
+        try:
+            self.save_view_now()
+        except OSError as exc:
+            self.log.warning("cluster_view_not_saved", error=str(exc))
+
+    def save_view_now(self) -> None:
+        path = self._view_path()
+        if path is not None:
+            replace_durably(path, json.dumps(self.membership.snapshot()).encode())
+
+    # ------------------------------------------------------------------ joins
+    def meet_grpc(self, host: str, port: int) -> None:
+        """Contact a bus address whose node id is unknown. A meet can be lost (the peer is
+        still starting, a partition), so it is resent every 0.5 s until a member at that
+        address is known, for at most MEET_ATTEMPTS tries."""
+        self._meets[(host, port)] = MEET_ATTEMPTS
+        self._send_meet(host, port)
+        if self._meet_timer is None:
+            self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
+
+    def _send_meet(self, host: str, port: int) -> None:
+        self.links.send_to_address(host, port, [self.membership.meet_message()])
+
+    def _retry_meets(self) -> None:
+        self._meet_timer = None
+        known = {(m.host, m.grpc_port) for m in self.membership.members()}
+        for addr in list(self._meets):
+            left = self._meets[addr] - 1
+            if addr in known or left <= 0:
+                del self._meets[addr]
+                continue
+            self._meets[addr] = left
+            self._send_meet(*addr)
+        if self._meets:
+            self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
+
+    def meet_client_port(self, host: str, port: int) -> None:
+        """CLUSTER MEET ip client-port: the bus is at a fixed offset from the client port,
+        Disque's +10000 in config-file mode, or this node's own offset otherwise."""
+        offsets = {self.settings.grpc_port - self.settings.resp_port, DISQUE_BUS_OFFSET}
+        for off in sorted(offsets):
+            if 0 < port + off < 65536:
+                self.meet_grpc(host, port + off)
+
+
+def _timing(node_timeout_ms: int) -> dict[str, int]:
+    """SWIM timing from Disque's node timeout: probe often enough that a dead node is
+    suspected well within the timeout, never faster than the loop can afford."""
+    probe = max(100, min(1000, node_timeout_ms // 10))
+    return {
+        "probe_interval_ms": probe,
+        "ping_timeout_ms": max(50, probe * 2 // 5),
+        "node_timeout_ms": node_timeout_ms,
+    }
+
+
+def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterServices:
+    """Give ``runtime`` its cluster half (called by disq-node before the AOF is replayed, so
+    the replay can route cluster records to the Disque core)."""
+    from disq.persistence.node_identity import load_or_create_node_id
+
+    state_dir = options.get("state_dir")
+    my_id = load_or_create_node_id(Path(state_dir)) if state_dir else secrets.token_hex(20)
+    settings = ClusterSettings(
+        host=options["host"],
+        resp_port=options["resp_port"],
+        grpc_port=options["grpc_port"],
+        node_timeout_ms=options["node_timeout_ms"],
+        joins=list(options["joins"]),
+        requirepass=options.get("requirepass"),
+        beanstalk_replicate=int(options.get("beanstalk_replicate") or 1),
+        events_max_bytes=options.get("events_max_bytes"),
+        state_dir=Path(state_dir) if state_dir else None,
+        config_store=options.get("config_store"),
+    )
+    if settings.config_store is None:
+        # Flag mode: CONFIG GET shows what the flags chose; REWRITE has no file to write.
+        from disq.config import ConfigFileError, parse_config
+
+        lines = [f"cluster-node-timeout {settings.node_timeout_ms}"]
+        if settings.resp_port:
+            lines.append(f"port {settings.resp_port}")
+        if settings.grpc_port:
+            lines.append(f"grpc-port {settings.grpc_port}")
+        if runtime.config.data_dir is not None:
+            lines += ["appendonly yes", f"appendfsync {runtime.config.fsync}"]
+        try:
+            settings.config_store = parse_config("\n".join(lines) + "\n")
+        except ConfigFileError:
+            settings.config_store = None
+    cluster = ClusterServices(runtime, settings, my_id)
+    cluster.disque.aof_enqueue_once = bool(options.get("aof_enqueue_once"))
+    runtime.cluster = cluster
+    return cluster

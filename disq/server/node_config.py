@@ -1,0 +1,20 @@
+"""A node's settings that the runtime and its AOF service share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from disq.core.beanstalk.core import Limits
+
+REWRITE_MIN_BYTES = 64 << 20  # an AOF smaller than this is never rewritten
+
+
+@dataclass
+class NodeConfig:
+    data_dir: Path | None = None
+    fsync: str = "everysec"  # always | everysec | no
+    fsync_interval_ms: int = 1000
+    limits: Limits = field(default_factory=Limits)
+    binlog_max_size: int = 10 << 20  # reported by stats; beanstalkd's -s
+    rewrite_min_bytes: int = REWRITE_MIN_BYTES

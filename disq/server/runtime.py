@@ -1,0 +1,297 @@
+"""One node on one asyncio loop: the node core, its doors, the AOF, the peers, one timer.
+
+beanstalkd's loop, with etcd raft's contract. Inputs (a read's commands, a peer's frame, the
+timer) go into the node core; then :meth:`NodeRuntime._flush`, once per loop iteration, takes
+the core's one :class:`~disq.core.node_core.Ready` and applies it with
+:func:`~disq.core.node_core.apply_ready`: the records in one write (group commit), and only
+then the peer messages, the deferred replies (through the one :class:`ReplyRouter`) and the
+beanstalk wake-ups; then the connections' gathered replies; then ``advance``. Time-driven
+work has one timer, armed for the core's earliest deadline, never a timer per job.
+
+A Ready whose write failed is kept and retried; nothing of it leaves before it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import secrets
+import signal
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from disq.core.beanstalk.core import BeanstalkCore
+from disq.core.node_core import NodeCore, Ready, apply_ready
+from disq.protocol.beanstalk import OP_COUNT
+from disq.server.aof_service import AofService
+from disq.server.beanstalk_tcp import BeanstalkProtocol
+from disq.server.node_config import NodeConfig
+from disq.server.router import ReplyRouter
+
+if TYPE_CHECKING:
+    from disq.core.beanstalk.session import Session
+    from disq.core.messages import Message
+    from disq.doors.beanstalk_door import Replicator
+    from disq.server.flow import Flushable
+    from disq.server.host import ClusterPart
+
+PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
+
+
+class NodeRuntime:
+    def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        self.beanstalk = BeanstalkCore(config.limits, persist=False)
+        self.core = NodeCore(self.beanstalk)
+        self.router = ReplyRouter()
+        self.aof = AofService(self)
+        self.cluster: ClusterPart | None = None  # set by cluster_services.attach_cluster
+        self.op_counts = [0] * OP_COUNT  # beanstalk commands, for `stats`
+        self.sessions: dict[Session, BeanstalkProtocol] = {}  # where wake-ups go
+        # Set with the cluster half: the node core replicates beanstalk puts. None on a
+        # standalone node, so its put path makes no call for it.
+        self.replicator: Replicator | None = None
+        self.instance_id = secrets.token_hex(8)
+        self.started = time.monotonic()
+        self.fatal = False  # stopped because the AOF can no longer be trusted
+        self.servers: list[asyncio.AbstractServer] = []
+        self._dirty: list[Flushable] = []  # connections with replies waiting for the flush
+        self._flush_scheduled = False
+        self._held: Ready | None = None  # a Ready whose records could not be written yet
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms = -1
+        self._stopping: asyncio.Future[None] | None = None
+        self._uname = platform.uname()
+        self._hostname = socket.gethostname()
+        self.log: Any = structlog.get_logger("disq.node")
+
+    # ------------------------------------------------------------------ clock
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    # ------------------------------------------------------------------ inputs
+    def after_commands(self, conn: Flushable | None, now_ms: int) -> None:
+        """A door ran commands (or a connection closed, or a gRPC call returned): its
+        replies leave with the next flush; the core's output is taken there too."""
+        if conn is not None:
+            self._dirty.append(conn)
+        self._schedule_flush()
+        hint = self.beanstalk.timer_hint_ms
+        if hint >= 0:
+            self.beanstalk.timer_hint_ms = -1
+            self.check_timer(hint, now_ms)
+
+    def on_peer_messages(self, sender: str, msgs: list[Message]) -> None:
+        self.core.on_peer_messages(self.now_ms(), sender, msgs)
+        if self.aof.writer is None and self._held is None:
+            # Nothing to write first: answer this frame now rather than an iteration later
+            # (each loop iteration under load costs a millisecond or more of latency).
+            self._flush()
+        else:
+            self._schedule_flush()
+
+    def mark_dirty(self, conn: Flushable) -> None:
+        """A routed reply gave ``conn`` output: write it with this flush."""
+        self._dirty.append(conn)
+
+    # ------------------------------------------------------------------ the flush
+    def schedule_flush(self) -> None:
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def flush_now(self) -> None:
+        """Apply what is pending at once (before closing or switching the AOF)."""
+        self._flush()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        core = self.core
+        # Always a Ready, even an empty one: taking it also settles the bridge between the
+        # cores and the memory level (CONFIG SET maxmemory 0 must clear a warning at once).
+        rd = self._held if self._held is not None else core.ready(self.now_ms())
+        if rd:
+            if not apply_ready(rd, self.aof.persist, self._send, self.router.route, self._wake):
+                self._held = rd  # the AOF service schedules the retry
+                return
+            self._held = None
+            self._after_apply(rd)
+        core.advance()
+        dirty = self._dirty
+        self._dirty = []
+        beanstalk = core.beanstalk
+        disque = core.disque
+        if self.aof.writer is not None and (
+            beanstalk.aof_out or (disque is not None and disque.aof_out)
+        ):
+            # Routed replies ran the commands queued behind them, and those logged records:
+            # their connections wait for the next write.
+            self._dirty = dirty
+            self._schedule_flush()
+        else:
+            seen: set[int] = set()
+            for conn in dirty:
+                if id(conn) not in seen:
+                    seen.add(id(conn))
+                    conn.flush()
+            if core.has_ready():
+                self._schedule_flush()
+        nd = core.next_deadline_ms()
+        if nd >= 0:
+            self.check_timer(nd, self.now_ms())
+
+    def _send(self, peer: str, msgs: list[Message]) -> None:
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.links.send_many(peer, msgs)
+
+    def _wake(self, session: Session, result: Any) -> None:
+        proto = self.sessions.get(session)
+        if proto is None or proto.door is None:
+            return
+        proto.door.resume(result, self.now_ms(), proto.out)
+        self._dirty.append(proto)
+
+    def _after_apply(self, rd: Ready) -> None:
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.links.flush()
+            for batch in rd.events:
+                cluster.event_log.append(batch)
+            if rd.member_changes:
+                cluster.apply_member_changes(rd.member_changes)
+        errors = self.core.errors
+        if errors:
+            for what, exc in errors:
+                self.log.error("core_input_failed", what=what, error=repr(exc))
+            errors.clear()
+
+    # ------------------------------------------------------------------ the one timer
+    def check_timer(self, deadline_ms: int, now_ms: int) -> None:
+        """Arm the one timer earlier if ``deadline_ms`` comes before it."""
+        if self._timer_at_ms < 0 or deadline_ms < self._timer_at_ms:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at_ms = deadline_ms
+            delay_s = max(0.0, (deadline_ms - now_ms) / 1000)
+            self._timer = self.loop.call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = -1
+        now_ms = self.now_ms()
+        self.core.tick(now_ms)
+        self.beanstalk.timer_hint_ms = -1  # the flush re-arms for the next deadline
+        self.after_commands(None, now_ms)
+
+    # ------------------------------------------------------------------ AOF facade
+    def open_aof(self) -> None:
+        """Replay the AOF into the cores, then log to it (before serving)."""
+        disque = self.core.disque
+        once = disque is not None and disque.aof_enqueue_once
+        self.aof.open()
+        if once and self.cluster is not None:
+            self.cluster.enqueue_once_done()
+
+    @property
+    def aof_error(self) -> str | None:
+        return self.aof.error
+
+    def fail(self) -> None:
+        """The AOF can no longer be trusted: acknowledge nothing more, stop."""
+        self._dirty.clear()
+        self.fatal = True
+        self.stop()
+
+    # ------------------------------------------------------------------ stats
+    def stats_tail(self, now_ms: int) -> list[tuple[str, object]]:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        writer = self.aof.writer
+        return [
+            ("pid", os.getpid()),
+            ("version", f'"{PROTOCOL_VERSION}"'),
+            ("rusage-utime", f"{ru.ru_utime:.6f}"),
+            ("rusage-stime", f"{ru.ru_stime:.6f}"),
+            ("uptime", int(time.monotonic() - self.started)),
+            ("binlog-oldest-index", 1 if writer else 0),
+            ("binlog-current-index", 1 if writer else 0),
+            ("binlog-records-migrated", writer.rewrites_done if writer else 0),
+            ("binlog-records-written", writer.records_written if writer else 0),
+            ("binlog-max-size", self.config.binlog_max_size),
+            ("draining", "true" if self.beanstalk.draining else "false"),
+            ("id", self.instance_id),
+            ("hostname", self._hostname),
+            ("os", self._uname.version),
+            ("platform", self._uname.machine),
+        ]
+
+    # ------------------------------------------------------------------ lifecycle
+    async def serve(
+        self, sockets: list[socket.socket], resp_sockets: list[socket.socket] | None = None
+    ) -> None:
+        loop = self.loop
+        cluster = self.cluster
+        if cluster is not None:
+            await cluster.start()
+            factory = cluster.hub.protocol_factory
+            for sock in resp_sockets or []:
+                self.servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+        for sock in sockets:
+            if sock.family == socket.AF_UNIX:
+                server = await loop.create_unix_server(lambda: BeanstalkProtocol(self), sock=sock)
+            else:
+                server = await loop.create_server(
+                    lambda: BeanstalkProtocol(self), sock=sock, backlog=1024
+                )
+            self.servers.append(server)
+        self._stopping = loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        loop.add_signal_handler(signal.SIGUSR1, self.drain)
+        self.after_commands(None, self.now_ms())  # arm the timer for what replay scheduled
+        self.log.info(
+            "listening",
+            addresses=[str(s.getsockname()) for s in [*sockets, *(resp_sockets or [])]],
+            data_dir=str(self.config.data_dir) if self.config.data_dir else None,
+            jobs=len(self.beanstalk.jobs),
+        )
+        await self._stopping
+        await self.shutdown()
+
+    def drain(self) -> None:
+        self.beanstalk.draining = True
+        self.log.info("drain_mode")
+
+    def stop(self) -> None:
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
+
+    async def shutdown(self) -> None:
+        for server in self.servers:
+            server.close()
+        if not self.fatal:
+            self._flush()
+        if self.cluster is not None:
+            await self.cluster.close()
+        self.aof.close()
+        self.log.info("stopped")
+
+    # ------------------------------------------------------------------ deferred answers
+    def wait_reply(self, token: int, waiter: Any) -> None:
+        self.router.wait(token, waiter)
+
+    def cancel(self, token: int) -> None:
+        """The waiter of ``token`` went away: forget it here and in the core."""
+        self.router.forget(token)
+        self.core.cancel(token)

@@ -1,0 +1,191 @@
+"""The fake network: per-message delay (so reordering), loss, duplication, partitions
+(node-to-node links only), and the oracle failure detector's view of it."""
+
+from __future__ import annotations
+
+from disq.core.disque.job import ACKED
+from disq.core.messages import (
+    MEMBER_STATE_NAMES,
+    Ack,
+    BeanstalkUpdate,
+    DelJob,
+    Enqueue,
+    GotAck,
+    GotJob,
+    IdemKeys,
+    JobData,
+    Message,
+    NeedJobs,
+    Pause,
+    Ping,
+    PingReq,
+    Queued,
+    ReplJob,
+    SetAck,
+    WillQueue,
+    Working,
+    YourJobs,
+)
+from disq.testing.sim.base import FLYING, LANDED, SimBase
+from disq.testing.sim.model import SimNode
+
+
+class NetworkMixin(SimBase):
+    def oracle_reachable(self, me: str, peers: list[str]) -> list[str]:
+        side = self.side[self.by_id[me].idx]
+        return [
+            p
+            for p in peers
+            if self.by_id[p].up and self.side[self.by_id[p].idx] == side and p not in self.leaving
+        ]
+
+    def oracle_up(self, peers: list[str]) -> list[str]:
+        return [p for p in peers if self.by_id[p].up]
+
+    def _send(self, src: SimNode, dest: str, msg: Message) -> None:
+        dst = self.by_id.get(dest)
+        if dst is None:
+            return
+        rng = self.rng
+        self.stats["msgs_sent"] += 1
+        if self.side[src.idx] != self.side[dst.idx]:
+            self.stats["msgs_cut"] += 1
+            if self._tr:
+                self._t(f"cut  {src.name}>{dst.name} {self._fmt(msg)}")
+            return
+        if rng.random() < self.cfg.loss:
+            self.stats["msgs_lost"] += 1
+            if self._tr:
+                self._t(f"loss {src.name}>{dst.name} {self._fmt(msg)}")
+            return
+        lo, hi = self.cfg.delay_ms
+        copies = 2 if rng.random() < self.cfg.dup else 1
+        if copies == 2:
+            self.stats["msgs_dup"] += 1
+        carried = _carried_ids(msg)
+        for _ in range(copies):
+            for job_id in carried:
+                self._copies.setdefault(job_id, []).append((self.step, dst.idx, FLYING))
+            d = rng.randint(lo, hi)
+            if self._tr:
+                self._t(f"send {src.name}>{dst.name} +{d} {self._fmt(msg)}")
+            self._at(self.now + d, self._deliver, (dst.idx, src.idx, msg, dst.gen))
+
+    def _deliver(self, arg: tuple[int, int, Message, int]) -> None:
+        idx, sidx, msg, gen = arg
+        nd = self.nodes[idx]
+        src = self.nodes[sidx]
+        if not nd.up or nd.gen != gen:
+            # The link broke when the receiver died: what was on it is gone.
+            if self._tr:
+                self._t(f"void {src.name}>{nd.name} {self._fmt(msg)} (receiver restarted)")
+        elif self.side[idx] != self.side[sidx]:
+            self.stats["msgs_cut"] += 1
+            if self._tr:
+                self._t(f"cut  {src.name}>{nd.name} {self._fmt(msg)} (in flight)")
+        else:
+            self.stats["msgs_delivered"] += 1
+            if self._tr:
+                self._t(f"recv {src.name}>{nd.name} {self._fmt(msg)}")
+            assert nd.nc is not None
+            forgotten = self._keys_a_deljob_forgets(nd, msg)
+            self._guard(nd, nd.nc.on_peer_messages, self.now + nd.skew, src.id, [msg])
+            self._learn_keys(nd, msg)
+            if forgotten:
+                self.idem_known.get(nd.idx, set()).difference_update(forgotten)
+            self._flush(nd)
+        # After the receiver's LOADJOB (if any): the copy is never unaccounted for.
+        for job_id in _carried_ids(msg):
+            self._copies[job_id].append((self.step, idx, LANDED))
+
+    def _keys_a_deljob_forgets(self, nd: SimNode, msg: Message) -> list[str]:
+        """A copy deleted unacked (DELJOB: its add failed, or FASTACK) forgets its key when the
+        key still names that copy: a retry there must add the job again."""
+        if not self.idem_adds or not isinstance(msg, DelJob):
+            return []
+        core = self._core(nd)
+        out = []
+        for job_id in msg.job_ids:
+            j = core.jobs.get(job_id)
+            if j is None or j.state == ACKED or not j.idem_key:
+                continue
+            hit = core._idem.get((j.queue, j.idem_key))
+            if hit is not None and hit[0] == j.id:
+                out.append(j.idem_key)
+        return out
+
+    def _learn_keys(self, nd: SimNode, msg: Message) -> None:
+        """Idempotency keys this node must now know (IdemKeys, or a copy carrying its key)."""
+        if not self.idem_adds:
+            return
+        known = self.idem_known.setdefault(nd.idx, set())
+        if isinstance(msg, IdemKeys):
+            known.update(msg.keys)
+            return
+        jobs = self._core(nd).jobs
+        for d in _carried(msg):
+            if d.idempotency_key:
+                self.idem_ids.setdefault(d.idempotency_key, {}).setdefault(d.id, self.now)
+                if d.id in jobs:  # the copy was taken
+                    known.add(d.idempotency_key)
+
+    def _fmt(self, msg: Message) -> str:
+        if isinstance(msg, ReplJob):
+            d = msg.job
+            nd = self._names(d.nodes_delivered)
+            return f"REPLJOB {d.id} {d.body!r} {d.queue} r{d.repl} nd=[{nd}]"
+        if isinstance(msg, YourJobs):
+            return "YOURJOBS " + " ".join(f"{d.id} {d.body!r}" for d in msg.jobs)
+        if isinstance(msg, GotJob):
+            return f"GOTJOB {msg.job_id}"
+        if isinstance(msg, Enqueue):
+            return f"ENQUEUE {msg.job_id}"
+        if isinstance(msg, Queued):
+            return f"QUEUED {msg.job_id} nacks+{int(msg.incr_nacks)} dl+{int(msg.incr_deliveries)}"
+        if isinstance(msg, WillQueue):
+            return f"WILLQUEUE {msg.job_id}"
+        if isinstance(msg, SetAck):
+            return f"SETACK {msg.job_id} may_have={msg.may_have}"
+        if isinstance(msg, GotAck):
+            return f"GOTACK {msg.job_id} known={int(msg.known)}"
+        if isinstance(msg, IdemKeys):
+            return "IDEMKEYS " + " ".join(msg.keys)
+        if isinstance(msg, BeanstalkUpdate):
+            return f"BSUPDATE {msg.job_id} state={msg.bstate} pri={msg.priority}"
+        if isinstance(msg, DelJob):
+            return "DELJOB " + " ".join(msg.job_ids)
+        if isinstance(msg, NeedJobs):
+            return f"NEEDJOBS {msg.queue} {msg.count}"
+        if isinstance(msg, Working):
+            return f"WORKING {msg.job_id}"
+        if isinstance(msg, Pause):
+            return f"PAUSE {msg.queue} {msg.flags}"
+        if isinstance(msg, (Ping, Ack)):
+            gossip = " ".join(
+                f"{self._name(m.node_id)}:{MEMBER_STATE_NAMES.get(m.state, m.state)}"
+                f":{m.incarnation}"
+                for m in msg.gossip
+            )
+            kind = "PING" if isinstance(msg, Ping) else "ACK"
+            extra = f" for {self._name(msg.target)}" if isinstance(msg, Ack) and msg.target else ""
+            return f"{kind} #{msg.probe_id}{extra} [{gossip}]"
+        if isinstance(msg, PingReq):
+            return f"PINGREQ #{msg.probe_id} {self._name(msg.target)}"
+        return repr(msg)  # pragma: no cover - a new message type
+
+
+def _carried(msg: Message) -> list[JobData]:
+    if isinstance(msg, ReplJob):
+        return [msg.job]
+    if isinstance(msg, YourJobs):
+        return list(msg.jobs)
+    return []
+
+
+def _carried_ids(msg: Message) -> list[str]:
+    """Jobs a message carries a copy of (the receiver may register them)."""
+    if isinstance(msg, ReplJob):
+        return [msg.job.id]
+    if isinstance(msg, YourJobs):
+        return [d.id for d in msg.jobs]
+    return []

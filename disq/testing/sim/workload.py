@@ -1,0 +1,371 @@
+"""The Disque clients: producers (sync/ASYNC ADDJOB, REPLICATE from a range, RETRY 0,
+DELAY, hang-ups, idempotency keys retried on another node) and consumers (GETJOB, then ACK
+maybe elsewhere, FASTACK, NACK, WORKING, admin ENQUEUE, or vanishing)."""
+
+from __future__ import annotations
+
+from disq.core.disque.api import PENDING, DeferredResult, DisqueError
+from disq.core.disque.job import ACKED, WAIT_REPL, DJob
+from disq.testing.sim.base import GONE, WAITING, SimBase
+from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, Op, SimNode
+
+
+class WorkloadMixin(SimBase):
+    def _produce(self, p: int) -> None:
+        cfg = self.cfg
+        if self._jobs_left <= 0 or self.now >= self.t_heal:
+            return
+        rng = self.rng
+        up = self._up_nodes(cfg.producer_nodes)
+        if not up:
+            self._at(self.now + 100, self._produce, p)
+            return
+        nd = rng.choice(up)
+        self._jobs_left -= 1
+        self._job_seq += 1
+        body = f"j{self._job_seq:04d}".encode()
+        queue = rng.choice(cfg.queues)
+        if cfg.at_most_once_prob and rng.random() < cfg.at_most_once_prob:
+            repl, retry = 1, 0
+        else:
+            repl = rng.randint(*self.repl_range)
+            retry = rng.randint(1, self.max_retry_s)
+        async_ = repl > 1 and rng.random() < cfg.async_prob
+        delay = 1 if rng.random() < cfg.delay_prob else 0
+        key = f"k{self._job_seq:04d}" if cfg.idem_prob and rng.random() < cfg.idem_prob else ""
+        rec = AddRec(body, nd.idx, queue, repl, retry, async_, self.now, idem_key=key)
+        self._add(nd, p, rec, delay)
+
+    def _retry(self, arg: tuple[int, AddRec]) -> None:
+        """The same add again, with the same idempotency key, on another node if any."""
+        p, first = arg
+        if self.now >= self.t_heal:
+            return
+        up = self._up_nodes(self.cfg.producer_nodes)
+        others = [nd for nd in up if nd.idx != first.node] or up
+        if not others:
+            self._at(self.now + 100, self._retry, arg)
+            return
+        nd = self.rng.choice(others)
+        attempt = first.attempt + 1
+        base = first.body.split(b"r", 1)[0]
+        rec = AddRec(
+            base + f"r{attempt}".encode(),
+            nd.idx,
+            first.queue,
+            first.repl,
+            first.retry_s,
+            first.async_,
+            self.now,
+            idem_key=first.idem_key,
+            attempt=attempt,
+        )
+        self.stats["idem_retries"] += 1
+        self._add(nd, p, rec, 0)
+
+    def _next_add(self, p: int, rec: AddRec) -> None:
+        """After an add ended for its client: retry its key, or the next job."""
+        cfg = self.cfg
+        if rec.idem_key and rec.attempt < cfg.idem_max_retries:
+            if rec.status != "ok" or self.rng.random() < cfg.idem_lost_reply_prob:
+                self._at(self.now + self.rng.randint(10, 200), self._retry, (p, rec))
+                return
+        self._at(self.now + self.rng.randint(10, 200), self._produce, p)
+
+    def _add(self, nd: SimNode, p: int, rec: AddRec, delay: int) -> None:
+        cfg = self.cfg
+        rng = self.rng
+        body, queue, repl, retry, async_ = rec.body, rec.queue, rec.repl, rec.retry_s, rec.async_
+        timeout = rng.randint(*cfg.add_timeout_ms)
+        if rec.idem_key:
+            self.idem_adds.setdefault(rec.idem_key, []).append(rec)
+            rec.knew_key = rec.idem_key in self.idem_known.get(nd.idx, ())
+        assert nd.view is not None
+        rec.extrepl = self._core(nd).memory_warning > 0 or nd.view.leaving
+        self.adds[body] = rec
+        token = self._new_token()
+        now = self.now + nd.skew
+        core = self._core(nd)
+        try:
+            res = self._guard(
+                nd,
+                core.add_job,
+                now,
+                token,
+                queue,
+                body,
+                timeout_ms=timeout,
+                repl=repl,
+                delay_s=delay,
+                retry_s=retry,
+                ttl_s=cfg.ttl_s,
+                async_=async_,
+                idem_key=rec.idem_key,
+            )
+        except DisqueError as e:
+            # Refused before anything was created: a delivery of it would be a phantom.
+            self._add_done(rec, "failed", why=f"{e.code} {e.message}")
+            self._flush(nd)
+            self._next_add(p, rec)
+            return
+        if self._tr:
+            mode = "ASYNC " if async_ else ""
+            mode += f"IDEMPOTENCY-KEY {rec.idem_key} " if rec.idem_key else ""
+            self._t(
+                f"add  {nd.name} {body!r} {queue} REPLICATE {repl} RETRY {retry} "
+                f"DELAY {delay} {mode}TIMEOUT {timeout} -> {res!r}"
+            )
+        if res is PENDING:
+            nd.pending[token] = Op("add", p, rec)
+            # The creator holds the job in memory (WAIT_REPL, not logged yet) and may still
+            # send copies of it: for invariant 2 it is a holder until the add resolves.
+            for j in core.jobs.values():
+                if j.body == body and j.state == WAIT_REPL:
+                    rec.waiting_id = j.id
+                    self._copies.setdefault(j.id, []).append((self.step, nd.idx, WAITING))
+                    break
+            if rng.random() < cfg.client_cancel_prob:
+                self._at(self.now + rng.randint(1, timeout), self._cancel, (nd.idx, nd.gen, token))
+            self._flush(nd)
+        else:
+            assert isinstance(res, str), res
+            self._flush(nd)  # the reply leaves after the step's AOF records (group commit)
+            self._add_done(rec, "ok", job_id=res, nd=nd)
+            self._next_add(p, rec)
+
+    def _cancel(self, arg: tuple[int, int, int]) -> None:
+        """The producer hangs up before its sync ADDJOB answered (client timeout)."""
+        idx, gen, token = arg
+        nd = self.nodes[idx]
+        if not nd.up or nd.gen != gen:
+            return
+        op = nd.pending.pop(token, None)
+        if op is None:
+            return
+        core = self._core(nd)
+        self._guard(nd, core.cancel, token)
+        if self._tr:
+            self._t(f"hangup {nd.name} {op.kind} token {token}")
+        if op.add is not None:
+            self.stats["add_cancelled"] += 1
+            self._add_done(op.add, "indeterminate", why="client hung up", nd=nd)
+            self._next_add(op.client, op.add)
+        else:
+            self.stats["get_cancelled"] += 1
+            self._next_get(op.client)
+        self._flush(nd)
+
+    def _add_done(
+        self,
+        rec: AddRec,
+        status: str,
+        job_id: str | None = None,
+        why: str = "",
+        nd: SimNode | None = None,
+    ) -> None:
+        if rec.waiting_id is not None and nd is not None:
+            # The creator's unlogged WAIT_REPL copy: gone unless it became a logged one.
+            j = nd.core.jobs.get(rec.waiting_id) if nd.core is not None else None
+            if j is None or j.state == ACKED:
+                self._copies[rec.waiting_id].append((self.step, nd.idx, GONE))
+            rec.waiting_id = None
+        rec.status = status
+        rec.t_end = self.now
+        rec.why = why
+        if status != "ok" and rec.idem_key:
+            # A failed add forgets its key on its node (so a retry there really adds).
+            self.idem_known.get(rec.node, set()).discard(rec.idem_key)
+        if job_id is not None:
+            rec.job_id = job_id
+            self._body_of.setdefault(job_id, rec.body)
+            if rec.idem_key and nd is not None:
+                self.idem_known.setdefault(nd.idx, set()).add(rec.idem_key)
+        self.stats[
+            {"ok": "add_ok", "failed": "add_failed", "indeterminate": "add_indeterminate"}[status]
+        ] += 1
+        if self._tr:
+            detail = job_id if job_id is not None else why
+            self._t(f"add-{status} n{rec.node} {rec.body!r} {detail}")
+
+    def _on_reply(self, nd: SimNode, token: int, res: DeferredResult) -> None:
+        op = nd.pending.pop(token, None)
+        if op is None:
+            raise InvariantViolation(
+                self.seed, "client protocol", f"{nd.name}: reply for unknown token {token}: {res}"
+            )
+        if op.kind == "add":
+            rec = op.add
+            assert rec is not None
+            if isinstance(res, str):
+                self._add_done(rec, "ok", job_id=res, nd=nd)
+            elif isinstance(res, DisqueError):
+                self._add_done(rec, "indeterminate", why=f"{res.code} {res.message}", nd=nd)
+            else:
+                raise InvariantViolation(
+                    self.seed, "client protocol", f"ADDJOB {rec.body!r} answered {res!r}"
+                )
+            self._next_add(op.client, rec)
+        else:
+            if isinstance(res, list):
+                self._delivered(nd, res, op.client)
+            elif res is not None:
+                raise InvariantViolation(self.seed, "client protocol", f"GETJOB answered {res!r}")
+            elif self._tr:
+                self._t(f"get  {nd.name} c{op.client} timed out")
+            self._next_get(op.client)
+
+    def _client_lost(self, nd: SimNode, token: int, op: Op) -> None:
+        """The node died under a blocked client: its connection is reset."""
+        if op.kind == "add":
+            assert op.add is not None
+            self._add_done(op.add, "indeterminate", why=f"{nd.name} crashed", nd=nd)
+            self._next_add(op.client, op.add)
+        else:
+            self._next_get(op.client)
+
+    def _next_get(self, c: int) -> None:
+        if c >= 0:
+            self._at(self.now + self.rng.randint(20, 300), self._consume, c)
+
+    def _consume(self, c: int) -> None:
+        cfg = self.cfg
+        if self.now >= self.t_drain:
+            return
+        rng = self.rng
+        up = self._up_nodes(cfg.consumer_nodes)
+        if not up:
+            self._at(self.now + 100, self._consume, c)
+            return
+        nd = rng.choice(up)
+        queues = list(cfg.queues)
+        rng.shuffle(queues)
+        nohang = rng.random() < 0.4
+        timeout = rng.randint(50, 1000)
+        count = rng.choice((1, 1, 1, 2, 3))
+        self._get(nd, c, queues, nohang, timeout, count)
+
+    def _get(
+        self, nd: SimNode, c: int, queues: list[str], nohang: bool, timeout: int, count: int
+    ) -> None:
+        token = self._new_token()
+        now = self.now + nd.skew
+        core = self._core(nd)
+        try:
+            res = self._guard(
+                nd, core.get_job, now, token, queues, nohang=nohang, timeout_ms=timeout, count=count
+            )
+        except DisqueError as e:
+            if e.code != "LEAVING":
+                raise InvariantViolation(
+                    self.seed, "client protocol", f"{nd.name} GETJOB raised {e}"
+                ) from e
+            self.stats["get_leaving"] += 1
+            if self._tr:
+                self._t(f"get  {nd.name} c{c} -> -LEAVING")
+            self._next_get(c)
+            self._flush(nd)
+            return
+        if self._tr:
+            how = "NOHANG" if nohang else f"TIMEOUT {timeout}"
+            shown = [j.id for j in res] if isinstance(res, list) else res
+            self._t(f"get  {nd.name} c{c} {how} COUNT {count} {queues} -> {shown}")
+        if res is PENDING:
+            nd.pending[token] = Op("get", c)
+            if c >= 0 and self.rng.random() < self.cfg.get_cancel_prob:
+                self._at(
+                    self.now + self.rng.randint(1, timeout), self._cancel, (nd.idx, nd.gen, token)
+                )
+        else:
+            if isinstance(res, list):
+                self._delivered(nd, res, c)
+            self._next_get(c)
+        self._flush(nd)
+
+    def _delivered(self, nd: SimNode, jobs: list[DJob], c: int) -> None:
+        for j in jobs:
+            d = Delivery(self.step, self.now, nd.idx, j.id, j.body)
+            self.deliveries.append(d)
+            prev = self.delivered.setdefault(j.id, [])
+            if prev:
+                self.stats["redeliveries"] += 1
+            prev.append(d)
+            self.stats["deliveries"] += 1
+            self._body_of.setdefault(j.id, j.body)
+            if self._tr:
+                self._t(f"DELIVERED {nd.name} c{c} {j.id} {j.body!r}")
+            self._check_delivery(d)
+            if c < 0:
+                # The drainer acks everything at once where it got it.
+                self._at(self.now, self._drain_ack, (nd.idx, nd.gen, j.id))
+                continue
+            hi = max(50, j.retry_s * 1000 * 3 // 4) if j.retry_s else 500
+            self._at(self.now + self.rng.randint(5, hi), self._process, (nd.idx, j.id, c, 0))
+
+    def _process(self, arg: tuple[int, str, int, int]) -> None:
+        """What the consumer does with a job it got from node ``idx``."""
+        idx, job_id, c, round_ = arg
+        cfg = self.cfg
+        rng = self.rng
+        up = self._up_nodes()
+        if not up:
+            self.stats["dropped_by_consumer"] += 1
+            return
+        same = self.nodes[idx]
+        r = rng.random()
+        if round_ == 0 and r < 0.06:
+            self._client_cmd(same if same.up else rng.choice(up), "nack", job_id)
+        elif round_ == 0 and r < 0.08:
+            # Admin ENQUEUE, maybe on a node that only holds a copy.
+            self._client_cmd(rng.choice(up), "enqueue", job_id)
+        elif round_ == 0 and r < 0.15:
+            target = same if same.up else rng.choice(up)
+            self._client_cmd(target, "working", job_id)
+            self._at(self.now + rng.randint(5, 800), self._process, (idx, job_id, c, 1))
+        elif r < 0.27:
+            self.stats["dropped_by_consumer"] += 1
+            if self._tr:
+                self._t(f"drop c{c} {job_id} (consumer died before ACK)")
+        else:
+            if same.up and rng.random() >= cfg.ack_other_node_prob:
+                target = same
+            else:
+                target = rng.choice(up)
+            self._client_cmd(target, "fastack" if rng.random() < 0.12 else "ack", job_id)
+
+    def _client_cmd(self, nd: SimNode, cmd: str, job_id: str) -> None:
+        now = self.now + nd.skew
+        core = self._core(nd)
+        res: object
+        try:
+            if cmd == "ack":
+                res = self._guard(nd, core.ack_job, now, [job_id])
+                self.stats["acks"] += 1
+                if res == 0:
+                    self.stats["dummy_acks"] += 1
+                self._client_acks.setdefault(job_id, self.now)
+            elif cmd == "fastack":
+                res = self._guard(nd, core.fast_ack, now, [job_id])
+                self.stats["fastacks"] += 1
+                self._client_acks.setdefault(job_id, self.now)
+            elif cmd == "nack":
+                res = self._guard(nd, core.nack, now, [job_id])
+                self.stats["nacks"] += 1
+            elif cmd == "enqueue":
+                res = self._guard(nd, core.enqueue, now, [job_id])
+                self.stats["enqueues"] += 1
+                if res:
+                    self._admin_enqueued.add(job_id)
+            else:
+                res = self._guard(nd, core.working, now, job_id)
+                self.stats["workings"] += 1
+        except DisqueError as e:
+            res = f"-{e.code}"  # NOJOB / TOOLATE: normal answers for WORKING
+        if self._tr:
+            self._t(f"{cmd:<4} {nd.name} {job_id} -> {res}")
+        self._flush(nd)
+
+    def _drain_ack(self, arg: tuple[int, int, str]) -> None:
+        idx, gen, job_id = arg
+        nd = self.nodes[idx]
+        if nd.up and nd.gen == gen:
+            self._client_cmd(nd, "ack", job_id)

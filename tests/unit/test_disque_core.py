@@ -1,0 +1,402 @@
+"""The Disque core with a fake clock, wired by the in-memory mesh (no IO, no membership)."""
+
+from __future__ import annotations
+
+import pytest
+
+from disq.core.beanstalk.job import BURIED
+from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.core import DisqueCore
+from disq.core.disque.job import ACKED, ACTIVE, QUEUED
+from disq.testing.mesh import Mesh
+
+
+class Cluster(Mesh):
+    """Disque cores addressed by node id (``cores``) or index (``core(i)``)."""
+
+    def __init__(self, n: int, seed: int = 1) -> None:
+        super().__init__(n, seed)
+        self.cores = {nid: self.disque(k) for k, nid in enumerate(self.ids)}
+
+    def core(self, i: int) -> DisqueCore:
+        return self.disque(i)
+
+
+def test_sync_replication_then_queued_on_creator_only() -> None:
+    c = Cluster(3)
+    r = c.core(0).add_job(c.now, 1, "q", b"hello", timeout_ms=1000, repl=3)
+    assert r is PENDING
+    c.pump()
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(job_id, str)
+    states = [c.core(i).jobs[job_id].state for i in range(3)]
+    assert states == [QUEUED, ACTIVE, ACTIVE]
+    assert c.core(0).qlen("q") == 1
+    # Not consumed, no partition: after several retries still exactly one queued copy.
+    c.advance(5000)
+    queued = [i for i in range(3) if c.core(i).qlen("q") == 1]
+    assert len(queued) == 1
+
+
+def test_norepl_when_not_enough_nodes() -> None:
+    c = Cluster(2)
+    with pytest.raises(DisqueError) as e:
+        c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=100, repl=3)
+    assert e.value.code == "NOREPL"
+
+
+def test_sync_timeout_gives_norepl_and_cleans_up() -> None:
+    c = Cluster(3)
+    c.cut = {c.ids[1], c.ids[2]}
+    assert c.core(0).add_job(c.now, 7, "q", b"x", timeout_ms=300, repl=3) is PENDING
+    c.advance(400)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 7 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    assert c.core(0).jobs == {}
+
+
+def test_consumed_not_acked_is_requeued_and_acked_is_not() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.pump()
+    got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert isinstance(got, list) and len(got) == 1
+    job_id = got[0].id
+    c.advance(2000)
+    assert sum(c.core(i).qlen("q") for i in range(3)) >= 1
+    got2 = None
+    for i in range(3):
+        g = c.core(i).get_job(c.now, 3, ["q"], nohang=True)
+        if isinstance(g, list):
+            got2 = (i, g)
+            break
+    assert got2 is not None and got2[1][0].id == job_id
+    assert c.core(got2[0]).ack_job(c.now, [job_id]) == 1
+    c.advance(10_000)
+    assert all(job_id not in c.core(i).jobs for i in range(3))  # GC reached everyone
+    assert all(c.core(i).qlen("q") == 0 for i in range(3))
+
+
+def test_queueing_node_lost_job_requeued_elsewhere() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.pump()
+    c.cut = {c.ids[0]}
+    c.advance(3000)
+    assert c.core(1).qlen("q") + c.core(2).qlen("q") >= 1
+
+
+def test_dummy_ack_on_non_holder_reaches_holders() -> None:
+    c = Cluster(4)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, retry_s=1)
+    c.pump()
+    [(_, job_id)] = c.replies[c.ids[0]]
+    holders = [i for i in range(4) if job_id in c.core(i).jobs]
+    non = next(i for i in range(4) if i not in holders)
+    assert c.core(non).ack_job(c.now, [job_id]) == 0
+    c.pump()
+    for i in holders:
+        assert job_id not in c.core(i).jobs or c.core(i).jobs[job_id].state == ACKED
+    c.advance(10_000)
+    assert all(job_id not in c.core(i).jobs for i in range(4))
+
+
+def test_federation_blocked_consumer_gets_remote_job_within_a_second() -> None:
+    c = Cluster(3)
+    assert c.core(0).get_job(c.now, 9, ["q"], timeout_ms=0) is PENDING
+    c.pump()
+    c.advance(700)  # the first NEEDJOBS broadcast happened and found nothing
+    c.core(1).add_job(c.now, 1, "q", b"far", timeout_ms=1000, repl=1)
+    start = c.now
+    c.advance(1000)
+    served = [(t, r) for t, r in c.replies[c.ids[0]] if t == 9]
+    assert served, "blocked consumer was not served"
+    assert served[0][1][0].body == b"far"  # type: ignore[index]
+    assert c.now - start <= 1000
+
+
+def test_getjob_timeout_and_nohang() -> None:
+    c = Cluster(1)
+    assert c.core(0).get_job(c.now, 1, ["q"], nohang=True) is None
+    assert c.core(0).get_job(c.now, 2, ["q"], timeout_ms=250) is PENDING
+    c.advance(300)
+    assert (2, None) in c.replies[c.ids[0]]
+
+
+def test_single_node_fifo_and_ttl() -> None:
+    c = Cluster(1)
+    ids_ = [c.core(0).add_job(c.now, i, "q", str(i).encode(), timeout_ms=0) for i in range(100)]
+    got = c.core(0).get_job(c.now, 1000, ["q"], count=100)
+    assert isinstance(got, list) and [j.id for j in got] == ids_
+    c.core(0).add_job(c.now, 1, "t", b"x", timeout_ms=0, ttl_s=5)
+    c.advance(6100, step=100)
+    assert c.core(0).qlen("t") == 0 and len(c.core(0).jobs) == 100
+
+
+def test_working_postpones_and_nack_requeues() -> None:
+    c = Cluster(3)
+    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=2)
+    c.pump()
+    got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert isinstance(got, list)
+    job_id = got[0].id
+    for _ in range(3):
+        c.advance(1500)
+        assert c.core(0).working(c.now, job_id) == 2
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 0
+    assert c.core(0).nack(c.now, [job_id]) == 1
+    c.pump()
+    assert c.core(0).qlen("q") == 1
+    assert all(c.core(i).jobs[job_id].nacks == 1 for i in range(3))
+
+
+def test_memory_levels_external_replication_then_oom() -> None:
+    c = Cluster(3)
+    core = c.core(0)
+    core.max_memory_bytes = 20_000
+    body = b"x" * 1000
+    local_copies = 0
+    external = None
+    for k in range(40):
+        try:
+            r = core.add_job(c.now, k, "m", body, timeout_ms=1000, repl=2)
+        except DisqueError as e:
+            assert e.code == "OOM"
+            break
+        c.pump()
+        job_id = next(v for t, v in c.replies[c.ids[0]] if t == k)
+        assert isinstance(job_id, str), r
+        if job_id in core.jobs:
+            local_copies += 1
+        else:
+            external = job_id  # level 1: the copies live on the two other nodes only
+            break
+        core.update_memory(c.now)
+    assert local_copies > 0 and external is not None
+    holders = [i for i in (1, 2) if external in c.core(i).jobs]
+    assert holders == [1, 2]
+    # One of them was told to queue it (ENQUEUE), so a consumer can get it.
+    assert c.core(1).qlen("m") + c.core(2).qlen("m") >= 1
+    # Full: ADDJOB is refused with Disque's OOM error.
+    core.max_memory_bytes = core.used_bytes
+    core.update_memory(c.now)
+    with pytest.raises(DisqueError) as e:
+        core.add_job(c.now, 999, "m", body, timeout_ms=1000, repl=2)
+    assert e.value.code == "OOM"
+
+
+def test_memory_level_two_evicts_acked_jobs_only() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    ids_ = [core.add_job(c.now, k, "e", b"y" * 500, timeout_ms=0) for k in range(10)]
+    got = core.get_job(c.now, 100, ["e"], count=5)
+    assert isinstance(got, list)
+    # On a single node an ack deletes at once (nothing to GC): use a peer-less dummy state.
+    for j in got:
+        j.state = 3  # ACKED, as if GC were still waiting for a peer
+    before = len(core.jobs)
+    limit = core.used_bytes
+    core.max_memory_bytes = limit  # 100%: evict acked jobs until below 95%
+    assert core.update_memory(c.now) in (1, 2)
+    assert len(core.jobs) < before and core.used_bytes <= limit * 95 // 100
+    assert all(i in core.jobs for i in ids_[5:])  # unacked jobs are never evicted
+    core.max_memory_bytes = limit * 4 // 10  # more than every acked job can free
+    assert core.update_memory(c.now) == 3
+    assert sorted(core.jobs) == sorted(ids_[5:])
+
+
+def test_beanstalk_put_replicated_owner_answers_willqueue_no_takeover() -> None:
+    c = Cluster(3)
+    owner = c.core(0)
+    did, pending = owner.add_beanstalk(
+        c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=2, timeout_ms=1000, bid=7
+    )
+    assert pending
+    c.pump()
+    assert (5, did) in c.replies[c.ids[0]]
+    holders = [i for i in (1, 2) if did in c.core(i).jobs]
+    assert len(holders) == 1
+    # The owner is alive: its answers to WILLQUEUE keep the holder from taking over.
+    c.advance(30_000, step=50)
+    assert all(not c.core(i).takeovers for i in range(3))
+    assert c.core(holders[0]).qlen("tube") == 0  # never in a Disque queue
+
+
+def _beanstalk_job(c: Cluster, i: int, body: bytes) -> int:
+    """A live job in node ``i``'s beanstalk core: what a replicated put's record links to."""
+    b = c.beanstalk(i)
+    return b.put(b.open_session(), 10, 0, 1000, body, c.now)
+
+
+def test_beanstalk_takeover_keeps_buried_state_and_delete_reaches_holders() -> None:
+    c = Cluster(3)
+    owner = c.core(0)
+    bid = _beanstalk_job(c, 0, b"bjob")
+    did, _ = owner.add_beanstalk(
+        c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=3, timeout_ms=1000, bid=bid
+    )
+    c.pump()
+    owner.beanstalk_update(c.now, did, 3, 99)  # buried with a new priority
+    c.pump()
+    assert all(c.core(i).jobs[did].bstate == 3 for i in (1, 2))
+    c.cut = {c.ids[0]}  # the owner is lost
+    c.advance(20_000, step=50)
+    # The node core hands a takeover to the holder's beanstalk core: a new local job.
+    took = [
+        (i, j)
+        for i in (1, 2)
+        for j in c.beanstalk(i).jobs.values()
+        if j.replica is not None and j.replica.disque_id == did
+    ]
+    assert took, "no holder took the job over"
+    new_owner, job = took[0]
+    assert (job.state, job.pri, job.body, job.tube.name) == (BURIED, 99, b"bjob", "tube")
+    assert c.core(new_owner).jobs[did].bid == job.id  # adopted: the record links to it
+    c.cut = set()
+    # The new owner deletes it: every copy goes, the old owner's beanstalk job is dropped.
+    c.core(new_owner).beanstalk_deleted(c.now, did)
+    c.pump()
+    assert all(did not in c.core(i).jobs for i in range(3))
+    assert bid not in c.beanstalk(0).jobs
+
+
+def test_beanstalk_put_times_out_without_copies_and_drops_the_engine_job() -> None:
+    c = Cluster(3)
+    c.cut = {c.ids[1], c.ids[2]}
+    owner = c.core(0)
+    bid = _beanstalk_job(c, 0, b"x")
+    did, pending = owner.add_beanstalk(
+        c.now, 5, "tube", b"x", priority=1, ttr_s=1, delay_s=0, repl=2, timeout_ms=300, bid=bid
+    )
+    assert pending
+    c.advance(400)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 5 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    assert bid not in c.beanstalk(0).jobs and did not in owner.jobs
+
+
+def test_sync_replication_replaces_a_target_that_became_unreachable() -> None:
+    c = Cluster(4)
+    creator = c.core(0)
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    first = {n for n in creator.jobs[next(iter(creator.jobs))].delivered if n != c.ids[0]}
+    victim = sorted(first)[0]
+    c.cut = {victim}  # its copy never arrives
+    c.views[c.ids[0]].down = {victim}  # and failure detection says so
+    c.pump()
+    assert not c.replies[c.ids[0]]
+    c.advance(200)
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(job_id, str)
+    holders = {i for i in range(4) if job_id in c.core(i).jobs}
+    assert len(holders) == 3 and c.ids.index(victim) not in holders
+
+
+def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
+    c = Cluster(3)
+    creator = c.core(0)
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=10_000, repl=3) is PENDING
+    creator.outbox.clear()  # the first REPLJOBs are lost (a link broke and came back)
+    c.advance(500)
+    assert not c.replies[c.ids[0]]  # no new node to add, and not yet time to ask again
+    c.advance(1500)
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
+
+
+def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    core.max_queues = 3
+    for name in ("a", "b", "c"):
+        core.add_job(c.now, 1, name, b"x", timeout_ms=0)
+    with pytest.raises(DisqueError) as e:
+        core.add_job(c.now, 2, "d", b"x", timeout_ms=0)
+    assert (e.value.code, e.value.message) == ("ERR", "too many queues (the limit is 3)")
+    with pytest.raises(DisqueError):
+        core.get_job(c.now, 3, ["e"], timeout_ms=100)
+    assert sorted(core.queues) == ["a", "b", "c"] and len(core.jobs) == 3
+    got = core.get_job(c.now, 4, ["c"], nohang=True)  # "c" is now empty and idle
+    assert isinstance(got, list)
+    assert core.add_job(c.now, 5, "d", b"x", timeout_ms=0)  # reclaims "c"
+    assert sorted(core.queues) == ["a", "b", "d"]
+
+
+# ------------------------------------------------------------------ idempotency keys
+def test_idempotency_key_answers_the_first_id_and_adds_nothing() -> None:
+    c = Cluster(3)
+    core = c.core(0)
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    # A retry while the first add still waits for its copies waits with it.
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    c.pump()
+    replies = dict(c.replies[c.ids[0]])
+    assert replies[1] == replies[2] and isinstance(replies[1], str)
+    first = replies[1]
+    # After: answered at once, on the creator and on any node holding a copy.
+    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") == first
+    assert c.core(1).add_job(c.now, 4, "q", b"x", timeout_ms=0, repl=1, idem_key="k1") == first
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+    assert len(c.core(1).jobs) == 1
+    # The key is per queue, and another key is another job.
+    other = core.add_job(c.now, 5, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1")
+    assert isinstance(other, str) and other != first
+    assert core.add_job(c.now, 6, "q", b"a", timeout_ms=0, repl=1, idem_key="k2") != first
+
+
+def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    core.idem_window_ms = 10_000
+    first = core.add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert isinstance(first, str)
+    assert core.ack_job(c.now, [first]) == 1
+    c.advance(2000)
+    assert first not in core.jobs
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    c.advance(9000)
+    again = core.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert isinstance(again, str) and again != first
+
+
+def test_failed_add_forgets_its_key_and_a_cancelled_first_add_passes_to_the_follower() -> None:
+    c = Cluster(3)
+    core = c.core(0)
+    c.cut = {c.ids[1], c.ids[2]}  # no copies can be confirmed
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=500, repl=3, idem_key="k") is PENDING
+    c.advance(600)
+    [(token, err)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(err, DisqueError) and err.code == "NOREPL"
+    c.replies[c.ids[0]].clear()
+    # NOREPL: the retry is a new add.
+    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
+    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
+    core.cancel(2)  # the first client went away; the second still waits for the job
+    c.cut = set()
+    c.advance(2000)
+    replies = dict(c.replies[c.ids[0]])
+    assert 2 not in replies and isinstance(replies[3], str)
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+
+
+def test_idempotency_key_length_is_bounded() -> None:
+    c = Cluster(1)
+    with pytest.raises(DisqueError) as info:
+        c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k" * 257)
+    assert info.value.code == "ERR"
+
+
+def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
+    c = Cluster(4)
+    core = c.core(0)
+    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
+    # Before the copies exist nobody else knows the key (the add may still fail).
+    assert all(("q", "k") not in c.core(i)._idem for i in (1, 2, 3))
+    c.pump()
+    [(_, first)] = c.replies[c.ids[0]]
+    holders = {i for i in range(4) if first in c.core(i).jobs}
+    assert len(holders) == 2
+    outsider = min({1, 2, 3} - holders)  # a node that never held a copy
+    r = c.core(outsider).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert r == first
+    assert first not in c.core(outsider).jobs  # answered, and nothing added there
