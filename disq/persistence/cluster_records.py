@@ -18,7 +18,6 @@ from __future__ import annotations
 import struct
 
 from disq.core.messages import JobData
-from disq.persistence.framing import iter_frames
 
 REC_LOADJOB = 16
 REC_DELJOB = 17
@@ -127,11 +126,6 @@ def decode_deljob(payload: bytes | memoryview) -> str:
     if len(payload) != _DEL.size:
         raise ClusterRecordError("DELJOB record has the wrong length")
     return bytes(_DEL.unpack_from(payload, 0)[0]).decode()
-
-
-def decode_framed(records: list[bytes]) -> list[tuple[str, object]]:
-    """Framed records (a core's ``aof_out``) back as the core's ``restore`` takes them."""
-    return to_core_records(list(iter_frames(b"".join(records))))
 
 
 def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:

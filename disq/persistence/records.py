@@ -17,7 +17,7 @@ Layouts (little-endian):
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disq.core.beanstalk.job import Job
@@ -32,36 +32,6 @@ PUT_STRUCT = _PUT  # replay decodes PUT records inline (restart time is a target
 _UPDATE = struct.Struct("<QIQBqIIIII")
 _DELETE = struct.Struct("<Q")
 _META = struct.Struct("<Q")
-
-
-class PutRecord(NamedTuple):
-    id: int
-    pri: int
-    delay_ms: int
-    ttr_ms: int
-    ctime_ms: int
-    state: int
-    deadline_ms: int
-    reserves: int
-    timeouts: int
-    releases: int
-    buries: int
-    kicks: int
-    tube: str
-    body: bytes
-
-
-class UpdateRecord(NamedTuple):
-    id: int
-    pri: int
-    delay_ms: int
-    state: int
-    deadline_ms: int
-    reserves: int
-    timeouts: int
-    releases: int
-    buries: int
-    kicks: int
 
 
 def encode_put(job: Job) -> bytes:
@@ -110,29 +80,8 @@ def encode_meta(next_id: int) -> bytes:
     return _META.pack(next_id)
 
 
-def decode_put(payload: bytes | memoryview) -> PutRecord:
-    fields = _PUT.unpack_from(payload, 0)
-    name_len = fields[-1]
-    start = _PUT.size
-    tube = bytes(payload[start : start + name_len]).decode()
-    body = bytes(payload[start + name_len :])
-    return PutRecord._make((*fields[:-1], tube, body))
-
-
-def decode_put_fields(payload: bytes | memoryview) -> tuple[tuple[int, ...], str, bytes]:
-    """Fast form for replay: the fixed fields as a tuple, then tube name and body."""
-    fields = _PUT.unpack_from(payload, 0)
-    start = _PUT.size
-    end = start + fields[12]
-    return fields, bytes(payload[start:end]).decode(), bytes(payload[end:])
-
-
 def decode_update_fields(payload: bytes | memoryview) -> tuple[int, ...]:
     return tuple(_UPDATE.unpack_from(payload, 0))
-
-
-def decode_update(payload: bytes | memoryview) -> UpdateRecord:
-    return UpdateRecord(*_UPDATE.unpack_from(payload, 0))
 
 
 def decode_delete(payload: bytes | memoryview) -> int:

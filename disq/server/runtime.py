@@ -81,7 +81,7 @@ class NodeRuntime:
         replies leave with the next flush; the core's output is taken there too."""
         if conn is not None:
             self._dirty.append(conn)
-        self._schedule_flush()
+        self.schedule_flush()
         hint = self.beanstalk.timer_hint_ms
         if hint >= 0:
             self.beanstalk.timer_hint_ms = -1
@@ -94,7 +94,7 @@ class NodeRuntime:
             # (each loop iteration under load costs a millisecond or more of latency).
             self._flush()
         else:
-            self._schedule_flush()
+            self.schedule_flush()
 
     def mark_dirty(self, conn: Flushable) -> None:
         """A routed reply gave ``conn`` output: write it with this flush."""
@@ -102,9 +102,6 @@ class NodeRuntime:
 
     # ------------------------------------------------------------------ the flush
     def schedule_flush(self) -> None:
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -120,7 +117,16 @@ class NodeRuntime:
         # cores and the memory level (CONFIG SET maxmemory 0 must clear a warning at once).
         rd = self._held if self._held is not None else core.ready(self.now_ms())
         if rd:
-            if not apply_ready(rd, self.aof.persist, self._send, self.router.route, self._wake):
+            try:
+                applied = apply_ready(
+                    rd, self.aof.persist, self._send, self.router.route, self._wake
+                )
+            except Exception:
+                # A waiter or a door raised: a bug, but the node must go on serving (the
+                # rest of this Ready is lost; its clients time out or retry).
+                self.log.exception("ready_apply_failed", ready=repr(rd))
+                applied = True
+            if not applied:
                 self._held = rd  # the AOF service schedules the retry
                 return
             self._held = None
@@ -136,7 +142,7 @@ class NodeRuntime:
             # Routed replies ran the commands queued behind them, and those logged records:
             # their connections wait for the next write.
             self._dirty = dirty
-            self._schedule_flush()
+            self.schedule_flush()
         else:
             seen: set[int] = set()
             for conn in dirty:
@@ -144,7 +150,7 @@ class NodeRuntime:
                     seen.add(id(conn))
                     conn.flush()
             if core.has_ready():
-                self._schedule_flush()
+                self.schedule_flush()
         nd = core.next_deadline_ms()
         if nd >= 0:
             self.check_timer(nd, self.now_ms())
@@ -286,12 +292,3 @@ class NodeRuntime:
             await self.cluster.close()
         self.aof.close()
         self.log.info("stopped")
-
-    # ------------------------------------------------------------------ deferred answers
-    def wait_reply(self, token: int, waiter: Any) -> None:
-        self.router.wait(token, waiter)
-
-    def cancel(self, token: int) -> None:
-        """The waiter of ``token`` went away: forget it here and in the core."""
-        self.router.forget(token)
-        self.core.cancel(token)

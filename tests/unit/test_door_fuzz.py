@@ -41,6 +41,7 @@ from disq.core.beanstalk.job import (
     READY,
     RESERVED,
     URGENT_THRESHOLD,
+    Job,
 )
 from disq.core.beanstalk.session import Session
 from disq.core.constants import JOB_OVERHEAD_BYTES
@@ -334,6 +335,16 @@ def check_reply(cmd: bp.Command, reply: Reply, bodies: dict[int, bytes]) -> None
 
 
 # -------------------------------------------------------------------- engine invariants
+def _ready_key(job: Job) -> int:
+    """The job's entry in its tube's ready index, as the core builds it."""
+    return (job.pri << KEY_SHIFT) | job.id
+
+
+def _timer_key(job: Job) -> int:
+    """The job's entry in the timer heap and the delayed index."""
+    return (job.deadline_ms << KEY_SHIFT) | job.id
+
+
 def check_engine(world: World) -> None:
     """Every index of the engine agrees with every other one and with the sessions."""
     e = world.engine
@@ -355,13 +366,13 @@ def check_engine(world: World) -> None:
         by_tube[tube.name][job.state] += 1
         used += len(job.body) + JOB_OVERHEAD_BYTES
         if job.state == READY:
-            assert job.ready_key in tube.ready and job.reserver is None, job
+            assert _ready_key(job) in tube.ready and job.reserver is None, job
         elif job.state == RESERVED:
             s = job.reserver
             assert s is not None and not s.closed and s.reserved.get(job_id) is job, job
-            assert job.timer_key in e.timers, f"{job}: no TTR timer"
+            assert _timer_key(job) in e.timers, f"{job}: no TTR timer"
         elif job.state == DELAYED:
-            assert job.timer_key in tube.delayed and job.timer_key in e.timers, job
+            assert _timer_key(job) in tube.delayed and _timer_key(job) in e.timers, job
             assert job.reserver is None
         elif job.state == BURIED:
             assert tube.buried.get(job_id) is job and job.reserver is None, job
@@ -377,10 +388,10 @@ def check_engine(world: World) -> None:
         assert tube.name == name
         for key in tube.ready:
             job = e.jobs[key & ID_MASK]
-            assert job.tube is tube and job.state == READY and job.ready_key == key, job
+            assert job.tube is tube and job.state == READY and _ready_key(job) == key, job
         for key in tube.delayed:
             job = e.jobs[key & ID_MASK]
-            assert job.tube is tube and job.state == DELAYED and job.timer_key == key, job
+            assert job.tube is tube and job.state == DELAYED and _timer_key(job) == key, job
         for job_id, job in tube.buried.items():
             assert e.jobs.get(job_id) is job and job.state == BURIED
         counts = by_tube[name]

@@ -18,7 +18,8 @@ from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, DJob
 from disq.core.messages import DelJob, Enqueue, GotAck, Message, ReplJob
 from disq.core.node_core import NodeCore
-from disq.persistence.cluster_records import decode_framed
+from disq.persistence.cluster_records import to_core_records
+from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 from disq.testing.sim import (
     T0_MS,
@@ -524,7 +525,7 @@ def test_core_enqueue_once_restore_does_not_redeliver_at_most_once_jobs() -> Non
     assert isinstance(job_id, str)
     got = core.get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and got[0].id == job_id  # delivered once, not acked
-    records = decode_framed(core.aof_out)
+    records = to_core_records(list(iter_frames(b"".join(core.aof_out))))
     restarted = DisqueCore(core.view, random.Random(9), c.now + 1000)
     restarted.aof_enqueue_once = True
     restarted.restore(c.now + 1000, records)

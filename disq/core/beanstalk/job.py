@@ -111,13 +111,5 @@ class Job:
         self.kicks = 0
         self.replica = None
 
-    @property
-    def ready_key(self) -> int:
-        return (self.pri << KEY_SHIFT) | self.id
-
-    @property
-    def timer_key(self) -> int:
-        return (self.deadline_ms << KEY_SHIFT) | self.id
-
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={STATE_NAMES[self.state]})"

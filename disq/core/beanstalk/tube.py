@@ -53,9 +53,6 @@ class Tube:
         self.pause_ms = 0
         self.pause_until_ms = 0
 
-    def is_paused(self, now_ms: int) -> bool:
-        return self.pause_until_ms > now_ms
-
     def is_unused(self) -> bool:
         return not (
             self.ready
