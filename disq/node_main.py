@@ -87,9 +87,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--requirepass", help="password RESP clients must AUTH with")
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="HTTP admin port (Prometheus /metrics, /healthz) on the listen host; 0: off",
+    )
+    p.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        default=20.0,
+        help="SIGTERM: leave and hand jobs to other nodes for at most this long, then exit"
+        " (0: exit at once; SIGINT always exits at once)",
+    )
+    p.add_argument(
         "--events-max-bytes",
         type=int,
         help="bound of the lifecycle event log (default 256 MiB on disk, 32 MiB in memory)",
+    )
+    tls = p.add_argument_group("TLS on the gRPC port (clients and peers; docs/sdk.md)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="this node's certificate (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="the key of --tls-cert (PEM)")
+    tls.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="CA that signs node and client certificates; peers verify each other with it",
+    )
+    tls.add_argument(
+        "--tls-client-auth",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="require client certificates signed by --tls-ca (default: on with --tls-ca)",
+    )
+    tls.add_argument(
+        "--tls-server-name", metavar="NAME", help="name checked in peers' certificates"
+    )
+    tls_ports = p.add_argument_group(
+        "TLS on the RESP and beanstalk ports (separate ports, as Redis's tls-port; the node's "
+        "--tls-cert and --tls-key; client certificates checked against --tls-ca when "
+        "--tls-client-auth, default on with --tls-ca)"
+    )
+    tls_ports.add_argument(
+        "--resp-tls-port", type=int, default=0, metavar="PORT", help="RESP over TLS; 0: off"
+    )
+    tls_ports.add_argument(
+        "--beanstalk-tls-port",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="the beanstalk protocol over TLS; 0: off",
     )
     return p
 
@@ -112,6 +157,22 @@ def _bind(listen: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def _tls_files(args: argparse.Namespace, st: Any = None) -> dict[str, Any] | None:
+    """The TLS flags (over the config file's tls-* keys); None: TLS off."""
+    files = {
+        "cert": args.tls_cert or (st.tls_cert_file if st is not None else None),
+        "key": args.tls_key or (st.tls_key_file if st is not None else None),
+        "ca": args.tls_ca or (st.tls_ca_cert_file if st is not None else None),
+        "client_auth": args.tls_client_auth,
+        "server_name": args.tls_server_name,
+    }
+    if files["client_auth"] is None and st is not None:
+        files["client_auth"] = st.tls_auth_clients
+    if not any(files.values()):
+        return None
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,14 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     resp_port = args.resp_port if args.resp_port is not None else (0 if beanstalkd_style else 7711)
     grpc_port = args.grpc_port if args.grpc_port is not None else (0 if beanstalkd_style else 7710)
     host = DEFAULT_ADDR if listen.startswith("unix:") else listen
+    args.metrics_host = host
     try:
         sock = _bind(listen, args.port or DEFAULT_PORT)
         resp_socks = [_bind(host, resp_port)] if resp_port else []
+        resp_tls_socks = [_bind(host, args.resp_tls_port)] if args.resp_tls_port else []
+        tls_socks = [_bind(host, args.beanstalk_tls_port)] if args.beanstalk_tls_port else []
     except OSError as exc:
         sys.stderr.write(f"disq-node: cannot listen on {listen}: {exc}\n")
         return 1
     cluster = None
-    if resp_port or grpc_port:
+    if resp_port or grpc_port or resp_tls_socks:
         joins = []
         for j in args.join:
             h, _, p = j.rpartition(":")
@@ -171,10 +235,18 @@ def main(argv: list[str] | None = None) -> int:
             "state_dir": data_dir,
             "beanstalk_replicate": args.beanstalk_replicate,
             "events_max_bytes": args.events_max_bytes,
+            "tls_files": _tls_files(args),
         }
 
     # The sockets listen: now the heavy imports.
-    return _run(args, [sock], data_dir, resp_socks=resp_socks, cluster=cluster)
+    return _run(
+        args,
+        [sock],
+        data_dir,
+        resp_socks=resp_socks,
+        cluster=cluster,
+        tls_ports=(tls_socks, resp_tls_socks, _tls_files(args)),
+    )
 
 
 def _main_config_file(args: argparse.Namespace) -> int:
@@ -193,12 +265,17 @@ def _main_config_file(args: argparse.Namespace) -> int:
     binds = list(st.effective_bind) or [DEFAULT_ADDR]
     try:
         resp_socks = [_bind(b, st.port) for b in binds] if st.port else []
+        resp_tls_socks = [_bind(b, st.tls_port) for b in binds] if st.tls_port else []
+        tls_socks = [_bind(binds[0], st.beanstalk_tls_port)] if st.beanstalk_tls_port else []
         socks = [_bind(binds[0], st.beanstalk_port)] if st.beanstalk_port else []
     except OSError as exc:
         sys.stderr.write(f"disq-node: cannot listen on port {st.port}: {exc}\n")
         return 1
     st.dir.mkdir(parents=True, exist_ok=True)
     args.fsync = st.appendfsync
+    args.metrics_port, args.metrics_host = st.metrics_port, binds[0]
+    args.metrics_port_required = st.metrics_port_setting is not None
+    args.drain_timeout_s = st.drain_timeout_s
     if st.maxmemory_bytes:
         args.max_memory = st.maxmemory_bytes
     cluster = {
@@ -214,9 +291,17 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "aof_enqueue_once": st.aof_enqueue_jobs_once,
         "logfile": str(st.logfile_path) if st.logfile_path else None,
         "loglevel": st.loglevel,
+        "tls_files": _tls_files(args, st),
     }
     data_dir = str(st.dir) if st.appendonly else None
-    return _run(args, socks, data_dir, resp_socks=resp_socks, cluster=cluster)
+    return _run(
+        args,
+        socks,
+        data_dir,
+        resp_socks=resp_socks,
+        cluster=cluster,
+        tls_ports=(tls_socks, resp_tls_socks, _tls_files(args, st)),
+    )
 
 
 def _run(
@@ -226,7 +311,13 @@ def _run(
     *,
     resp_socks: list[socket.socket] | None = None,
     cluster: dict[str, Any] | None = None,
+    tls_ports: tuple[list[socket.socket], list[socket.socket], dict[str, Any] | None] = (
+        [],
+        [],
+        None,
+    ),
 ) -> int:
+    """``tls_ports``: the bound beanstalk and RESP TLS sockets, and the node's TLS files."""
     import asyncio
     import gc
 
@@ -260,6 +351,20 @@ def _run(
     )
     if args.binlog_size:
         config.binlog_max_size = args.binlog_size
+    config.metrics_port = args.metrics_port or 0
+    config.metrics_host = getattr(args, "metrics_host", DEFAULT_ADDR)
+    config.metrics_port_required = getattr(args, "metrics_port_required", True)
+    config.drain_timeout_s = max(0.0, args.drain_timeout_s)
+    tls_socks, resp_tls_socks, tls_port_files = tls_ports
+    ssl_context = None
+    if tls_socks or resp_tls_socks:
+        from disq.server.tls_ports import TlsPortError, server_ssl_context
+
+        try:
+            ssl_context = server_ssl_context(tls_port_files)
+        except TlsPortError as exc:
+            sys.stderr.write(f"disq-node: {exc}\n")
+            return 1
 
     try:
         import uvloop
@@ -273,6 +378,11 @@ def _run(
         from disq.server.cluster_services import attach_cluster
 
         try:
+            tls_files = cluster.pop("tls_files", None)
+            if tls_files is not None:
+                from disq.tls import TlsConfig
+
+                cluster["tls"] = TlsConfig.for_node(**tls_files)
             attach_cluster(node, cluster)
         except (OSError, ValueError) as exc:
             sys.stderr.write(f"disq-node: {exc}\n")
@@ -288,7 +398,15 @@ def _run(
     # Fewer young-generation collections: the hot path allocates many short-lived objects.
     gc.set_threshold(10_000, 10, 10)
     try:
-        loop.run_until_complete(node.serve(socks, resp_socks or []))
+        loop.run_until_complete(
+            node.serve(
+                socks,
+                resp_socks or [],
+                tls_sockets=tls_socks,
+                resp_tls_sockets=resp_tls_socks,
+                ssl_context=ssl_context,
+            )
+        )
     finally:
         loop.close()
     # The AOF is flushed and fsynced and the sockets are closed: skip freeing millions of

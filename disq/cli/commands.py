@@ -30,6 +30,7 @@ from disq.cli.format import (
 )
 from disq.cli.top import queue_rows, run_top, sample_once
 from disq.client import Client, DisqError, NoJobError
+from disq.tls import TlsError
 
 DEFAULT_ADDR = "127.0.0.1:7710"
 PAUSE_STATES = ("none", "in", "out", "all")
@@ -291,6 +292,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="host:port[,host:port...] gRPC ports of nodes (env DISQ_ADDR; %(default)s)",
     )
     p.add_argument("--password", default=os.environ.get("DISQ_PASSWORD"), help="env DISQ_PASSWORD")
+    tls = p.add_argument_group("TLS (plaintext unless one of these is given)")
+    tls.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        default=os.environ.get("DISQ_TLS_CA") or None,
+        help="CA certificate that signs the nodes' certificates (env DISQ_TLS_CA)",
+    )
+    tls.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        default=os.environ.get("DISQ_TLS_CERT") or None,
+        help="client certificate, for nodes that require one (env DISQ_TLS_CERT)",
+    )
+    tls.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        default=os.environ.get("DISQ_TLS_KEY") or None,
+        help="the key of --tls-cert (env DISQ_TLS_KEY)",
+    )
     p.add_argument("--json", action="store_true", help="machine output: JSON")
     p.add_argument("--timeout", dest="timeout_s", type=_seconds, default=5.0, help="RPC seconds")
     # --json is also accepted after the command (SUPPRESS keeps the global one otherwise).
@@ -340,7 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"password": args.password, "timeout_s": args.timeout_s}
+    return {
+        "password": args.password,
+        "timeout_s": args.timeout_s,
+        # "" (an empty flag or variable) turns one off, as unset.
+        "tls_ca": args.tls_ca or None,
+        "tls_cert": args.tls_cert or None,
+        "tls_key": args.tls_key or None,
+    }
 
 
 def _message(exc: DisqError) -> str:
@@ -382,6 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DisqError as exc:
         out.warn(f"{exc.reason}: {_message(exc)}")
         return 1
+    except TlsError as exc:
+        out.warn(str(exc))
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `disq top | head`: the reader is gone

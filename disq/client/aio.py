@@ -36,11 +36,13 @@ from disq.client.errors import (
     AuthError,
     DisqError,
     IndeterminateError,
+    LeavingError,
     UnavailableError,
     from_info,
     from_metadata,
 )
 from disq.proto_gen import api_pb2, api_pb2_grpc
+from disq.tls import PemSource, client_tls
 
 T = TypeVar("T")
 
@@ -163,8 +165,20 @@ class AsyncClient:
         refresh_s: float = 10.0,
         discover: bool = True,
         rng: random.Random | None = None,
+        tls: bool = False,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
         self.seeds = _split(addresses)
+        # TLS (docs/sdk.md): on with ``tls=True`` or any tls_* file (a path, or PEM bytes);
+        # ``tls_ca`` verifies the nodes (default: the system's roots), ``tls_cert``/``tls_key``
+        # is the client certificate of nodes that require one. Plaintext by default.
+        self._tls = client_tls(
+            tls=tls, ca=tls_ca, cert=tls_cert, key=tls_key, server_name=tls_server_name
+        )
+        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.refresh_s = refresh_s
@@ -206,7 +220,14 @@ class AsyncClient:
 
     def _stub(self, n: NodeAddr) -> Any:
         if n.stub is None:
-            n.channel = grpc.aio.insecure_channel(n.addr, options=_CHANNEL_OPTIONS)
+            if self._tls is None:
+                n.channel = grpc.aio.insecure_channel(n.addr, options=_CHANNEL_OPTIONS)
+            else:
+                n.channel = grpc.aio.secure_channel(
+                    n.addr,
+                    self._credentials,
+                    options=[*_CHANNEL_OPTIONS, *self._tls.channel_options()],
+                )
             n.stub = api_pb2_grpc.QueueStub(n.channel)  # type: ignore[no-untyped-call]
         return n.stub
 
@@ -411,7 +432,10 @@ class AsyncClient:
                 fut.set_exception(res)
 
     async def _send_adds(
-        self, request: api_pb2.AddJobsRequest, wait_s: float
+        self,
+        request: api_pb2.AddJobsRequest,
+        wait_s: float,
+        refused: frozenset[str] = frozenset(),
     ) -> list[str | DisqError]:
         """One AddJobs on the first node whose channel is connected; an id or an error per
         job. A transport failure gives every job the same error (see the module docstring
@@ -420,6 +444,8 @@ class AsyncClient:
         deadline = wait_s + self.timeout_s
         last = "no node known"
         for n in self._candidates():
+            if n.addr in refused:
+                continue  # said LEAVING to this batch already
             stub = self._stub(n)
             if not await self._connected(n):
                 last = f"{n.addr}: not reachable"
@@ -447,10 +473,24 @@ class AsyncClient:
                 return [err] * n_jobs
             self._mark_up(n)
             self.last_node = n.addr
-            return [
+            results: list[str | DisqError] = [
                 from_info(res.error, n.addr) if res.HasField("error") else res.id
                 for res in r.results
             ]
+            leaving = [i for i, res in enumerate(results) if isinstance(res, LeavingError)]
+            refused = refused | {n.addr}
+            if leaving and any(c.addr not in refused for c in self._candidates()):
+                # The node is draining (SIGTERM, CLUSTER LEAVING): those jobs were not added
+                # there, so they move to the next node, and the client's home moves too.
+                self._mark_down(n)
+                if self.last_node == n.addr:
+                    self.last_node = None
+                retry = api_pb2.AddJobsRequest()
+                retry.jobs.extend(request.jobs[i] for i in leaving)
+                moved = await self._send_adds(retry, wait_s, refused)
+                for i, res in zip(leaving, moved, strict=True):
+                    results[i] = res
+            return results
         return [UnavailableError(f"AddJobs: no node reachable (last: {last})")] * n_jobs
 
     async def _connected(self, n: NodeAddr) -> bool:

@@ -30,6 +30,11 @@ class Client:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    @property
+    def last_node(self) -> str | None:
+        """The address of the node that answered last (the client's home for adds)."""
+        return self._aio.last_node
+
     def __enter__(self) -> Client:
         return self
 

@@ -47,7 +47,8 @@ Deviations from Disque (each on purpose):
   access to the file's directory.
 * disq extensions: ``beanstalk-port`` (default 0: no beanstalk door in config-file mode),
   ``grpc-port`` (default ``port + 10000``, Disque's cluster-bus offset) and
-  ``beanstalk-replicate`` (default 1).
+  ``beanstalk-replicate`` (default 1), ``metrics-port`` (the HTTP admin port with Prometheus
+  ``/metrics``, default ``port + 2000``; 0: off; docs/metrics.md).
 
 The package, one job a module: :mod:`~disq.config.errors`, :mod:`~disq.config.syntax` (Redis's
 lexical helpers), :mod:`~disq.config.options` (the option table and value parsers),

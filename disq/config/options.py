@@ -181,6 +181,7 @@ _DATABASES = "Invalid number of databases"
 _MAXCLIENTS = "Invalid max clients limit"
 _NODE_TIMEOUT = "cluster node timeout must be 1 or greater"
 _REPLICATE = "beanstalk-replicate must be between 1 and 65535"
+_DRAIN = "drain-timeout must be 0 or greater"
 _POLICY = "Invalid maxmemory policy"
 _LOGLEVEL = "Invalid log level. Must be one of debug, verbose, notice, warning"
 _FSYNC = "argument must be 'no', 'always' or 'everysec'"
@@ -217,7 +218,10 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("cluster-node-timeout", "int", "15000", _file_int(_NODE_TIMEOUT, 1), _set_int(1)),
     _O("beanstalk-port", "int", "0", _file_int(_PORT, 0, 65535), None),
     _O("grpc-port", "special", None, _file_int(_PORT, 0, 65535), None),
+    _O("metrics-port", "special", None, _file_int(_PORT, 0, 65535), None),  # port + 2000
     _O("beanstalk-replicate", "int", "1", _file_int(_REPLICATE, 1, 65535), _set_int(1, 65535)),
+    # disq: seconds a SIGTERM hands jobs off before the node stops (0: stop at once; drain.py)
+    _O("drain-timeout", "int", "20", _file_int(_DRAIN, 0), None),
     _O("no-appendfsync-on-rewrite", "bool", "no", _yes_no, _yes_no),
     _O("daemonize", "bool", "no", _daemonize, None),
     _O("activerehashing", "bool", "yes", _yes_no, _yes_no),
@@ -234,6 +238,14 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("client-output-buffer-limit", "special", None, None, None),
     _O("unixsocketperm", "octal", "0", _octal_perm, None),
     _O("bind", "special", None, None, None),
+    # TLS on the gRPC port (Redis's names; disq.tls). tls-auth-clients unset: yes with a CA.
+    _O("tls-cert-file", "string", None, _any_string, None),
+    _O("tls-key-file", "string", None, _any_string, None),
+    _O("tls-ca-cert-file", "string", None, _any_string, None),
+    _O("tls-auth-clients", "bool", None, _yes_no, None),
+    # TLS RESP and beanstalk ports (disq.server.tls_ports); 0: off.
+    _O("tls-port", "int", "0", _file_int(_PORT, 0, 65535), None),
+    _O("beanstalk-tls-port", "int", "0", _file_int(_PORT, 0, 65535), None),
 )
 _BY_NAME = {o.name: o for o in _OPTIONS}
 
@@ -248,7 +260,9 @@ _REWRITE_ORDER = (
     "cluster-config-file", "cluster-node-timeout", "slowlog-log-slower-than",
     "latency-monitor-threshold", "slowlog-max-len", "activerehashing",
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
-    "aof-enqueue-jobs-once", "beanstalk-port", "grpc-port", "beanstalk-replicate",
+    "aof-enqueue-jobs-once", "beanstalk-port", "grpc-port", "beanstalk-replicate", "drain-timeout",
+    "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-auth-clients", "metrics-port",
+    "tls-port", "beanstalk-tls-port",
 )  # fmt: skip
 
 # The two options whose values are not one token: `dir` (a chdir) and

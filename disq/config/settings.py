@@ -15,6 +15,7 @@ MaxmemoryPolicy = Literal["acks", "noeviction"]
 
 DEFAULT_BIND = ("127.0.0.1",)
 CLUSTER_PORT_INCR = 10000  # Disque's CLUSTER_PORT_INCR: the bus listens on port + 10000
+METRICS_PORT_INCR = 2000  # disq's HTTP admin port (/metrics) defaults to port + 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,17 @@ class DisqueSettings:
     unixsocketperm: int = 0
     beanstalk_port: int = 0
     grpc_port_setting: int | None = None
+    metrics_port_setting: int | None = None  # None: port + METRICS_PORT_INCR (metrics_port)
     beanstalk_replicate: int = 1
+    drain_timeout_s: int = 20  # SIGTERM: hand jobs off this long at most (0: no drain)
+    # TLS on the gRPC port (disq.tls); tls_auth_clients None: on when a CA is given.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_cert_file: str | None = None
+    tls_auth_clients: bool | None = None
+    # TLS RESP (Redis's tls-port) and beanstalk ports (disq.server.tls_ports); 0: off.
+    tls_port: int = 0
+    beanstalk_tls_port: int = 0
     # rename-command lines, in order, lower-cased: (command, new name); "" removes the command.
     renamed_commands: tuple[tuple[str, str], ...] = ()
     config_file: Path | None = None
@@ -65,6 +76,15 @@ class DisqueSettings:
         if self.grpc_port_setting is not None:
             return self.grpc_port_setting
         return self.port + CLUSTER_PORT_INCR
+
+    @property
+    def metrics_port(self) -> int:
+        """The HTTP admin port (/metrics): ``metrics-port`` if set (0: off), else ``port +
+        2000`` (7711 -> 9711); off when that is not a port (``port`` 0 or above 63535)."""
+        if self.metrics_port_setting is not None:
+            return self.metrics_port_setting
+        port = self.port + METRICS_PORT_INCR
+        return port if self.port and port <= 65535 else 0
 
     @property
     def effective_bind(self) -> tuple[str, ...]:
@@ -154,7 +174,15 @@ def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
         unixsocketperm=int(text("unixsocketperm"), 8),
         beanstalk_port=num("beanstalk-port"),
         grpc_port_setting=int(grpc) if grpc is not None else None,
+        metrics_port_setting=int(v["metrics-port"]) if v["metrics-port"] is not None else None,
         beanstalk_replicate=num("beanstalk-replicate"),
+        drain_timeout_s=num("drain-timeout"),
+        tls_cert_file=v["tls-cert-file"] or None,
+        tls_key_file=v["tls-key-file"] or None,
+        tls_ca_cert_file=v["tls-ca-cert-file"] or None,
+        tls_auth_clients=None if v["tls-auth-clients"] is None else flag("tls-auth-clients"),
+        tls_port=num("tls-port"),
+        beanstalk_tls_port=num("beanstalk-tls-port"),
         renamed_commands=tuple(state.renames),
         config_file=config_file,
     )

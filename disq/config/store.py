@@ -76,6 +76,8 @@ class ConfigStore:
             return " ".join(s.effective_bind)
         if name == "grpc-port":
             return str(s.grpc_port)
+        if name == "metrics-port":
+            return str(s.metrics_port)
         if name == "client-output-buffer-limit":
             return " ".join(
                 f"{k} {h} {so} {sec}" for k, (h, so, sec) in self._state.client_limits.items()

@@ -31,6 +31,10 @@ Protocol (Das, Gupta, Motivala: "SWIM", 2002, with the usual memberlist refineme
 - DEAD members stay known (and counted in ``cluster_size``, like Disque's failing nodes) until
   CLUSTER FORGET; one of them is pinged every ``DEAD_PROBE_EVERY`` periods, so a restarted
   node, or the far side of a healed partition, is found again even if it does not call us.
+- Reachability (``reachable_peers``, the replication targets) is Disque's: a known peer counts
+  until the failure detector gives up on it (DEAD, Disque's PFAIL after the node timeout;
+  SUSPECT still counts), never from the state of a link. A restarted node counts the peers of
+  its saved view reachable at once, except those it had DEAD, until they are heard from.
 
 Disque specifics: HELLO priorities (1 ok, 5 no link yet, 10 PFAIL/suspect, 100 FAIL or
 leaving), CLUSTER LEAVING (a flag in the member record, gossiped under a raised incarnation),
@@ -78,10 +82,14 @@ class _Entry:
 
     rec: Member
     # False only for peers restored from a snapshot that we have not heard from (directly or
-    # through fresh gossip) since: the snapshot may be hours old, so they are not offered as
-    # replication targets (reachable_peers) and HELLO reports Disque's "no link" priority.
+    # through fresh gossip) since: HELLO reports Disque's "no link" priority for them. It does
+    # not decide reachability: as in Disque, a known peer is reachable until the failure
+    # detector says otherwise (PFAIL after the node timeout, DEAD here), link or no link.
     confirmed: bool
     suspect_since_ms: int = 0
+    # Restored from a snapshot that had it DEAD (Disque reloads FAIL from nodes.conf): not a
+    # replication target until we hear from it, though it is probed like any ALIVE member.
+    failed_before_restart: bool = False
 
 
 @dataclass(slots=True)
@@ -208,11 +216,14 @@ class Membership:
         return self._views()[2]
 
     def reachable_peers(self) -> list[str]:
-        """ALIVE or SUSPECT, confirmed, not leaving, not me; sorted. Replication targets.
+        """ALIVE or SUSPECT, not leaving, not me; sorted. Replication targets.
 
-        SUSPECT counts: a suspicion comes after one missed probe (a few hundred ms), which a
-        busy event loop causes all the time; Disque stops using a peer only at PFAIL, after
-        the whole node timeout, and that is what DEAD is here."""
+        Disque's reachable nodes: every known node not flagged PFAIL/FAIL, whatever the state
+        of its link. SUSPECT counts: a suspicion comes after one missed probe (a few hundred
+        ms), which a busy event loop causes all the time; Disque stops using a peer only at
+        PFAIL, after the whole node timeout, and that is what DEAD is here. So a restarted node
+        counts the peers of its saved view reachable at once (not the ones it had DEAD, until
+        they are heard from), and its probes demote the silent ones as usual."""
         return list(self._views()[0])
 
     def all_peers(self) -> list[str]:
@@ -225,7 +236,10 @@ class Membership:
             return True
         e = self._members.get(node_id)
         return (
-            e is not None and e.rec.state in (ALIVE, SUSPECT) and e.confirmed and not e.rec.leaving
+            e is not None
+            and e.rec.state in (ALIVE, SUSPECT)
+            and not e.rec.leaving
+            and (e.confirmed or not e.failed_before_restart)
         )
 
     def _views(self) -> tuple[tuple[str, ...], tuple[str, ...], int]:
@@ -344,7 +358,12 @@ class Membership:
         whatever the cluster concluded while we were away), leaving flag kept (Disque persists
         it), peers ALIVE but unconfirmed. Every ALIVE peer is pinged at once, so the cluster
         learns of the restart within one round trip and we learn which peers still answer.
-        Peers that stay silent go SUSPECT then DEAD through normal probing."""
+        Peers that stay silent go SUSPECT then DEAD through normal probing.
+
+        Reachability is Disque's: the peers that were ALIVE or SUSPECT in the snapshot are
+        reachable (replication targets) at once, before any message, so a node restarted under
+        load accepts replicated adds right away; the ones that were DEAD (Disque reloads FAIL
+        from nodes.conf) become reachable only when heard from."""
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported membership snapshot version {snapshot.get('version')}")
         saved_me = _member_from_dict(snapshot["me"])
@@ -370,10 +389,15 @@ class Membership:
             if rec.node_id == me.node_id or rec.state not in _MEMBER_STATES:
                 continue
             # A LEFT record stays LEFT (final for its incarnation); everything else is a guess
-            # to verify, and ALIVE-unconfirmed is the state that gets verified by probing.
+            # to verify, and ALIVE-unconfirmed is the state that gets verified by probing. A
+            # DEAD record is not gossiped as such (it may be stale and would make the others
+            # suspect a live node), but it is remembered: no replication target until heard.
+            was_dead = rec.state == DEAD
             rec.state = LEFT if rec.state == LEFT else ALIVE
             m._add(now_ms, rec, confirmed=False)
+            m._members[rec.node_id].failed_before_restart = was_dead
         m._gossip.clear()  # old news: nobody needs it retransmitted
+        m._invalidate()
         for node_id, e in m._members.items():
             if e.rec.state == ALIVE:
                 m._send(node_id, Ping(probe_id=m._new_probe_id(), gossip=m._gossip_for(node_id)))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
@@ -61,6 +63,8 @@ class AofService:
         self.error: str | None = None  # why the last write failed (RESP: MISCONF)
         self._unsynced = False
         self._fsync_busy = False
+        self.on_fsync: Callable[[float], None] | None = None  # seconds per fsync (metrics)
+        self._fsync_t0 = 0.0
         self._rewrite_ids: list[int] | None = None
         self._rewrite_pos = 0
         self.log: Any = structlog.get_logger("disq.aof")
@@ -143,7 +147,10 @@ class AofService:
         try:
             writer.write(b"".join(records), len(records))
             if self.config.fsync == "always":
+                t0 = time.perf_counter()
                 writer.fsync()
+                if self.on_fsync is not None:
+                    self.on_fsync(time.perf_counter() - t0)
         except AofFsyncError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry
             # can report success for data never written: the only safe answer is to stop
@@ -178,11 +185,14 @@ class AofService:
         if self._unsynced and not self._fsync_busy:
             self._unsynced = False
             self._fsync_busy = True
+            self._fsync_t0 = time.perf_counter()
             fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
             fut.add_done_callback(self._fsync_done)
 
     def _fsync_done(self, fut: asyncio.Future[int]) -> None:
         self._fsync_busy = False
+        if self.on_fsync is not None:
+            self.on_fsync(time.perf_counter() - self._fsync_t0)
         if fut.exception() is not None:
             # The writer is disabled after a failed fsync (see persist): stop.
             self.log.critical("aof_fsync_failed_stopping", error=str(fut.exception()))

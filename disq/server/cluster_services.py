@@ -28,6 +28,7 @@ from disq.server.api_service import QueueApi
 from disq.server.node_services import NodeServices
 from disq.server.peer_link import PeerLinks
 from disq.server.resp_tcp import RespHub
+from disq.tls import TlsConfig
 
 if TYPE_CHECKING:
     import asyncio
@@ -54,6 +55,7 @@ class ClusterSettings:
     beanstalk_repl_timeout_ms: int = 5000
     state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
     config_store: Any = None  # disq.config.ConfigStore in config-file mode
+    tls: TlsConfig | None = None  # TLS on the gRPC port (None: plaintext)
 
 
 class ClusterServices:
@@ -93,11 +95,16 @@ class ClusterServices:
         runtime.replicator = core
         core.beanstalk_repl_timeout_ms = settings.beanstalk_repl_timeout_ms
         self.links = PeerLinks(
-            my_id, runtime.on_peer_messages, host=settings.host, port=settings.grpc_port
+            my_id,
+            runtime.on_peer_messages,
+            host=settings.host,
+            port=settings.grpc_port,
+            tls=settings.tls,
         )
         self._view_save: asyncio.TimerHandle | None = None
         self._meets: dict[tuple[str, int], int] = {}
         self._meet_timer: asyncio.TimerHandle | None = None
+        self.leaving_for_drain = False  # leaving set by the SIGTERM drain: not saved (drain.py)
         if settings.config_store is not None:
             settings.config_store.on_change = self.on_config_change
         self.services = NodeServices(runtime, self)
@@ -221,7 +228,11 @@ class ClusterServices:
     def save_view_now(self) -> None:
         path = self._view_path()
         if path is not None:
-            replace_durably(path, json.dumps(self.membership.snapshot()).encode())
+            snapshot = self.membership.snapshot()
+            if self.leaving_for_drain:
+                # A restart on this data dir rejoins, not leaving (CLUSTER LEAVING yes is kept).
+                snapshot["me"]["leaving"] = False
+            replace_durably(path, json.dumps(snapshot).encode())
 
     # ------------------------------------------------------------------ joins
     def meet_grpc(self, host: str, port: int) -> None:
@@ -287,6 +298,7 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
         events_max_bytes=options.get("events_max_bytes"),
         state_dir=Path(state_dir) if state_dir else None,
         config_store=options.get("config_store"),
+        tls=options.get("tls"),
     )
     if settings.config_store is None:
         # Flag mode: CONFIG GET shows what the flags chose; REWRITE has no file to write.

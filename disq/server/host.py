@@ -46,6 +46,7 @@ class ClusterPart(Protocol):
     membership: Membership
     disque: DisqueCore
     links: PeerLinks
+    leaving_for_drain: bool
     event_log: EventLog
     hub: RespHub
     api: QueueApi

@@ -18,3 +18,7 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     binlog_max_size: int = 10 << 20  # reported by stats; beanstalkd's -s
     rewrite_min_bytes: int = REWRITE_MIN_BYTES
+    metrics_port: int = 0  # the HTTP admin port (/metrics, /healthz); 0: off
+    metrics_host: str = "127.0.0.1"
+    metrics_port_required: bool = True  # False (a derived default): a busy port only warns
+    drain_timeout_s: float = 20.0  # SIGTERM: hand jobs off this long at most (drain.py)

@@ -54,6 +54,7 @@ import structlog
 from disq.core.messages import Message
 from disq.proto_gen import cluster_pb2
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
+from disq.tls import TlsConfig
 
 __all__ = ["PeerLinks"]
 
@@ -72,9 +73,9 @@ MAX_ONESHOTS = 64  # concurrent send_to_address exchanges; more are dropped
 COALESCE_MAX_BYTES = 4 << 20  # cap of one gRPC write built from several queued frames
 CLOSE_GRACE_S = 0.5
 
-# Frames can be large (thousands of jobs of up to the job-size limit), and the cluster is a
-# trusted network (there is no authentication either), so no message-size cap: a frame that
-# hit one would fail its whole stream, and be retried into the same failure.
+# Frames can be large (thousands of jobs of up to the job-size limit), and peers are trusted
+# (a trusted network, or with TLS certificates of the cluster's CA), so no message-size cap:
+# a frame that hit one would fail its whole stream, and be retried into the same failure.
 _COMMON_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
@@ -153,8 +154,12 @@ class PeerLinks:
         port: int = 0,
         max_queued_frames: int = 1024,
         on_link_change: Callable[[str, bool], None] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.my_id = my_id
+        # TLS on the port (disq.tls): the server's certificate, and the one this node presents
+        # on its outbound links, verifying the peer's against the CA. None: plaintext.
+        self.tls = tls
         self.on_messages = on_messages
         # Called with (peer id, up) when an outbound link comes up or goes down: a hint for
         # failure detection, and what tests await instead of polling.
@@ -200,7 +205,11 @@ class PeerLinks:
         for add in self.add_services:
             add(server)
         try:
-            port = server.add_insecure_port(_target(self.host, self.port))
+            target = _target(self.host, self.port)
+            if self.tls is not None:
+                port = server.add_secure_port(target, self.tls.server_credentials())
+            else:
+                port = server.add_insecure_port(target)
         except RuntimeError as exc:  # grpc reports a failed bind this way
             await server.stop(None)  # else its finaliser runs on a loop that may be gone
             raise OSError(f"cannot bind the cluster port {self.host}:{self.port}: {exc}") from exc
@@ -208,7 +217,13 @@ class PeerLinks:
         self._server = server
         self._loop = asyncio.get_running_loop()
         self.port = port
-        self._log.info("peer_links_listening", host=self.host, port=port)
+        self._log.info(
+            "peer_links_listening",
+            host=self.host,
+            port=port,
+            tls=self.tls is not None,
+            client_auth=self.tls is not None and self.tls.client_auth,
+        )
         for peer in self._peers.values():  # addresses set before start
             self._spawn(peer)
         return int(port)
@@ -369,7 +384,7 @@ class PeerLinks:
 
     async def _oneshot(self, host: str, port: int, data: bytes, n_msgs: int) -> None:
         target = _target(host, port)
-        channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        channel = self._channel(target)
         call: Any = None
         try:
             async with asyncio.timeout(ONESHOT_TIMEOUT_S):
@@ -393,6 +408,16 @@ class PeerLinks:
                 call.cancel()
             await _close_channel(channel)
 
+    def _channel(self, target: str) -> Any:
+        tls = self.tls
+        if tls is None:
+            return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(
+            target,
+            tls.channel_credentials(),
+            options=[*_CHANNEL_OPTIONS, *tls.channel_options()],
+        )
+
     # ------------------------------------------------------------------------- outbound link
     async def _run_peer(self, peer: _Peer) -> None:
         backoff = BACKOFF_MIN_S
@@ -412,7 +437,7 @@ class PeerLinks:
         Returns whether the link came up. Never raises except CancelledError.
         """
         target = _target(peer.host, peer.port)
-        channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        channel = self._channel(target)
         call: Any = None
         came_up = False
         in_flight = 0

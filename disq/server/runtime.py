@@ -33,11 +33,15 @@ from disq.server.node_config import NodeConfig
 from disq.server.router import ReplyRouter
 
 if TYPE_CHECKING:
+    import ssl
+
     from disq.core.beanstalk.session import Session
     from disq.core.messages import Message
     from disq.doors.beanstalk_door import Replicator
+    from disq.server.admin_http import AdminServer
     from disq.server.flow import Flushable
     from disq.server.host import ClusterPart
+    from disq.server.metrics import NodeMetrics
 
 PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
 
@@ -57,6 +61,8 @@ class NodeRuntime:
         # standalone node, so its put path makes no call for it.
         self.replicator: Replicator | None = None
         self.instance_id = secrets.token_hex(8)
+        self.metrics: NodeMetrics | None = None  # set with the admin port (metrics.py)
+        self.admin: AdminServer | None = None
         self.started = time.monotonic()
         self.fatal = False  # stopped because the AOF can no longer be trusted
         self.servers: list[asyncio.AbstractServer] = []
@@ -66,6 +72,7 @@ class NodeRuntime:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms = -1
         self._stopping: asyncio.Future[None] | None = None
+        self._draining: asyncio.Task[None] | None = None  # the SIGTERM drain (drain.py)
         self._uname = platform.uname()
         self._hostname = socket.gethostname()
         self.log: Any = structlog.get_logger("disq.node")
@@ -171,8 +178,11 @@ class NodeRuntime:
         cluster = self.cluster
         if cluster is not None:
             cluster.links.flush()
+            metrics = self.metrics
             for batch in rd.events:
                 cluster.event_log.append(batch)
+                if metrics is not None:
+                    metrics.on_events(batch)
             if rd.member_changes:
                 cluster.apply_member_changes(rd.member_changes)
         errors = self.core.errors
@@ -244,15 +254,32 @@ class NodeRuntime:
 
     # ------------------------------------------------------------------ lifecycle
     async def serve(
-        self, sockets: list[socket.socket], resp_sockets: list[socket.socket] | None = None
+        self,
+        sockets: list[socket.socket],
+        resp_sockets: list[socket.socket] | None = None,
+        *,
+        tls_sockets: list[socket.socket] | None = None,
+        resp_tls_sockets: list[socket.socket] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """Serve until stopped. ``tls_sockets`` (beanstalk) and ``resp_tls_sockets``: the TLS
+        ports (disq.server.tls_ports), the same protocols wrapped in ``ssl_context``."""
         loop = self.loop
+        tls_sockets, resp_tls_sockets = tls_sockets or [], resp_tls_sockets or []
         cluster = self.cluster
         if cluster is not None:
             await cluster.start()
             factory = cluster.hub.protocol_factory
             for sock in resp_sockets or []:
                 self.servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+            for sock in resp_tls_sockets:
+                self.servers.append(
+                    await loop.create_server(factory, sock=sock, backlog=1024, ssl=ssl_context)
+                )
+        if self.config.metrics_port:
+            from disq.server.admin_http import start_admin
+
+            self.admin = await start_admin(self)
         for sock in sockets:
             if sock.family == socket.AF_UNIX:
                 server = await loop.create_unix_server(lambda: BeanstalkProtocol(self), sock=sock)
@@ -261,14 +288,21 @@ class NodeRuntime:
                     lambda: BeanstalkProtocol(self), sock=sock, backlog=1024
                 )
             self.servers.append(server)
+        for sock in tls_sockets:
+            self.servers.append(
+                await loop.create_server(
+                    lambda: BeanstalkProtocol(self), sock=sock, backlog=1024, ssl=ssl_context
+                )
+            )
         self._stopping = loop.create_future()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+        loop.add_signal_handler(signal.SIGTERM, self.terminate)
+        loop.add_signal_handler(signal.SIGINT, self.stop)  # Ctrl-C: now, no drain
         loop.add_signal_handler(signal.SIGUSR1, self.drain)
         self.after_commands(None, self.now_ms())  # arm the timer for what replay scheduled
         self.log.info(
             "listening",
             addresses=[str(s.getsockname()) for s in [*sockets, *(resp_sockets or [])]],
+            tls_addresses=[str(s.getsockname()) for s in [*tls_sockets, *resp_tls_sockets]],
             data_dir=str(self.config.data_dir) if self.config.data_dir else None,
             jobs=len(self.beanstalk.jobs),
         )
@@ -279,15 +313,29 @@ class NodeRuntime:
         self.beanstalk.draining = True
         self.log.info("drain_mode")
 
+    def terminate(self) -> None:
+        """SIGTERM: leave, hand the jobs off, then stop (drain.py). A second SIGTERM, a node
+        without a cluster, or ``drain_timeout_s`` 0: stop at once."""
+        if self._draining is not None or self.cluster is None or self.config.drain_timeout_s <= 0:
+            self.stop()
+            return
+        from disq.server.drain import start_drain
+
+        self._draining = start_drain(self)
+
     def stop(self) -> None:
         if self._stopping is not None and not self._stopping.done():
             self._stopping.set_result(None)
 
     async def shutdown(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()  # stopped mid-drain: a second SIGTERM, SIGINT, SHUTDOWN
         for server in self.servers:
             server.close()
         if not self.fatal:
             self._flush()
+        if self.admin is not None:
+            await self.admin.close()
         if self.cluster is not None:
             await self.cluster.close()
         self.aof.close()

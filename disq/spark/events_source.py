@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from disq.spark.sink import DisqSinkError, _bool, _connection, _int, _lower
+from disq.spark.sink import DisqSinkError, _bool, _connection, _int, _lower, _tls_options
 
 SCHEMA = (
     "node STRING, seq LONG, time_ms LONG, kind STRING, queue STRING, job_id STRING, "
@@ -66,6 +66,7 @@ class EventsStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         lower = _lower(options)
         self.nodes, self.password = _connection(lower)
+        self.tls = _tls_options(lower)
         self.starting = lower.get("startingoffsets", "earliest")
         if self.starting not in ("earliest", "latest"):
             try:
@@ -84,7 +85,7 @@ class EventsStreamReader(DataSourceStreamReader):
     def _client(self) -> Any:
         from disq.client import Client
 
-        return Client(self.nodes, password=self.password, timeout_s=30)
+        return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
 
     def _windows(self) -> dict[str, tuple[int, int]]:
         """Every node's (first_seq, next_seq), and its address in ``self.addrs``."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from disq.spark.sink import DisqSinkError, _connection, _int, _lower
+from disq.spark.sink import DisqSinkError, _connection, _int, _lower, _tls_options
 
 Row = tuple[str, str, str, str, bytes, int, int, None, None, int]
 
@@ -42,6 +42,7 @@ class QueueStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         lower = _lower(options)
         self.nodes, self.password = _connection(lower)
+        self.tls = _tls_options(lower)
         self.queues = [q for q in (lower.get("queue") or "").split(",") if q]
         if not self.queues:
             raise DisqSinkError("option queue is required: readStream.format('disq') consumes it")
@@ -53,8 +54,8 @@ class QueueStreamReader(DataSourceStreamReader):
         from disq.client import Client
 
         if addr is None:
-            return Client(self.nodes, password=self.password, timeout_s=30)
-        return Client(addr, password=self.password, timeout_s=30, discover=False)
+            return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
+        return Client(addr, password=self.password, timeout_s=30, discover=False, **self.tls)
 
     def initialOffset(self) -> dict[str, int]:
         return {"taken": 0}

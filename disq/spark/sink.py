@@ -16,6 +16,9 @@ Options (all strings, as Spark passes them):
 - ``writeId``: the key prefix (default: a fresh id per write, fixed on the driver, so a
   retried task uses the same keys); set it to make a whole re-run of the job idempotent.
 - ``password``
+- ``tlsCa``, ``tlsCert``, ``tlsKey``: TLS to the nodes (paths on the driver, read there and
+  shipped to the tasks): the CA of the nodes' certificates, and the client certificate and
+  key of nodes that require one. Plaintext unless one is given. The sources take them too.
 
 Only appends: overwrite makes no sense for a queue and is refused.
 """
@@ -65,6 +68,30 @@ def _connection(lower: dict[str, str]) -> tuple[str, str | None]:
     if not nodes:
         raise DisqSinkError("option nodes is required: host:port[,host:port...] (gRPC ports)")
     return nodes, lower.get("password")
+
+
+def _tls_options(lower: dict[str, str]) -> dict[str, Any]:
+    """The client's tls_* options from tlsCa/tlsCert/tlsKey, the files read now (on the
+    driver), so the tasks need no copy of them."""
+    from disq.tls import TlsError, read_pem
+
+    out: dict[str, Any] = {}
+    for option, arg, what in (
+        ("tlsca", "tls_ca", "CA certificate"),
+        ("tlscert", "tls_cert", "certificate"),
+        ("tlskey", "tls_key", "key"),
+    ):
+        path = lower.get(option)
+        if path:
+            try:
+                pem = read_pem(path, what)
+            except TlsError as exc:
+                raise DisqSinkError(str(exc)) from None
+            assert pem is not None
+            out[arg] = pem
+    if ("tls_cert" in out) != ("tls_key" in out):
+        raise DisqSinkError("options tlsCert and tlsKey go together")
+    return out
 
 
 def _bool(v: str | None, default: bool) -> bool:
@@ -129,6 +156,7 @@ class DisqWriter(DataSourceWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         lower = _lower(options)
         self.nodes, self.password = _connection(lower)
+        self.tls = _tls_options(lower)
         self.body_column = lower.get("bodycolumn", "body")
         fields = {f.name: f for f in schema.fields}
         body = fields.get(self.body_column)
@@ -188,7 +216,9 @@ class DisqWriter(DataSourceWriter):
             fail_after = self.fail_after
             if attempt == 0 and self.fail_first_attempt_after is not None:
                 fail_after = self.fail_first_attempt_after
-        async with AsyncClient(self.nodes, password=self.password, timeout_s=30) as client:
+        async with AsyncClient(
+            self.nodes, password=self.password, timeout_s=30, **self.tls
+        ) as client:
             pending: set[asyncio.Task[list[Any]]] = set()
             batch: list[dict[str, Any]] = []
             written = 0

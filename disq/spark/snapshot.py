@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from disq.spark.sink import DisqSinkError, _connection, _lower
+from disq.spark.sink import DisqSinkError, _connection, _lower, _tls_options
 
 SCHEMA = (
     "node STRING, id STRING, queue STRING, state STRING, body BINARY, nacks INT, "
@@ -39,6 +39,7 @@ class SnapshotReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         lower = _lower(options)
         self.nodes, self.password = _connection(lower)
+        self.tls = _tls_options(lower)
         self.queue = lower.get("queue") or ""
         if not self.queue:
             raise DisqSinkError("option queue is required: spark.read.format('disq') reads one")
@@ -50,7 +51,7 @@ class SnapshotReader(DataSourceReader):
     def _client(self) -> Any:
         from disq.client import Client
 
-        return Client(self.nodes, password=self.password, timeout_s=30)
+        return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
 
     def partitions(self) -> list[InputPartition]:
         with self._client() as c:

@@ -517,6 +517,9 @@ def test_get_exact_and_glob(tmp_path: Path) -> None:
         ("port", "7711"),
         ("beanstalk-port", "0"),
         ("grpc-port", "17711"),
+        ("metrics-port", "9711"),
+        ("tls-port", "0"),
+        ("beanstalk-tls-port", "0"),
     ]
     assert store.get("appendonly") == [("appendonly", "yes")]
     assert store.get("aof-load-truncated") == [("aof-load-truncated", "yes")]

@@ -297,11 +297,75 @@ def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
     creator = c.core(0)
     assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=10_000, repl=3) is PENDING
     creator.outbox.clear()  # the first REPLJOBs are lost (a link broke and came back)
-    c.advance(500)
+    c.advance(240)
     assert not c.replies[c.ids[0]]  # no new node to add, and not yet time to ask again
-    c.advance(1500)
+    c.advance(20)  # asked again at 250 ms
     [(token, job_id)] = c.replies[c.ids[0]]
     assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
+
+
+def test_sync_add_whose_target_is_down_completes_when_it_comes_back() -> None:
+    # Disque's reachability: the target is down but the failure detector has not given up on
+    # it yet (a restart, a link not up yet), so it is chosen, and REPLJOB is sent again until
+    # it answers or the ms-timeout comes.
+    c = Cluster(3)
+    creator = c.core(0)
+    c.cut = {c.ids[2]}
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    c.advance(3000)
+    assert not c.replies[c.ids[0]]
+    c.cut = set()
+    c.advance(1000)  # the next resend (every second by now) reaches it
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(job_id, str)
+    assert all(c.core(i).jobs[job_id].state in (QUEUED, ACTIVE) for i in range(3))
+
+
+def test_sync_add_keeps_asking_a_target_declared_dead_until_it_is_back() -> None:
+    c = Cluster(3)
+    creator = c.core(0)
+    c.cut = {c.ids[2]}
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    c.advance(1000)
+    c.views[c.ids[0]].down = {c.ids[2]}  # PFAIL: no other node to replace it with
+    c.advance(3000)
+    assert not c.replies[c.ids[0]]
+    c.cut = set()
+    c.views[c.ids[0]].down = set()  # back, and reachable again
+    c.advance(1000)
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
+
+
+def test_sync_add_takes_a_node_that_comes_back_in_place_of_a_lost_target() -> None:
+    c = Cluster(4)
+    creator = c.core(0)
+    back = c.ids[3]
+    c.cut = {back}
+    c.views[c.ids[0]].down = {back}  # down at add time: not a target
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    job_id = next(iter(creator.jobs))
+    assert back not in creator.jobs[job_id].delivered
+    creator.outbox.clear()  # the first copies are lost...
+    c.cut = {back, c.ids[1], c.ids[2]}
+    c.views[c.ids[0]].down = {back, c.ids[1]}  # ...and one target is then given up on
+    c.advance(2000)
+    assert not c.replies[c.ids[0]]
+    c.cut = {c.ids[1]}
+    c.views[c.ids[0]].down = {c.ids[1]}  # the other node comes back
+    c.advance(1000)
+    assert c.replies[c.ids[0]] == [(1, job_id)]
+    holders = {i for i in range(4) if job_id in c.core(i).jobs}
+    assert holders == {0, 2, 3}
+
+
+def test_norepl_up_front_when_too_few_peers_are_reachable() -> None:
+    c = Cluster(3)
+    c.views[c.ids[0]].down = {c.ids[2]}
+    with pytest.raises(DisqueError) as e:
+        c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=1000, repl=3)
+    assert e.value.code == "NOREPL" and "reachable" in e.value.message
+    assert c.core(0).add_job(c.now, 2, "q", b"x", timeout_ms=1000, repl=2) is PENDING
 
 
 def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:

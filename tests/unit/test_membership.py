@@ -365,15 +365,41 @@ def test_restore_before_detection_and_unconfirmed_peers() -> None:
     net.kill(1)  # stays down
     r = net.restore(x, snap, seed=5)
     net.log.clear()
+    # Disque's reachability: every peer it knew counts at once, before any message (HELLO
+    # still says "no link" until it answers); the failure detector alone demotes it.
+    assert r.reachable_peers() == [nid(1), nid(2)]
     for peer in (1, 2):
         assert r.hello_priority(nid(peer)) == 5  # Disque's "no link" until it answers
-        assert not r.is_reachable(nid(peer)) and nid(peer) in r.all_peers()
+        assert r.is_reachable(nid(peer)) and nid(peer) in r.all_peers()
     net.run_for(50)
     assert r.is_reachable(nid(2)) and r.hello_priority(nid(2)) == 1
-    assert not r.is_reachable(nid(1))
+    assert r.is_reachable(nid(1))  # silent, but not yet given up on
     net.run_for(2 * n * P + T + P)
     assert net.state(0, 1) == DEAD and net.state(0, 2) == ALIVE
+    assert r.reachable_peers() == [nid(2)]
     assert net.state(2, 0) == ALIVE and net.first(2, 0, SUSPECT) is None
+
+
+def test_restore_keeps_dead_peers_unreachable_until_heard_from() -> None:
+    # Disque reloads FAIL from nodes.conf: a peer the node had given up on before the restart
+    # is no replication target until it answers, while the live ones count at once.
+    n, x = 3, 0
+    net = chain(n, seed=24)
+    snap1 = net.nodes[nid(1)].snapshot()
+    net.kill(1)
+    net.run_for(2 * n * P + T + P)
+    assert net.state(x, 1) == DEAD
+    snap = net.nodes[nid(x)].snapshot()
+    net.kill(x)
+    r = net.restore(x, snap, seed=6)
+    assert r.reachable_peers() == [nid(2)] and r.cluster_size() == n
+    assert nid(1) in r.all_peers()  # probed like the others, in case it is back
+    assert r.hello_priority(nid(1)) == 5
+    net.run_for(4 * n * P)
+    assert r.reachable_peers() == [nid(2)]
+    net.restore(1, snap1, seed=7)  # it comes back and is heard from
+    net.run_for(4 * n * P)
+    assert r.reachable_peers() == [nid(1), nid(2)] and r.hello_priority(nid(1)) == 1
 
 
 def test_restore_rejects_other_node_and_bad_version() -> None:

@@ -20,9 +20,14 @@ from disq.core.disque.queue import DQueue
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView
 
-REPL_RETRY_MIN_MS = 50  # first "add one more node" for a slow sync ADDJOB
+REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
-REPL_RESEND_MS = 1000  # silent but reachable replication targets are asked again this often
+# Silent targets are asked again (REPLJOB) at 250 ms, 500 ms and 1 s, then every second:
+# soon enough that an add made while links come up (a node just restarted: its peers count as
+# reachable at once, but frames to a link not yet up are dropped) completes within about a
+# second; rare enough that under load re-sent bodies do not saturate the links.
+REPL_RESEND_MIN_MS = 250
+REPL_RESEND_MS = 1000
 
 
 @dataclass(slots=True)
@@ -34,6 +39,7 @@ class _AddWait:
     next_repl_ms: int
     repl_backoff_ms: int
     resend_ms: int = 0  # when silent targets are asked again
+    resend_every_ms: int = REPL_RESEND_MIN_MS  # doubles up to REPL_RESEND_MS
 
 
 @dataclass(slots=True)
@@ -76,7 +82,7 @@ class BlockedClientsMixin:
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
         (0: forever); more copies are asked for meanwhile (``_process_clients``)."""
         backoff = REPL_RETRY_MIN_MS
-        wait = _AddWait(job_id, deadline_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MS)
+        wait = _AddWait(job_id, deadline_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MIN_MS)
         self._track_add(token, wait)
 
     def _track_add(self, token: int, wait: _AddWait) -> None:
@@ -180,24 +186,31 @@ class BlockedClientsMixin:
             j = self.jobs.get(a.job_id)
             if j is None or j.state != WAIT_REPL:
                 continue
-            # clientsCronHandleDelayedJobReplication, adapted to reliable streams: a target
-            # that is no longer reachable is replaced by a new node at once (Disque adds one
-            # node per 50 ms whatever the reason). Silent but reachable targets are only
-            # slow (a busy loop, a queue of frames): they are asked again every second or so,
-            # which covers frames dropped while a link was down, and the job grows one more
-            # copy then, as Disque's would, in case the target is stuck.
-            reach = self.view.reachable_peers()
-            lost = sum(
-                1
-                for n in j.delivered
-                if n != self.my_id and n not in j.confirmed and n not in reach
+            # clientsCronHandleDelayedJobReplication, adapted to reliable streams. Reachable
+            # means what Disque means (not PFAIL/FAIL: not DEAD here), whatever the links.
+            # - Targets that are no longer reachable are replaced by new nodes at once, as
+            #   many as the copies that have no reachable candidate left (Disque adds one node
+            #   per 50 ms whatever the reason).
+            # - Every target that has not confirmed is asked again (REPLJOB) at 250 ms,
+            #   500 ms and 1 s, then every second until the ms-timeout, unreachable ones and
+            #   ones that came back included: frames to a link that is down are dropped, so
+            #   this is what reaches a target once its link is up again. The job grows one
+            #   more copy then too, as Disque's would, in case a target is stuck; a node that
+            #   came back (reachable again) is a candidate for it.
+            reach = set(self.view.reachable_peers())
+            live = sum(
+                1 for n in j.delivered if n != self.my_id and n not in j.confirmed and n in reach
             )
+            missing = max(0, j.repl - len(j.confirmed) - live)
             resend = now_ms >= a.resend_ms
             if resend:
-                a.resend_ms = now_ms + REPL_RESEND_MS
-                lost += 1
-            if lost or resend:
-                self._replicate(j, lost, now_ms, resend=resend)
+                a.resend_ms = now_ms + a.resend_every_ms
+                a.resend_every_ms = min(a.resend_every_ms * 2, REPL_RESEND_MS)
+                missing += 1
+            if missing or resend:
+                self._replicate(j, missing, now_ms, resend=resend)
             a.repl_backoff_ms = min(a.repl_backoff_ms * 2, REPL_RETRY_MAX_MS)
-            a.next_repl_ms = now_ms + a.repl_backoff_ms
+            # The next check is never later than the next resend (the doubling checks alone
+            # would come at 50, 150, 350, 750, 1550 ms and miss the resend times).
+            a.next_repl_ms = min(now_ms + a.repl_backoff_ms, a.resend_ms)
             heapq.heappush(rt, (a.next_repl_ms, token))

@@ -48,6 +48,7 @@ from disq.core.disque.api import (
 from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
 from disq.core.disque.bridge import BeanstalkBridgeMixin
 from disq.core.disque.federation import FederationMixin
+from disq.core.disque.handoff import HandoffMixin
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
@@ -105,6 +106,7 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
 
 
 class DisqueCore(
+    HandoffMixin,  # first: it wraps ReplicationMixin's _on_gotjob (handoff.py)
     IdempotencyMixin,
     FederationMixin,
     IntrospectionMixin,
@@ -382,6 +384,8 @@ class DisqueCore(
         ``idem_key``: an add that repeats a key seen on this queue within the window adds
         nothing and answers the first job's id; if that add still waits for its copies,
         this one waits with it and gets the same answer."""
+        if self._handoffs is not None:  # draining (handoff.py): no new jobs, go elsewhere
+            raise DisqueError("LEAVING", LEAVING_MSG)
         size = self.view.cluster_size()
         if repl is None:
             repl = min(3, size)

@@ -5,6 +5,13 @@ peers; each peer registers it *active* (not queued: "replicated to several nodes
 one"), logs LOADJOB and answers GOTJOB, which leaves only after that record is written. At R
 confirmations the creator logs the job, answers the client and queues it (or, replicated
 externally under memory pressure, hands it to one holder with ENQUEUE).
+
+Reachable is Disque's notion (``ClusterView.reachable_peers``): a known peer the failure
+detector has not given up on, whatever the state of its link; a node just restarted counts
+the peers it knew at once. So a target may well be down: the blocked ADDJOB's timer
+(blocked.py) asks every target that has not confirmed again until the ms-timeout, and
+replaces the ones the failure detector gives up on with nodes reachable then (nodes that came
+back included).
 """
 
 from __future__ import annotations

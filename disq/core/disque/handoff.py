@@ -1,0 +1,179 @@
+"""Handoff on a graceful drain (issue 11): a leaving node gives its jobs to other nodes.
+
+The runtime sets the node leaving (CLUSTER LEAVING yes: ADDJOB answers -LEAVING, peers stop
+choosing it), calls :meth:`HandoffMixin.start_handoff` once, then :meth:`handoff_tick` now and
+then until :meth:`handoff_pending` is 0 or its drain bound passes (disq/server/drain.py).
+
+What is handed off, one job at a time, to one reachable peer:
+
+- a QUEUED job: dequeued here, then REPLJOB and ENQUEUE to a peer, holders of a copy first.
+  REPLJOB makes (or confirms) the peer's copy; the ENQUEUE right behind it on the same
+  stream queues it there at once, not after RETRY. The peer's GOTJOB confirms the handoff
+  (it leaves the peer after the ENQUEUE ran there, or with it in the same iteration).
+- an ACTIVE job with no copy on another node (REPLICATE 1, or copies lost): REPLJOB to a
+  peer, so the job outlives this node; with ENQUEUE too if it was never delivered (delayed,
+  or restored from the AOF), since no other node would ever queue it. A delivered one is
+  requeued by its new holder at RETRY unless acked meanwhile (the ack of an unknown id is
+  broadcast, so the client may ack anywhere).
+
+On GOTJOB the local copy is forgotten (DELJOB in the AOF: a restart does not bring back a
+second queued copy). The copy sent leaves this node out of its delivered set, so a
+REPLICATE 1 job's ack is collected without waiting for this node. A peer that does not
+answer within ``HANDOFF_RETRY_MS``, or that stops being reachable (down, or leaving too:
+a whole cluster stopped at once), is replaced by the next one. No reachable peer at all:
+the job stays here (queued again if it was), in the AOF, for a restart.
+
+Not handed off: ACTIVE jobs with copies elsewhere (their holders requeue them at RETRY, as
+after any node loss), WAIT_REPL adds (their clients get the id or -NOREPL), ACKED jobs
+(their GC goes on elsewhere), and beanstalk jobs: a beanstalk job lives in this node's
+engine and there is no protocol to move it; replicated ones (``beanstalk-replicate`` > 1)
+are taken over by a holder when this node is gone, the others stay in the AOF.
+A delayed job that is QUEUED here gets its DELAY again on the peer (ENQUEUE's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from disq.core.disque.job import (
+    ACKED,
+    ACTIVE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
+    DELIVERED,
+    QUEUED,
+    DJob,
+)
+from disq.core.disque.replication import ReplicationMixin
+from disq.core.messages import Enqueue, GotJob, ReplJob
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView
+
+HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
+
+
+class _Handoff:
+    __slots__ = ("enqueue", "queued", "target", "tried", "until")
+
+    def __init__(self, enqueue: bool, queued: bool) -> None:
+        self.enqueue = enqueue  # send ENQUEUE behind the REPLJOB
+        self.queued = queued  # it was queued here: queue it again if nobody takes it
+        self.target = ""
+        self.tried: list[str] = []
+        self.until = 0
+
+
+class HandoffMixin(ReplicationMixin):
+    """The drain handoff of DisqueCore. A subclass of ReplicationMixin only to wrap its
+    ``_on_gotjob`` (it comes first in DisqueCore's bases): a GOTJOB for a job being handed
+    off confirms the handoff; every other one goes to replication."""
+
+    view: ClusterView
+    _handoffs: dict[str, _Handoff] | None = None  # None: no drain started
+    _handoff_usable: Callable[[str], bool] | None = None  # the runtime's link check
+
+    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
+
+        def _dequeue(self, j: DJob) -> bool: ...
+        def _unregister(self, j: DJob, now_ms: int) -> None: ...
+        def _log_del(self, job_id: str) -> None: ...
+
+    def start_handoff(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
+        """Begin handing this node's jobs to others (the node is leaving). Returns how many
+        are in flight; 0 at once when there is nothing to move or nowhere to move it.
+        ``usable``: the runtime's word on a reachable peer (its link is up): a peer that has
+        just exited is still reachable for membership until the node timeout."""
+        self._handoff_usable = usable
+        hs = self._handoffs
+        if hs is None:
+            hs = self._handoffs = {}
+        me = self.my_id
+        for j in list(self.jobs.values()):
+            if j.id in hs or j.flags & (BEANSTALK_ORIGIN | BEANSTALK_OWNED):
+                continue
+            if j.state == QUEUED:
+                h = _Handoff(enqueue=True, queued=True)
+            elif j.state == ACTIVE and not (j.delivered - {me}):
+                delivered = bool(j.flags & DELIVERED)
+                if delivered and j.retry_s == 0:
+                    continue  # at-most-once and already delivered: never queued again
+                h = _Handoff(enqueue=not delivered, queued=False)
+            else:
+                continue
+            self._dequeue(j)
+            hs[j.id] = h
+            self._handoff_send(j, h, now_ms)
+        return len(hs)
+
+    def handoff_pending(self) -> int:
+        """Jobs handed off but not confirmed yet."""
+        return len(self._handoffs) if self._handoffs else 0
+
+    def handoff_tick(self, now_ms: int) -> None:
+        """Replace the peers that did not confirm in time; drop what no longer needs it."""
+        hs = self._handoffs
+        if not hs:
+            return
+        reachable = set(self._handoff_peers())
+        for job_id, h in list(hs.items()):
+            j = self.jobs.get(job_id)
+            if j is None or j.state == ACKED:
+                del hs[job_id]  # acked or deleted meanwhile: nothing to move
+                continue
+            if h.until > now_ms and h.target in reachable:
+                continue  # a peer that became unreachable or leaving is replaced at once
+            if j.state == QUEUED:
+                self._dequeue(j)  # its requeue timer fired here meanwhile
+            self._handoff_send(j, h, now_ms)
+
+    def _handoff_peers(self) -> list[str]:
+        usable = self._handoff_usable
+        peers = self.view.reachable_peers()
+        return peers if usable is None else [n for n in peers if usable(n)]
+
+    def _handoff_send(self, j: DJob, h: _Handoff, now_ms: int) -> None:
+        reachable = self._handoff_peers()
+        if not reachable:
+            self._handoff_give_up(j, h, now_ms)
+            return
+        fresh = [n for n in reachable if n not in h.tried]
+        if not fresh:
+            h.tried.clear()  # every peer was asked once: go round again
+            fresh = list(reachable)
+        holders = [n for n in fresh if n in j.delivered]
+        pool = holders or fresh
+        target = pool[int(self.rng.random() * len(pool))]
+        h.target = target
+        h.tried.append(target)
+        h.until = now_ms + HANDOFF_RETRY_MS
+        j.delivered.add(target)
+        data = self._job_data(j, now_ms)
+        me = self.my_id
+        data = replace(data, nodes_delivered=[n for n in data.nodes_delivered if n != me])
+        self._send(target, ReplJob(data))
+        if h.enqueue:
+            self._send(target, Enqueue(j.id))
+
+    def _handoff_give_up(self, j: DJob, h: _Handoff, now_ms: int) -> None:
+        hs = self._handoffs
+        if hs is not None:
+            hs.pop(j.id, None)
+        if h.queued and j.state == ACTIVE:
+            self._enqueue(j, now_ms)  # stays here, queued, in the AOF for a restart
+
+    def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
+        hs = self._handoffs
+        if hs:
+            h = hs.get(msg.job_id)
+            if h is not None:
+                if sender in h.tried:
+                    del hs[msg.job_id]
+                    j = self.jobs.get(msg.job_id)
+                    if j is not None and j.state != ACKED:
+                        self._log_del(j.id)
+                        self._unregister(j, now_ms)
+                return
+        super()._on_gotjob(now_ms, sender, msg)

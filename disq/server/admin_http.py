@@ -1,0 +1,128 @@
+"""The HTTP admin port: ``GET /metrics`` (Prometheus) and ``GET /healthz``, an aiohttp app on
+the node's own loop.
+
+Off unless asked for (``--metrics-port`` in flag mode; ``metrics-port``, default ``port +
+2000``, in config-file mode). When the node has a ``requirepass``, ``/metrics`` wants it:
+HTTP Basic auth (any user name) or ``Authorization: Bearer <password>``; 401 otherwise.
+``/healthz`` never asks. The collector (disq/server/metrics.py) reads the node's state only
+when scraped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from typing import Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from disq.server.metrics import MetricsHost, NodeCollector, NodeMetrics
+
+_log: Any = structlog.get_logger("disq.admin_http")
+
+
+def _password(host: MetricsHost) -> str | None:
+    """The node's current requirepass (CONFIG SET requirepass applies at once)."""
+    cluster = host.cluster
+    if cluster is None:
+        return None
+    services = getattr(cluster, "services", None)
+    if services is not None:
+        pw = getattr(services, "requirepass", None)
+        return pw or None
+    return cluster.settings.requirepass or None
+
+
+def authorized(header: str | None, password: str | None) -> bool:
+    """Whether an ``Authorization`` header carries ``password`` (Basic, any user; Bearer)."""
+    if not password:
+        return True
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    if scheme == "bearer":
+        given = value
+    elif scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        _, sep, given = decoded.partition(":")
+        if not sep:
+            return False
+    else:
+        return False
+    return hmac.compare_digest(given.encode(), password.encode())
+
+
+class AdminServer:
+    """The aiohttp app, its runner and site; :attr:`port` is the bound port."""
+
+    def __init__(self, host: MetricsHost, metrics: NodeMetrics) -> None:
+        self.host = host
+        self.metrics = metrics
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(host, metrics))
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        self.app = app
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, bind: str, port: int) -> None:
+        runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, bind, port, backlog=128)
+        await site.start()
+        self._runner = runner
+        server = getattr(site, "_server", None)
+        socks = getattr(server, "sockets", None) or []
+        self.port = socks[0].getsockname()[1] if socks else port
+        _log.info("metrics_listening", address=f"{bind}:{self.port}")
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not authorized(request.headers.get("Authorization"), _password(self.host)):
+            return web.Response(
+                status=401,
+                text="authentication required\n",
+                headers={"WWW-Authenticate": 'Basic realm="disq"'},
+            )
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        if self.host.aof_error is not None:
+            return web.Response(status=503, text=f"aof: {self.host.aof_error}\n")
+        return web.Response(text="ok\n")
+
+
+async def start_admin(host: MetricsHost) -> AdminServer | None:
+    """Serve the admin port the node's config asks for and count what the metrics need
+    counted (event drain, fsyncs). None if the port was a derived default and is busy."""
+    config = host.config
+    metrics = NodeMetrics()
+    metrics.host = host
+    server = AdminServer(host, metrics)
+    try:
+        await server.start(config.metrics_host, config.metrics_port)
+    except OSError as exc:
+        if config.metrics_port_required:
+            raise
+        _log.warning("metrics_port_unavailable", port=config.metrics_port, error=str(exc))
+        await server.close()
+        return None
+    host.metrics = metrics
+    host.aof.on_fsync = metrics.on_fsync
+    return server

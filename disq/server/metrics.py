@@ -1,0 +1,465 @@
+"""Prometheus metrics, read at scrape time from the state the cores and the IO layer keep.
+
+Nothing here runs on a hot path but :meth:`NodeMetrics.on_events` (once per flush, over the
+lifecycle events the runtime drains into the event log anyway) and
+:meth:`LatencyHistogram.observe` (one ``bisect`` and one increment of a plain list of ints).
+No prometheus_client object is touched before a scrape: :class:`NodeCollector` turns the
+counters the node already keeps (DisqueCore.stats, queue lengths, PeerLinks.stats(), the AOF
+writer, RespStats, beanstalk tube counters) into metric families when ``/metrics`` is read.
+
+The metric names, types and labels are listed in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from disq.core import events as ev
+from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT
+from disq.protocol.beanstalk import OP_NAMES
+from disq.server.host import NodeHost
+
+if TYPE_CHECKING:
+    from disq.core.events import EventBuffer
+
+# Per-queue series are capped: the MAX_QUEUE_SERIES deepest queues (tubes) get their own
+# depth series and the rest are summed under queue="_other"; per-queue event counters keep
+# the first MAX_QUEUE_SERIES queue names seen, later ones count under "_other".
+MAX_QUEUE_SERIES = 1000
+OTHER = "_other"
+
+# Latency buckets (upper bounds). Event latencies are in ms (the cores' clock); fsync in s.
+LATENCY_BOUNDS_MS: tuple[int, ...] = (
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 3600000,
+)  # fmt: skip
+FSYNC_BOUNDS_S: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+
+# Delivered jobs whose creation time is remembered for the ack latency (oldest dropped first).
+MAX_DELIVERED_TRACKED = 100_000
+
+_STATE_NAMES = {ALIVE: "alive", SUSPECT: "suspect", DEAD: "dead", LEFT: "left"}
+_N_KINDS = max(ev.KIND_NAMES) + 1
+
+
+class LatencyHistogram:
+    """Fixed-bucket counts in a plain list: ``counts[i]`` counts observations ``<= bounds[i]``
+    (and above the previous bound); the last slot counts those above every bound."""
+
+    __slots__ = ("bounds", "count", "counts", "sum", "unit_s")
+
+    def __init__(self, bounds: Sequence[float], unit_s: float = 1.0) -> None:
+        self.bounds = tuple(bounds)
+        self.unit_s = unit_s  # seconds per unit of the observed values (0.001 for ms)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum: float = 0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Prometheus buckets: (le in seconds, cumulative count), ending with +Inf."""
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            total += n
+            out.append((_fmt(bound * self.unit_s), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        return HistogramMetricFamily(
+            name, doc, buckets=self.cumulative(), sum_value=self.sum * self.unit_s
+        )
+
+
+def _fmt(x: float) -> str:
+    return repr(float(round(x, 9)))
+
+
+class MetricsHost(NodeHost, Protocol):
+    """The runtime as the metrics see it: the host plus its beanstalk door's counters."""
+
+    op_counts: list[int]
+    sessions: dict[Any, Any]
+    started: float
+    instance_id: str
+    metrics: NodeMetrics | None
+
+
+class NodeMetrics:
+    """What is counted as it happens (cheaply) rather than read at scrape time: latency
+    histograms and per-queue lifecycle event counts."""
+
+    def __init__(self) -> None:
+        self.delivery = LatencyHistogram(LATENCY_BOUNDS_MS, 0.001)
+        self.ack = LatencyHistogram(LATENCY_BOUNDS_MS, 0.001)
+        self.replication = LatencyHistogram(LATENCY_BOUNDS_MS, 0.001)
+        self.fsync = LatencyHistogram(FSYNC_BOUNDS_S)
+        self.queue_events: dict[str, list[int]] = {}  # queue -> counts by event kind
+        self._delivered: dict[str | int, int] = {}  # job id -> ctime ms, delivered not acked
+        self.host: MetricsHost | None = None
+
+    def on_events(self, buf: EventBuffer) -> None:
+        """One drained batch of lifecycle events (called by the runtime's flush)."""
+        per_queue = self.queue_events
+        host = self.host
+        disque = host.core.disque if host is not None else None
+        bjobs = host.beanstalk.jobs if host is not None else {}
+        djobs = disque.jobs if disque is not None else {}
+        delivered = self._delivered
+        for kind, t, queue, job_id in zip(
+            buf.kinds, buf.times, buf.queues, buf.job_ids, strict=False
+        ):
+            counts = per_queue.get(queue)
+            if counts is None:
+                if len(per_queue) >= MAX_QUEUE_SERIES:
+                    queue = OTHER
+                counts = per_queue.get(queue)
+                if counts is None:
+                    counts = per_queue[queue] = [0] * _N_KINDS
+            counts[kind] += 1
+            if kind == ev.DELIVERED or kind == ev.REPLICATED:
+                ctime_ms = _ctime_ms(job_id, djobs, bjobs)
+                if ctime_ms < 0:
+                    continue
+                if kind == ev.DELIVERED:
+                    self.delivery.observe(max(0, t - ctime_ms))
+                    # An ack may remove the job before the drain sees it: remember the ctime.
+                    delivered[job_id] = ctime_ms
+                    if len(delivered) > MAX_DELIVERED_TRACKED:
+                        del delivered[next(iter(delivered))]
+                else:
+                    self.replication.observe(max(0, t - ctime_ms))
+            elif kind == ev.ACKED or (kind == ev.DELETED and type(job_id) is int):
+                # Disque's ACK; a beanstalk delete of a delivered (reserved) job.
+                ctime_ms = delivered.pop(job_id, -1)
+                if ctime_ms < 0 and kind == ev.ACKED:
+                    ctime_ms = _ctime_ms(job_id, djobs, bjobs)
+                if ctime_ms >= 0:
+                    self.ack.observe(max(0, t - ctime_ms))
+
+    def on_fsync(self, seconds: float) -> None:
+        self.fsync.observe(seconds)
+
+
+def _ctime_ms(job_id: str | int, djobs: dict[str, Any], bjobs: dict[int, Any]) -> int:
+    """The job's creation time in ms, -1 if this node no longer holds it."""
+    if type(job_id) is str:
+        dj = djobs.get(job_id)
+        return -1 if dj is None else int(dj.ctime // 1_000_000)
+    bj = bjobs.get(job_id)  # type: ignore[arg-type]
+    return -1 if bj is None else int(bj.ctime_ms)
+
+
+def _capped(items: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The MAX_QUEUE_SERIES largest values by name, the rest summed under ``_other``."""
+    items = list(items)
+    if len(items) <= MAX_QUEUE_SERIES:
+        return items
+    top = heapq.nlargest(MAX_QUEUE_SERIES, items, key=lambda kv: kv[1])
+    kept = {name for name, _ in top}
+    rest = sum(n for name, n in items if name not in kept)
+    return [*top, (OTHER, rest)]
+
+
+class NodeCollector(Collector):
+    """Reads the node's state when Prometheus scrapes."""
+
+    def __init__(self, host: MetricsHost, metrics: NodeMetrics) -> None:
+        self.host = host
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._node()
+        yield from self._beanstalk()
+        yield from self._aof()
+        yield from self._latencies()
+        if self.host.cluster is not None:
+            yield from self._cluster()
+
+    # ------------------------------------------------------------------ node
+    def _node(self) -> Iterator[Metric]:
+        host = self.host
+        info = GaugeMetricFamily(
+            "disq_node_info", "Constant 1, labelled with the node's identity.", labels=["node_id"]
+        )
+        cluster = host.cluster
+        node_id = cluster.membership.my_id if cluster is not None else host.instance_id
+        info.add_metric([node_id], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "disq_uptime_seconds",
+            "Seconds since the node started.",
+            value=time.monotonic() - host.started,
+        )
+
+    # ------------------------------------------------------------------ beanstalk door
+    def _beanstalk(self) -> Iterator[Metric]:
+        host = self.host
+        bs = host.beanstalk
+        cmds = CounterMetricFamily(
+            "disq_beanstalk_commands", "Beanstalk commands processed.", labels=["command"]
+        )
+        for op, n in enumerate(host.op_counts):
+            name = OP_NAMES.get(op)
+            if name is not None:
+                cmds.add_metric([name], n)
+        yield cmds
+        yield GaugeMetricFamily(
+            "disq_beanstalk_connections",
+            "Open beanstalk connections.",
+            value=len(host.sessions),
+        )
+        yield GaugeMetricFamily(
+            "disq_beanstalk_jobs", "Jobs in the beanstalk core.", value=len(bs.jobs)
+        )
+        yield GaugeMetricFamily(
+            "disq_beanstalk_memory_used_bytes",
+            "Bytes of beanstalk job bodies held.",
+            value=bs.used_bytes,
+        )
+        tubes = list(bs.tubes.values())
+        depth = {
+            t.name: len(t.ready) + len(t.delayed) + len(t.buried) + t.reserved_count for t in tubes
+        }
+        kept = {name for name, _ in _capped(depth.items())}
+        states = GaugeMetricFamily(
+            "disq_beanstalk_tube_jobs",
+            'Jobs per tube and state (the 1000 fullest tubes; the rest under tube="_other").',
+            labels=["tube", "state"],
+        )
+        total = CounterMetricFamily(
+            "disq_beanstalk_tube_puts", "Jobs put into the tube.", labels=["tube"]
+        )
+        deletes = CounterMetricFamily(
+            "disq_beanstalk_tube_deletes", "delete commands on the tube.", labels=["tube"]
+        )
+        other = [0, 0, 0, 0, 0, 0]
+        for t in tubes:
+            row = (
+                len(t.ready),
+                t.reserved_count,
+                len(t.delayed),
+                len(t.buried),
+                t.total_jobs,
+                t.cmd_delete,
+            )
+            if t.name in kept:
+                for state, n in zip(("ready", "reserved", "delayed", "buried"), row, strict=False):
+                    states.add_metric([t.name, state], n)
+                total.add_metric([t.name], row[4])
+                deletes.add_metric([t.name], row[5])
+            else:
+                other = [a + b for a, b in zip(other, row, strict=True)]
+        if len(tubes) > len(kept):
+            for i, state in enumerate(("ready", "reserved", "delayed", "buried")):
+                states.add_metric([OTHER, state], other[i])
+            total.add_metric([OTHER], other[4])
+            deletes.add_metric([OTHER], other[5])
+        yield states
+        yield total
+        yield deletes
+
+    # ------------------------------------------------------------------ AOF
+    def _aof(self) -> Iterator[Metric]:
+        aof = self.host.aof
+        writer = aof.writer
+        yield GaugeMetricFamily(
+            "disq_aof_enabled", "1 if the append-only file is on.", value=int(writer is not None)
+        )
+        yield GaugeMetricFamily(
+            "disq_aof_size_bytes", "Size of the AOF.", value=writer.size if writer else 0
+        )
+        yield CounterMetricFamily(
+            "disq_aof_rewrites",
+            "AOF rewrites completed.",
+            value=writer.rewrites_done if writer else 0,
+        )
+        yield CounterMetricFamily(
+            "disq_aof_records_written",
+            "Records appended to the AOF.",
+            value=writer.records_written if writer else 0,
+        )
+        yield GaugeMetricFamily(
+            "disq_aof_write_error",
+            "1 while the last AOF write failed (puts are refused until a retry succeeds).",
+            value=int(aof.error is not None),
+        )
+
+    def _latencies(self) -> Iterator[Metric]:
+        m = self.metrics
+        yield m.delivery.family(
+            "disq_job_delivery_latency_seconds",
+            "Time from a job's creation to each delivery (GETJOB, reserve).",
+        )
+        yield m.ack.family(
+            "disq_job_ack_latency_seconds", "Time from a job's creation to its acknowledgement."
+        )
+        yield m.replication.family(
+            "disq_job_replication_latency_seconds",
+            "Time from a job's creation to this node taking its copy (replica side).",
+        )
+        yield m.fsync.family("disq_aof_fsync_seconds", "Duration of AOF fsyncs.")
+
+    # ------------------------------------------------------------------ cluster half
+    def _cluster(self) -> Iterator[Metric]:
+        cluster = self.host.cluster
+        assert cluster is not None
+        d = cluster.disque
+        st = d.stats
+        for key, name, doc in (
+            ("jobs_added", "disq_jobs_added", "Jobs added on this node (ADDJOB)."),
+            ("jobs_delivered", "disq_jobs_delivered", "Job deliveries (GETJOB)."),
+            ("jobs_acked", "disq_jobs_acked", "Jobs acknowledged."),
+            ("jobs_requeued", "disq_jobs_requeued", "Jobs queued again by their retry timer."),
+            ("jobs_expired", "disq_jobs_expired", "Jobs removed by their TTL."),
+            ("jobs_imported", "disq_jobs_imported", "Jobs imported from other nodes (federation)."),
+            ("jobs_exported", "disq_jobs_exported", "Jobs exported to other nodes (federation)."),
+            ("noreply_timeouts", "disq_norepl_timeouts", "ADDJOBs answered NOREPL on timeout."),
+        ):
+            yield CounterMetricFamily(name, doc, value=st.get(key, 0))
+        yield GaugeMetricFamily("disq_jobs", "Jobs held by the Disque core.", value=len(d.jobs))
+        yield GaugeMetricFamily("disq_queues", "Queues known to this node.", value=len(d.queues))
+        depth = GaugeMetricFamily(
+            "disq_queue_depth",
+            'Queued jobs per queue (the 1000 deepest; the rest under queue="_other").',
+            labels=["queue"],
+        )
+        for name, n in _capped((q.name, len(q)) for q in d.queues.values()):
+            depth.add_metric([name], n)
+        yield depth
+        events = CounterMetricFamily(
+            "disq_queue_events",
+            "Job lifecycle events per queue (first 1000 queues seen; later ones under "
+            'queue="_other").',
+            labels=["queue", "event"],
+        )
+        for queue, counts in self.metrics.queue_events.items():
+            for kind, n in enumerate(counts):
+                if n:
+                    events.add_metric([queue or "_unknown", ev.KIND_NAMES[kind]], n)
+        yield events
+        yield GaugeMetricFamily(
+            "disq_memory_used_bytes", "Bytes the Disque core accounts for jobs.", value=d.used_bytes
+        )
+        yield GaugeMetricFamily(
+            "disq_memory_max_bytes", "maxmemory (0: no limit).", value=d.max_memory_bytes
+        )
+        yield GaugeMetricFamily(
+            "disq_memory_warning_level",
+            "0 ok, 1 above 75% of maxmemory, 2 above 95%, 3 full.",
+            value=d.memory_warning,
+        )
+        yield from self._membership()
+        yield from self._links()
+        yield GaugeMetricFamily(
+            "disq_event_log_next_sequence",
+            "Sequence number the next lifecycle event will get.",
+            value=cluster.event_log.next_seq,
+        )
+        yield from self._resp()
+
+    def _membership(self) -> Iterator[Metric]:
+        cluster = self.host.cluster
+        assert cluster is not None
+        by_state = dict.fromkeys(_STATE_NAMES.values(), 0)
+        members = cluster.membership.members()
+        for m in members:
+            name = _STATE_NAMES.get(m.state)
+            if name is not None:
+                by_state[name] += 1
+        fam = GaugeMetricFamily(
+            "disq_cluster_members",
+            "Known cluster members (this node included) by state.",
+            labels=["state"],
+        )
+        for name, n in by_state.items():
+            fam.add_metric([name], n)
+        yield fam
+        up = GaugeMetricFamily(
+            "disq_peer_link_up", "1 if the outbound link to the peer is up.", labels=["peer"]
+        )
+        me = cluster.membership.my_id
+        links = cluster.links
+        for m in members:
+            if m.node_id != me and m.state != LEFT:
+                up.add_metric([m.node_id[:8]], int(links.is_up(m.node_id)))
+        yield up
+
+    def _links(self) -> Iterator[Metric]:
+        cluster = self.host.cluster
+        assert cluster is not None
+        s = cluster.links.stats()
+        yield GaugeMetricFamily(
+            "disq_peer_links_up", "Outbound peer links up.", value=s.get("links_up", 0)
+        )
+        for key, doc in (
+            ("frames_sent", "Frames sent to peers."),
+            ("frames_received", "Frames received from peers."),
+            ("messages_sent", "Messages sent to peers."),
+            ("messages_received", "Messages received from peers."),
+        ):
+            yield CounterMetricFamily(f"disq_peer_{key}", doc, value=s.get(key, 0))
+        dropped = CounterMetricFamily(
+            "disq_peer_frames_dropped", "Peer frames dropped, by reason.", labels=["reason"]
+        )
+        for key, reason in (
+            ("frames_dropped", "queue_full"),
+            ("frames_blocked", "blocked"),
+            ("frames_malformed", "malformed"),
+        ):
+            dropped.add_metric([reason], s.get(key, 0))
+        yield dropped
+
+    def _resp(self) -> Iterator[Metric]:
+        cluster = self.host.cluster
+        assert cluster is not None
+        hub = cluster.hub
+        rs = hub.stats
+        yield GaugeMetricFamily(
+            "disq_resp_connected_clients", "Open RESP connections.", value=hub.connected_clients
+        )
+        yield CounterMetricFamily(
+            "disq_resp_commands", "RESP commands processed.", value=rs.commands
+        )
+        calls = CounterMetricFamily(
+            "disq_resp_command_calls", "RESP calls per command.", labels=["command"]
+        )
+        for name, (n, _usec) in sorted(rs.calls.items()):
+            calls.add_metric([name], n)
+        yield calls
+        yield CounterMetricFamily(
+            "disq_resp_connections_received",
+            "RESP connections accepted.",
+            value=rs.connections_received,
+        )
+        yield CounterMetricFamily(
+            "disq_resp_rejected_connections",
+            "RESP connections refused (maxclients).",
+            value=rs.rejected_connections,
+        )
+        yield CounterMetricFamily(
+            "disq_resp_net_input_bytes", "Bytes read on the RESP port.", value=rs.net_input_bytes
+        )
+        yield CounterMetricFamily(
+            "disq_resp_net_output_bytes",
+            "Bytes written on the RESP port.",
+            value=rs.net_output_bytes,
+        )
