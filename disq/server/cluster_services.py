@@ -103,6 +103,8 @@ class ClusterServices:
         )
         self._view_save: asyncio.TimerHandle | None = None
         self._meets: dict[tuple[str, int], int] = {}
+        self._joined = True  # set by start(): False while --join has found no peer yet
+        self._serving_task: asyncio.Task[None] | None = None
         self._meet_timer: asyncio.TimerHandle | None = None
         self.leaving_for_drain = False  # leaving set by the SIGTERM drain: not saved (drain.py)
         if settings.config_store is not None:
@@ -171,10 +173,24 @@ class ClusterServices:
     async def start(self) -> None:
         port = await self.links.start()
         self.settings.grpc_port = port
-        await self.api.set_serving(True)
         for host, gport in self.settings.joins:
             self.meet_grpc(host, gport)
+        # Readiness (the gRPC health service, what a Kubernetes probe asks): the AOF is
+        # loaded by now; with --join, serving waits until the node knows a peer, or until
+        # its join attempts ran out (a lone first pod, a scaled-down set) so it never hangs.
+        self._joined = not self._meets or self._knows_a_peer()
+        await self.api.set_serving(self._joined)
         self.runtime.after_commands(None, self.runtime.now_ms())
+
+    def _knows_a_peer(self) -> bool:
+        me = self.membership.my_id
+        return any(m.node_id != me and m.state != LEFT for m in self.membership.members())
+
+    def _mark_joined(self) -> None:
+        if not self._joined:
+            self._joined = True
+            self.log.info("joined_serving")
+            self._serving_task = self.loop.create_task(self.api.set_serving(True))
 
     async def close(self) -> None:
         if self._meet_timer is not None:
@@ -189,6 +205,8 @@ class ClusterServices:
 
     # ------------------------------------------------------------------ membership output
     def apply_member_changes(self, changes: list[tuple[str, int]]) -> None:
+        if not self._joined and self._knows_a_peer():
+            self._mark_joined()
         for node_id, state in changes:
             if state == FORGOTTEN or state == LEFT:
                 self.links.forget(node_id)
@@ -259,6 +277,8 @@ class ClusterServices:
             self._send_meet(*addr)
         if self._meets:
             self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
+        else:
+            self._mark_joined()  # met, or gave up: serve either way
 
     def meet_client_port(self, host: str, port: int) -> None:
         """CLUSTER MEET ip client-port: the bus is at a fixed offset from the client port,
