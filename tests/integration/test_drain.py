@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -28,6 +29,19 @@ DRAIN_S = 10
 
 def _text(x: object) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _wait_until_draining(node: Any) -> None:
+    """Until the SIGTERMed node answers ADDJOB with -LEAVING (its drain has started)."""
+
+    def refused() -> bool:
+        try:
+            node.call("ADDJOB", "dq", "y", 5000, "REPLICATE", 1, "RETRY", 300)
+        except RespError as exc:
+            return str(exc).startswith("LEAVING")
+        return False
+
+    eventually(refused, "the node to be draining", timeout=5)
 
 
 def test_sigterm_hands_jobs_off_exits_0_and_restart_clears_leaving(tmp_path: Path) -> None:
@@ -131,14 +145,7 @@ def test_second_sigterm_stops_at_once(tmp_path: Path) -> None:
             assert n0.proc is not None
             n0.proc.send_signal(signal.SIGTERM)
 
-            def refused() -> bool:
-                try:
-                    n0.call("ADDJOB", "dq", "y", 5000, "REPLICATE", 1, "RETRY", 300)
-                except RespError as exc:
-                    return str(exc).startswith("LEAVING")
-                return False
-
-            eventually(refused, "node 0 draining", timeout=5)
+            _wait_until_draining(n0)
             assert n0.is_running()
             t0 = time.monotonic()
             n0.proc.send_signal(signal.SIGTERM)
@@ -176,14 +183,7 @@ def test_the_sdk_moves_an_add_refused_with_leaving_to_another_node(tmp_path: Pat
                 assert n0.proc is not None
                 n0.proc.send_signal(signal.SIGTERM)
 
-                def refused() -> bool:
-                    try:
-                        n0.call("ADDJOB", "dq", "y", 5000, "REPLICATE", 1, "RETRY", 300)
-                    except RespError as exc:
-                        return str(exc).startswith("LEAVING")
-                    return False
-
-                eventually(refused, "node 0 draining", timeout=5)
+                _wait_until_draining(n0)
                 job_id = c.add_job("sdk-q", "during the drain", replicate=1)
                 assert c.last_node == addrs[1]  # moved on to node 2, where the job is
                 assert n2.call("SHOW", job_id) is not None
