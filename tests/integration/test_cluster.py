@@ -161,6 +161,26 @@ def test_leaving_node(tmp_path: Path) -> None:
             lambda: sum(lab.node(i).call("QLEN", "lq") for i in (0, 1)) == 1,  # type: ignore[misc]
             "one holder queued the externally replicated job",
         )
+        # ASYNC on a leaving node (issue 12): the id comes back only once a copy exists
+        # elsewhere, so the job is already on a holder when the client reads the id.
+        async_id = lab.node(2).call("ADDJOB", "aq", "y", 5000, "REPLICATE", 2, "ASYNC")
+        assert isinstance(async_id, str) and show(lab, 2, async_id) is None
+        assert any(show(lab, i, async_id) is not None for i in (0, 1))
+        eventually(
+            lambda: sum(lab.node(i).call("QLEN", "aq") for i in (0, 1)) == 1,  # type: ignore[misc]
+            "a holder queued the ASYNC job added on the leaving node",
+        )
+        # With no peer able to take a copy the ASYNC add is refused, never answered with an
+        # id nobody holds.
+        lab.pause(0)
+        lab.pause(1)
+        try:
+            with pytest.raises(RespError) as e:
+                lab.node(2).call("ADDJOB", "aq", "z", 300, "REPLICATE", 1, "ASYNC", timeout=10)
+            assert str(e.value).startswith("NOREPL")
+        finally:
+            lab.resume(0)
+            lab.resume(1)
 
 
 @pytest.mark.slow

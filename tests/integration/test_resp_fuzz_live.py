@@ -101,16 +101,21 @@ def test_fuzzed_clients_do_not_hurt_a_healthy_one(node: tuple[int, Path]) -> Non
     rounds = [0]
 
     def health() -> None:
-        c = RespClient("127.0.0.1", port, timeout=5)
-        while not stop.is_set():
-            job_id = c.call("ADDJOB", "health", f"h{rounds[0]}", 0)
-            got = c.call("GETJOB", "NOHANG", "FROM", "health")
-            if got != [[b"health", job_id.encode(), f"h{rounds[0]}".encode()]]:
-                health_errors.append(repr(got))
-            if c.call("ACKJOB", job_id) != 1:
-                health_errors.append("ack")
-            rounds[0] += 1
-        c.close()
+        # Any exception (a timeout, a closed connection, a wrong reply type) is recorded:
+        # a health thread that dies silently would leave only the final PING checked.
+        try:
+            with RespClient("127.0.0.1", port, timeout=5) as c:
+                while not stop.is_set():
+                    job_id = c.call("ADDJOB", "health", f"h{rounds[0]}", 0)
+                    got = c.call("GETJOB", "NOHANG", "FROM", "health")
+                    if got != [[b"health", job_id.encode(), f"h{rounds[0]}".encode()]]:
+                        health_errors.append(f"round {rounds[0]}: GETJOB {got!r}")
+                    acked = c.call("ACKJOB", job_id)
+                    if acked != 1:
+                        health_errors.append(f"round {rounds[0]}: ACKJOB {acked!r}")
+                    rounds[0] += 1
+        except BaseException as exc:  # every failure must reach the test
+            health_errors.append(f"round {rounds[0]}: {type(exc).__name__}: {exc}")
 
     t = threading.Thread(target=health)
     t.start()
@@ -126,11 +131,13 @@ def test_fuzzed_clients_do_not_hurt_a_healthy_one(node: tuple[int, Path]) -> Non
             if rng.random() < 0.5:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             s.close()
+        fuzzed_rounds = rounds[0]
     finally:
         stop.set()
         t.join(10)
+    assert not t.is_alive(), "the health client hung"
     assert not health_errors, f"seed {BASE_SEED}: {health_errors[:3]}"
-    assert rounds[0] > 0
+    assert fuzzed_rounds > 0, "the health client made no round while the fuzzers ran"
     c = RespClient("127.0.0.1", port)
     assert c.call("PING") == "PONG"
     assert c.call("QLEN", "health") == 0

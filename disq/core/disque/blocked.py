@@ -77,6 +77,7 @@ class BlockedClientsMixin:
         def _broadcast_del(self, j: DJob) -> None: ...
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
         def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
+        def _copies_needed(self, j: DJob) -> int: ...
 
     def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
@@ -201,7 +202,7 @@ class BlockedClientsMixin:
             live = sum(
                 1 for n in j.delivered if n != self.my_id and n not in j.confirmed and n in reach
             )
-            missing = max(0, j.repl - len(j.confirmed) - live)
+            missing = max(0, self._copies_needed(j) - len(j.confirmed) - live)
             resend = now_ms >= a.resend_ms
             if resend:
                 a.resend_ms = now_ms + a.resend_every_ms

@@ -129,6 +129,7 @@ class DisqueCore(
         self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
         self._adds: dict[int, _AddWait] = {}  # token -> blocked ADDJOB
         self._add_by_job: dict[str, int] = {}
+        self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
         self._gets: dict[int, _GetWait] = {}  # token -> blocked GETJOB
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
@@ -263,6 +264,8 @@ class DisqueCore(
 
     def _forget(self, j: DJob) -> None:
         del self.jobs[j.id]
+        if self._one_copy:
+            self._one_copy.discard(j.id)
         self.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
         j.awake_ms = -1
 
@@ -445,36 +448,39 @@ class DisqueCore(
         self.stats["jobs_added"] += 1
         self.events.add(ev.ENQUEUED, now_ms, queue, job_id, 0, len(body))
 
-        if (repl > 1 or extrepl) and not async_:
-            # Sync, and also REPLICATE 1 without a local copy (memory warning, leaving): the
-            # client must learn the id only once the external copy exists.
+        if extrepl or (repl > 1 and not async_):
+            # Sync, and every add this node cannot keep a copy of (memory warning, leaving):
+            # the client learns the id only once a copy exists elsewhere. Disque answers an
+            # ASYNC add here at once, with its REPLJOBs and the ENQUEUE still in flight, so
+            # one lost message loses an acknowledged job; disq promises no acknowledged job
+            # lost with at most R-1 nodes down, so an ASYNC add waits here for its FIRST copy
+            # (the others stay best effort, as ASYNC's are), or gets NOREPL at its timeout.
             self._register(j)
             j.confirmed = set() if extrepl else {self.my_id}
+            if async_:
+                self._one_copy.add(job_id)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
             self._wait_for_copies(token, job_id, deadline, now_ms)
             self._replicate(j, additional, now_ms)
             return PENDING
 
-        if not (async_ and extrepl):
-            j.state = ACTIVE
-            if delay_s == 0 and not extrepl:
-                self._register(j, awake=False)  # _enqueue sets the timer once
-                self._log_job(j, now_ms)
-                self._enqueue(j, now_ms)
-            else:
-                self._register(j)
-                self._log_job(j, now_ms)
+        j.state = ACTIVE
+        if delay_s == 0:
+            self._register(j, awake=False)  # _enqueue sets the timer once
+            self._log_job(j, now_ms)
+            self._enqueue(j, now_ms)
+        else:
+            self._register(j)
+            self._log_job(j, now_ms)
         if additional > 0:
             self._replicate(j, additional, now_ms)
         self._announce_key(j)  # not waiting for copies: the add is done now
-        if async_ and extrepl:
-            # ASYNC without a local copy (leaving, low on memory): nothing was registered
-            # here; one of the holders queues it. (Without ASYNC, extrepl took the sync
-            # branch above, whatever REPLICATE.)
-            holders = sorted(j.delivered)
-            if holders:
-                self._send(self.rng.choice(holders), Enqueue(j.id))
         return job_id
+
+    def _copies_needed(self, j: DJob) -> int:
+        """Confirmed copies that complete a waiting add: all of them, or the first one for
+        an ASYNC add on a node that keeps none (add_job says why)."""
+        return 1 if j.id in self._one_copy else j.repl
 
     def get_job(
         self,

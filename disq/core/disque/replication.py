@@ -65,6 +65,7 @@ class ReplicationMixin:
         def _announce_key(self, j: DJob) -> None: ...
         def _remember_key(self, j: DJob, now_ms: int) -> None: ...
         def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
+        def _copies_needed(self, j: DJob) -> int: ...
 
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
@@ -88,6 +89,7 @@ class ReplicationMixin:
 
     def _replication_achieved(self, j: DJob, now_ms: int) -> None:
         j.state = ACTIVE
+        confirmed = j.confirmed
         j.confirmed = set()
         token = self._add_by_job.pop(j.id, None)
         if token is not None:
@@ -99,8 +101,9 @@ class ReplicationMixin:
             self._update_awake(j)
             return
         if self.my_id not in j.delivered:
-            # External replication: one of the holders queues it, this node forgets it.
-            holders = sorted(j.delivered)
+            # External replication: a holder that confirmed its copy queues it (the others
+            # re-queue theirs by RETRY if that ENQUEUE is lost); this node forgets it.
+            holders = sorted(confirmed - {self.my_id}) or sorted(j.delivered)
             if holders:
                 self._send(self.rng.choice(holders), Enqueue(j.id))
             self._forget(j)
@@ -166,5 +169,5 @@ class ReplicationMixin:
             return
         j.confirmed.add(sender)
         j.delivered.add(sender)
-        if len(j.confirmed) >= j.repl:
+        if len(j.confirmed) >= self._copies_needed(j):
             self._replication_achieved(j, now_ms)

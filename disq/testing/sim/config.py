@@ -65,11 +65,8 @@ class SimConfig:
     final_gc_ms: int = 0  # > 0: then check that every acked job was garbage collected
     check_every: int = 1  # structural check every this many steps (per stepping node)
     # Known core gaps whose consequences invariant 1 tolerates (so a sweep can stay useful
-    # while they are open; tests/unit/test_sim.py pins each with a strict xfail):
-    # "extrepl-repl1": REPLICATE 1 without ASYNC on a node with a memory warning or leaving.
-    # "extrepl-async": ASYNC on such a node (no local copy at all when the id is returned).
-    # "amo-enqueue-once": a RETRY 0 job delivered again after a restart with
-    # aof-enqueue-jobs-once (the DELIVERED flag is not in the AOF).
+    # while they are open; tests/unit/test_sim.py pins each with a strict xfail). Fixed and
+    # gone: "extrepl-repl1", "extrepl-async" (issue 12), "amo-enqueue-once".
     # "idem-deljob-race": a retried key reaches a holder of the failed first add's copy before
     # the creator's DELJOB does; the holder answers the dead job's id.
     exempt: tuple[str, ...] = ()
@@ -119,7 +116,7 @@ def sweep_config(seed: int, **overrides: Any) -> SimConfig:
         pauses=r.random() < 0.2,
         enqueue_on_restart_prob=r.choice((0.0, 0.0, 0.5)),
         check_every=5,
-        exempt=("extrepl-async", "idem-deljob-race"),
+        exempt=("idem-deljob-race",),
     )
     # Drawn after every older field, so those stay what they were for each seed.
     if r.random() < 0.3:

@@ -153,11 +153,6 @@ class InvariantsMixin(SimBase):
                 continue  # it may have expired (every node drops its own copy at its TTL)
             if cfg.fsync_lost and self._lost_everywhere(rec.job_id):
                 continue  # every logged copy was lost unsynced: everysec does not promise it
-            if rec.extrepl and (
-                (rec.async_ and "extrepl-async" in cfg.exempt)
-                or (rec.repl == 1 and not rec.async_ and "extrepl-repl1" in cfg.exempt)
-            ):
-                continue
             if "idem-deljob-race" in cfg.exempt and self._deljob_race_hit(rec):
                 continue
             holders = self._holders_at_end(rec.job_id)
