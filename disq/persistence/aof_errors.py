@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AofCorruptError",
+    "AofDisabledError",
     "AofError",
     "AofFsyncError",
     "AofLockedError",
@@ -45,9 +46,21 @@ class AofLockedError(AofError):
 
 
 class AofWriteError(AofError):
-    """An append failed. The file was rolled back to its previous end, so a retry is safe."""
+    """An append failed. The file was rolled back to its previous end, so a retry is safe.
+    ``errno``: the OS error's number when one caused it (``ENOSPC``: the disk is full)."""
 
     code = "AOF_WRITE"
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class AofDisabledError(AofWriteError):
+    """The writer refused for good after an error it cannot undo (a failed fsync, or an append
+    whose rollback failed too): the node must stop and replay the file from disk."""
+
+    code = "AOF_DISABLED"
 
 
 class AofFsyncError(AofWriteError):

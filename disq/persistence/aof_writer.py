@@ -14,10 +14,15 @@ import threading
 from pathlib import Path
 from typing import Final, NoReturn
 
-from disq.persistence.aof_errors import AofFsyncError, AofRewriteError, AofWriteError
+from disq.persistence.aof_errors import (
+    AofDisabledError,
+    AofFsyncError,
+    AofRewriteError,
+    AofWriteError,
+)
 from disq.persistence.aof_reader import AofReadResult, read_aof
 from disq.persistence.framing import HEADER, HEADER_SIZE, Bytes, count_records
-from disq.persistence.fs import acquire_dir_lock, fsync_dir, replace_durably, write_all
+from disq.persistence.fs import acquire_dir_lock, fsync_dir, fsync_fd, replace_durably, write_all
 
 __all__ = ["AOF_NAME", "REWRITE_NAME", "AofWriter", "FsyncPolicy"]
 
@@ -138,7 +143,7 @@ class AofWriter:
 
     def _check_usable(self) -> None:
         if self._failed is not None:
-            raise AofWriteError(
+            raise AofDisabledError(
                 f"{self.path}: writer disabled after an unrecoverable error ({self._failed}); "
                 "restart the node so it replays the file from disk"
             )
@@ -189,20 +194,21 @@ class AofWriter:
             os.ftruncate(self._fd, self._size)
         except OSError as exc2:
             self._failed = f"append failed ({exc}) and the rollback failed too ({exc2})"
-            raise AofWriteError(
+            raise AofDisabledError(
                 f"{self.path}: {self._failed}; the file may end in a partial record, which the "
                 "next start will cut as a torn tail"
             ) from exc
         raise AofWriteError(
             f"{self.path}: append of records failed at offset {self._size}: {exc}; the file was "
-            "rolled back and nothing was written"
+            "rolled back and nothing was written",
+            errno=exc.errno,
         ) from exc
 
     def fsync(self) -> None:
         """fsync the live file on the calling (owning) thread; for ``FsyncPolicy.ALWAYS``."""
         self._check_usable()
         try:
-            os.fsync(self._fd)
+            fsync_fd(self._fd)
             if self._dir_sync_pending:
                 fsync_dir(self.data_dir)
                 self._dir_sync_pending = False
@@ -227,7 +233,7 @@ class AofWriter:
             dir_pending = self._dir_sync_pending
             renames = self._renames
         try:
-            os.fsync(fd)
+            fsync_fd(fd)
             if dir_pending:
                 fsync_dir(self.data_dir)
                 with self._fd_lock:
@@ -308,7 +314,7 @@ class AofWriter:
         try:
             # Durable before the rename: otherwise a crash could leave the new name pointing
             # at a file whose contents never reached the disk.
-            os.fsync(fd)
+            fsync_fd(fd)
             os.replace(self.rewrite_path, self.path)
         except OSError as exc:
             self._rewrite_failed("commit", exc)

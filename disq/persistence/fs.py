@@ -1,8 +1,14 @@
-"""Durable file operations for the data directory: whole writes, fsyncs, atomic replace, locking.
+"""Durable file operations for the data directory: whole writes, fsyncs, atomic replace, locking,
+free space and the disk reserve.
 
 ``replace_durably`` is the project's one way to replace a file atomically (the AOF's initial
 header, ``node.json``, ``cluster.json``, CONFIG REWRITE): after any crash the file holds either
 its old or its new content, never a mix or nothing.
+
+``fsync_fd`` is the one fsync of the AOF's files (the fault hook ``disq.testing.faults`` replaces
+it in ``disq.persistence.aof_writer``). ``disk_space`` reads the filesystem's free space with one
+``statvfs``; ``create_reserve`` / ``release_reserve`` keep a preallocated file in the data
+directory that is deleted to give a full disk back a little room (docs/disk-full.md).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeAlias
 
 from disq.persistence.aof_errors import AofLockedError
 
@@ -19,8 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOCK_NAME",
+    "RESERVE_NAME",
+    "DiskSpace",
     "acquire_dir_lock",
+    "create_reserve",
+    "disk_space",
     "fsync_dir",
+    "fsync_fd",
+    "release_reserve",
     "replace_durably",
     "truncate_file",
     "write_all",
@@ -29,6 +41,9 @@ __all__ = [
 
 # The data directory's lock file (see acquire_dir_lock): one node per directory.
 LOCK_NAME: Final = "lock"
+# The preallocated room released when the disk fills (create_reserve, release_reserve).
+RESERVE_NAME: Final = "disq.reserve"
+_ZEROS = bytes(1 << 16)
 
 _Bytes: TypeAlias = bytes | bytearray | memoryview
 
@@ -45,6 +60,12 @@ def write_all(fd: int, data: _Bytes) -> None:
             # A regular file only returns 0 for a 0-byte request; never spin on it.
             raise OSError(errno.EIO, "write returned 0")
         n += w
+
+
+def fsync_fd(fd: int) -> None:
+    """fsync one of the AOF's descriptors. A function of its own so a fault hook can replace
+    it in the writer's namespace without touching every other fsync of the process."""
+    os.fsync(fd)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -119,3 +140,56 @@ def acquire_dir_lock(directory: Path) -> int:
     except OSError:
         pass
     return fd
+
+
+class DiskSpace(NamedTuple):
+    """One ``statvfs`` of a directory's filesystem, in bytes."""
+
+    total: int
+    free: int  # what an unprivileged writer may still use (f_bavail): root's margin excluded
+
+
+def disk_space(directory: Path) -> DiskSpace:
+    st = os.statvfs(directory)
+    return DiskSpace(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+def create_reserve(path: Path, size: int) -> None:
+    """Make ``path`` a file of ``size`` bytes whose blocks are allocated now (posix_fallocate;
+    zeros where the filesystem does not support it). An existing file of that size is kept.
+    On failure (the disk is already too full) the partial file is removed and OSError raised.
+    Copy-on-write or compressing filesystems (btrfs, ZFS) may not hold the blocks for later."""
+    try:
+        if path.stat().st_size == size:
+            return
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            left = size
+            while left > 0:
+                left -= os.write(fd, _ZEROS[: min(left, len(_ZEROS))])
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+
+
+def release_reserve(path: Path) -> int:
+    """Delete the reserve file; the bytes it gave back (0 if there was none)."""
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size

@@ -1,10 +1,21 @@
-"""The node's append-only file on the loop: replay, group commit, fsync policy, rewrites.
+"""The node's append-only file on the loop: replay, group commit, fsync policy, rewrites, and
+the free space of the data directory's filesystem.
 
 The runtime hands every Ready's records to :meth:`AofService.persist` (one ``write`` for the
 whole iteration, one ``fsync`` under ``always``) before anything of that Ready leaves: the
 group commit. Under ``everysec`` a worker thread fsyncs once a second. A failed write keeps
 the Ready (the runtime retries it), refuses new puts and answers nothing until a write
-succeeds; a failed fsync stops the node, since after one the kernel may have dropped the data.
+succeeds; a failed fsync stops the node (exit 1), since after one the kernel may have dropped
+the data and a retried fsync can report success for pages never written ("fsyncgate").
+
+Disk full (docs/disk-full.md): the filesystem's free space is read with ``statvfs`` once a
+second and after a write batch that brings the estimate near the marks of :class:`DiskPolicy`.
+Below ``low_bytes`` free, new jobs are refused (``disk_full``: beanstalk OUT_OF_MEMORY, RESP
+``-OOM disk full: ...``, gRPC RESOURCE_EXHAUSTED) while reads, acks and deletes go on writing
+their small records into the room left; at ``high_bytes`` free adds are taken again. A reserve
+file (``DIR/disq.reserve``) is deleted when a write still meets ENOSPC or a rewrite needs
+room, and made again once there is space. While the disk is low, the node rewrites the AOF
+when that would shrink it (acks and deletes make the file mostly garbage).
 
 Rewrite: when the file is over ``rewrite_min_bytes`` and over twice the live data, a new file
 gets a META record, the Disque core's jobs, then the beanstalk jobs in chunks of 5,000 per loop
@@ -14,14 +25,22 @@ iteration, while every new record goes to both files (the writer's job).
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from disq.persistence.aof_errors import AofFsyncError, AofRewriteError, AofWriteError
+from disq.persistence.aof_errors import (
+    AofDisabledError,
+    AofFsyncError,
+    AofRewriteError,
+    AofWriteError,
+)
+from disq.persistence.fs import RESERVE_NAME, create_reserve, disk_space, release_reserve
 from disq.server.node_config import NodeConfig
 
 if TYPE_CHECKING:
@@ -33,6 +52,39 @@ if TYPE_CHECKING:
 REWRITE_GROWTH = 2  # rewrite when the file is this many times the live data
 REWRITE_CHUNK_JOBS = 5000  # beanstalk jobs written per loop iteration during a rewrite
 WRITE_RETRY_S = 0.5
+DISK_CHECK_S = 1.0  # statvfs at least this often while the AOF is on (space freed by others)
+REWRITE_FOR_SPACE_MIN = 16 << 10  # a disk-low rewrite must be expected to free this much
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+@dataclass(frozen=True, slots=True)
+class DiskPolicy:
+    """Free-space marks of the data directory's filesystem, scaled to its size.
+
+    Below ``low_bytes`` free, new jobs are refused; at ``high_bytes`` they are taken again (the
+    gap keeps the state from flapping). ``reserve_bytes``: the reserve file's size. The low
+    mark must hold what one loop iteration can accept before the next check (one read per
+    connection) plus the acks and deletes that follow: 1/64 of the filesystem, at least
+    256 KiB, at most 256 MiB.
+    """
+
+    low_bytes: int
+    high_bytes: int
+    reserve_bytes: int
+
+    @classmethod
+    def for_total(cls, total: int) -> DiskPolicy:
+        low = min(max(total // 64, 256 << 10), 256 << 20)
+        reserve = min(max(total // 512, 64 << 10), 8 << 20)
+        return cls(low_bytes=low, high_bytes=2 * low, reserve_bytes=reserve)
+
+
+def disk_full_message(low_bytes: int) -> str:
+    """The refusal every door gives an add while the disk is low (RESP: after ``-OOM ``)."""
+    return (
+        f"disk full: less than {low_bytes} bytes free for the AOF, new jobs are refused until "
+        "space is freed (reads, acks and deletes still work)"
+    )
 
 
 class AofHost(Protocol):
@@ -67,6 +119,16 @@ class AofService:
         self._fsync_t0 = 0.0
         self._rewrite_ids: list[int] | None = None
         self._rewrite_pos = 0
+        # Disk space (docs/disk-full.md): the marks, the last statvfs, the state.
+        self.disk_policy: DiskPolicy | None = None
+        self.disk_total = 0
+        self.disk_free = -1  # bytes free at the last check; -1: not checked
+        self.disk_full = False  # new jobs refused for lack of space
+        self.reserve_bytes = 0  # held in DIR/disq.reserve now
+        self._since_check = 0  # bytes written since the last statvfs
+        self._disk_timer: asyncio.TimerHandle | None = None
+        self._rewrite_base = 0  # file size when the last disk-low rewrite started or ended
+        self._no_room_size = -1  # file size when a disk-low rewrite last found no room
         self.log: Any = structlog.get_logger("disq.aof")
 
     # ------------------------------------------------------------------ open / close
@@ -103,6 +165,7 @@ class AofService:
         self.writer = writer
         if self.config.fsync == "everysec":
             self.start_fsync_timer()
+        self._disk_start(writer)
 
     def enable(self, data_dir: Path) -> None:
         """CONFIG SET appendonly yes: a fresh AOF holding everything the node has now (as
@@ -128,10 +191,12 @@ class AofService:
         self.writer.close()
         self.writer = None
         self.runtime.core.set_persist(False)
+        self._disk_stop()
         self.log.info("aof_disabled")
 
     def close(self) -> None:
         """Shutdown: fsync and close (not after a failed fsync: nothing more is trusted)."""
+        self._disk_stop(keep_state=True)
         if self.writer is not None and not self.runtime.fatal:
             self._abort_rewrite()
             self.writer.fsync()
@@ -143,35 +208,57 @@ class AofService:
         writer = self.writer
         if writer is None:
             return True  # no AOF: the cores made no records that matter
-        beanstalk = self.runtime.core.beanstalk
+        if self.runtime.fatal:
+            return False  # stopping after a failed fsync: nothing more is acknowledged
+        data = b"".join(records)
         try:
-            writer.write(b"".join(records), len(records))
+            writer.write(data, len(records))
             if self.config.fsync == "always":
                 t0 = time.perf_counter()
                 writer.fsync()
                 if self.on_fsync is not None:
                     self.on_fsync(time.perf_counter() - t0)
-        except AofFsyncError as exc:
+        except (AofFsyncError, AofDisabledError) as exc:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry
             # can report success for data never written: the only safe answer is to stop
             # without acknowledging anything more. A restart replays what is on disk.
-            self.log.critical("aof_fsync_failed_stopping", error=str(exc))
+            event = (
+                "aof_fsync_failed_stopping"
+                if isinstance(exc, AofFsyncError)
+                else "aof_writer_disabled_stopping"
+            )
+            self.log.critical(event, error=str(exc), code=exc.code)
             self.runtime.fail()
             return False
         except AofWriteError as exc:
-            # Nothing is acknowledged before it is written: hold the replies, refuse new
-            # puts (OUT_OF_MEMORY, like beanstalkd when its binlog cannot grow) and retry.
-            beanstalk.refuse_puts = True
-            self.error = str(exc)
-            self.log.error("aof_write_failed", error=str(exc))
-            self.loop.call_later(WRITE_RETRY_S, self.runtime.schedule_flush)
+            self._write_failed(exc)
             return False
-        beanstalk.refuse_puts = False
-        self.error = None
+        if self.error is not None:
+            self.log.info("aof_write_recovered")
+            self.error = None
         self._unsynced = True
+        self._wrote(len(data) * (2 if writer.rewrite_active else 1))
         if self._rewrite_ids is None and self._rewrite_due(writer.size):
             self.request_rewrite()
         return True
+
+    def _write_failed(self, exc: AofWriteError) -> None:
+        """Nothing is acknowledged before it is written: hold the replies, refuse new puts
+        (OUT_OF_MEMORY, like beanstalkd when its binlog cannot grow) and retry. A full disk
+        gives back the reserve and retries at once."""
+        if self.error is None:
+            self.log.error("aof_write_failed", error=str(exc), errno=exc.errno)
+        self.error = str(exc)
+        delay = WRITE_RETRY_S
+        if exc.errno in _NO_SPACE:
+            self._abort_rewrite()  # live records first: the rewrite file gives its room back
+            if not self.disk_full:
+                self._enter_disk_full("write_failed")
+            if self.reserve_bytes:
+                self._release_reserve("write_failed")
+                delay = 0.0
+        self._update_refusal()
+        self.loop.call_later(delay, self.runtime.schedule_flush)
 
     # ------------------------------------------------------------------ fsync
     def start_fsync_timer(self) -> None:
@@ -279,6 +366,9 @@ class AofService:
                 self._rewrite_ids = None
                 writer.commit_rewrite()
                 self.log.info("aof_rewrite_done", size=writer.size)
+                self._rewrite_base = writer.size
+                if self.disk_full:
+                    self.check_disk()  # the old file's room is back: adds may resume now
                 return
         except AofRewriteError as exc:
             # The writer already aborted the rewrite; the live file is intact.
@@ -286,3 +376,156 @@ class AofService:
             self.log.error("aof_rewrite_failed", error=str(exc))
             return
         self.loop.call_soon(self._rewrite_step)
+
+    # ------------------------------------------------------------------ disk space
+    @property
+    def disk_full_reason(self) -> str | None:
+        """The refusal text while new jobs are refused for lack of space, else None."""
+        if not self.disk_full:
+            return None
+        return disk_full_message(self.disk_policy.low_bytes if self.disk_policy else 0)
+
+    def _disk_start(self, writer: AofWriter) -> None:
+        try:
+            self.reserve_bytes = (writer.data_dir / RESERVE_NAME).stat().st_size
+        except FileNotFoundError:
+            self.reserve_bytes = 0
+        self._rewrite_base = writer.size
+        self.check_disk()
+        self._disk_timer = self.loop.call_later(DISK_CHECK_S, self._disk_tick)
+
+    def _disk_stop(self, *, keep_state: bool = False) -> None:
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()
+            self._disk_timer = None
+        if not keep_state and self.disk_full:
+            self.disk_full = False  # no AOF, nothing to keep room for
+            self.log.info("aof_disk_ok", reason="aof_disabled")
+            self._update_refusal()
+
+    def _disk_tick(self) -> None:
+        self._disk_timer = None
+        if self.writer is None or self.runtime.fatal:
+            return
+        self.check_disk()
+        self._disk_timer = self.loop.call_later(DISK_CHECK_S, self._disk_tick)
+
+    def _wrote(self, n: int) -> None:
+        """After a write batch: check the disk now if the estimate comes near a mark."""
+        self._since_check += n
+        policy = self.disk_policy
+        if policy is not None and self.disk_free - self._since_check < policy.high_bytes:
+            self.check_disk()
+        else:
+            self._update_refusal()
+
+    def check_disk(self) -> None:
+        """One statvfs; enter or leave the disk-full state, keep the reserve, and start a
+        rewrite when the disk is low and the file would shrink."""
+        writer = self.writer
+        if writer is None:
+            return
+        try:
+            space = disk_space(writer.data_dir)
+        except OSError as exc:
+            self.log.warning("aof_disk_check_failed", error=str(exc))
+            return
+        self._since_check = 0
+        if self.disk_policy is None or space.total != self.disk_total:
+            self.disk_total = space.total
+            self.disk_policy = DiskPolicy.for_total(space.total)
+        policy = self.disk_policy
+        self.disk_free = space.free
+        if not self.disk_full:
+            if space.free < policy.low_bytes:
+                self._enter_disk_full("low_free_space")
+            elif (
+                self.reserve_bytes < policy.reserve_bytes
+                and space.free >= policy.high_bytes + policy.reserve_bytes
+            ):
+                self._make_reserve(writer, policy.reserve_bytes)
+        elif space.free >= policy.high_bytes and self.error is None:
+            self.disk_full = False
+            self.log.info(
+                "aof_disk_ok",
+                data_dir=str(writer.data_dir),
+                free_bytes=space.free,
+                high_bytes=policy.high_bytes,
+            )
+        if self.disk_full:
+            self._maybe_rewrite_for_space(writer)
+        self._update_refusal()
+
+    def _enter_disk_full(self, why: str) -> None:
+        self.disk_full = True
+        if self.writer is not None:
+            self._rewrite_base = self.writer.size  # growth from here on is acks and deletes
+        policy = self.disk_policy
+        self.log.warning(
+            "aof_disk_full",
+            reason=why,
+            data_dir=str(self.config.data_dir),
+            free_bytes=self.disk_free,
+            low_bytes=policy.low_bytes if policy else None,
+            high_bytes=policy.high_bytes if policy else None,
+        )
+
+    def _update_refusal(self) -> None:
+        self.runtime.core.beanstalk.refuse_puts = self.disk_full or self.error is not None
+
+    def _make_reserve(self, writer: AofWriter, size: int) -> None:
+        try:
+            create_reserve(writer.data_dir / RESERVE_NAME, size)
+        except OSError as exc:
+            self.log.warning("aof_disk_reserve_failed", size=size, error=str(exc))
+            return
+        self.reserve_bytes = size
+        self.disk_free -= size
+        self.log.info("aof_disk_reserve_made", size=size)
+
+    def _release_reserve(self, why: str) -> None:
+        writer = self.writer
+        if writer is None:
+            return
+        try:
+            freed = release_reserve(writer.data_dir / RESERVE_NAME)
+        except OSError as exc:
+            self.log.error("aof_disk_reserve_release_failed", error=str(exc))
+            return
+        self.reserve_bytes = 0
+        self.disk_free += freed
+        self.log.warning("aof_disk_reserve_released", reason=why, freed_bytes=freed)
+
+    def _maybe_rewrite_for_space(self, writer: AofWriter) -> None:
+        """A rewrite while the disk is low, when it should free at least a quarter of the
+        file: the live data is well under the file (``live_bytes`` overestimates a Disque
+        job's record), or the file grew by a quarter since the disk got low or the last such
+        rewrite (while adds are refused it grows by acks and deletes, which a rewrite drops).
+        Only when the new file fits in the free space and the reserve."""
+        if self._rewrite_ids is not None or writer.rewrite_active:
+            return
+        size = writer.size
+        live = self.runtime.core.live_bytes()
+        gain = max(size // 4, REWRITE_FOR_SPACE_MIN)
+        if size - live < gain and size - self._rewrite_base < gain:
+            return
+        self._rewrite_base = size  # one attempt per quarter of growth, whatever its outcome
+        need = min(live, size)  # the new file's estimated size
+        if need > self.disk_free + self.reserve_bytes:
+            if self._no_room_size == size:
+                return  # said so already
+            self._no_room_size = size
+            self.log.warning(
+                "aof_rewrite_for_space_no_room",
+                size=size,
+                live_bytes=live,
+                free_bytes=self.disk_free,
+                reserve_bytes=self.reserve_bytes,
+            )
+            return
+        if self.disk_free < need:
+            self._release_reserve("rewrite")
+        self.log.info(
+            "aof_rewrite_for_space", size=size, live_bytes=live, free_bytes=self.disk_free
+        )
+        self.request_rewrite()

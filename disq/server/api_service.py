@@ -308,6 +308,10 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             raise syntax("REPLICATE must be between 1 and 65535")
         if req.HasField("ttl_s") and req.ttl_s == 0:
             raise syntax("TTL must be a number > 0")
+        full = self.node.disk_full
+        if full is not None:
+            # The RESP door's -OOM: nothing was added (the SDK raises OutOfMemoryError).
+            raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
         token = self.node.new_token()
         r = self.node.core.add_job(
             now,

@@ -302,6 +302,16 @@ class NodeCollector(Collector):
             "1 while the last AOF write failed (puts are refused until a retry succeeds).",
             value=int(aof.error is not None),
         )
+        yield GaugeMetricFamily(
+            "disq_aof_disk_full",
+            "1 while new jobs are refused for lack of disk space (docs/disk-full.md).",
+            value=int(aof.disk_full),
+        )
+        yield GaugeMetricFamily(
+            "disq_aof_disk_free_bytes",
+            "Free bytes on the data directory's filesystem at the last check (statvfs).",
+            value=max(aof.disk_free, 0),
+        )
 
     def _latencies(self) -> Iterator[Metric]:
         m = self.metrics

@@ -51,6 +51,10 @@ class NodeServices:
         return self.runtime.aof_error
 
     @property
+    def disk_full(self) -> str | None:
+        return self.runtime.aof.disk_full_reason
+
+    @property
     def resp_stats(self) -> RespStats:
         return self._stats
 
@@ -127,6 +131,7 @@ class NodeServices:
             ]
         if section == "persistence":
             aof = node.aof.writer
+            policy = node.aof.disk_policy
             return [
                 ("loading", 0),
                 ("aof_enabled", 1 if aof is not None else 0),
@@ -134,6 +139,12 @@ class NodeServices:
                 ("aof_rewrite_in_progress", 1 if node.aof.rewriting else 0),
                 ("aof_last_write_status", "err" if node.aof_error else "ok"),
                 ("aof_current_size", aof.size if aof is not None else 0),
+                # docs/disk-full.md: adds refused below the low mark, taken again at the high
+                ("aof_disk_full", 1 if node.aof.disk_full else 0),
+                ("aof_disk_free_bytes", max(node.aof.disk_free, 0)),
+                ("aof_disk_low_bytes", policy.low_bytes if policy is not None else 0),
+                ("aof_disk_high_bytes", policy.high_bytes if policy is not None else 0),
+                ("aof_disk_reserve_bytes", node.aof.reserve_bytes),
             ]
         if section == "stats":
             s = self.core.stats

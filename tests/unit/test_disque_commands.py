@@ -64,6 +64,7 @@ class FakeNode:
         self.core = DisqueCore(self.view, random.Random(7), T0)
         self.requirepass: str | None = None
         self.aof_error: str | None = None
+        self.disk_full: str | None = None
         self.resp_stats = RespStats()
         self.calls: list[tuple[object, ...]] = []
         self.leaving = False

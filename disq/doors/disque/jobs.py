@@ -87,6 +87,11 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     timeout = _timeout(argv[3])
     if isinstance(timeout, bytes):
         return timeout
+    full = c.node.disk_full
+    if full is not None:
+        # A definite refusal, in Disque's words for "not added, no room" (its -OOM): nothing
+        # was added, the client may retry later or elsewhere.
+        return _err("OOM " + full)
     token = c.new_token()
     r = c.node.core.add_job(
         now_ms,

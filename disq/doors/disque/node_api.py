@@ -141,6 +141,12 @@ class NodeApi(Protocol):
         ...
 
     @property
+    def disk_full(self) -> str | None:
+        """While the data directory's filesystem is below its free-space mark: why new jobs
+        are refused (``disk full: ...``); ADDJOB answers ``-OOM <text>``. None otherwise."""
+        ...
+
+    @property
     def resp_stats(self) -> RespStats:
         """Shared counters: the doors count commands, the transport connections."""
         ...

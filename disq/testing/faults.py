@@ -1,0 +1,114 @@
+"""Injected I/O faults, to show that the node handles them as documented.
+
+Like :mod:`disq.testing.mutants`: a fault is put into the real code by monkeypatching for the
+length of a test or of one node process, never by a flag in the code that ships.
+
+* ``fsync-eio``: the fsync of the AOF's files (``fsync_fd`` as
+  :mod:`disq.persistence.aof_writer` calls it: group commits under ``always``, the
+  ``everysec`` worker thread, a rewrite's commit) succeeds ``after`` times, then raises
+  ``OSError(EIO)`` on every later call, as a disk that lost a write does. Other fsyncs of the
+  process (node.json, cluster.json, directories) are untouched. A node must stop (exit 1)
+  without acknowledging the records of the failed fsync (docs/disk-full.md, "fsyncgate").
+
+In-process::
+
+    with faults.applied("fsync-eio", after=3):
+        ...
+
+Node processes: ``python -m disq.testing.faults fsync-eio [--after N] -- ARGS...`` applies the
+fault, then runs ``disq.node_main`` with ``ARGS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+
+from disq.persistence import aof_writer
+
+FSYNC_EIO = "fsync-eio"
+FAULTS = (FSYNC_EIO,)
+
+
+class FsyncFault:
+    """The replacement fsync: ``after`` calls pass through, every later one fails with EIO.
+    Thread-safe (the ``everysec`` worker thread calls it too)."""
+
+    def __init__(self, after: int, original: Callable[[int], None]) -> None:
+        self.after = after
+        self.calls = 0
+        self.failures = 0
+        self._original = original
+        self._lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            self.calls += 1
+            fail = self.calls > self.after
+            if fail:
+                self.failures += 1
+        if fail:
+            raise OSError(errno.EIO, os.strerror(errno.EIO) + " (injected: disq.testing.faults)")
+        self._original(fd)
+
+
+def _fsync_eio(after: int) -> Callable[[], None]:
+    # The writer looks fsync_fd up in its module's namespace at each call: replace it there.
+    namespace = vars(aof_writer)
+    original: Callable[[int], None] = namespace["fsync_fd"]
+    namespace["fsync_fd"] = FsyncFault(after, original)
+
+    def undo() -> None:
+        namespace["fsync_fd"] = original
+
+    return undo
+
+
+def apply(name: str, *, after: int = 0) -> Callable[[], None]:
+    """Put the named fault in; returns the function that takes it out."""
+    if name == FSYNC_EIO:
+        return _fsync_eio(after)
+    raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
+
+
+@contextlib.contextmanager
+def applied(name: str, *, after: int = 0) -> Iterator[None]:
+    undo = apply(name, after=after)
+    try:
+        yield
+    finally:
+        undo()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--" in args:
+        cut = args.index("--")
+        ours, node_args = args[:cut], args[cut + 1 :]
+    else:
+        ours, node_args = args, []
+    parser = argparse.ArgumentParser(
+        prog="python -m disq.testing.faults",
+        description="Run disq-node with an injected I/O fault (tests only).",
+        epilog="Everything after -- goes to disq-node.",
+    )
+    parser.add_argument("fault", choices=FAULTS)
+    parser.add_argument(
+        "--after", type=int, default=0, metavar="N", help="calls that succeed before the fault"
+    )
+    opts = parser.parse_args(ours)
+    if opts.after < 0:
+        parser.error("--after must be >= 0")
+    apply(opts.fault, after=opts.after)
+    from disq import node_main
+
+    return node_main.main(node_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
