@@ -1,8 +1,10 @@
 """A total-queue history checker, after Jepsen's ``checker/total-queue``.
 
-Pure: a history in, a report out. No clocks, no IO, no order assumptions beyond "an event
-names the value it is about", so histories recorded by many threads can be checked as
-they were appended.
+Pure: a history in (and, optionally, what the drain found left on the nodes), a report out.
+No clocks, no IO. The only order it relies on is the history's own append order for the
+deliveries of one value (an ``abandon`` belongs to the delivery before it), which holds for
+histories recorded by many threads, since each thread records a delivery before it decides
+to abandon it.
 
 An event is a mapping (a ``history.jsonl`` line) or an :class:`Event` with a ``type``:
 
@@ -20,6 +22,10 @@ An event is a mapping (a ``history.jsonl`` line) or an :class:`Event` with a ``t
 ``dequeue-ok`` (value)
     ``GETJOB`` handed this value to a consumer (recorded before the ``ACKJOB``: the job was
     delivered whether or not the ack then reached anyone).
+``abandon`` (value)
+    the consumer that was just handed this value dies: it does not ACK and closes its
+    connection (the jepsen workload does this to a share of its GETJOBs). The job's RETRY
+    must put it back in a queue, so it must be delivered again.
 
 Every other type (``ack-ok``, ``nemesis``, ...) is kept in the history for people and ignored
 here.
@@ -35,6 +41,19 @@ What is counted, as sets of values unless said otherwise:
 * recovered: indeterminate but delivered (the job survived its NOREPL or timeout).
 * failed_but_delivered: ``add-fail`` yet delivered. Not a loss, but it means an error that
   should have been definite was not: reported so someone looks at it.
+* abandoned: ``abandon`` events (deliveries whose consumer died).
+* **stranded**: acknowledged values whose last delivery was abandoned and that were never
+  delivered again. The "delivered at least once" check cannot see them (they *were*
+  delivered), yet the job is stuck: nobody acked it and nobody will ever get it. MUST be 0.
+* abandoned_unacknowledged: the same for values whose add was not acknowledged. Not a
+  violation: a job whose ``ADDJOB`` failed with ``-NOREPL Timeout`` is deleted by the node
+  that took it (Disque cleans up partial copies), and a replica may have handed it out in
+  the meantime (its RETRY can fire before the ADDJOB times out). Reported, not judged.
+* **left on nodes** (``left_on_nodes``, given by the caller: per node, jobs still in a
+  deliverable state after the drain, or why the node could not be asked): any non-zero or
+  unknown count is listed in ``stranded_on_nodes`` and makes the run invalid.
+
+``valid``: lost, unexpected and stranded are 0, and nothing is left on the nodes.
 """
 
 from __future__ import annotations
@@ -49,8 +68,9 @@ ADD_OK = "add-ok"
 ADD_FAIL = "add-fail"
 ADD_INFO = "add-info"
 DEQUEUE_OK = "dequeue-ok"
+ABANDON = "abandon"
 
-_CHECKED = frozenset({ADD_INVOKE, ADD_OK, ADD_FAIL, ADD_INFO, DEQUEUE_OK})
+_CHECKED = frozenset({ADD_INVOKE, ADD_OK, ADD_FAIL, ADD_INFO, DEQUEUE_OK, ABANDON})
 
 # How many example values a report lists per category; counts are always exact.
 SAMPLE = 50
@@ -81,7 +101,8 @@ class Event:
 
 @dataclass(slots=True)
 class QueueReport:
-    """The checker's verdict. ``valid`` is false iff something was lost or invented."""
+    """The checker's verdict. ``valid`` is false iff something was lost, invented or
+    stranded, or the nodes still held deliverable jobs."""
 
     valid: bool
     attempted: int
@@ -96,10 +117,17 @@ class QueueReport:
     unexpected: int
     recovered: int
     failed_but_delivered: int
+    abandoned: int = 0
+    stranded: int = 0
+    abandoned_unacknowledged: int = 0
+    left_on_nodes: int = 0
+    stranded_on_nodes: dict[str, int | str] = field(default_factory=dict)
     lost_values: list[Any] = field(default_factory=list)
     unexpected_values: list[Any] = field(default_factory=list)
     duplicated_sample: dict[str, int] = field(default_factory=dict)
     failed_but_delivered_values: list[Any] = field(default_factory=list)
+    stranded_values: list[Any] = field(default_factory=list)
+    abandoned_unacknowledged_values: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +145,10 @@ class QueueReport:
             f"  duplicated    {self.duplicated:>8}  ({self.duplicate_deliveries} extra deliveries)",
             f"  lost          {self.lost:>8}  (must be 0)",
             f"  unexpected    {self.unexpected:>8}  (must be 0)",
+            f"  abandoned     {self.abandoned:>8}  deliveries whose consumer died",
+            f"  stranded      {self.stranded:>8}  (must be 0: acknowledged, abandoned, never "
+            "delivered again)",
+            f"  left on nodes {self.left_on_nodes:>8}  (must be 0: deliverable after the drain)",
         ]
         if self.failed_but_delivered:
             lines.append(
@@ -127,6 +159,16 @@ class QueueReport:
             lines.append(f"  lost values: {_fmt(self.lost_values)}")
         if self.unexpected:
             lines.append(f"  unexpected values: {_fmt(self.unexpected_values)}")
+        if self.stranded:
+            lines.append(f"  stranded values: {_fmt(self.stranded_values)}")
+        if self.abandoned_unacknowledged:
+            lines.append(
+                f"  note: {self.abandoned_unacknowledged} values whose add was not acknowledged "
+                f"were abandoned and never delivered again (allowed: a failed add may be "
+                f"deleted), e.g. {_fmt(self.abandoned_unacknowledged_values)}"
+            )
+        if self.stranded_on_nodes:
+            lines.append(f"  left per node: {self.stranded_on_nodes}")
         return "\n".join(lines)
 
 
@@ -150,13 +192,24 @@ def _get(ev: Mapping[str, Any] | Event, key: str) -> Any:
     return ev.get(key)
 
 
-def check(history: Iterable[Mapping[str, Any] | Event]) -> QueueReport:
-    """Check a total-queue history (see the module doc for the event types)."""
+def check(
+    history: Iterable[Mapping[str, Any] | Event],
+    *,
+    left_on_nodes: Mapping[str, int | str] | None = None,
+) -> QueueReport:
+    """Check a total-queue history (see the module doc for the event types).
+
+    ``left_on_nodes``: per node, how many jobs were still deliverable when the drain ended,
+    or a string saying why the node could not be asked (None: not checked).
+    """
     attempted: set[Hashable] = set()
     acknowledged: set[Hashable] = set()
     failed: set[Hashable] = set()
     info: set[Hashable] = set()
     deliveries: Counter[Hashable] = Counter()
+    # Per value: whether its latest delivery was abandoned.
+    last_abandoned: dict[Hashable, bool] = {}
+    abandoned = 0
 
     for ev in history:
         kind = _get(ev, "type")
@@ -167,6 +220,11 @@ def check(history: Iterable[Mapping[str, Any] | Event]) -> QueueReport:
             raise ValueError(f"{kind} event without a value: {ev!r}")
         if kind == DEQUEUE_OK:
             deliveries[value] += 1
+            last_abandoned[value] = False
+            continue
+        if kind == ABANDON:
+            abandoned += 1
+            last_abandoned[value] = True
             continue
         # An add completion without its invoke (a truncated history) still was an attempt.
         attempted.add(value)
@@ -189,9 +247,15 @@ def check(history: Iterable[Mapping[str, Any] | Event]) -> QueueReport:
     recovered = indeterminate & delivered
     failed_delivered = failed & delivered
     dups = {v: c for v, c in deliveries.items() if c > 1}
+    stuck = {v for v, a in last_abandoned.items() if a}
+    stranded = stuck & acknowledged
+    on_nodes: dict[str, int | str] = {
+        str(k): v for k, v in (left_on_nodes or {}).items() if not isinstance(v, int) or v != 0
+    }
+    left = sum(v for v in on_nodes.values() if isinstance(v, int))
 
     return QueueReport(
-        valid=not lost and not unexpected,
+        valid=not lost and not unexpected and not stranded and not on_nodes,
         attempted=len(attempted),
         acknowledged=len(acknowledged),
         failed=len(failed),
@@ -204,9 +268,16 @@ def check(history: Iterable[Mapping[str, Any] | Event]) -> QueueReport:
         unexpected=len(unexpected),
         recovered=len(recovered),
         failed_but_delivered=len(failed_delivered),
+        abandoned=abandoned,
+        stranded=len(stranded),
+        abandoned_unacknowledged=len(stuck - acknowledged),
+        left_on_nodes=left,
+        stranded_on_nodes=on_nodes,
         # Lost and unexpected are the bugs: list them all, people need every one.
         lost_values=_sorted(lost),
         unexpected_values=_sorted(unexpected),
         duplicated_sample={str(v): dups[v] for v in _sorted(dups)[:SAMPLE]},
         failed_but_delivered_values=_sorted(failed_delivered)[:SAMPLE],
+        stranded_values=_sorted(stranded),
+        abandoned_unacknowledged_values=_sorted(stuck - acknowledged)[:SAMPLE],
     )

@@ -14,9 +14,31 @@ Faults, all driven from outside the node:
 * ``kill9(i)`` / ``restart(i)``: SIGKILL, then the same conf (same dir: same id, AOF replay).
 * ``pause(i)`` / ``resume(i)``: SIGSTOP / SIGCONT. A stopped node keeps its sockets open, so
   peers and clients see a node that accepts bytes and never answers.
-* ``partition(groups)`` / ``heal()``: ``DEBUG DROP-PEERS`` on both sides of every cut link.
-  The lab remembers the wanted drop lists and re-applies them to a node that comes back from
-  kill -9 (a fresh process forgot them) or from SIGSTOP (it could not be told while stopped).
+* ``partition(groups)`` / ``heal_partition()``, ``cut(i, j, one_way=...)`` / ``uncut(i, j)``,
+  ``slow(i, j, delay_ms)`` / ``unslow(i, j)``, and ``heal()`` (every link back).
+
+How links are cut depends on ``network`` (:attr:`Lab.partitions` says what was done).
+``Lab`` defaults to ``"inprocess"``, because many tests reach the nodes at 127.0.0.1;
+``cluster.jepsen`` and ``python -m cluster.lab`` default to ``"auto"`` (namespaces when
+possible, else in-process):
+
+* ``netns`` (root, with iproute2): every node runs in its own network namespace
+  (``ip netns exec``) with a veth to a bridge in the root namespace, binds and advertises its
+  namespace address (10.213.S.<10+i>), and links are cut or slowed with ``tc`` rules on the
+  sending node's egress (:mod:`cluster.netns`). The kernel drops the packets: TCP and gRPC
+  streams stall, time out and reconnect as they would on a real network, one-way cuts are
+  possible, and the rules live in the namespace, so they survive kill -9 and SIGSTOP.
+* ``in-process`` (fallback, or ``network="inprocess"``): ``DEBUG DROP-PEERS`` on the nodes;
+  connections stay up and the node drops frames itself. A one-way cut becomes a two-way cut
+  at the one node, and slow links are not possible. The lab remembers the wanted drop lists
+  and re-applies them to a node that comes back from kill -9 (a fresh process forgot them)
+  or from SIGSTOP (it could not be told while stopped). Why namespaces were not used is
+  written to ``lab.log`` and kept in :attr:`Lab.partitions`.
+
+What a fault did can be observed from outside: :meth:`Lab.refuses` (a killed node's port
+refuses connections), :meth:`Lab.ping_times_out` (a stopped node does not answer),
+:meth:`Lab.hello_flags` (a node's view of its peers: a cut peer shows PFAIL / FAIL / no
+link), :meth:`Lab.slow_packets` (the slow link's tc class carried packets).
 
 Nodes run in their own session (``start_new_session``) so a Ctrl-C in the terminal reaches
 only the lab, which then stops the nodes with SIGTERM, as a real operator would.
@@ -45,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from cluster import netns
 from cluster.resp_client import Reply, RespClient, RespError, info_fields
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +85,8 @@ KILLED = "killed"
 STOPPED = "stopped"
 CRASHED = "crashed"  # exited while the lab believed it up: a finding, not a fault we made
 NEW = "new"
+
+NETWORKS = ("auto", "netns", "inprocess")
 
 
 class LabError(RuntimeError):
@@ -196,6 +221,8 @@ class LabStats:
     pauses: int = 0
     resumes: int = 0
     partitions: int = 0
+    cuts: int = 0
+    slows: int = 0
     heals: int = 0
     remeets: int = 0
     crashes: int = 0
@@ -224,11 +251,14 @@ class Lab:
         start_timeout: float = START_TIMEOUT,
         form_timeout: float | None = None,
         extra_conf: Sequence[str] = (),
+        network: str = "inprocess",
     ) -> None:
         if n < 1:
             raise ValueError("a lab needs at least one node")
         if fsync not in ("always", "everysec", "no"):
             raise ValueError(f"fsync must be always, everysec or no, not {fsync!r}")
+        if network not in NETWORKS:
+            raise ValueError(f"network must be one of {', '.join(NETWORKS)}, not {network!r}")
         self.n = n
         self.base_dir = Path(base_dir).resolve()
         self.base_port = base_port or find_base_port(n, host)
@@ -244,8 +274,15 @@ class Lab:
             NodeHandle(i, self.base_port + i, self.base_dir / f"node-{i}", host) for i in range(n)
         ]
         self.stats = LabStats()
-        # Wanted drop lists (node index -> indexes it must not talk to); {} means healed.
-        self._drops: dict[int, set[int]] = {}
+        self.network = network
+        self.net: netns.Network | None = None
+        # "netns" or "in-process (why)"; decided by start().
+        self.partitions = "not started"
+        # Wanted link faults. From partition(): node -> nodes it must not talk to; from cut():
+        # directed (from, to) pairs; from slow(): (from, to) -> delay ms. All empty: healed.
+        self._partition: dict[int, set[int]] = {}
+        self._cuts: set[tuple[int, int]] = set()
+        self._slow: dict[tuple[int, int], int] = {}
         self._lock = threading.RLock()
         self._log_file: TextIO | None = None
         self._started = False
@@ -273,6 +310,7 @@ class Lab:
             atexit.register(self._kill_leftovers)
             self._started = True
             try:
+                self._setup_network()
                 for node in self.nodes:
                     self._write_conf(node)
                     self._spawn(node)
@@ -288,6 +326,44 @@ class Lab:
             except BaseException:
                 self.stop_all()
                 raise
+
+    def _setup_network(self) -> None:
+        """Namespaces if wanted and possible, else the in-process fallback (logged)."""
+        why: str | None = None
+        if self.network == "inprocess":
+            why = "asked for"
+        else:
+            why = netns.unavailable_reason()
+            if why is None:
+                net = netns.Network(self.n)
+                try:
+                    stale = net.create()
+                except (netns.NetnsError, ValueError) as exc:
+                    why = f"namespace setup failed: {exc}"
+                else:
+                    self.net = net
+                    if stale:
+                        self._note("netns-stale-removed", names=",".join(stale))
+                    for nd in self.nodes:
+                        nd.host = net.addr(nd.index)
+            if why is not None and self.network == "netns":
+                raise LabError(f"network namespaces wanted but not possible: {why}")
+        if self.net is not None:
+            self.partitions = "netns"
+            self._note("network", partitions="netns", layout=self.net.describe())
+        else:
+            self.partitions = f"in-process ({why})"
+            self._note("network", partitions="in-process", why=why)
+
+    @property
+    def can_slow(self) -> bool:
+        """Whether :meth:`slow` works here (namespaces, and a kernel with htb or netem)."""
+        return self.net is not None and self.net.slow_mode != "none"
+
+    @property
+    def one_way_cuts(self) -> bool:
+        """Whether a cut can really be one-way (in-process cuts are two-way at the node)."""
+        return self.net is not None
 
     def _write_conf(self, node: NodeHandle) -> None:
         node.dir.mkdir(parents=True, exist_ok=True)
@@ -320,7 +396,7 @@ class Lab:
             out.write(f"\n=== lab: start #{node.starts} at {time.ctime()} ===\n".encode())
             out.flush()
             node.proc = subprocess.Popen(
-                [*self.node_cmd, str(node.conf_path)],
+                [*self._exec_prefix(node), *self.node_cmd, str(node.conf_path)],
                 cwd=node.dir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -330,6 +406,9 @@ class Lab:
             )
         node.state = NEW
         self._note("spawn", node=node.index, pid=node.proc.pid, port=node.port)
+
+    def _exec_prefix(self, node: NodeHandle) -> list[str]:
+        return self.net.exec_prefix(node.index) if self.net is not None else []
 
     def _wait_ready(self, node: NodeHandle, deadline: float) -> None:
         while True:
@@ -474,10 +553,52 @@ class Lab:
                     self._note("crash", node=node.index, code=node.proc.returncode)
         return crashed
 
+    def hello_flags(self, i: int, timeout: float = 1.0) -> dict[int, int]:
+        """Node ``i``'s HELLO priority of every other lab node it lists, by index (1 ok,
+        5 no link, 10 PFAIL, 100 FAIL); a lab node it does not list is absent."""
+        by_id = {nd.id: nd.index for nd in self.nodes if nd.id is not None}
+        prio = self.hello(i, timeout=timeout)
+        return {by_id[nid]: p for nid, p in prio.items() if nid in by_id and by_id[nid] != i}
+
+    def refuses(self, i: int, timeout: float = 1.0) -> bool:
+        """Whether a TCP connect to node ``i``'s RESP port is refused (nothing listens)."""
+        node = self.nodes[i]
+        try:
+            with socket.create_connection((node.host, node.port), timeout=timeout):
+                return False
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+
+    def ping_times_out(self, i: int, timeout: float = 0.5) -> bool:
+        """Whether node ``i`` accepts a connection but does not answer PING in ``timeout``
+        (a SIGSTOPped process: the kernel still completes the handshake)."""
+        try:
+            self.nodes[i].call("PING", timeout=timeout)
+        except TimeoutError:
+            return True
+        except (OSError, RespError):
+            return False
+        return False
+
+    def slow_packets(self, i: int, j: int) -> tuple[int, int]:
+        """(packets, overlimits) the slow link i->j's tc class has carried; (0, 0) if none."""
+        if self.net is None:
+            return (0, 0)
+        return self.net.slow_packets(i, j)
+
     @property
     def partitioned(self) -> bool:
-        """Whether some link is currently cut (by :meth:`partition`)."""
-        return bool(self._drops)
+        """Whether some link is currently cut or slowed."""
+        return bool(self._drops() or self._slow)
+
+    def _drops(self) -> dict[int, set[int]]:
+        """Node -> nodes it must not send to: the partition's and the cuts' together."""
+        out: dict[int, set[int]] = {i: set(js) for i, js in self._partition.items() if js}
+        for i, j in self._cuts:
+            out.setdefault(i, set()).add(j)
+        return out
 
     def down(self) -> list[int]:
         """Nodes not serving right now (killed, paused, stopped, crashed)."""
@@ -526,7 +647,7 @@ class Lab:
             node.state = UP
             self.stats.restarts += 1
             self._note("restart", node=i, pid=node.pid)
-            if self._drops.get(i):
+            if self.net is None and self._drops().get(i):
                 self._apply_drops(i)
 
     def pause(self, i: int) -> None:
@@ -549,7 +670,8 @@ class Lab:
             self.stats.resumes += 1
             self._note("resume", node=i)
             # The partition may have changed while it was stopped: tell it the current one.
-            self._apply_drops(i)
+            if self.net is None:
+                self._apply_drops(i)
 
     def partition(self, groups: Iterable[Iterable[int]]) -> None:
         """Cut every link between nodes of different groups (both directions).
@@ -570,20 +692,89 @@ class Lab:
             if rest:
                 gs.append(rest)
             everyone = set(range(self.n))
-            self._drops = {i: everyone - g for g in gs for i in g if everyone - g}
+            self._partition = {i: everyone - g for g in gs for i in g if everyone - g}
             self.stats.partitions += 1
             self._note("partition", groups=[sorted(g) for g in gs])
             self._apply_all()
 
-    def heal(self) -> None:
-        """Restore every link (``DEBUG DROP-PEERS`` with no ids on every live node)."""
+    def heal_partition(self) -> None:
+        """Undo :meth:`partition` (cuts and slow links made by :meth:`cut` / :meth:`slow` stay)."""
         with self._lock:
-            self._drops = {}
+            self._partition = {}
+            self._note("heal-partition")
+            self._apply_all()
+
+    def cut(self, i: int, j: int, *, one_way: bool = False) -> None:
+        """Drop what node ``i`` sends to node ``j``; and what ``j`` sends to ``i`` unless
+        ``one_way``. In-process (no namespaces) a one-way cut is two-way at node ``i``."""
+        with self._lock:
+            self._check_pair(i, j)
+            self._cuts.add((i, j))
+            if not one_way:
+                self._cuts.add((j, i))
+            self.stats.cuts += 1
+            self._note("cut", src=i, dst=j, one_way=one_way)
+            self._apply_all()
+
+    def uncut(self, i: int, j: int) -> None:
+        """Restore the link between ``i`` and ``j``, both directions."""
+        with self._lock:
+            self._cuts -= {(i, j), (j, i)}
+            self._note("uncut", src=i, dst=j)
+            self._apply_all()
+
+    def slow(self, i: int, j: int, delay_ms: int) -> None:
+        """Slow what node ``i`` sends to node ``j`` (see :mod:`cluster.netns` for how)."""
+        with self._lock:
+            self._check_pair(i, j)
+            if not self.can_slow:
+                raise LabError(f"slow links need network namespaces: {self.partitions}")
+            if delay_ms <= 0:
+                raise ValueError(f"delay_ms must be positive, not {delay_ms}")
+            self._slow[(i, j)] = delay_ms
+            self.stats.slows += 1
+            self._note("slow", src=i, dst=j, delay_ms=delay_ms)
+            self._apply_all()
+
+    def unslow(self, i: int, j: int) -> None:
+        with self._lock:
+            self._slow.pop((i, j), None)
+            self._note("unslow", src=i, dst=j)
+            self._apply_all()
+
+    def _check_pair(self, i: int, j: int) -> None:
+        if i == j or not (0 <= i < self.n and 0 <= j < self.n):
+            raise ValueError(f"a link needs two different nodes of 0..{self.n - 1}, not {i}, {j}")
+
+    def heal(self) -> None:
+        """Restore every link: no partition, no cut, no slow link."""
+        with self._lock:
+            self._partition = {}
+            self._cuts = set()
+            self._slow = {}
             self.stats.heals += 1
             self._note("heal")
             self._apply_all()
 
     def _apply_all(self) -> None:
+        if self.net is not None:
+            drops = self._drops()
+            slow: dict[int, list[tuple[int, int]]] = {}
+            for (i, j), ms in self._slow.items():
+                slow.setdefault(i, []).append((j, ms))
+            wanted = {
+                i: netns.Rules(
+                    drop=frozenset(drops.get(i, ())), slow=tuple(sorted(slow.get(i, [])))
+                )
+                for i in range(self.n)
+            }
+            try:
+                changed = self.net.set_rules(wanted)
+            except netns.NetnsError as exc:
+                self._note("tc-failed", error=str(exc))
+                raise LabError(str(exc)) from exc
+            self._note("tc", changed=changed)
+            return
         # Tell every node even if one fails, so a half-applied cut stays as small as possible.
         errors = []
         for i in range(self.n):
@@ -599,7 +790,7 @@ class Lab:
         if node.state != UP:
             return  # killed: a fresh process starts healed; paused: told on resume
         ids = []
-        for j in sorted(self._drops.get(i, ())):
+        for j in sorted(self._drops().get(i, ())):
             peer_id = self.nodes[j].id
             if peer_id is None:
                 raise LabError(f"node {j} has no known id yet")
@@ -638,6 +829,12 @@ class Lab:
             for nd in self.nodes:
                 nd.state = STOPPED
             self._note("stop-all")
+            if self.net is not None:
+                try:
+                    self.net.destroy()
+                    self._note("netns-removed")
+                except netns.NetnsError as exc:
+                    self._note("netns-remove-failed", error=str(exc))
             atexit.unregister(self._kill_leftovers)
             if self._log_file is not None:
                 self._log_file.close()
@@ -651,6 +848,9 @@ class Lab:
                 assert nd.proc is not None
                 with contextlib.suppress(OSError):
                     nd.proc.kill()
+        if self.net is not None:
+            with contextlib.suppress(netns.NetnsError):
+                self.net.destroy()
 
     def _note(self, what: str, **kv: object) -> None:
         if self._log_file is None:
@@ -673,6 +873,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-timeout", type=int, default=2000, help="cluster-node-timeout, ms")
     p.add_argument("--fsync", choices=("always", "everysec", "no"), default="everysec")
     p.add_argument("--node-cmd", help="command that runs a node (conf path appended)")
+    p.add_argument(
+        "--net",
+        choices=NETWORKS,
+        default="auto",
+        help="netns: a network namespace per node (root); inprocess: DEBUG DROP-PEERS; "
+        "auto: netns if possible",
+    )
     args = p.parse_args(argv)
     base_dir = args.dir or tempfile.mkdtemp(prefix="disq-lab-")
     lab = Lab(
@@ -682,16 +889,25 @@ def main(argv: list[str] | None = None) -> int:
         node_timeout_ms=args.node_timeout,
         fsync=args.fsync,
         node_cmd=shlex.split(args.node_cmd) if args.node_cmd else None,
+        network=args.net,
     )
     print(f"starting {args.nodes} nodes in {lab.base_dir} ...", flush=True)
     # SIGTERM (e.g. from a supervisor) stops the cluster like Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         with lab:
-            print(f"{'node':>4}  {'resp':>5}  {'bus':>5}  {'pid':>7}  id")
+            print(f"partitions: {lab.partitions}")
+            if lab.net is not None:
+                print(f"network: {lab.net.describe()}")
+            print(f"{'node':>4}  {'host':>15}  {'resp':>5}  {'bus':>5}  {'pid':>7}  id")
             for nd in lab.nodes:
-                print(f"{nd.index:>4}  {nd.port:>5}  {nd.bus_port:>5}  {nd.pid:>7}  {nd.id}")
-            print(f"logs: {lab.base_dir}/node-*/node.log   try: redis-cli -p {lab.base_port} HELLO")
+                print(
+                    f"{nd.index:>4}  {nd.host:>15}  {nd.port:>5}  {nd.bus_port:>5}  "
+                    f"{nd.pid:>7}  {nd.id}"
+                )
+            first = lab.node(0)
+            print(f"logs: {lab.base_dir}/node-*/node.log")
+            print(f"try: redis-cli -h {first.host} -p {first.port} HELLO")
             print("Ctrl-C stops the cluster.", flush=True)
             while True:
                 time.sleep(1.0)

@@ -166,3 +166,65 @@ def test_the_jepsen_mix() -> None:
     assert r.indeterminate == 8  # 10, 20, 30, 40, 60, 70, 80, 90
     assert r.recovered == 4  # the NOREPLs that were not multiples of 20: 10, 30, 70, 90
     assert r.duplicated == len([v for v in range(7, 101, 7) if v != 37 and v % 25])
+
+
+def abandon(value: int) -> dict[str, Any]:
+    return {"type": "abandon", "value": value}
+
+
+def test_an_abandoned_delivery_redelivered_later_is_fine() -> None:
+    h = [*add(1), *add(2), deq(1), abandon(1), deq(2), deq(1)]
+    r = check(h)
+    assert r.valid
+    assert r.abandoned == 1
+    assert r.stranded == 0
+    assert r.duplicated == 1  # the redelivery after RETRY
+
+
+def test_a_value_whose_last_delivery_was_abandoned_is_stranded() -> None:
+    # 1: delivered, abandoned, never seen again. 2: abandoned twice, then delivered and fine.
+    # 3: delivered, abandoned, redelivered, abandoned again: its last delivery counts.
+    h = [*add(1), *add(2), *add(3), deq(1), abandon(1), deq(2), abandon(2), deq(2), abandon(2)]
+    h += [deq(2), deq(3), abandon(3), deq(3), abandon(3)]
+    r = check(h)
+    assert not r.valid
+    assert r.lost == 0  # every value was delivered: the at-least-once check alone passes
+    assert r.abandoned == 5
+    assert r.stranded == 2
+    assert r.stranded_values == [1, 3]
+    assert "stranded values: 1, 3" in r.summary()
+    assert "INVALID" in r.summary()
+
+
+def test_an_unacknowledged_value_abandoned_for_good_is_noted_not_stranded() -> None:
+    # ADDJOB -NOREPL Timeout: the node deletes the job, even if a replica handed it out.
+    h = [*add(1, "info", error="NOREPL Timeout reached"), deq(1), abandon(1)]
+    h += [*add(2, "fail"), deq(2), abandon(2)]
+    r = check(h)
+    assert r.valid
+    assert r.stranded == 0
+    assert r.abandoned_unacknowledged == 2
+    assert r.abandoned_unacknowledged_values == [1, 2]
+    assert "note: 2 values" in r.summary()
+
+
+def test_jobs_left_on_nodes_make_the_run_invalid() -> None:
+    h = [*add(1), deq(1)]
+    assert check(h, left_on_nodes={"0": 0, "1": 0, "2": 0}).valid
+    r = check(h, left_on_nodes={"0": 0, "1": 3, "2": 1})
+    assert not r.valid
+    assert r.left_on_nodes == 4
+    assert r.stranded_on_nodes == {"1": 3, "2": 1}
+    assert "left per node" in r.summary()
+
+
+def test_a_node_that_could_not_be_asked_is_not_taken_as_empty() -> None:
+    r = check([*add(1), deq(1)], left_on_nodes={"0": 0, "1": "error: timed out"})
+    assert not r.valid
+    assert r.left_on_nodes == 0
+    assert r.stranded_on_nodes == {"1": "error: timed out"}
+
+
+def test_without_left_on_nodes_only_the_history_decides() -> None:
+    r = check([*add(1), deq(1)])
+    assert r.valid and r.stranded_on_nodes == {} and r.left_on_nodes == 0

@@ -1,0 +1,125 @@
+"""The lab's real network faults (cluster/netns.py): namespaces, tc cuts, cleanup, fallback.
+
+The namespace tests need root and iproute2 and are skipped otherwise; the fallback test
+runs everywhere.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from cluster import netns  # noqa: E402
+from cluster.lab import Lab  # noqa: E402
+
+needs_netns = pytest.mark.skipif(
+    netns.unavailable_reason() is not None,
+    reason=f"network namespaces unavailable: {netns.unavailable_reason()}",
+)
+
+
+def _eventually(cond: Callable[[], bool], bound: float, what: str) -> None:
+    deadline = time.monotonic() + bound
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {bound}s: {what}")
+        time.sleep(0.1)
+
+
+def _netns_names() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def _links() -> str:
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@needs_netns
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_one_way_cut_in_namespaces_is_seen_and_heals(tmp_path: Path) -> None:
+    lab = Lab(3, tmp_path / "lab", node_timeout_ms=1000, network="netns")
+    with lab:
+        assert lab.partitions == "netns"
+        assert lab.net is not None
+        names = {lab.net.netns(i) for i in range(3)}
+        assert names <= _netns_names()
+        assert all(nd.host.startswith("10.213.") for nd in lab.nodes)
+        assert len({nd.host for nd in lab.nodes}) == 3
+        # Node 0 can hear but not speak: the others' probes get no ack, so they flag it.
+        lab.cut(0, 1, one_way=True)
+        lab.cut(0, 2, one_way=True)
+        _eventually(lambda: lab.hello_flags(1).get(0, 1) > 1, 15, "node 1 flags node 0")
+        # The lab's own clients, in the root namespace, still reach node 0.
+        assert lab.node(0).call("PING") == "PONG"
+        lab.heal()
+        lab.wait_cluster(30)
+        lab.slow(1, 2, 200)
+        _eventually(lambda: lab.slow_packets(1, 2)[0] > 0, 15, "the slow link carries packets")
+        lab.heal()
+        lab.kill9(2)
+        assert lab.refuses(2)
+        lab.restart(2)
+        lab.pause(1)
+        assert lab.ping_times_out(1)
+        lab.resume(1)
+        lab.wait_cluster(30)
+    assert not names & _netns_names()
+    assert lab.net.bridge not in _links()
+    assert "partitions=netns" in (tmp_path / "lab" / "lab.log").read_text()
+
+
+@needs_netns
+@pytest.mark.timeout(60)
+def test_stale_namespaces_of_a_dead_lab_are_removed() -> None:
+    net = netns.Network(2)
+    net.tag = f"{_dead_pid() & 0xFFFFFF:06x}0"  # as if made by a lab that has since died
+    try:
+        net.create()
+        assert {net.netns(0), net.netns(1)} <= _netns_names()
+        removed = netns.remove_stale()
+        assert net.netns(0) in removed and net.bridge in removed
+        assert not {net.netns(0), net.netns(1)} & _netns_names()
+        assert net.bridge not in _links()
+    finally:
+        net.destroy()
+
+
+@needs_netns
+@pytest.mark.timeout(60)
+def test_a_live_labs_namespaces_are_not_stale() -> None:
+    net = netns.Network(1)
+    try:
+        net.create()
+        assert net.netns(0) not in netns.remove_stale()
+        assert net.netns(0) in _netns_names()
+    finally:
+        net.destroy()
+    assert net.netns(0) not in _netns_names()
+
+
+@pytest.mark.timeout(60)
+def test_in_process_fallback_is_said(tmp_path: Path) -> None:
+    with Lab(1, tmp_path / "lab", network="inprocess") as lab:
+        assert lab.partitions == "in-process (asked for)"
+        assert lab.net is None
+        assert not lab.can_slow and not lab.one_way_cuts
+        assert lab.node(0).call("PING") == "PONG"
+    log = (tmp_path / "lab" / "lab.log").read_text()
+    assert "partitions=in-process why=asked for" in log
