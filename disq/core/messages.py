@@ -135,11 +135,15 @@ class DelJob:
 @dataclass(slots=True)
 class IdemKeys:
     """Idempotency keys of finished adds, for every peer (entry i: queues[i], keys[i],
-    job_ids[i])."""
+    job_ids[i]), resent until the peer acknowledges them; and the acknowledgements of the
+    keys the peer sent (entry i: ack_queues[i], ack_keys[i]), sent once they are persisted.
+    One message carries both, so a node's announcements and acks to a peer merge into one."""
 
     queues: list[str]
     keys: list[str]
     job_ids: list[str]
+    ack_queues: list[str] = field(default_factory=list)
+    ack_keys: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -419,7 +419,13 @@ class NodeCore:
 def _copy_columns(msg: DelJob | IdemKeys) -> DelJob | IdemKeys:
     if isinstance(msg, DelJob):
         return DelJob(list(msg.job_ids))
-    return IdemKeys(list(msg.queues), list(msg.keys), list(msg.job_ids))
+    return IdemKeys(
+        list(msg.queues),
+        list(msg.keys),
+        list(msg.job_ids),
+        list(msg.ack_queues),
+        list(msg.ack_keys),
+    )
 
 
 def _extend_columns(acc: DelJob | IdemKeys, msg: DelJob | IdemKeys) -> None:
@@ -429,3 +435,5 @@ def _extend_columns(acc: DelJob | IdemKeys, msg: DelJob | IdemKeys) -> None:
         acc.queues.extend(msg.queues)
         acc.keys.extend(msg.keys)
         acc.job_ids.extend(msg.job_ids)
+        acc.ack_queues.extend(msg.ack_queues)
+        acc.ack_keys.extend(msg.ack_keys)

@@ -11,6 +11,9 @@ LOADJOB  id 40s | repl u16 | ctime u64 | delay_s u32 | retry_s u32 | etime_ms u6
          beanstalk_id u64 | n_nodes u16 | queue_len u32 | body_len u32 |
          n_nodes * 40s | queue | body
 DELJOB   id 40s
+IDEMKEY  n u32 | n * (until_ms u64 | id_len u8 | queue_len u32 | key_len u16 | id | queue |
+         key): idempotency keys taken (the node's own once their add is done, and the keys
+         it learned from its peers), kept for their window even after their job is gone
 """
 
 from __future__ import annotations
@@ -21,10 +24,16 @@ from disq.core.messages import JobData
 
 REC_LOADJOB = 16
 REC_DELJOB = 17
-CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB)
+REC_IDEMKEY = 18
+CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY)
+
+# An IDEMKEY entry: (queue, key, job id, until_ms).
+IdemKeyEntry = tuple[str, str, str, int]
 
 _LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
 _DEL = struct.Struct("<40s")
+_IDEM_N = struct.Struct("<I")
+_IDEM = struct.Struct("<QBIH")
 
 
 class ClusterRecordError(ValueError):
@@ -128,6 +137,40 @@ def decode_deljob(payload: bytes | memoryview) -> str:
     return bytes(_DEL.unpack_from(payload, 0)[0]).decode()
 
 
+def encode_idemkeys(entries: list[IdemKeyEntry]) -> bytes:
+    parts = [_IDEM_N.pack(len(entries))]
+    for queue, key, job_id, until in entries:
+        q = queue.encode("utf-8", "surrogateescape")
+        k = key.encode("utf-8", "surrogateescape")
+        i = job_id.encode()
+        parts.append(_IDEM.pack(until, len(i), len(q), len(k)) + i + q + k)
+    return b"".join(parts)
+
+
+def decode_idemkeys(payload: bytes | memoryview) -> list[IdemKeyEntry]:
+    raw = bytes(payload)
+    try:
+        (n,) = _IDEM_N.unpack_from(raw, 0)
+        pos = _IDEM_N.size
+        out: list[IdemKeyEntry] = []
+        for _ in range(n):
+            until, ilen, qlen, klen = _IDEM.unpack_from(raw, pos)
+            pos += _IDEM.size
+            end = pos + ilen + qlen + klen
+            if end > len(raw):
+                raise ClusterRecordError("IDEMKEY record length does not match its fields")
+            job_id = raw[pos : pos + ilen].decode()
+            queue = raw[pos + ilen : pos + ilen + qlen].decode("utf-8", "surrogateescape")
+            key = raw[pos + ilen + qlen : end].decode("utf-8", "surrogateescape")
+            out.append((queue, key, job_id, until))
+            pos = end
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ClusterRecordError(f"bad IDEMKEY record: {exc}") from exc
+    if pos != len(raw):
+        raise ClusterRecordError("IDEMKEY record has junk after its entries")
+    return out
+
+
 def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
     """The cluster records of a replayed AOF, in file order, as the core takes them."""
     out: list[tuple[str, object]] = []
@@ -136,4 +179,6 @@ def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
             out.append(("LOADJOB", decode_loadjob(payload)))
         elif rtype == REC_DELJOB:
             out.append(("DELJOB", decode_deljob(payload)))
+        elif rtype == REC_IDEMKEY:
+            out.append(("IDEMKEY", decode_idemkeys(payload)))
     return out

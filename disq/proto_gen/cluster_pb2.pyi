@@ -205,14 +205,18 @@ class DelJob(_message.Message):
     def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IdemKeys(_message.Message):
-    __slots__ = ("queues", "keys", "job_ids")
+    __slots__ = ("queues", "keys", "job_ids", "ack_queues", "ack_keys")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    ACK_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    ACK_KEYS_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedScalarFieldContainer[str]
     keys: _containers.RepeatedScalarFieldContainer[str]
     job_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, queues: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[str]] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    ack_queues: _containers.RepeatedScalarFieldContainer[str]
+    ack_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[str]] = ..., job_ids: _Optional[_Iterable[str]] = ..., ack_queues: _Optional[_Iterable[str]] = ..., ack_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NeedJobs(_message.Message):
     __slots__ = ("queue", "count")

@@ -161,6 +161,9 @@ def _enc_idem_keys(t: pb.Message, x: m.IdemKeys) -> None:
     k.queues.extend(x.queues)
     k.keys.extend(x.keys)
     k.job_ids.extend(x.job_ids)
+    if x.ack_keys:
+        k.ack_queues.extend(x.ack_queues)
+        k.ack_keys.extend(x.ack_keys)
 
 
 def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
@@ -327,7 +330,9 @@ def _dec_got_ack(t: pb.Message) -> m.GotAck:
 
 def _dec_idem_keys(t: pb.Message) -> m.IdemKeys:
     k = t.idem_keys
-    return m.IdemKeys(list(k.queues), list(k.keys), list(k.job_ids))
+    return m.IdemKeys(
+        list(k.queues), list(k.keys), list(k.job_ids), list(k.ack_queues), list(k.ack_keys)
+    )
 
 
 def _dec_del_job(t: pb.Message) -> m.DelJob:

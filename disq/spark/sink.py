@@ -15,6 +15,10 @@ Options (all strings, as Spark passes them):
   nodes' key window); ``off``: at-least-once. A row's own ``idempotency_key`` column wins.
 - ``writeId``: the key prefix (default: a fresh id per write, fixed on the driver, so a
   retried task uses the same keys); set it to make a whole re-run of the job idempotent.
+  A retried task starts on another node of ``nodes`` than its previous attempt (attempt a of
+  partition p prefers node (p + a) mod n): the keys make that safe, even for adds of the
+  failed attempt still in flight (a node holding an unfinished add's copy holds the retry
+  until that add is decided), and a node that failed the task is not tried first again.
 - ``password``
 - ``tlsCa``, ``tlsCert``, ``tlsKey``: TLS to the nodes (paths on the driver, read there and
   shipped to the tasks): the CA of the nodes' certificates, and the client certificate and
@@ -197,6 +201,9 @@ class DisqWriter(DataSourceWriter):
         # (the write, or the streaming batch, fails; a restarted query runs it again).
         self.fail_first_attempt_after = _int(lower, "_failfirstattemptafter", None)
         self.fail_after = _int(lower, "_failafter", None)
+        # ... and this one fails without waiting for its adds in flight (sent, no answer
+        # yet): the task's retry meets adds of the failed attempt that are not decided yet.
+        self.fail_in_flight_after = _int(lower, "_failfirstattemptinflightafter", None)
 
     # ------------------------------------------------------------------ on the executors
     def write(self, iterator: Iterator[Any]) -> AddedJobs:
@@ -212,13 +219,19 @@ class DisqWriter(DataSourceWriter):
         from disq.client import AsyncClient, DisqError
 
         fail_after = None
+        in_flight_fail = False
         if partition == 0:
             fail_after = self.fail_after
             if attempt == 0 and self.fail_first_attempt_after is not None:
                 fail_after = self.fail_first_attempt_after
+            if attempt == 0 and self.fail_in_flight_after is not None:
+                fail_after, in_flight_fail = self.fail_in_flight_after, True
         async with AsyncClient(
             self.nodes, password=self.password, timeout_s=30, **self.tls
         ) as client:
+            if len(client.seeds) > 1:
+                # Each attempt of a partition starts on its own node (see the docstring).
+                client.last_node = client.seeds[(partition + attempt) % len(client.seeds)]
             pending: set[asyncio.Task[list[Any]]] = set()
             batch: list[dict[str, Any]] = []
             written = 0
@@ -238,6 +251,15 @@ class DisqWriter(DataSourceWriter):
 
             for index, row in enumerate(rows):
                 if fail_after is not None and index == fail_after:
+                    if in_flight_fail:
+                        if batch:
+                            pending.add(asyncio.ensure_future(client.add_jobs(batch)))
+                        for _ in range(3):
+                            await asyncio.sleep(0)  # the last batches leave, unanswered
+                        raise RuntimeError(
+                            f"injected failure after {index} rows with "
+                            f"{sum(not t.done() for t in pending)} AddJobs in flight"
+                        )
                     for t in pending:
                         _check(await t)
                     raise RuntimeError(

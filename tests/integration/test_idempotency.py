@@ -47,3 +47,20 @@ def test_retried_add_after_failover_and_restart_answers_the_first_id(tmp_path: P
             # A new key is a new job.
             assert c.add_job("idem", "payload", replicate=1, idempotency_key="order-43") != first
         assert jobs_with_body(lab, 0, "idem") == 2
+
+
+def test_a_key_learned_from_a_peer_survives_the_learners_restart(tmp_path: Path) -> None:
+    with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
+        # REPLICATE 2 on node 0: one peer holds a copy, the other none. The answer comes
+        # once both peers acknowledged the key, i.e. wrote it to their AOF (IDEMKEY).
+        first = lab.node(0).call(
+            "ADDJOB", "idem", "payload", 5000, "REPLICATE", 2, "IDEMPOTENCY-KEY", "order-7"
+        )
+        learner = next(i for i in (1, 2) if jobs_with_body(lab, i, "idem") == 0)
+        lab.kill9(0)
+        lab.restart(learner)  # from its AOF: no job there, only the key it learned
+        reply = lab.node(learner).call(
+            "ADDJOB", "idem", "payload", 5000, "REPLICATE", 1, "IDEMPOTENCY-KEY", "order-7"
+        )
+        assert reply == first
+        assert jobs_with_body(lab, learner, "idem") == 0

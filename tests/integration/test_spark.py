@@ -88,6 +88,19 @@ def test_100k_rows_arrive_exactly_once_though_a_task_is_retried(spark: Any, lab3
     assert set(bodies) == {f"row-{i}".encode() for i in range(ROWS)}
 
 
+def test_a_task_failing_with_adds_in_flight_is_retried_on_another_node(
+    spark: Any, lab3: Lab
+) -> None:
+    """Partition 0's first attempt fails at row 3250 without waiting for its last AddJobs
+    (some answered, the last ones sent with no answer yet: the task's client goes away, so
+    the nodes cancel what is not done). Its retry starts on another node (the sink rotates
+    the node per attempt), whose copies of the cancelled adds may not be deleted yet: every
+    row still arrives exactly once, none lost, none twice."""
+    write(spark, lab3, "inflight", _failFirstAttemptInFlightAfter="3250")
+    bodies = drain(lab3, "inflight")
+    assert sorted(bodies) == sorted({f"row-{i}".encode() for i in range(ROWS)})
+
+
 def test_without_keys_the_retried_task_duplicates(spark: Any, lab3: Lab) -> None:
     # The same failure with idempotency off: at-least-once, the first attempt's rows twice.
     write(spark, lab3, "atleast", _failFirstAttemptAfter="3000", idempotency="off")

@@ -7,11 +7,14 @@ import pytest
 from disq.core.messages import JobData
 from disq.persistence.cluster_records import (
     REC_DELJOB,
+    REC_IDEMKEY,
     REC_LOADJOB,
     ClusterRecordError,
     decode_deljob,
+    decode_idemkeys,
     decode_loadjob,
     encode_deljob,
+    encode_idemkeys,
     encode_loadjob,
     to_core_records,
 )
@@ -79,3 +82,21 @@ def test_damaged_payloads_are_refused(cut: int) -> None:
 def test_damaged_deljob_is_refused(payload: bytes) -> None:
     with pytest.raises(ClusterRecordError):
         decode_deljob(payload)
+
+
+def test_idemkey_round_trip_in_file_order() -> None:
+    entries = [("q", "spark/0/1", JOB_ID, 1_700_000_000_000), ("q\u00e9", "k" * 256, "D-x", 5)]
+    payload = encode_idemkeys(entries)
+    assert decode_idemkeys(payload) == entries
+    recs = [(REC_DELJOB, encode_deljob(JOB_ID)), (REC_IDEMKEY, payload)]
+    assert to_core_records(recs) == [("DELJOB", JOB_ID), ("IDEMKEY", entries)]
+    assert decode_idemkeys(encode_idemkeys([])) == []
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, -1])
+def test_damaged_idemkey_is_refused(cut: int) -> None:
+    payload = encode_idemkeys([("q", "k", JOB_ID, 7)])
+    with pytest.raises(ClusterRecordError):
+        decode_idemkeys(payload[:cut])
+    with pytest.raises(ClusterRecordError):
+        decode_idemkeys(payload + b"x")

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from disq.core.beanstalk.job import BURIED
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED
+from disq.core.messages import DelJob, GotJob, IdemKeys
+from disq.persistence.cluster_records import REC_IDEMKEY, to_core_records
+from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 
 
@@ -402,10 +407,16 @@ def test_idempotency_key_answers_the_first_id_and_adds_nothing() -> None:
     assert c.core(1).add_job(c.now, 4, "q", b"x", timeout_ms=0, repl=1, idem_key="k1") == first
     assert sum(c.core(i).qlen("q") for i in range(3)) == 1
     assert len(c.core(1).jobs) == 1
-    # The key is per queue, and another key is another job.
-    other = core.add_job(c.now, 5, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1")
-    assert isinstance(other, str) and other != first
-    assert core.add_job(c.now, 6, "q", b"a", timeout_ms=0, repl=1, idem_key="k2") != first
+    # The key is per queue, and another key is another job. A keyed REPLICATE 1 add is
+    # answered once every live peer acknowledged its key (a retry elsewhere finds it).
+    assert core.add_job(c.now, 5, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1") is PENDING
+    assert core.add_job(c.now, 6, "q", b"a", timeout_ms=0, repl=1, idem_key="k2") is PENDING
+    c.pump()
+    replies = dict(c.replies[c.ids[0]])
+    assert isinstance(replies[5], str) and isinstance(replies[6], str)
+    assert len({first, replies[5], replies[6]}) == 3
+    retry = c.core(2).add_job(c.now, 7, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1")
+    assert retry == replies[5]
 
 
 def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
@@ -464,3 +475,123 @@ def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
     r = c.core(outsider).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
     assert r == first
     assert first not in c.core(outsider).jobs  # answered, and nothing added there
+
+
+# ------------------------------------------------------------------ keys delivered reliably
+def _drop_idem_to(c: Cluster, dest: int, state: dict[str, bool]) -> None:
+    """While ``state["on"]``: every IDEMKEYS to node ``dest`` is lost."""
+    c.drop = lambda _s, d, msg: state["on"] and d == dest and isinstance(msg, IdemKeys)
+
+
+def test_a_keyed_reply_waits_until_every_peer_acknowledged_the_key() -> None:
+    c = Cluster(3)
+    lossy = {"on": True}
+    _drop_idem_to(c, 2, lossy)
+    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=2, idem_key="k") is PENDING
+    c.advance(1000)  # the copies exist, but node 2 has not got the key: resent, lost
+    assert c.replies[c.ids[0]] == []
+    assert c.core(0).stats["idem_resent"] >= 2
+    lossy["on"] = False
+    c.advance(2000)  # the next resend gets through and is acknowledged
+    [(token, first)] = c.replies[c.ids[0]]
+    assert token == 1 and isinstance(first, str)
+    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    assert c.core(0)._idem_unacked == {}  # nothing left to resend
+
+
+def test_a_keyed_reply_is_released_at_its_timeout_and_the_key_still_arrives() -> None:
+    c = Cluster(3)
+    lossy = {"on": True}
+    _drop_idem_to(c, 2, lossy)
+    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=700, repl=2, idem_key="k") is PENDING
+    c.advance(800)
+    [(_, first)] = c.replies[c.ids[0]]
+    assert isinstance(first, str)  # the add is done: its id, at its timeout
+    lossy["on"] = False
+    c.advance(6000)  # resent until acknowledged (backoff up to 5 s)
+    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+
+
+def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() -> None:
+    c = Cluster(3)
+    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
+    c.pump()
+    [(_, first)] = c.replies[c.ids[0]]
+    assert isinstance(first, str)
+    learner = next(i for i in (1, 2) if first not in c.core(i).jobs)
+    nid = c.ids[learner]
+    frames = list(iter_frames(b"".join(c.aof[nid])))
+    assert [rtype for rtype, _ in frames] == [REC_IDEMKEY]  # persisted before the ack left
+    # The job is consumed and acked everywhere: its keys stay in their window.
+    got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert isinstance(got, list) and c.core(0).ack_job(c.now, [first]) == 1
+    c.advance(10_000)
+    assert all(first not in c.core(i).jobs for i in range(3))
+    for i in range(3):
+        frames = list(iter_frames(b"".join(c.aof[c.ids[i]])))
+        again = DisqueCore(c.views[c.ids[i]], random.Random(5), c.now)
+        again.restore(c.now, to_core_records(frames))
+        assert again.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+        # A rewritten AOF keeps the key too, though the job is gone.
+        snap = list(iter_frames(b"".join(c.core(i).snapshot_records(c.now))))
+        third = DisqueCore(c.views[c.ids[i]], random.Random(6), c.now)
+        third.restore(c.now, to_core_records(snap))
+        assert third.add_job(c.now, 4, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+
+
+def test_a_restarted_node_announces_its_keys_again() -> None:
+    c = Cluster(3)
+    lossy = {"on": True}
+    _drop_idem_to(c, 2, lossy)
+    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=300, repl=2, idem_key="k") is PENDING
+    c.advance(400)
+    [(_, first)] = c.replies[c.ids[0]]
+    # Node 0 restarts from its AOF before node 2 ever got the key.
+    frames = list(iter_frames(b"".join(c.aof[c.ids[0]])))
+    fresh = DisqueCore(c.views[c.ids[0]], random.Random(9), c.now)
+    fresh.restore(c.now, to_core_records(frames))
+    c.nodes[0].disque = fresh
+    lossy["on"] = False
+    c.advance(1000)
+    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+
+
+# ------------------------------------------------------------------ the deljob race, closed
+def _unfinished_keyed_add(c: Cluster) -> str:
+    """Node 0 adds with key "k", REPLICATE 3: its copies reach nodes 1 and 2, but no GOTJOB
+    comes back while ``gotjob_lost`` is set, so the add is not done."""
+    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=500, repl=3, idem_key="k") is PENDING
+    c.pump()
+    [job_id] = c.core(1).jobs
+    assert job_id in c.core(2).jobs
+    return job_id
+
+
+def test_a_retry_on_a_holder_of_a_failed_adds_copy_adds_the_job_again() -> None:
+    c = Cluster(3)
+    c.drop = lambda _s, _d, msg: isinstance(msg, GotJob | DelJob)  # DELJOB lost too
+    dead = _unfinished_keyed_add(c)
+    # The client gives up and retries on node 1, which holds the copy: held, not answered
+    # with an id whose add may still fail.
+    assert c.core(1).add_job(c.now, 2, "q", b"a", timeout_ms=3000, repl=3, idem_key="k") is PENDING
+    c.advance(600)  # node 0's add times out: NOREPL; its failure reaches the holders
+    [(_, err)] = c.replies[c.ids[0]]
+    assert isinstance(err, DisqueError) and err.code == "NOREPL"
+    c.drop = None
+    c.advance(1000)
+    [(token, new)] = c.replies[c.ids[1]]
+    assert token == 2 and isinstance(new, str) and new != dead
+    assert all(dead not in c.core(i).jobs for i in range(3))
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+
+
+def test_a_retry_on_a_holder_answers_the_first_id_once_that_add_is_done() -> None:
+    c = Cluster(3)
+    c.drop = lambda _s, _d, msg: isinstance(msg, GotJob)
+    first = _unfinished_keyed_add(c)
+    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=3000, repl=3, idem_key="k") is PENDING
+    c.drop = None
+    c.advance(400)  # the copies are asked again and confirmed: the add is done
+    assert dict(c.replies[c.ids[0]])[1] == first
+    assert c.replies[c.ids[2]] == [(2, first)]
+    assert sum(c.core(i).qlen("q") for i in range(3)) == 1

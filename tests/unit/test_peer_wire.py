@@ -109,6 +109,7 @@ ONE_OF_EACH: list[m.Message] = [
     m.GotAck("D-6", known=True),
     m.DelJob(["D-7", "D-8"]),
     m.IdemKeys(["q", "q\u00e9"], ["k1", "spark/0/1"], ["D-7", "D-8"]),
+    m.IdemKeys(["q"], ["k3"], ["-D-9"], ["q", "q2"], ["k1", "k2"]),  # a failed add; acks
     m.NeedJobs("q", 10),
     m.YourJobs([_job(1), _job(2)]),
     m.Working("D-9"),

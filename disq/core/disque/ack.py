@@ -55,7 +55,8 @@ class AckMixin:
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
         def _log_del(self, job_id: str) -> None: ...
         def _reply_add(self, token: int, result: DeferredResult) -> None: ...
-        def _forget_key(self, j: DJob) -> None: ...
+        def _forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
+        def _key_done(self, j: DJob, now_ms: int) -> None: ...
 
     # ------------------------------------------------------------------ commands
     def ack_job(self, now_ms: int, job_ids: list[str]) -> int:
@@ -93,6 +94,7 @@ class AckMixin:
                 self._reply_add(token, j.id)
         if j.state == QUEUED:
             self._dequeue(j)
+        self._key_done(j, now_ms)  # acked: its add surely finished
         j.state = ACKED
         j.gc_retry = 0
         j.confirmed = set()
@@ -193,11 +195,10 @@ class AckMixin:
                 if j.state != ACKED:
                     self._log_del(j.id)
                     # Deleted unacked: its add failed (NOREPL, the client left), or it was
-                    # FASTACKed or DELJOBed. A retry of its idempotency key here must add
-                    # the job again, not answer the id of a job that is gone: after a failed
-                    # add that would lose it. After a FASTACK it adds a second job, which
-                    # at-least-once allows.
-                    self._forget_key(j)
+                    # FASTACKed or DELJOBed. If its key is still tentative here (its add
+                    # was never known done) a retry of the key must add the job again, not
+                    # answer the id of a job that is gone. A done key stays (idempotency.py).
+                    self._forget_key(j, now_ms)
                 self._unregister(j, now_ms)
             else:
                 self._tombstone(job_id, now_ms)

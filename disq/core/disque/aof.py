@@ -23,6 +23,7 @@ from disq.core.messages import JobData
 from disq.persistence.cluster_records import (
     REC_DELJOB,
     REC_LOADJOB,
+    IdemKeyEntry,
     encode_deljob,
     encode_loadjob,
 )
@@ -44,7 +45,9 @@ class AofMixin:
         @property
         def my_id(self) -> str: ...
         def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
-        def _job_from_data(self, d: JobData, now_ms: int) -> DJob: ...
+        def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
+        def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None: ...
+        def key_records(self) -> list[bytes]: ...
         def _register(self, j: DJob, awake: bool = True) -> None: ...
         def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
 
@@ -60,10 +63,12 @@ class AofMixin:
         return frame(REC_LOADJOB, encode_loadjob(self._job_data(j, now_ms, absolute=True)))
 
     def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
-        """Replay AOF records (LOADJOB/DELJOB, last wins). Jobs come back active and are
-        requeued by their retry as in Disque, unless ``aof_enqueue_once`` asks to queue
-        them at once (a controlled restart)."""
+        """Replay AOF records (LOADJOB/DELJOB, last wins; IDEMKEY: the idempotency keys
+        taken). Jobs come back active and are requeued by their retry as in Disque, unless
+        ``aof_enqueue_once`` asks to queue them at once (a controlled restart)."""
         loaded: dict[str, JobData] = {}
+        keys: list[IdemKeyEntry] = []
+        mine = self.my_id[:8]
         for kind, payload in records:
             if kind == "LOADJOB":
                 assert isinstance(payload, JobData)
@@ -71,12 +76,17 @@ class AofMixin:
             elif kind == "DELJOB":
                 assert isinstance(payload, str)
                 loaded.pop(payload, None)
+            elif kind == "IDEMKEY":
+                assert isinstance(payload, list)
+                keys.extend(payload)
+        persist, self.persist = self.persist, False  # what is replayed is logged already
         for d in loaded.values():
             if d.expire_ms <= now_ms:
                 continue
             rel = dataclasses.replace(d)
             rel.ttl_remaining_s = max(1, (d.expire_ms - now_ms) // 1000)
-            j = self._job_from_data(rel, now_ms)
+            # This node's own jobs were logged once their add was done.
+            j = self._job_from_data(rel, now_ms, key_done=ids.node_prefix(d.id) == mine)
             j.etime_ms = d.expire_ms
             if d.beanstalk and d.beanstalk_id:
                 # This node owned it: the engine's AOF has the live job under that id.
@@ -91,11 +101,14 @@ class AofMixin:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 self._enqueue(j, now_ms)
         self.aof_enqueue_once = False
+        self.persist = persist
+        self._restore_keys(now_ms, keys)
 
     def snapshot_records(self, now_ms: int) -> list[bytes]:
-        """What a rewritten AOF holds: every active or queued job (acked ones are gone)."""
+        """What a rewritten AOF holds: every active or queued job (acked ones are gone),
+        and the idempotency keys in their window (their jobs may be gone)."""
         return [
             self._loadjob_record(j, now_ms)
             for j in self.jobs.values()
             if j.state in (ACTIVE, QUEUED)
-        ]
+        ] + self.key_records()

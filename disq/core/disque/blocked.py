@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
+from disq.core.disque.idempotency import IDEM_TIMER
 from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
 from disq.core.disque.queue import DQueue
 
@@ -66,6 +67,7 @@ class BlockedClientsMixin:
     # The ADDJOBs that repeated a key while its first add still waits for its copies.
     _followers: dict[int, list[int]]  # leader token -> follower tokens
     _follower_of: dict[int, int]
+    _idem_timer_ms: int
 
     if TYPE_CHECKING:  # provided by DisqueCore
 
@@ -73,7 +75,9 @@ class BlockedClientsMixin:
         def my_id(self) -> str: ...
         def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
         def _forget(self, j: DJob) -> None: ...
-        def _forget_key(self, j: DJob) -> None: ...
+        def _forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
+        def _idem_cancel(self, token: int) -> bool: ...
+        def _idem_timer_fire(self, now_ms: int) -> None: ...
         def _broadcast_del(self, j: DJob) -> None: ...
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
         def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
@@ -101,6 +105,8 @@ class BlockedClientsMixin:
             self.replies.append((f, result))
 
     def cancel(self, token: int) -> None:
+        if self._idem_cancel(token):  # a keyed add held (idempotency.py)
+            return
         leader = self._follower_of.pop(token, None)
         if leader is not None:
             rest = self._followers.get(leader, [])
@@ -161,6 +167,10 @@ class BlockedClientsMixin:
         timers = self._client_timers
         while timers and timers[0][0] <= now_ms:
             at, token = heapq.heappop(timers)
+            if token == IDEM_TIMER:
+                if at == self._idem_timer_ms:
+                    self._idem_timer_fire(now_ms)
+                continue
             g = self._gets.get(token)
             if g is not None and g.deadline_ms == at:
                 self._unblock_get(token)
@@ -174,7 +184,7 @@ class BlockedClientsMixin:
                 self._reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
                 j = self.jobs.get(a.job_id)
                 if j is not None:
-                    self._forget_key(j)
+                    self._forget_key(j, now_ms)
                 if j is not None and j.state == WAIT_REPL:
                     j.state = ACTIVE
                     self._delete_from_cluster(j, now_ms)

@@ -49,7 +49,13 @@ from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
 from disq.core.disque.bridge import BeanstalkBridgeMixin
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.handoff import HandoffMixin
-from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
+from disq.core.disque.idempotency import (
+    IDEM_KEY_MAX_BYTES,
+    IDEM_WINDOW_MS,
+    IdempotencyMixin,
+    _HeldReply,
+    _HeldRetry,
+)
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
     ACKED,
@@ -135,6 +141,19 @@ class DisqueCore(
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
         self._tombstones: dict[str, int] = {}  # job id -> until (insertion order = age)
         self._idem: dict[tuple[str, str], tuple[str, int]] = {}  # idempotency.py
+        self._idem_tentative: set[tuple[str, str]] = set()
+        self._idem_shadow: dict[tuple[str, str], list[str]] = {}
+        self._idem_unacked: dict[str, dict[tuple[str, str], str]] = {}
+        self._idem_resend: dict[str, tuple[int, int]] = {}
+        self._idem_timer_ms = 0
+        self._idem_reannounce = False
+        self._idem_live: set[str] = set()
+        self._held_retries: dict[tuple[str, str], list[_HeldRetry]] = {}
+        self._held_retry_of: dict[int, tuple[str, str]] = {}
+        self._held_replies: dict[tuple[str, str], _HeldReply] = {}
+        self._held_reply_of: dict[int, tuple[str, str]] = {}
+        self._idem_reruns: list[_HeldRetry] = []
+        self.idem_reply_wait = True  # a done keyed add answers once peers have its key
         self._followers: dict[int, list[int]] = {}  # blocked.py
         self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
@@ -411,14 +430,20 @@ class DisqueCore(
                 raise DisqueError(
                     "ERR", f"the idempotency key is longer than {IDEM_KEY_MAX_BYTES} bytes"
                 )
-            first = self._known_key(queue, idem_key, now_ms)
+            # The first job's id, PENDING (wait with the first add, or for the key's add to
+            # be decided: idempotency.py), or None: a new job.
+            args = {
+                "repl": repl,
+                "delay_s": delay_s,
+                "retry_s": retry_s,
+                "ttl_s": ttl,
+                "maxlen": maxlen,
+                "async_": async_,
+                "idem_key": idem_key,
+            }
+            first = self._keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
             if first is not None:
-                leader = self._add_by_job.get(first)
-                if leader is None:
-                    return first
-                self._followers.setdefault(leader, []).append(token)
-                self._follower_of[token] = leader
-                return PENDING
+                return first
         if self.memory_warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         extrepl = self.memory_warning > 0 or self.view.leaving
@@ -474,7 +499,14 @@ class DisqueCore(
             self._log_job(j, now_ms)
         if additional > 0:
             self._replicate(j, additional, now_ms)
-        self._announce_key(j)  # not waiting for copies: the add is done now
+        self._announce_key(j, now_ms)  # not waiting for copies: the add is done now
+        # A keyed add answered at once (ASYNC, REPLICATE 1) still waits for its key to reach
+        # every live peer, as a sync keyed add does (idempotency.py): a retry elsewhere must
+        # find it.
+        if idem_key and self._hold_reply(
+            j, [token], now_ms + timeout_ms if timeout_ms > 0 else 0, now_ms
+        ):
+            return PENDING
         return job_id
 
     def _copies_needed(self, j: DJob) -> int:

@@ -1,50 +1,209 @@
 """Idempotent ADDJOB (disq's addition): a key repeated on a queue within the window adds nothing
 and answers the first job's id.
 
-Keys are remembered node-wide in ``_idem``, oldest first (insertion order), and travel two
-ways: inside the job (REPLJOB, YOURJOBS, the AOF's LOADJOB), so every holder knows its job's
-key, and by IDEMKEYS once the add is done, so a retry that reaches a node without a copy
-answers the same id. The ADDJOBs that repeat a key while the first add still waits for its
-copies wait with it (``_followers``, in blocked.py).
+Keys are remembered node-wide in ``_idem``, oldest first (insertion order). A key is either
+*done* (its add finished: the node's own once its copies exist, or learned from a peer) or
+*tentative* (``_idem_tentative``: known only from a copy, REPLJOB or the creator's own add
+still waiting, whose add may still fail).
+
+- **Travel.** Inside the job (REPLJOB, YOURJOBS, the AOF's LOADJOB): every holder knows its
+  job's key, tentatively. By IDEMKEYS once the add is done: every peer gets the key, resent
+  on a timer with backoff (250 ms doubling to 5 s; nothing is sent while the peer is dead)
+  until that peer acknowledges it (the ``ack_*`` columns of IDEMKEYS, sent only once the key
+  is persisted there). A restarted node announces its own keys again to every peer.
+- **Persistence.** A key turning done on a node is written as an IDEMKEY record (before any
+  ack leaves: the Ready rule), kept by rewrites for its window, after its job is gone too.
+- **A retry meeting a tentative key** is held (``_held_retries``) until the key is done (it
+  answers the id), or its copy is deleted unacked (its add failed: the retry is run as a new
+  add), or its own timeout (NOREPL): a holder never answers the id of a job whose add may
+  still fail (the race where a retry beat the failed add's DELJOB to a holder).
+- **A done keyed add's reply waits** (``_held_replies``) until every live peer (not dead;
+  leaving ones included) has acknowledged the key, or is declared dead, or the add's timeout
+  (5 s without one): a client that has its id and retries anyway finds the key on every
+  node that was connected.
+- A done key announced by a peer for another job than a tentative copy here wins: that copy
+  (an add that never finished here, e.g. its creator crashed) is deleted, so the key keeps one
+  job.
+
+The ADDJOBs that repeat a key while the first add still waits for its copies wait with it
+(``_followers``, in blocked.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from disq.core.disque.job import DJob
+from disq.core import ids
+from disq.core.disque.api import NOREPL_TIMEOUT, PENDING, DisqueError, Pending
+from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
 from disq.core.messages import IdemKeys, Message
+from disq.persistence.cluster_records import REC_IDEMKEY, IdemKeyEntry, encode_idemkeys
+from disq.persistence.framing import frame
 
 if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
+    from disq.core.disque.api import ClusterView, DeferredResult
 
 # Idempotent adds: a key is remembered this long after its add (node-wide), for at most
 # IDEM_MAX_KEYS keys (the oldest go first): a retry after that adds a second job.
 IDEM_WINDOW_MS = 3_600_000
 IDEM_MAX_KEYS = 1_000_000
 IDEM_KEY_MAX_BYTES = 256
+# Announcements a peer has not acknowledged are sent again after 250 ms, doubling to 5 s; a
+# dead peer is looked at again every 500 ms (nothing is sent to it).
+IDEM_RESEND_MIN_MS = 250
+IDEM_RESEND_MAX_MS = 5000
+IDEM_UNREACHABLE_CHECK_MS = 500
+IDEM_LIVE_CHECK_MS = 500  # while keys are in their window: did a dead peer come back?
+IDEM_BATCH_KEYS = 10_000  # keys per resent IDEMKEYS
+IDEM_RECORD_KEYS = 1000  # keys per IDEMKEY record in a rewrite
+# A done add without a timeout holds its reply at most this long for its key's acks.
+IDEM_REPLY_WAIT_MS = 5000
+# The token of the idempotency timer in ``_client_timers`` (client tokens are positive).
+IDEM_TIMER = -1
+# An IDEMKEYS entry whose job id starts with this says that job's add failed.
+FAILED = "-"
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _HeldRetry:
+    """A keyed ADDJOB that met a tentative key: held until the key's add is decided."""
+
+    token: int
+    deadline_ms: int  # 0: none
+    queue: str
+    body: bytes
+    args: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _HeldReply:
+    """The answer of a done keyed add, held until every live peer has its key."""
+
+    job_id: str
+    tokens: list[int]
+    deadline_ms: int
+    waiting: set[str]
 
 
 class IdempotencyMixin:
     """The idempotency keys of DisqueCore."""
 
     view: ClusterView
+    jobs: dict[str, DJob]
+    aof_out: list[bytes]
+    persist: bool
+    replies: list[tuple[int, DeferredResult]]
+    stats: dict[str, int]
     # (queue, idempotency key) -> (job id, until), insertion order = age.
-    _idem: dict[tuple[str, str], tuple[str, int]]
+    _idem: dict[Key, tuple[str, int]]
+    _idem_tentative: set[Key]
+    _idem_shadow: dict[Key, list[str]]  # other tentative copies of a tentative key, older
+    _idem_unacked: dict[str, dict[Key, str]]  # peer -> keys it has not acknowledged
+    _idem_resend: dict[str, tuple[int, int]]  # peer -> (next resend, backoff)
+    _idem_timer_ms: int  # the armed idempotency timer (0: none)
+    _idem_reannounce: bool  # restored: announce the node's own keys again
+    _idem_live: set[str]  # the live peers the timer saw last (one that comes back: resend)
+    _held_retries: dict[Key, list[_HeldRetry]]
+    _held_retry_of: dict[int, Key]
+    _held_replies: dict[Key, _HeldReply]
+    _held_reply_of: dict[int, Key]
+    _idem_reruns: list[_HeldRetry]
     idem_window_ms: int
+    idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
+    _add_by_job: dict[str, int]
+    _followers: dict[int, list[int]]
+    _follower_of: dict[int, int]
+    _client_timers: list[tuple[int, int]]
 
     if TYPE_CHECKING:  # provided by DisqueCore
 
+        @property
+        def my_id(self) -> str: ...
         def _send(self, node: str, msg: Message) -> None: ...
+        def _log_del(self, job_id: str) -> None: ...
+        def _unregister(self, j: DJob, now_ms: int) -> None: ...
+        def _tombstone(self, job_id: str, now_ms: int) -> None: ...
+        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
+        def add_job(
+            self,
+            now_ms: int,
+            token: int,
+            queue: str,
+            body: bytes,
+            *,
+            timeout_ms: int,
+            repl: int | None = None,
+            delay_s: int = 0,
+            retry_s: int | None = None,
+            ttl_s: int | None = None,
+            maxlen: int | None = None,
+            async_: bool = False,
+            idem_key: str = "",
+        ) -> str | Pending: ...
 
-    def _remember_key(self, j: DJob, now_ms: int) -> None:
+    # ------------------------------------------------------------------ the key table
+    def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
+        """``j`` carries a key: tentatively (a copy, or this node's add still waiting), or
+        done (``tentative=False``: a job handed over queued, YOURJOBS)."""
         if not j.idem_key:
             return
         k = (j.queue, j.idem_key)
+        if not tentative:
+            if self._take_key(k, j.id, now_ms + self.idem_window_ms, now_ms):
+                self._log_keys([(k[0], k[1], j.id, self._idem[k][1])])
+            return
+        hit = self._idem.get(k)
+        if hit is not None and k not in self._idem_tentative:
+            return  # the key is done for a job already: a copy does not change that
+        if hit is not None and hit[0] != j.id:
+            self._idem_shadow.setdefault(k, []).append(hit[0])  # two unfinished adds
         self._idem.pop(k, None)
         self._idem[k] = (j.id, now_ms + self.idem_window_ms)
-        if len(self._idem) > IDEM_MAX_KEYS:
-            del self._idem[next(iter(self._idem))]
+        self._idem_tentative.add(k)
+        self._trim_keys()
+
+    def _take_key(self, k: Key, job_id: str, until: int, now_ms: int) -> bool:
+        """The key is done for ``job_id``; True if that is new here (to be persisted). The
+        first done job of a key wins; a tentative copy of another job loses the key and is
+        deleted (its add never finished here: it would be a second job of the key)."""
+        hit = self._idem.get(k)
+        tentative = k in self._idem_tentative
+        if hit is not None and not tentative:
+            return False
+        if hit is not None and tentative:
+            losers = [i for i in [*self._idem_shadow.get(k, ()), hit[0]] if i != job_id]
+            for i in losers:
+                other = self.jobs.get(i)
+                if other is not None and (other.state == WAIT_REPL or i in self._add_by_job):
+                    return False  # this node's own add of the key still waits: it keeps it
+            self._idem_shadow.pop(k, None)
+            for i in losers:
+                other = self.jobs.get(i)
+                if other is not None and other.state != ACKED and other.idem_key == k[1]:
+                    self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
+                    self._log_del(other.id)
+                    self._unregister(other, now_ms)
+        self._idem_tentative.discard(k)
+        self._idem.pop(k, None)
+        self._idem[k] = (job_id, until)
+        self._trim_keys()
+        held = self._held_retries.pop(k, None)
+        for h in held or ():
+            self._held_retry_of.pop(h.token, None)
+            self.replies.append((h.token, job_id))
+        return True
+
+    def _trim_keys(self) -> None:
+        idem = self._idem
+        while len(idem) > IDEM_MAX_KEYS:
+            k = next(iter(idem))
+            del idem[k]
+            self._idem_tentative.discard(k)
+            self._idem_shadow.pop(k, None)
 
     def _known_key(self, queue: str, key: str, now_ms: int) -> str | None:
         """The id of the job first added with this key, if still in the window."""
@@ -59,28 +218,408 @@ class IdempotencyMixin:
             if idem[k][1] > now_ms:
                 return
             del idem[k]
+            self._idem_tentative.discard(k)
+            self._idem_shadow.pop(k, None)
 
-    def _announce_key(self, j: DJob) -> None:
-        """The add is done (its copies exist): every peer learns the key, so a retry that
-        reaches a node without a copy answers this id too. Sent only now, never while the
-        add may still fail, or a peer could answer the id of a job that never was."""
-        if j.idem_key:
-            msg = IdemKeys([j.queue], [j.idem_key], [j.id])
-            for node in self.view.all_peers():
-                self._send(node, msg)
+    def _log_keys(self, entries: list[IdemKeyEntry]) -> None:
+        if self.persist and entries:
+            self.aof_out.append(frame(REC_IDEMKEY, encode_idemkeys(entries)))
+
+    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:
+        """``j`` was deleted before its add was known done (NOREPL, cancelled, a copy
+        DELJOBed unacked): a retry with the key must add the job. A done key stays: its job
+        existed (a FASTACKed job's retry answers its id)."""
+        if not j.idem_key:
+            return
+        k = (j.queue, j.idem_key)
+        hit = self._idem.get(k)
+        if hit is None or hit[0] != j.id or k not in self._idem_tentative:
+            return
+        del self._idem[k]
+        self._idem_tentative.discard(k)
+        if j.state == WAIT_REPL and ids.node_prefix(j.id) == self.my_id[:8]:
+            # This node's add failed: its copies must not outlive it (a lost DELJOB would
+            # leave a copy that is requeued and delivered beside the job a retry adds).
+            now = now_ms if now_ms is not None else j.ctime // 1_000_000
+            self._announce(k, FAILED + j.id, now)
+        shadow = self._idem_shadow.pop(k, None)
+        while shadow:  # an older unfinished add's copy is here still: the key names it
+            older = self.jobs.get(shadow.pop())
+            if older is not None and older.idem_key == k[1] and older.state != ACKED:
+                self._idem[k] = (older.id, hit[1])
+                self._idem_tentative.add(k)
+                if shadow:
+                    self._idem_shadow[k] = shadow
+                return  # held retries wait for that add now
+        held = self._held_retries.pop(k, None)
+        if held:
+            for h in held:
+                self._held_retry_of.pop(h.token, None)
+            if now_ms is None:
+                self._idem_reruns.extend(held)
+                self._idem_arm(0)
+            else:
+                self._rerun(held, now_ms)
+
+    def _adopt_key(self, j: DJob, now_ms: int) -> None:
+        """A copy whose add was never known done was delivered here: it is the key's job.
+        The key is done here and every peer is told, as its creator would have."""
+        k = (j.queue, j.idem_key)
+        hit = self._idem.get(k)
+        if not j.idem_key or hit is None or hit[0] != j.id or k not in self._idem_tentative:
+            return
+        if self._take_key(k, j.id, hit[1], now_ms):
+            self._log_keys([(k[0], k[1], j.id, hit[1])])
+            self._announce(k, j.id, now_ms)
+
+    def _key_done(self, j: DJob, now_ms: int) -> None:
+        """Evidence that ``j``'s add finished (it was acked): its tentative key is done."""
+        if not j.idem_key:
+            return
+        k = (j.queue, j.idem_key)
+        hit = self._idem.get(k)
+        if hit is not None and hit[0] == j.id and k in self._idem_tentative:
+            if ids.node_prefix(j.id) == self.my_id[:8]:
+                self._announce_key(j, now_ms)
+            elif self._take_key(k, j.id, hit[1], now_ms):
+                self._log_keys([(k[0], k[1], j.id, hit[1])])
+
+    # ------------------------------------------------------------------ ADDJOB
+    def _keyed_add(
+        self,
+        now_ms: int,
+        token: int,
+        queue: str,
+        key: str,
+        body: bytes,
+        timeout_ms: int,
+        args: dict[str, Any],
+    ) -> str | Pending | None:
+        """ADDJOB's key lookup: the first job's id, PENDING (the answer comes later), or
+        None (a new job must be added)."""
+        first = self._known_key(queue, key, now_ms)
+        if first is None:
+            return None
+        leader = self._add_by_job.get(first)
+        if leader is not None:  # the first add still waits for its copies: wait with it
+            self._followers.setdefault(leader, []).append(token)
+            self._follower_of[token] = leader
+            return PENDING
+        k = (queue, key)
+        held = self._held_replies.get(k)
+        if held is not None and held.job_id == first:
+            held.tokens.append(token)
+            self._held_reply_of[token] = k
+            return PENDING
+        if k not in self._idem_tentative:
+            return first
+        copy = self.jobs.get(first)
+        if copy is None:  # the copy is gone and its add never known done
+            del self._idem[k]
+            self._idem_tentative.discard(k)
+            return None
+        if copy.flags & DELIVERED:  # a consumer has it: it is the key's job, whatever its add
+            self._adopt_key(copy, now_ms)
+            return first
+        deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+        self._held_retries.setdefault(k, []).append(_HeldRetry(token, deadline, queue, body, args))
+        self._held_retry_of[token] = k
+        self.stats["idem_retries_held"] = self.stats.get("idem_retries_held", 0) + 1
+        if deadline:
+            self._idem_arm(deadline)
+        return PENDING
+
+    def _rerun(self, held: list[_HeldRetry], now_ms: int) -> None:
+        """Held retries whose key's first add failed: each runs as the add it is."""
+        for h in held:
+            left = h.deadline_ms - now_ms if h.deadline_ms else 0
+            if h.deadline_ms and left <= 0:
+                self.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                continue
+            try:
+                res = self.add_job(now_ms, h.token, h.queue, h.body, timeout_ms=left, **h.args)
+            except DisqueError as e:
+                self.replies.append((h.token, e))
+                continue
+            if isinstance(res, str):
+                self.replies.append((h.token, res))
+
+    def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
+        """A done keyed add: hold its answer until every live peer acknowledged the key (or
+        was declared dead, or the add's timeout). False: answer now."""
+        if not self.idem_reply_wait or not j.idem_key or not tokens:
+            return False
+        k = (j.queue, j.idem_key)
+        # Every live peer (leaving and suspected ones too: they take adds as well).
+        waiting = {p for p in self.view.all_peers() if k in self._idem_unacked.get(p, ())}
+        if not waiting:
+            return False
+        if not deadline_ms or deadline_ms <= now_ms:
+            deadline_ms = now_ms + IDEM_REPLY_WAIT_MS
+        for t in tokens:
+            self._held_reply_of[t] = k
+        self._held_replies[k] = _HeldReply(j.id, list(tokens), deadline_ms, waiting)
+        self.stats["idem_replies_held"] = self.stats.get("idem_replies_held", 0) + 1
+        self._idem_arm(deadline_ms)
+        return True
+
+    def _release_reply(self, k: Key) -> None:
+        held = self._held_replies.pop(k, None)
+        if held is None:
+            return
+        for t in held.tokens:
+            self._held_reply_of.pop(t, None)
+            self.replies.append((t, held.job_id))
+
+    def _idem_cancel(self, token: int) -> bool:
+        """A held keyed add's client went away."""
+        k = self._held_retry_of.pop(token, None)
+        if k is not None:
+            rest = [h for h in self._held_retries.get(k, ()) if h.token != token]
+            if rest:
+                self._held_retries[k] = rest
+            else:
+                self._held_retries.pop(k, None)
+            return True
+        k = self._held_reply_of.pop(token, None)
+        if k is not None:
+            held = self._held_replies.get(k)
+            if held is not None and token in held.tokens:
+                held.tokens.remove(token)
+                if not held.tokens:
+                    del self._held_replies[k]
+            return True
+        return False
+
+    # ------------------------------------------------------------------ announcements
+    def _announce_key(self, j: DJob, now_ms: int | None = None) -> None:
+        """The add is done (its copies exist): the key is done here (persisted) and every
+        peer learns it, again and again until it acknowledges it. Never before: an add
+        that may still fail must not leave peers answering the id of a job that never was."""
+        if not j.idem_key:
+            return
+        now = now_ms if now_ms is not None else j.ctime // 1_000_000
+        k = (j.queue, j.idem_key)
+        hit = self._idem.get(k)
+        until = hit[1] if hit is not None and hit[0] == j.id else now + self.idem_window_ms
+        if self._take_key(k, j.id, until, now):
+            self._log_keys([(k[0], k[1], j.id, until)])
+        if self._idem.get(k, ("",))[0] != j.id:
+            return  # another job had the key here first
+        self._announce(k, j.id, now)
+
+    def _announce(self, k: Key, job_id: str, now: int) -> None:
+        """``k`` is done for ``job_id`` (or, ``FAILED`` + id, that job's add failed): every
+        peer is told, again on the timer until it acknowledges (a dead one once it is back)."""
+        msg = IdemKeys([k[0]], [k[1]], [job_id])
+        if not self._idem_timer_ms:
+            self._idem_arm(now + IDEM_LIVE_CHECK_MS)
+        for node in self.view.all_peers():
+            if node == self.my_id:
+                continue
+            self._idem_unacked.setdefault(node, {})[k] = job_id
+            self._send(node, msg)
+            if node not in self._idem_resend:
+                self._idem_resend[node] = (now + IDEM_RESEND_MIN_MS, IDEM_RESEND_MIN_MS)
+                self._idem_arm(now + IDEM_RESEND_MIN_MS)
 
     def _on_idem_keys(self, now_ms: int, sender: str, msg: IdemKeys) -> None:
-        until = now_ms + self.idem_window_ms
-        idem = self._idem
-        for queue, key, job_id in zip(msg.queues, msg.keys, msg.job_ids, strict=False):
-            if (queue, key) not in idem:
-                idem[(queue, key)] = (job_id, until)
-        while len(idem) > IDEM_MAX_KEYS:
-            del idem[next(iter(idem))]
+        if msg.keys:
+            until = now_ms + self.idem_window_ms
+            learned: list[IdemKeyEntry] = []
+            for queue, key, job_id in zip(msg.queues, msg.keys, msg.job_ids, strict=False):
+                if job_id.startswith(FAILED):
+                    self._drop_failed(job_id[len(FAILED) :], now_ms)
+                elif self._take_key((queue, key), job_id, until, now_ms):
+                    learned.append((queue, key, job_id, until))
+            self._log_keys(learned)  # before the ack leaves (records first, then messages)
+            self._send(sender, IdemKeys([], [], [], list(msg.queues), list(msg.keys)))
+        if msg.ack_keys:
+            pend = self._idem_unacked.get(sender)
+            for k in zip(msg.ack_queues, msg.ack_keys, strict=False):
+                if pend is not None:
+                    pend.pop(k, None)
+                held = self._held_replies.get(k)
+                if held is not None:
+                    held.waiting.discard(sender)
+                    if not held.waiting:
+                        self._release_reply(k)
+            if pend is not None and not pend:
+                del self._idem_unacked[sender]
+                self._idem_resend.pop(sender, None)
+            elif sender in self._idem_resend:
+                # Progress: the peer is there; the next resend comes soon again.
+                nxt = self._idem_resend[sender][0]
+                self._idem_resend[sender] = (nxt, IDEM_RESEND_MIN_MS)
 
-    def _forget_key(self, j: DJob) -> None:
-        """The add failed (NOREPL, cancelled): a retry with the key must add the job."""
-        if j.idem_key:
-            hit = self._idem.get((j.queue, j.idem_key))
-            if hit is not None and hit[0] == j.id:
-                del self._idem[(j.queue, j.idem_key)]
+    def _drop_failed(self, job_id: str, now_ms: int) -> None:
+        """The add of ``job_id`` failed on its creator: a copy here whose key is still
+        tentative is deleted (and its key forgotten: held retries run as new adds)."""
+        j = self.jobs.get(job_id)
+        if j is None:
+            self._tombstone(job_id, now_ms)  # a late REPLJOB must not bring it back
+            return
+        if j.state == ACKED:
+            return  # somebody consumed it: it lives on
+        if j.flags & DELIVERED:
+            self._adopt_key(j, now_ms)  # delivered here already: it is the key's job
+            return
+        k = (j.queue, j.idem_key)
+        if j.idem_key and (self._idem.get(k, ("",))[0] != job_id or k not in self._idem_tentative):
+            return  # known done here after all
+        self._log_del(job_id)
+        self._forget_key(j, now_ms)
+        self._unregister(j, now_ms)
+
+    # ------------------------------------------------------------------ the timer
+    def _idem_arm(self, at: int) -> None:
+        if self._idem_timer_ms == 0 or at < self._idem_timer_ms:
+            self._idem_timer_ms = at
+            heapq.heappush(self._client_timers, (at, IDEM_TIMER))
+
+    def _idem_timer_fire(self, now_ms: int) -> None:
+        """Resend what peers have not acknowledged, release held answers, time out held
+        retries, run the retries whose key was dropped."""
+        self._idem_timer_ms = 0
+        if self._idem_reruns:
+            reruns, self._idem_reruns = self._idem_reruns, []
+            self._rerun(reruns, now_ms)
+        if self._idem_reannounce:
+            self._reannounce(now_ms)
+        live = set(self.view.all_peers())
+        back = live - self._idem_live
+        self._idem_live = live
+        if back and self._idem:
+            self._reannounce(now_ms, back)  # announced while they were dead, or new
+        # Live peers (all_peers: not dead; leaving and suspected ones included) get resends;
+        # a dead one is looked at again now and then (it may come back; its expired keys go).
+        reach = set(self.view.all_peers())
+        nxt = 0
+        for peer in list(self._idem_unacked):
+            at, every = self._idem_resend.get(peer, (now_ms, IDEM_RESEND_MIN_MS))
+            if at <= now_ms:
+                if peer in reach:
+                    self._resend_keys(peer)
+                    at, every = now_ms + every, min(every * 2, IDEM_RESEND_MAX_MS)
+                else:
+                    self._prune_unacked(peer)
+                    at, every = now_ms + IDEM_UNREACHABLE_CHECK_MS, IDEM_RESEND_MIN_MS
+                if peer not in self._idem_unacked:
+                    continue
+                self._idem_resend[peer] = (at, every)
+            nxt = at if nxt == 0 else min(nxt, at)
+        for k, held in list(self._held_replies.items()):
+            held.waiting &= reach
+            if not held.waiting or held.deadline_ms <= now_ms:
+                self._release_reply(k)
+            else:
+                nxt = held.deadline_ms if nxt == 0 else min(nxt, held.deadline_ms)
+        for k, hs in list(self._held_retries.items()):
+            keep = []
+            for h in hs:
+                if h.deadline_ms and h.deadline_ms <= now_ms:
+                    self._held_retry_of.pop(h.token, None)
+                    self.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                else:
+                    keep.append(h)
+                    if h.deadline_ms:
+                        nxt = h.deadline_ms if nxt == 0 else min(nxt, h.deadline_ms)
+            if keep:
+                self._held_retries[k] = keep
+            else:
+                del self._held_retries[k]
+        if self._idem_reannounce:
+            nxt = now_ms + IDEM_RESEND_MAX_MS if nxt == 0 else min(nxt, now_ms + IDEM_RESEND_MAX_MS)
+        if self._idem:  # watch for peers coming back while keys are in their window
+            nxt = now_ms + IDEM_LIVE_CHECK_MS if nxt == 0 else min(nxt, now_ms + IDEM_LIVE_CHECK_MS)
+        if nxt:
+            self._idem_arm(max(nxt, now_ms + 1))
+
+    def _prune_unacked(self, peer: str) -> None:
+        """Drop a dead peer's announcements whose key left the window (oldest first)."""
+        pend = self._idem_unacked[peer]
+        idem = self._idem
+        for k in list(pend):
+            if k in idem or pend[k].startswith(FAILED):
+                break
+            del pend[k]
+        if not pend:
+            del self._idem_unacked[peer]
+            self._idem_resend.pop(peer, None)
+
+    def _resend_keys(self, peer: str) -> None:
+        pend = self._idem_unacked[peer]
+        queues: list[str] = []
+        keys: list[str] = []
+        job_ids: list[str] = []
+        for k, job_id in list(pend.items()):
+            hit = self._idem.get(k)
+            if job_id.startswith(FAILED):
+                pass  # a failed add's notice: until acknowledged
+            elif hit is None or hit[0] != job_id or k in self._idem_tentative:
+                del pend[k]  # expired, or no longer this node's to announce
+                continue
+            queues.append(k[0])
+            keys.append(k[1])
+            job_ids.append(job_id)
+            if len(keys) >= IDEM_BATCH_KEYS:
+                break
+        if not pend:
+            del self._idem_unacked[peer]
+            self._idem_resend.pop(peer, None)
+        if keys:
+            self.stats["idem_resent"] = self.stats.get("idem_resent", 0) + len(keys)
+            self._send(peer, IdemKeys(queues, keys, job_ids))
+
+    def _reannounce(self, now_ms: int, to: set[str] | None = None) -> None:
+        """The node's own done keys go to every peer again after a restart (which of them
+        each peer had acknowledged was not persisted), or to peers that came back."""
+        peers = [p for p in self.view.all_peers() if p != self.my_id and (to is None or p in to)]
+        if not peers:
+            return
+        if to is None:
+            self._idem_reannounce = False
+        mine = self.my_id[:8]
+        own = {
+            k: v[0]
+            for k, v in self._idem.items()
+            if k not in self._idem_tentative and ids.node_prefix(v[0]) == mine
+        }
+        if not own:
+            return
+        for p in peers:
+            pend = self._idem_unacked.setdefault(p, {})
+            for k, job_id in own.items():
+                pend.setdefault(k, job_id)
+            self._idem_resend[p] = (now_ms, IDEM_RESEND_MIN_MS)
+
+    # ------------------------------------------------------------------ AOF
+    def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
+        """IDEMKEY records at start: those keys are done (later records win)."""
+        for queue, key, job_id, until in entries:
+            if until <= now_ms:
+                continue
+            k = (queue, key)
+            self._idem_tentative.discard(k)
+            self._idem.pop(k, None)
+            self._idem[k] = (job_id, until)
+        self._trim_keys()
+        self._idem_reannounce = True
+        self._idem_arm(now_ms)
+
+    def key_records(self) -> list[bytes]:
+        """The IDEMKEY records of a rewritten AOF: every done key in its window (tentative
+        ones travel in their job's LOADJOB)."""
+        out: list[bytes] = []
+        batch: list[IdemKeyEntry] = []
+        tentative = self._idem_tentative
+        for (queue, key), (job_id, until) in self._idem.items():
+            if (queue, key) in tentative:
+                continue
+            batch.append((queue, key, job_id, until))
+            if len(batch) >= IDEM_RECORD_KEYS:
+                out.append(frame(REC_IDEMKEY, encode_idemkeys(batch)))
+                batch = []
+        if batch:
+            out.append(frame(REC_IDEMKEY, encode_idemkeys(batch)))
+        return out

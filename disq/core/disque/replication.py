@@ -48,6 +48,8 @@ class ReplicationMixin:
     memory_warning: int
     _adds: dict[int, _AddWait]
     _add_by_job: dict[str, int]
+    _followers: dict[int, list[int]]
+    _follower_of: dict[int, int]
 
     if TYPE_CHECKING:  # provided by DisqueCore and its other parts
 
@@ -62,8 +64,11 @@ class ReplicationMixin:
         def _update_awake(self, j: DJob, at: int = 0) -> None: ...
         def _log_job(self, j: DJob, now_ms: int) -> None: ...
         def _reply_add(self, token: int, result: DeferredResult) -> None: ...
-        def _announce_key(self, j: DJob) -> None: ...
-        def _remember_key(self, j: DJob, now_ms: int) -> None: ...
+        def _announce_key(self, j: DJob, now_ms: int | None = None) -> None: ...
+        def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None: ...
+        def _hold_reply(
+            self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int
+        ) -> bool: ...
         def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
         def _copies_needed(self, j: DJob) -> int: ...
 
@@ -92,10 +97,16 @@ class ReplicationMixin:
         confirmed = j.confirmed
         j.confirmed = set()
         token = self._add_by_job.pop(j.id, None)
+        self._announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
         if token is not None:
-            self._adds.pop(token, None)
-            self._reply_add(token, j.id)
-        self._announce_key(j)
+            a = self._adds.pop(token, None)
+            tokens = [token, *self._followers.pop(token, ())]
+            if self._hold_reply(j, tokens, a.deadline_ms if a is not None else 0, now_ms):
+                for f in tokens[1:]:
+                    self._follower_of.pop(f, None)
+            else:
+                self._followers[token] = tokens[1:]
+                self._reply_add(token, j.id)
         if j.flags & BEANSTALK_OWNED:
             self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
             self._update_awake(j)
@@ -128,14 +139,15 @@ class ReplicationMixin:
         else:
             if self._tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
-            j = self._job_from_data(d, now_ms)
+            j = self._job_from_data(d, now_ms)  # its key is tentative: the add may still fail
             self._register(j)
             self._log_job(j, now_ms)
             self.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
         self._send(sender, GotJob(d.id))
 
-    def _job_from_data(self, d: JobData, now_ms: int) -> DJob:
-        """deserializeJob: active, requeue after delay + retry (+ jitter)."""
+    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
+        """deserializeJob: active, requeue after delay + retry (+ jitter). Its idempotency
+        key is tentative unless ``key_done`` (the job's add is known to have finished)."""
         j = DJob(
             d.id,
             d.queue,
@@ -154,7 +166,7 @@ class ReplicationMixin:
         j.priority = d.priority
         if d.idempotency_key:
             j.idem_key = d.idempotency_key
-            self._remember_key(j, now_ms)
+            self._remember_key(j, now_ms, tentative=not key_done)
         if d.beanstalk:
             j.flags |= BEANSTALK_ORIGIN
             j.bstate = d.bstate

@@ -78,6 +78,10 @@ class SimBase:
     _lost_load: dict[str, set[int]]
     _lost_del: set[str]
     _client_acks: dict[str, int]
+    # invariant 9: job id -> most deliveries of it seen when an ACK/FASTACK (a consumer's or
+    # the drain's) reached a node; job id -> times a consumer died holding it
+    _ack_cover: dict[str, int]
+    _drops: dict[str, int]
     _enqueue_once_restarts: list[int]
     _admin_enqueued: set[str]
     _jobs_left: int
@@ -160,8 +164,24 @@ class SimBase:
         assert nd.core is not None
         return nd.core
 
-    def _up_nodes(self, allowed: tuple[int, ...] | None = None) -> list[SimNode]:
-        return [nd for nd in self.nodes if nd.up and (allowed is None or nd.idx in allowed)]
+    def _up_nodes(
+        self, allowed: tuple[int, ...] | None = None, frozen: bool = False
+    ) -> list[SimNode]:
+        """Live nodes (in ``allowed``); frozen ones too only if ``frozen`` (a client that
+        picks one waits for its thaw)."""
+        return [
+            nd
+            for nd in self.nodes
+            if nd.up and (frozen or not nd.frozen) and (allowed is None or nd.idx in allowed)
+        ]
+
+    def _wait_for_thaw(self, nd: SimNode, fn: Callable[[], None]) -> bool:
+        """A frozen node (SIGSTOP) reads nothing: ``fn`` (a peer message, a client command)
+        waits in its socket buffer, in order, until the thaw. True if it was held."""
+        if not nd.frozen:
+            return False
+        nd.held.append(fn)
+        return True
 
     def _violation(
         self, invariant: str, detail: str, job_id: str | None = None
@@ -172,6 +192,8 @@ class SimBase:
     def _flush(self, nd: SimNode) -> None:
         """End of a step: take the node's Ready and apply it as the server runtime does
         (records, then messages, then replies and wake-ups), then its next timer."""
+        if self._wait_for_thaw(nd, partial(self._flush, nd)):
+            return  # a frozen node's output stays in its process until the thaw
         nc = nd.nc
         assert nc is not None
         nd.steps += 1
@@ -226,6 +248,8 @@ class SimBase:
         if not nd.up or nd.gen != gen or nd.wake_at != self.now:
             return  # an old life's timer, or superseded by an earlier one
         nd.wake_at = INF
+        if nd.frozen:
+            return  # no timer runs while frozen: the thaw schedules the next one
         assert nd.nc is not None
         self._guard(nd, nd.nc.tick, self.now + nd.skew)
         self._flush(nd)

@@ -6,8 +6,10 @@ import argparse
 import ast
 import dataclasses
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from disq.testing import mutants
 from disq.testing.sim.config import SimConfig, sweep_config
 from disq.testing.sim.model import InvariantViolation
 from disq.testing.sim.simulation import run_seed
@@ -24,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fsync-lost", action="store_true")
     ap.add_argument("--trace", action="store_true", help="print every event")
     ap.add_argument("--seeds", type=int, default=1, help="run this many seeds from --seed")
+    ap.add_argument(
+        "--mutant",
+        choices=mutants.MUTANTS,
+        help="run with this deliberate bug in (disq.testing.mutants): the checks must fail",
+    )
     ap.add_argument(
         "--set",
         action="append",
@@ -49,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.fsync_lost:
         overrides["fsync_lost"] = True
     out = sys.stdout.write
+    if args.mutant is not None:
+        with mutants.applied(args.mutant):
+            return _run(args, overrides, out)
+    return _run(args, overrides, out)
+
+
+def _run(args: argparse.Namespace, overrides: dict[str, Any], out: Callable[[str], Any]) -> int:
     failed = 0
     for seed in range(args.seed, args.seed + args.seeds):
         cfg = sweep_config(seed, trace=args.trace, **overrides)

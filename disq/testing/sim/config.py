@@ -40,12 +40,15 @@ class SimConfig:
     nemesis_every_ms: tuple[int, int] = (200, 1200)
     # Instead of the random nemesis: (ms after the clients start, action, node indexes) with
     # action in isolate, split (args = one side), heal, crash, crash_all, restart,
-    # restart_all, rewrite (AOF), pressure/relief (memory warning), leave/stay.
+    # restart_all, rewrite (AOF), pressure/relief (memory warning), leave/stay, freeze/thaw
+    # (SIGSTOP/SIGCONT; crashing a frozen node is refused: thaw it first).
     nemesis_script: tuple[tuple[int, str, tuple[int, ...]], ...] | None = None
     aof_rewrite_prob: float = 0.1  # share of nemesis actions that rewrite one node's AOF
     memory_pressure: bool = False  # nemesis: memory warning 1 on a node (external replication)
     leaving: bool = False  # nemesis: CLUSTER LEAVING yes/no on a node
     pauses: bool = False  # nemesis: PAUSE a queue (in/out/all, broadcast) on a node
+    # nemesis: freeze (SIGSTOP) a node and thaw it later; counted in max_down like a crash
+    freezes: bool = False
     get_cancel_prob: float = 0.03  # a consumer hangs up while blocked in GETJOB
     fsync_lost: bool = False
     enqueue_on_restart_prob: float = 0.0  # aof-enqueue-jobs-once yes (a controlled restart)
@@ -66,9 +69,9 @@ class SimConfig:
     check_every: int = 1  # structural check every this many steps (per stepping node)
     # Known core gaps whose consequences invariant 1 tolerates (so a sweep can stay useful
     # while they are open; tests/unit/test_sim.py pins each with a strict xfail). Fixed and
-    # gone: "extrepl-repl1", "extrepl-async" (issue 12), "amo-enqueue-once".
-    # "idem-deljob-race": a retried key reaches a holder of the failed first add's copy before
-    # the creator's DELJOB does; the holder answers the dead job's id.
+    # gone: "extrepl-repl1", "extrepl-async" (issue 12), "amo-enqueue-once",
+    # "idem-deljob-race" (a holder answered a retried key with the id of a failed add's copy;
+    # now it holds the retry until that add is decided).
     exempt: tuple[str, ...] = ()
     # Idempotency keys: this share of ADDJOBs carry IDEMPOTENCY-KEY; a keyed add that ends
     # without an id (hang-up, crash, NOREPL) is retried with the SAME key on another node, and
@@ -116,13 +119,15 @@ def sweep_config(seed: int, **overrides: Any) -> SimConfig:
         pauses=r.random() < 0.2,
         enqueue_on_restart_prob=r.choice((0.0, 0.0, 0.5)),
         check_every=5,
-        exempt=("idem-deljob-race",),
     )
     # Drawn after every older field, so those stay what they were for each seed.
     if r.random() < 0.3:
         cfg = dataclasses.replace(cfg, idem_prob=r.choice((0.3, 0.6, 1.0)))
     if r.random() < 0.3:
         cfg = dataclasses.replace(cfg, beanstalk_jobs=r.randint(6, 14), jobs=cfg.jobs * 2 // 3)
+    # Freezes: drawn last of all, so every field above keeps its value for each seed.
+    if r.random() < 0.25:
+        cfg = dataclasses.replace(cfg, freezes=True)
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 

@@ -17,31 +17,71 @@ replayed with tracing, the job's history and its messages):
    is one job id; a RETRY 0 job (at-most-once) is delivered at most once.
 6. Optional (``final_gc_ms``): once everything is healed, every acked job is garbage
    collected on every node.
-7. Idempotency keys (``idem_prob``): the replies of one key that returned an id returned the
-   same id, within the key's window (1 h, beyond any run). Exempt, as ARCHITECTURE.md
-   documents: the node answering the later reply did not know the key yet (no copy taken, no
-   IdemKeys received since its last start: "a retry racing the first add (before it is done)
-   on another node adds a second job", lost or late IdemKeys, keys learned by IdemKeys are
-   not persisted). Every acknowledged keyed add is delivered (invariant 1 covers each add).
+7. Idempotency keys (``idem_prob``): one key, one job. Of the jobs carrying a key, at most
+   one was answered to a producer or delivered to a consumer, within the key's window (1 h,
+   beyond any run). ``idem_dup_keys`` counts the keys with two jobs; each is exempt only for
+   a reason the design cannot close without consensus, counted as ``idem_dup_keys_<why>``
+   (``_idem_dup_exempt``): a retry reached a node that did not know the key and was cut off
+   from the first job's creator (another partition side or down when that add was answered,
+   or no node knowing the key on its side: ``cut_off``); the first job's answer left at its
+   ms-timeout before that node acknowledged the key (``reply_timeout``); the job's own add
+   was never answered, its client having left while the done add waited for the key's acks
+   (``unanswered``); the first add's creator crashed before the add was done and its copies
+   lived on (``creator_crash``); a
+   copy of an add not yet done was requeued by its RETRY and delivered, then that add failed
+   (``copy_delivered``); the first job was answered at once, ASYNC or REPLICATE 1, with no
+   wait for its key's acks (``at_once``: closed once add_job holds that answer too).
+   Every acknowledged keyed add is delivered (invariant 1 covers each add).
 8. The beanstalk door (``beanstalk_jobs``): every INSERTED put (``beanstalk_replicate`` R)
    was reserved somewhere by the end (on its node, or on a holder that took it over with a
    new local id: it is identified by its body) or is still in some node's beanstalk core
    (buried stays buried). At-least-once: a job may be reserved more than once.
+9. Nothing is stranded: at the end, after the drain, every acknowledged ADDJOB with RETRY > 0
+   that was delivered (invariant 1's excuses apply: its TTL may have ended, with
+   ``fsync_lost`` every logged copy lost) had an ACKJOB or FASTACK (a
+   consumer's, or the drain's, which acks every job it takes) reach some node after its last
+   delivery. So a job whose consumer died holding it (delivered, never acked) came back by
+   its RETRY and was delivered again, by a consumer or at the latest by the drain. A job
+   whose acks all came before its last delivery (a redelivery racing its ack, which
+   at-least-once allows) is excused only if no node holds it live at the end. And no node
+   ends holding such a job WAIT_REPL, QUEUED or ACTIVE unless some node has it ACKED (its ack
+   may still be being collected). Checked after invariants 1 and 2.
 """
 
 from __future__ import annotations
 
-from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, QUEUED, STATE_NAMES
+from disq.core.disque.job import (
+    ACKED,
+    ACTIVE,
+    BEANSTALK_ORIGIN,
+    DELIVERED,
+    QUEUED,
+    STATE_NAMES,
+    WAIT_REPL,
+    DJob,
+)
 from disq.core.messages import JobData
 from disq.persistence.cluster_records import to_core_records
 from disq.testing.sim.base import FLYING, GONE, HOLDS, LANDED, WAITING, SimBase
 from disq.testing.sim.config import T0_MS, config_diff, replay_command
-from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, SimNode
+from disq.testing.sim.model import Delivery, InvariantViolation, SimNode
+
+# Why a key may have two jobs (invariant 7): each is counted in the run's stats.
+IDEM_DUP_EXEMPT = (
+    "cut_off",
+    "reply_timeout",
+    "unanswered",
+    "creator_crash",
+    "copy_delivered",
+    "at_once",
+)
 
 
 class InvariantsMixin(SimBase):
     def _track_aof(self, nd: SimNode, rec: tuple[str, object]) -> None:
         kind, payload = rec
+        if kind == "IDEMKEY":
+            return  # idempotency keys, not a job's copy
         if kind == "LOADJOB":
             assert isinstance(payload, JobData)
             job_id, state = payload.id, HOLDS
@@ -153,8 +193,6 @@ class InvariantsMixin(SimBase):
                 continue  # it may have expired (every node drops its own copy at its TTL)
             if cfg.fsync_lost and self._lost_everywhere(rec.job_id):
                 continue  # every logged copy was lost unsynced: everysec does not promise it
-            if "idem-deljob-race" in cfg.exempt and self._deljob_race_hit(rec):
-                continue
             holders = self._holders_at_end(rec.job_id)
             raise self._violation(
                 "1 (acknowledged ADDJOB delivered)",
@@ -187,44 +225,155 @@ class InvariantsMixin(SimBase):
                     f"deleted at step {dead[0]}; {why}",
                     job_id,
                 )
+        self._check_stranded()
 
-    def _deljob_race_hit(self, rec: AddRec) -> bool:
-        """The known gap "idem-deljob-race": a keyed add failed (hang-up, NOREPL), its
-        creator deleted the job and sent DELJOB to the holders, and a retry of the key
-        reached a holder before that DELJOB did: the holder answered the dead job's id. (A
-        holder that got the DELJOB first forgets the key and adds the job again.) So: a
-        keyed add answered by a node other than the job's creator, and the creator never
-        acknowledged that id."""
-        if not rec.idem_key or rec.job_id is None:
-            return False
-        creator = next((nd for nd in self.nodes if rec.job_id[2:10] == nd.id[:8]), None)
-        if creator is None or creator.idx == rec.node:
-            return False
-        return not any(
-            r.status == "ok" and r.job_id == rec.job_id and r.node == creator.idx
-            for r in self.idem_adds.get(rec.idem_key, ())
-        )
+    def _check_stranded(self) -> None:
+        """Invariant 9: nothing is stranded (delivered, never acked, never back), and no node
+        ends holding a live copy of a job nobody has acked."""
+        cfg = self.cfg
+        seen: set[str] = set()
+        for rec in self.adds.values():
+            if rec.status != "ok" or rec.retry_s == 0 or rec.job_id is None:
+                continue
+            job_id = rec.job_id
+            if job_id in seen:
+                continue  # a keyed retry answered with the same job
+            seen.add(job_id)
+            if rec.t_start + cfg.ttl_s * 1000 <= self.now + 2 * cfg.clock_skew_ms + 1000:
+                continue  # it may have expired (invariant 1's excuse)
+            if cfg.fsync_lost and self._lost_everywhere(job_id):
+                continue
+            copies = self._copies_at_end(job_id)
+            live = [nd for nd, j in copies if j.state in (WAIT_REPL, QUEUED, ACTIVE)]
+            acked = any(j.state == ACKED for _, j in copies)
+            ds = self.delivered.get(job_id, [])
+            covered = self._ack_cover.get(job_id, 0)
+            what = ""
+            if ds and covered < len(ds) and (job_id not in self._ack_cover or live):
+                last = ds[-1]
+                drops = self._drops.get(job_id, 0)
+                acks = (
+                    f"the last ACK reached a node after delivery {covered}"
+                    if job_id in self._ack_cover
+                    else "no ACK ever reached a node"
+                )
+                died = f", {drops} time(s) to a consumer that died before ACK" if drops else ""
+                what = (
+                    f"was delivered {len(ds)} time(s){died}, last by n{last.node} at "
+                    f"t={last.t - T0_MS}; {acks}, and it was never delivered again"
+                )
+            elif live and not acked:
+                what = (
+                    f"is still live on {', '.join(nd.name for nd in live)} at the end and no "
+                    "node has it acked"
+                )
+            if what:
+                raise self._violation(
+                    "9 (nothing stranded)",
+                    f"{job_id} {rec.body!r} (REPLICATE {rec.repl} RETRY {rec.retry_s}"
+                    f"{' ASYNC' if rec.async_ else ''}, added on n{rec.node} "
+                    f"t={rec.t_start - T0_MS}..{rec.t_end - T0_MS}) {what}; at the end: "
+                    f"{self._describe_copies(copies)}",
+                    job_id,
+                )
+
+    def _copies_at_end(self, job_id: str) -> list[tuple[SimNode, DJob]]:
+        out = []
+        for nd in self.nodes:
+            j = nd.core.jobs.get(job_id) if nd.core is not None else None
+            if j is not None:
+                out.append((nd, j))
+        return out
+
+    def _describe_copies(self, copies: list[tuple[SimNode, DJob]]) -> str:
+        """``n0=ACTIVE (delivered here, no requeue timer), n2=ACKED``."""
+        parts = []
+        for nd, j in copies:
+            notes = []
+            if j.flags & DELIVERED:
+                notes.append("delivered here")
+            if j.state == ACTIVE and not j.qtime_ms:
+                notes.append("no requeue timer")
+            parts.append(
+                f"{nd.name}={STATE_NAMES[j.state]}" + (f" ({', '.join(notes)})" if notes else "")
+            )
+        return ", ".join(parts) or "no node holds it"
 
     def _check_idem(self) -> None:
-        """Invariant 7: an add on a node that knew the key never makes a new job: its reply
-        is an id that existed (was answered, or travelled in a copy) before it started."""
+        """Invariant 7: one idempotency key, one job: of the jobs carrying a key, at most one
+        was answered to a producer or delivered to a consumer."""
+        if not self.idem_adds:
+            return
+        jobs: dict[str, dict[str, str]] = {}  # key -> job id -> how it showed
         for key, recs in self.idem_adds.items():
-            seen = dict(self.idem_ids.get(key, {}))
             for rec in recs:
                 if rec.status == "ok" and rec.job_id is not None:
-                    seen[rec.job_id] = min(seen.get(rec.job_id, rec.t_end), rec.t_end)
-            for rec in recs:
-                if rec.status != "ok" or not rec.knew_key or rec.job_id is None:
-                    continue
-                older = [i for i, t in seen.items() if t < rec.t_start]
-                if older and seen[rec.job_id] >= rec.t_start:
-                    raise self._violation(
-                        "7 (one idempotency key, one id)",
-                        f"key {key}: {rec.body!r} on n{rec.node} (which knew the key) at "
-                        f"t={rec.t_start - T0_MS} got a new job {rec.job_id}; the key's "
-                        f"job(s) before: {', '.join(sorted(older))}",
-                        rec.job_id,
+                    jobs.setdefault(key, {}).setdefault(
+                        rec.job_id, f"answered to {rec.body!r} on n{rec.node}"
                     )
+        for job_id, ds in self.delivered.items():
+            made = self.adds.get(ds[0].body)
+            if made is not None and made.idem_key:
+                jobs.setdefault(made.idem_key, {}).setdefault(
+                    job_id, f"delivered ({ds[0].body!r}) by n{ds[0].node}"
+                )
+        dups = {key: ids for key, ids in jobs.items() if len(ids) > 1}
+        self.stats["idem_dup_keys"] = len(dups)
+        exempt: set[str] = set()
+        for why in IDEM_DUP_EXEMPT:
+            self.stats[f"idem_dup_keys_{why}"] = 0
+        for key in dups:
+            why = self._idem_dup_exempt(key)
+            if why:
+                exempt.add(key)
+                self.stats[f"idem_dup_keys_{why}"] += 1
+        for key in sorted(set(dups) - exempt):
+            ids = dups[key]
+            raise self._violation(
+                "7 (one idempotency key, one job)",
+                f"key {key} has {len(ids)} jobs: "
+                + "; ".join(f"{i} {how}" for i, how in sorted(ids.items())),
+                sorted(ids)[-1],
+            )
+
+    def _idem_dup_exempt(self, key: str) -> str:
+        """Why a second job of ``key`` is what the design cannot promise ("" if it is not).
+        A retry reached a node that did not know the key, and: it was cut off from the first
+        job's creator ("cut_off": on another partition side or down when that add was
+        answered, or no node knowing the key on its side when the retry came); or the first
+        job's answer was released by its ms-timeout before that node acknowledged the key
+        ("reply_timeout"); or the first add's creator crashed before it was done and its
+        copies lived on ("creator_crash"); or the job's own add was never answered (its
+        client left while the done add waited for the key's acks; a node that knew the key
+        may have answered its id meanwhile: "unanswered"); or a copy of an add not yet done
+        was requeued by its RETRY and delivered, and that add then failed ("copy_delivered");
+        or the first job was answered at once (ASYNC, REPLICATE 1: no wait for the key's
+        acks, "at_once")."""
+        recs = self.idem_adds.get(key, [])
+        answered = {r.job_id for r in recs if r.status == "ok"}
+        unanswered_delivered = any(
+            jid not in answered and self.adds.get(ds[0].body) in recs
+            for jid, ds in self.delivered.items()
+        )
+        for i, r in enumerate(recs):
+            if r.attempt == 0 or r.knew_key:
+                continue
+            before = recs[:i]
+            done = [f for f in before if f.status == "ok" and f.job_id != r.job_id]
+            if r.cut_off or any(r.node in f.unreached for f in done):
+                return "cut_off"
+            if any(f.t_end - f.t_start >= f.timeout_ms for f in done):
+                return "reply_timeout"
+            if any(f.status == "indeterminate" and "crashed" in f.why for f in before):
+                return "creator_crash"
+            fresh = [f for f in done if f.job_id and f.job_id[2:10] == self.nodes[f.node].id[:8]]
+            if any(f.status == "indeterminate" for f in before) and not fresh:
+                return "unanswered"
+            if any(f.async_ or f.repl == 1 for f in done):
+                return "at_once"
+        if unanswered_delivered:
+            return "copy_delivered"
+        return ""
 
     def _check_beanstalk(self) -> None:
         """Invariant 8: every INSERTED beanstalk job was reserved somewhere by the end, or

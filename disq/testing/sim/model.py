@@ -4,6 +4,7 @@ violation, and a simulated node's state."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,11 @@ class AddRec:
     idem_key: str = ""
     attempt: int = 0  # 0: the first add with its key; n: the n-th retry
     knew_key: bool = False  # the node had the key when the add came (invariant 7)
+    # ... and, not having it, no up node that had it was on its side of a partition
+    cut_off: bool = False
+    # answered with an id: the nodes that were down or cut off from its node right then
+    unreached: frozenset[int] = frozenset()
+    timeout_ms: int = 0  # the ADDJOB's ms-timeout
 
 
 @dataclass(slots=True)
@@ -148,7 +154,9 @@ class SimNode:
         "bprod",
         "brepl",
         "core",
+        "frozen",
         "gen",
+        "held",
         "id",
         "idx",
         "member",
@@ -188,6 +196,10 @@ class SimNode:
         # beanstalk producer session -> its put waiting for INSERTED
         self.bprod: dict[Session, BeanRec] = {}
         self.steps = 0
+        # Frozen (SIGSTOP): no steps, no timers; what reaches it (peer messages, client
+        # commands) waits here, in arrival order, until the thaw.
+        self.frozen = False
+        self.held: list[Callable[[], None]] = []
 
 
 class SimDisqueCore(DisqueCore):

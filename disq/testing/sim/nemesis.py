@@ -1,6 +1,6 @@
-"""The nemesis: partitions, crashes and restarts, AOF rewrites, memory warnings, LEAVING,
-PAUSE (random from the seed or a fixed ``nemesis_script``), the once-a-second fsync of
-``fsync_lost``, and the heal at the end of the chaos phase."""
+"""The nemesis: partitions, crashes and restarts, freezes (SIGSTOP) and thaws, AOF rewrites,
+memory warnings, LEAVING, PAUSE (random from the seed or a fixed ``nemesis_script``), the
+once-a-second fsync of ``fsync_lost``, and the heal at the end of the chaos phase."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from disq.testing.sim.model import SimNode
 class NemesisMixin(SimBase):
     def _fsync(self, _: object) -> None:
         for nd in self.nodes:
-            if nd.up:
+            if nd.up and not nd.frozen:  # a stopped process calls no fsync
                 nd.synced = len(nd.aof)
         if self.now < self.t_give_up:
             self._at(self.now + 1000, self._fsync, None)
@@ -29,16 +29,22 @@ class NemesisMixin(SimBase):
             return
         cfg = self.cfg
         rng = self.rng
-        up = self._up_nodes()
+        up = self._up_nodes()  # up and not frozen
         down = [nd for nd in self.nodes if not nd.up]
+        frozen = [nd for nd in self.nodes if nd.frozen]
         actions: list[str] = []
         if cfg.partitions:
             actions += ["halves", "isolate", "heal"]
         if cfg.crashes:
             if down:
                 actions += ["restart", "restart"]
-            if len(down) < self.max_down and len(up) > 1:
+            if len(down) + len(frozen) < self.max_down and len(up) > 1:
                 actions += ["crash"]
+        if cfg.freezes:  # a frozen node counts in max_down, as a crashed one
+            if frozen:
+                actions += ["thaw", "thaw"]
+            if len(down) + len(frozen) < self.max_down and len(up) > 1:
+                actions += ["freeze"]
         if up:
             if cfg.memory_pressure:
                 actions += ["pressure"]
@@ -65,6 +71,10 @@ class NemesisMixin(SimBase):
                 self._crash(rng.choice(up))
             elif action == "restart":
                 self._restart(rng.choice(down))
+            elif action == "freeze":
+                self._freeze(rng.choice(up))
+            elif action == "thaw":
+                self._thaw(rng.choice(frozen))
             elif action == "rewrite" and up:
                 self._rewrite(rng.choice(up))
             elif action == "pressure":
@@ -97,6 +107,14 @@ class NemesisMixin(SimBase):
             for nd in self.nodes:
                 if nd.up:
                     self._crash(nd)
+        elif action == "freeze":
+            for i in args:
+                if self.nodes[i].up and not self.nodes[i].frozen:
+                    self._freeze(self.nodes[i])
+        elif action == "thaw":
+            for i in args:
+                if self.nodes[i].frozen:
+                    self._thaw(self.nodes[i])
         elif action == "restart":
             for i in args:
                 if not self.nodes[i].up:
@@ -107,15 +125,15 @@ class NemesisMixin(SimBase):
                     self._restart(nd)
         elif action == "rewrite":
             for i in args:
-                if self.nodes[i].up:
+                if self.nodes[i].up and not self.nodes[i].frozen:
                     self._rewrite(self.nodes[i])
         elif action in ("pressure", "relief"):
             for i in args:
-                if self.nodes[i].up:
+                if self.nodes[i].up and not self.nodes[i].frozen:
                     self._set_pressure(self.nodes[i], 1 if action == "pressure" else 0)
         elif action in ("leave", "stay"):
             for i in args:
-                if self.nodes[i].up:
+                if self.nodes[i].up and not self.nodes[i].frozen:
                     self._set_leaving(self.nodes[i], action == "leave")
         else:
             raise ValueError(f"unknown nemesis action {action!r}")
@@ -133,6 +151,9 @@ class NemesisMixin(SimBase):
             self._t(f"NEMESIS partition [{desc}]")
 
     def _crash(self, nd: SimNode) -> None:
+        if nd.frozen:
+            # Not modelled (what it had buffered would be lost with it): thaw it first.
+            raise ValueError(f"{nd.name} is frozen: thaw it before crashing it")
         self.stats["crashes"] += 1
         if nd.member is not None:
             # disq-node keeps its membership snapshot in the data dir.
@@ -151,7 +172,8 @@ class NemesisMixin(SimBase):
         nd.member = None
         nd.view = None
         nd.wake_at = INF
-        self.idem_known.pop(nd.idx, None)  # keys learned by IdemKeys are not persisted
+        if self.cfg.fsync_lost:
+            self.idem_known.pop(nd.idx, None)  # keys are persisted, but may be unsynced
         for token, op in list(nd.pending.items()):
             self._client_lost(nd, token, op)
         nd.pending.clear()
@@ -165,6 +187,8 @@ class NemesisMixin(SimBase):
         """fsync_lost: the node now holds whatever its surviving AOF says."""
         touched: set[str] = set()
         for kind, payload in to_core_records(lost_frames):
+            if kind == "IDEMKEY":
+                continue
             if kind == "LOADJOB":
                 assert isinstance(payload, JobData)
                 self._lost_load.setdefault(payload.id, set()).add(nd.idx)
@@ -175,6 +199,8 @@ class NemesisMixin(SimBase):
                 touched.add(payload)
         latest: dict[str, int] = {}
         for kind, payload in to_core_records(nd.aof):
+            if kind == "IDEMKEY":
+                continue
             jid = payload.id if isinstance(payload, JobData) else str(payload)
             if jid in touched:
                 latest[jid] = HOLDS if kind == "LOADJOB" else GONE
@@ -187,6 +213,26 @@ class NemesisMixin(SimBase):
             self._t(f"NEMESIS restart {nd.name}")
         nd.synced = len(nd.aof)
         self._start_node(nd, fresh=False)
+
+    def _freeze(self, nd: SimNode) -> None:
+        """SIGSTOP: the node takes no steps and runs no timers; what reaches it (messages,
+        client commands) waits in order, its own output is not flushed, its blocked clients
+        wait. Messages it sent before are already on the wire and arrive."""
+        self.stats["freezes"] += 1
+        nd.frozen = True
+        if self._tr:
+            self._t(f"NEMESIS freeze {nd.name}")
+
+    def _thaw(self, nd: SimNode) -> None:
+        """SIGCONT: the node reads what waited for it, in arrival order, then its timers
+        (late: its clock moved on) run."""
+        nd.frozen = False
+        held, nd.held = nd.held, []
+        if self._tr:
+            self._t(f"NEMESIS thaw {nd.name}: {len(held)} inputs waited")
+        for fn in held:
+            fn()
+        self._schedule_tick(nd)
 
     def _rewrite(self, nd: SimNode) -> None:
         """Background AOF rewrite: the file is replaced by a dump of the live jobs."""
@@ -235,6 +281,9 @@ class NemesisMixin(SimBase):
         if self._tr:
             self._t("END chaos: heal, restart every node")
         self._partition([list(range(len(self.nodes)))])
+        for nd in self.nodes:
+            if nd.frozen:
+                self._thaw(nd)
         for nd in self.nodes:
             if not nd.up:
                 self._restart(nd)

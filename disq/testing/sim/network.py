@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from disq.core.disque.job import ACKED
 from disq.core.messages import (
     MEMBER_STATE_NAMES,
@@ -36,7 +38,10 @@ class NetworkMixin(SimBase):
         return [
             p
             for p in peers
-            if self.by_id[p].up and self.side[self.by_id[p].idx] == side and p not in self.leaving
+            if self.by_id[p].up
+            and not self.by_id[p].frozen  # a stopped process answers nobody
+            and self.side[self.by_id[p].idx] == side
+            and p not in self.leaving
         ]
 
     def oracle_up(self, peers: list[str]) -> list[str]:
@@ -83,20 +88,35 @@ class NetworkMixin(SimBase):
             self.stats["msgs_cut"] += 1
             if self._tr:
                 self._t(f"cut  {src.name}>{nd.name} {self._fmt(msg)} (in flight)")
-        else:
-            self.stats["msgs_delivered"] += 1
+        elif nd.frozen:
+            # Arrived, but the process is stopped: it waits in the socket buffer (so a copy
+            # it carries is still on its way) and is read, in order, at the thaw.
+            self.stats["msgs_held"] += 1
             if self._tr:
-                self._t(f"recv {src.name}>{nd.name} {self._fmt(msg)}")
-            assert nd.nc is not None
-            forgotten = self._keys_a_deljob_forgets(nd, msg)
-            self._guard(nd, nd.nc.on_peer_messages, self.now + nd.skew, src.id, [msg])
-            self._learn_keys(nd, msg)
-            if forgotten:
-                self.idem_known.get(nd.idx, set()).difference_update(forgotten)
-            self._flush(nd)
-        # After the receiver's LOADJOB (if any): the copy is never unaccounted for.
+                self._t(f"held {src.name}>{nd.name} {self._fmt(msg)} (receiver frozen)")
+            self._wait_for_thaw(nd, partial(self._receive, nd, src, msg))
+            return
+        else:
+            self._receive(nd, src, msg)
+            return
         for job_id in _carried_ids(msg):
             self._copies[job_id].append((self.step, idx, LANDED))
+
+    def _receive(self, nd: SimNode, src: SimNode, msg: Message) -> None:
+        """The receiver reads the message: one step."""
+        self.stats["msgs_delivered"] += 1
+        if self._tr:
+            self._t(f"recv {src.name}>{nd.name} {self._fmt(msg)}")
+        assert nd.nc is not None
+        forgotten = self._keys_a_deljob_forgets(nd, msg)
+        self._guard(nd, nd.nc.on_peer_messages, self.now + nd.skew, src.id, [msg])
+        self._learn_keys(nd, msg)
+        if forgotten:
+            self.idem_known.get(nd.idx, set()).difference_update(forgotten)
+        self._flush(nd)
+        # After the receiver's LOADJOB (if any): the copy is never unaccounted for.
+        for job_id in _carried_ids(msg):
+            self._copies[job_id].append((self.step, nd.idx, LANDED))
 
     def _keys_a_deljob_forgets(self, nd: SimNode, msg: Message) -> list[str]:
         """A copy deleted unacked (DELJOB: its add failed, or FASTACK) forgets its key when the
@@ -109,8 +129,9 @@ class NetworkMixin(SimBase):
             j = core.jobs.get(job_id)
             if j is None or j.state == ACKED or not j.idem_key:
                 continue
-            hit = core._idem.get((j.queue, j.idem_key))
-            if hit is not None and hit[0] == j.id:
+            k = (j.queue, j.idem_key)
+            hit = core._idem.get(k)
+            if hit is not None and hit[0] == j.id and k in core._idem_tentative:
                 out.append(j.idem_key)
         return out
 
@@ -120,7 +141,8 @@ class NetworkMixin(SimBase):
             return
         known = self.idem_known.setdefault(nd.idx, set())
         if isinstance(msg, IdemKeys):
-            known.update(msg.keys)
+            # Entries whose id starts with "-" say that add failed: nothing to know.
+            known.update(k for k, i in zip(msg.keys, msg.job_ids, strict=False) if i[:1] != "-")
             return
         jobs = self._core(nd).jobs
         for d in _carried(msg):
@@ -149,7 +171,8 @@ class NetworkMixin(SimBase):
         if isinstance(msg, GotAck):
             return f"GOTACK {msg.job_id} known={int(msg.known)}"
         if isinstance(msg, IdemKeys):
-            return "IDEMKEYS " + " ".join(msg.keys)
+            acks = f" ack {' '.join(msg.ack_keys)}" if msg.ack_keys else ""
+            return "IDEMKEYS " + " ".join(msg.keys) + acks
         if isinstance(msg, BeanstalkUpdate):
             return f"BSUPDATE {msg.job_id} state={msg.bstate} pri={msg.priority}"
         if isinstance(msg, DelJob):

@@ -27,10 +27,13 @@ What a node is here, and why it matches ``disq/server``:
   consumers GETJOB (NOHANG or blocking, sometimes hanging up) and then ACK (sometimes on
   another node, sometimes FASTACK), NACK, WORKING, admin ENQUEUE, or vanish without acking.
 - The nemesis (random from the seed, or a fixed ``nemesis_script``): partitions (random
-  halves, one node isolated), heal, crash (never more than ``max_down`` nodes down at once),
-  restart, AOF rewrite, and optionally memory warnings (external replication), CLUSTER
-  LEAVING and queue PAUSE. At ``duration_ms`` everything heals and every node restarts; the
-  consumers go on for ``settle_ms`` (requeues happen), then every node is drained.
+  halves, one node isolated), heal, crash (never more than ``max_down`` nodes down or frozen
+  at once), restart, AOF rewrite, and optionally memory warnings (external replication),
+  CLUSTER LEAVING, queue PAUSE and freezes (SIGSTOP: the node takes no steps and runs no
+  timers, messages and client commands to it wait in order, its own output waits; all of it
+  resumes at the thaw). At ``duration_ms`` everything heals, every frozen node thaws and
+  every node restarts; the consumers go on for ``settle_ms`` (requeues happen), then every
+  node is drained.
 
 The invariants are the spec: see :mod:`disq.testing.sim.invariants`.
 """
@@ -127,6 +130,8 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
         self._lost_load: dict[str, set[int]] = {}
         self._lost_del: set[str] = set()  # fsync_lost: a DELJOB of this job was lost
         self._client_acks: dict[str, int] = {}  # job id -> first client ACK/FASTACK time
+        self._ack_cover: dict[str, int] = {}  # invariant 9 (see base.py)
+        self._drops: dict[str, int] = {}
         self._enqueue_once_restarts: list[int] = []  # times of aof-enqueue-jobs-once restarts
         self._admin_enqueued: set[str] = set()  # jobs an admin ENQUEUE really queued
         self._jobs_left = cfg.jobs
@@ -140,8 +145,10 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
                 "msgs_lost",
                 "msgs_dup",
                 "msgs_cut",
+                "msgs_held",
                 "crashes",
                 "restarts",
+                "freezes",
                 "partitions",
                 "heals",
                 "aof_rewrites",
@@ -230,6 +237,7 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             or cfg.memory_pressure
             or cfg.leaving
             or cfg.pauses
+            or cfg.freezes
         ):
             self._at(self.t_clients + self._nemesis_gap(), self._nemesis, None)
         if cfg.fsync_lost:

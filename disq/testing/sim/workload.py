@@ -4,9 +4,11 @@ maybe elsewhere, FASTACK, NACK, WORKING, admin ENQUEUE, or vanishing)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from disq.core.disque.api import PENDING, DeferredResult, DisqueError
 from disq.core.disque.job import ACKED, WAIT_REPL, DJob
-from disq.testing.sim.base import GONE, WAITING, SimBase
+from disq.testing.sim.base import GONE, HOLDS, WAITING, SimBase
 from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, Op, SimNode
 
 
@@ -16,7 +18,7 @@ class WorkloadMixin(SimBase):
         if self._jobs_left <= 0 or self.now >= self.t_heal:
             return
         rng = self.rng
-        up = self._up_nodes(cfg.producer_nodes)
+        up = self._up_nodes(cfg.producer_nodes, frozen=True)  # a frozen node: the add waits
         if not up:
             self._at(self.now + 100, self._produce, p)
             return
@@ -73,13 +75,21 @@ class WorkloadMixin(SimBase):
         self._at(self.now + self.rng.randint(10, 200), self._produce, p)
 
     def _add(self, nd: SimNode, p: int, rec: AddRec, delay: int) -> None:
+        if self._wait_for_thaw(nd, partial(self._add, nd, p, rec, delay)):
+            return
         cfg = self.cfg
         rng = self.rng
         body, queue, repl, retry, async_ = rec.body, rec.queue, rec.repl, rec.retry_s, rec.async_
         timeout = rng.randint(*cfg.add_timeout_ms)
         if rec.idem_key:
+            rec.timeout_ms = timeout
             self.idem_adds.setdefault(rec.idem_key, []).append(rec)
             rec.knew_key = rec.idem_key in self.idem_known.get(nd.idx, ())
+            rec.cut_off = not rec.knew_key and not any(
+                o.up and self.side[o.idx] == self.side[nd.idx]
+                for o in self.nodes
+                if o.idx != nd.idx and rec.idem_key in self.idem_known.get(o.idx, ())
+            )
         assert nd.view is not None
         rec.extrepl = self._core(nd).memory_warning > 0 or nd.view.leaving
         self.adds[body] = rec
@@ -139,6 +149,8 @@ class WorkloadMixin(SimBase):
         nd = self.nodes[idx]
         if not nd.up or nd.gen != gen:
             return
+        if self._wait_for_thaw(nd, partial(self._cancel, arg)):
+            return  # the hang-up is read when the node runs again
         op = nd.pending.pop(token, None)
         if op is None:
             return
@@ -164,13 +176,24 @@ class WorkloadMixin(SimBase):
         nd: SimNode | None = None,
     ) -> None:
         if rec.waiting_id is not None and nd is not None:
-            # The creator's unlogged WAIT_REPL copy: gone unless it became a logged one.
+            # The creator's unlogged WAIT_REPL copy: gone unless it became a logged one. Once
+            # logged, its AOF records speak for it (a crashed node's AOF brings it back).
             j = nd.core.jobs.get(rec.waiting_id) if nd.core is not None else None
-            if j is None or j.state == ACKED:
+            mine = [
+                st
+                for _, i, st in self._copies[rec.waiting_id]
+                if i == nd.idx and st in (HOLDS, GONE, WAITING)
+            ]
+            logged = bool(mine) and mine[-1] != WAITING
+            if (j is None or j.state == ACKED) and not logged:
                 self._copies[rec.waiting_id].append((self.step, nd.idx, GONE))
             rec.waiting_id = None
         rec.status = status
         rec.t_end = self.now
+        if rec.idem_key and status == "ok":
+            rec.unreached = frozenset(
+                o.idx for o in self.nodes if not o.up or self.side[o.idx] != self.side[rec.node]
+            )
         rec.why = why
         if status != "ok" and rec.idem_key:
             # A failed add forgets its key on its node (so a retry there really adds).
@@ -232,7 +255,7 @@ class WorkloadMixin(SimBase):
         if self.now >= self.t_drain:
             return
         rng = self.rng
-        up = self._up_nodes(cfg.consumer_nodes)
+        up = self._up_nodes(cfg.consumer_nodes, frozen=True)  # a frozen node: the get waits
         if not up:
             self._at(self.now + 100, self._consume, c)
             return
@@ -247,6 +270,8 @@ class WorkloadMixin(SimBase):
     def _get(
         self, nd: SimNode, c: int, queues: list[str], nohang: bool, timeout: int, count: int
     ) -> None:
+        if self._wait_for_thaw(nd, partial(self._get, nd, c, queues, nohang, timeout, count)):
+            return
         token = self._new_token()
         now = self.now + nd.skew
         core = self._core(nd)
@@ -306,9 +331,10 @@ class WorkloadMixin(SimBase):
         idx, job_id, c, round_ = arg
         cfg = self.cfg
         rng = self.rng
-        up = self._up_nodes()
+        up = self._up_nodes(frozen=True)  # a command to a frozen node waits for its thaw
         if not up:
             self.stats["dropped_by_consumer"] += 1
+            self._drops[job_id] = self._drops.get(job_id, 0) + 1
             return
         same = self.nodes[idx]
         r = rng.random()
@@ -323,6 +349,7 @@ class WorkloadMixin(SimBase):
             self._at(self.now + rng.randint(5, 800), self._process, (idx, job_id, c, 1))
         elif r < 0.27:
             self.stats["dropped_by_consumer"] += 1
+            self._drops[job_id] = self._drops.get(job_id, 0) + 1
             if self._tr:
                 self._t(f"drop c{c} {job_id} (consumer died before ACK)")
         else:
@@ -333,6 +360,12 @@ class WorkloadMixin(SimBase):
             self._client_cmd(target, "fastack" if rng.random() < 0.12 else "ack", job_id)
 
     def _client_cmd(self, nd: SimNode, cmd: str, job_id: str) -> None:
+        if self._wait_for_thaw(nd, partial(self._client_cmd, nd, cmd, job_id)):
+            return
+        if cmd in ("ack", "fastack"):
+            # Invariant 9: this ACK reached a node after every delivery of the job so far.
+            seen = len(self.delivered.get(job_id, ()))
+            self._ack_cover[job_id] = max(self._ack_cover.get(job_id, 0), seen)
         now = self.now + nd.skew
         core = self._core(nd)
         res: object
