@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from eventually import eventually  # noqa: E402
+
 from cluster import netns  # noqa: E402
 from cluster.lab import Lab  # noqa: E402
 
@@ -25,14 +25,6 @@ needs_netns = pytest.mark.skipif(
     netns.unavailable_reason() is not None,
     reason=f"network namespaces unavailable: {netns.unavailable_reason()}",
 )
-
-
-def _eventually(cond: Callable[[], bool], bound: float, what: str) -> None:
-    deadline = time.monotonic() + bound
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {bound}s: {what}")
-        time.sleep(0.1)
 
 
 def _netns_names() -> set[str]:
@@ -65,13 +57,13 @@ def test_one_way_cut_in_namespaces_is_seen_and_heals(tmp_path: Path) -> None:
         # Node 0 can hear but not speak: the others' probes get no ack, so they flag it.
         lab.cut(0, 1, one_way=True)
         lab.cut(0, 2, one_way=True)
-        _eventually(lambda: lab.hello_flags(1).get(0, 1) > 1, 15, "node 1 flags node 0")
+        eventually(lambda: lab.hello_flags(1).get(0, 1) > 1, "node 1 flags node 0", 15)
         # The lab's own clients, in the root namespace, still reach node 0.
         assert lab.node(0).call("PING") == "PONG"
         lab.heal()
         lab.wait_cluster(30)
         lab.slow(1, 2, 200)
-        _eventually(lambda: lab.slow_packets(1, 2)[0] > 0, 15, "the slow link carries packets")
+        eventually(lambda: lab.slow_packets(1, 2)[0] > 0, "the slow link carries packets", 15)
         lab.heal()
         lab.kill9(2)
         assert lab.refuses(2)
