@@ -25,10 +25,15 @@ An event is a mapping (a ``history.jsonl`` line) or an :class:`Event` with a ``t
 ``abandon`` (value)
     the consumer that was just handed this value dies: it does not ACK and closes its
     connection (the jepsen workload does this to a share of its GETJOBs). The job's RETRY
-    must put it back in a queue, so it must be delivered again.
+    must put it back in a queue, so it must be delivered again, unless it was acked.
+``ack-ok`` (ids)
+    ``ACKJOB`` of these job ids answered: a consumer finished them. Job ids are tied to
+    values by the ``id`` of ``dequeue-ok`` events. A job acked by one consumer is done even
+    if a node the ack had not reached yet (partitioned, killed) hands it out again later and
+    that delivery is abandoned: nobody owes it another delivery.
 
-Every other type (``ack-ok``, ``nemesis``, ...) is kept in the history for people and ignored
-here.
+Every other type (``nemesis``, ``ack-fail``, ...) is kept in the history for people and
+ignored here.
 
 What is counted, as sets of values unless said otherwise:
 
@@ -42,13 +47,17 @@ What is counted, as sets of values unless said otherwise:
 * failed_but_delivered: ``add-fail`` yet delivered. Not a loss, but it means an error that
   should have been definite was not: reported so someone looks at it.
 * abandoned: ``abandon`` events (deliveries whose consumer died).
-* **stranded**: acknowledged values whose last delivery was abandoned and that were never
-  delivered again. The "delivered at least once" check cannot see them (they *were*
-  delivered), yet the job is stuck: nobody acked it and nobody will ever get it. MUST be 0.
-* abandoned_unacknowledged: the same for values whose add was not acknowledged. Not a
-  violation: a job whose ``ADDJOB`` failed with ``-NOREPL Timeout`` is deleted by the node
-  that took it (Disque cleans up partial copies), and a replica may have handed it out in
-  the meantime (its RETRY can fire before the ADDJOB times out). Reported, not judged.
+* **stranded**: acknowledged values whose last delivery was abandoned, that were never
+  delivered again and that no consumer ever acked (``ack-ok``). The "delivered at least
+  once" check cannot see them (they *were* delivered), yet the job is stuck: nobody acked
+  it and nobody will ever get it. MUST be 0.
+* abandoned_after_ack: values whose last delivery was abandoned but which a consumer had
+  acked (a redelivery by a node the ack had not reached yet). Counted, not judged.
+* abandoned_unacknowledged: the same as stranded for values whose add was not
+  acknowledged. Not a violation: a job whose ``ADDJOB`` failed with ``-NOREPL Timeout``
+  is deleted by the node that took it (Disque cleans up partial copies), and a replica may
+  have handed it out in the meantime (its RETRY can fire before the ADDJOB times out).
+  Reported, not judged.
 * **left on nodes** (``left_on_nodes``, given by the caller: per node, jobs still in a
   deliverable state after the drain, or why the node could not be asked): any non-zero or
   unknown count is listed in ``stranded_on_nodes`` and makes the run invalid.
@@ -69,6 +78,7 @@ ADD_FAIL = "add-fail"
 ADD_INFO = "add-info"
 DEQUEUE_OK = "dequeue-ok"
 ABANDON = "abandon"
+ACK_OK = "ack-ok"
 
 _CHECKED = frozenset({ADD_INVOKE, ADD_OK, ADD_FAIL, ADD_INFO, DEQUEUE_OK, ABANDON})
 
@@ -120,6 +130,7 @@ class QueueReport:
     abandoned: int = 0
     stranded: int = 0
     abandoned_unacknowledged: int = 0
+    abandoned_after_ack: int = 0
     left_on_nodes: int = 0
     stranded_on_nodes: dict[str, int | str] = field(default_factory=dict)
     lost_values: list[Any] = field(default_factory=list)
@@ -128,6 +139,7 @@ class QueueReport:
     failed_but_delivered_values: list[Any] = field(default_factory=list)
     stranded_values: list[Any] = field(default_factory=list)
     abandoned_unacknowledged_values: list[Any] = field(default_factory=list)
+    abandoned_after_ack_values: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,7 +159,7 @@ class QueueReport:
             f"  unexpected    {self.unexpected:>8}  (must be 0)",
             f"  abandoned     {self.abandoned:>8}  deliveries whose consumer died",
             f"  stranded      {self.stranded:>8}  (must be 0: acknowledged, abandoned, never "
-            "delivered again)",
+            "delivered again nor acked)",
             f"  left on nodes {self.left_on_nodes:>8}  (must be 0: deliverable after the drain)",
         ]
         if self.failed_but_delivered:
@@ -166,6 +178,12 @@ class QueueReport:
                 f"  note: {self.abandoned_unacknowledged} values whose add was not acknowledged "
                 f"were abandoned and never delivered again (allowed: a failed add may be "
                 f"deleted), e.g. {_fmt(self.abandoned_unacknowledged_values)}"
+            )
+        if self.abandoned_after_ack:
+            lines.append(
+                f"  note: {self.abandoned_after_ack} values were acked, then handed out again "
+                f"by a node the ack had not reached and abandoned (done: not stranded), "
+                f"e.g. {_fmt(self.abandoned_after_ack_values)}"
             )
         if self.stranded_on_nodes:
             lines.append(f"  left per node: {self.stranded_on_nodes}")
@@ -192,6 +210,11 @@ def _get(ev: Mapping[str, Any] | Event, key: str) -> Any:
     return ev.get(key)
 
 
+def _ids(ev: Mapping[str, Any] | Event) -> list[str]:
+    ids = ev.extra.get("ids") if isinstance(ev, Event) else ev.get("ids")
+    return [str(i) for i in ids or ()]
+
+
 def check(
     history: Iterable[Mapping[str, Any] | Event],
     *,
@@ -210,9 +233,14 @@ def check(
     # Per value: whether its latest delivery was abandoned.
     last_abandoned: dict[Hashable, bool] = {}
     abandoned = 0
+    value_of_id: dict[str, Hashable] = {}
+    acked_ids: set[str] = set()
 
     for ev in history:
         kind = _get(ev, "type")
+        if kind == ACK_OK:
+            acked_ids.update(_ids(ev))
+            continue
         if kind not in _CHECKED:
             continue
         value = _get(ev, "value")
@@ -221,6 +249,9 @@ def check(
         if kind == DEQUEUE_OK:
             deliveries[value] += 1
             last_abandoned[value] = False
+            jid = _get(ev, "id")
+            if jid is not None:
+                value_of_id[str(jid)] = value
             continue
         if kind == ABANDON:
             abandoned += 1
@@ -247,7 +278,9 @@ def check(
     recovered = indeterminate & delivered
     failed_delivered = failed & delivered
     dups = {v: c for v, c in deliveries.items() if c > 1}
-    stuck = {v for v, a in last_abandoned.items() if a}
+    consumer_acked = {value_of_id[i] for i in acked_ids if i in value_of_id}
+    after_ack = {v for v, a in last_abandoned.items() if a} & consumer_acked
+    stuck = {v for v, a in last_abandoned.items() if a} - consumer_acked
     stranded = stuck & acknowledged
     on_nodes: dict[str, int | str] = {
         str(k): v for k, v in (left_on_nodes or {}).items() if not isinstance(v, int) or v != 0
@@ -271,6 +304,7 @@ def check(
         abandoned=abandoned,
         stranded=len(stranded),
         abandoned_unacknowledged=len(stuck - acknowledged),
+        abandoned_after_ack=len(after_ack),
         left_on_nodes=left,
         stranded_on_nodes=on_nodes,
         # Lost and unexpected are the bugs: list them all, people need every one.
@@ -280,4 +314,5 @@ def check(
         failed_but_delivered_values=_sorted(failed_delivered)[:SAMPLE],
         stranded_values=_sorted(stranded),
         abandoned_unacknowledged_values=_sorted(stuck - acknowledged)[:SAMPLE],
+        abandoned_after_ack_values=_sorted(after_ack)[:SAMPLE],
     )

@@ -294,7 +294,7 @@ def consume(
         ids.append(jid)
     try:
         acked = c.call("ACKJOB", *ids, timeout=CLIENT_SLACK_S)
-        history.record("ack-ok", node=node, process=process, ids=ids, acked=acked)
+        history.record(checker.ACK_OK, node=node, process=process, ids=ids, acked=acked)
     except (RespError, OSError) as exc:
         # The job comes back after RETRY and is delivered again: a duplicate, not a loss.
         history.record(

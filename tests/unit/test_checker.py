@@ -228,3 +228,33 @@ def test_a_node_that_could_not_be_asked_is_not_taken_as_empty() -> None:
 def test_without_left_on_nodes_only_the_history_decides() -> None:
     r = check([*add(1), deq(1)])
     assert r.valid and r.stranded_on_nodes == {} and r.left_on_nodes == 0
+
+
+def test_a_job_acked_then_handed_out_again_and_abandoned_is_done_not_stranded() -> None:
+    # Found by the make test Jepsen run: value 62 acked on node 2; node 1, which the ack had
+    # not reached (a kill and a partition), delivered it again 10 s later to a consumer that
+    # died. The job was done; it must not count as stranded.
+    h = [*add(1, id="D-1"), *add(2, id="D-2")]
+    h += [{"type": "dequeue-ok", "value": 1, "id": "D-1", "node": 2}]
+    h += [{"type": "ack-ok", "ids": ["D-1"], "acked": 1, "node": 2}]
+    h += [{"type": "dequeue-ok", "value": 1, "id": "D-1", "node": 1}, abandon(1)]
+    # 2 is acked under another id only (a different job): it stays stranded.
+    h += [{"type": "dequeue-ok", "value": 2, "id": "D-2", "node": 0}, abandon(2)]
+    h += [{"type": "ack-ok", "ids": ["D-9"], "acked": 0, "node": 0}]
+    r = check(h)
+    assert r.stranded == 1 and r.stranded_values == [2]
+    assert r.abandoned_after_ack == 1 and r.abandoned_after_ack_values == [1]
+    assert "1 values were acked, then handed out again" in r.summary()
+    assert not r.valid
+
+
+def test_an_ack_in_event_objects_counts_too() -> None:
+    evs = [
+        Event("add-ok", 1, id="D-1"),
+        Event("dequeue-ok", 1, id="D-1"),
+        Event("ack-ok", extra={"ids": ["D-1"]}),
+        Event("dequeue-ok", 1, id="D-1"),
+        Event("abandon", 1, id="D-1"),
+    ]
+    r = check(evs)
+    assert r.valid and r.stranded == 0 and r.abandoned_after_ack == 1
