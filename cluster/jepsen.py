@@ -485,15 +485,21 @@ class Nemesis:
 
     # -- effects --------------------------------------------------------------------------
 
+    def _flags_if_up(self, a: int) -> dict[int, int] | None:
+        """Node ``a``'s HELLO flags of its peers; None if it is down or did not answer."""
+        if self.lab.node(a).state != UP:
+            return None
+        try:
+            return self.lab.hello_flags(a)
+        except (OSError, RespError, LabError, ValueError, IndexError, TypeError):
+            return None
+
     def _healthy(self, links: list[tuple[int, int]]) -> set[tuple[int, int]]:
         """Of the links (a, b), those whose both ends are up and where a sees b as ok."""
         out = set()
         for a in sorted({a for a, _ in links}):
-            if self.lab.node(a).state != UP:
-                continue
-            try:
-                flags = self.lab.hello_flags(a)
-            except (OSError, RespError, LabError, ValueError, IndexError, TypeError):
+            flags = self._flags_if_up(a)
+            if flags is None:
                 continue
             out |= {
                 (x, b)
@@ -506,11 +512,8 @@ class Nemesis:
     def _flagged(self, baseline: set[tuple[int, int]]) -> dict[str, Any] | None:
         """A link of ``baseline`` whose first end now flags the second (both still up)."""
         for a in sorted({a for a, _ in baseline}):
-            if self.lab.node(a).state != UP:
-                continue
-            try:
-                flags = self.lab.hello_flags(a)
-            except (OSError, RespError, LabError, ValueError, IndexError, TypeError):
+            flags = self._flags_if_up(a)
+            if flags is None:
                 continue
             for x, b in sorted(baseline):
                 if x == a and flags.get(b, 1) > 1 and self.lab.node(b).state == UP:
