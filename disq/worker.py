@@ -11,6 +11,11 @@
 - Dead letters: a job delivered with ``nacks >= max_nacks`` or ``additional_deliveries >=
   max_deliveries`` (Disque's own counters, so the count survives worker crashes) is added
   to the ``dead_letter`` queue with the same body and acked, instead of being handled again.
+  The counters travel with the job (every copy keeps them, QUEUED, YOURJOBS and the AOF
+  carry them), so redeliveries re-queued by any node count, wherever the worker fetches.
+  With ``max_deliveries = k``, the first delivery that finds ``additional_deliveries >= k``
+  (k re-queues by RETRY, i.e. k deliveries never acked in time; NACKs count apart, against
+  ``max_nacks``) is dead-lettered.
 - Shutdown (``stop()``, SIGTERM or SIGINT under ``run_forever``): no more fetching; running
   handlers get ``shutdown_grace_s`` to finish; what is still running then is nacked (async
   handlers are cancelled; a thread cannot be, its late result is ignored). Queued acks are

@@ -105,9 +105,18 @@ class Enqueue:
 
 @dataclass(slots=True)
 class Queued:
+    """A requeue happened (or, answering WILLQUEUE, the job is queued at the sender).
+
+    ``incr_nacks`` / ``incr_deliveries`` are Disque's INCR_NACKS / INCR_DELIV flags.
+    ``nacks`` / ``additional_deliveries`` are disq's: the sender's counters after the
+    requeue, merged by maximum (core.py ``_merge_counters`` says why); 0 and 0 from a peer
+    that does not send them, which then count by the flags as Disque does."""
+
     job_id: str
     incr_nacks: bool = False
     incr_deliveries: bool = False
+    nacks: int = 0
+    additional_deliveries: int = 0
 
 
 @dataclass(slots=True)

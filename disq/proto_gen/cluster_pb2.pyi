@@ -167,14 +167,18 @@ class Enqueue(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("job_id", "incr_nacks", "incr_deliveries")
+    __slots__ = ("job_id", "incr_nacks", "incr_deliveries", "nacks", "additional_deliveries")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INCR_NACKS_FIELD_NUMBER: _ClassVar[int]
     INCR_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     incr_nacks: bool
     incr_deliveries: bool
-    def __init__(self, job_id: _Optional[str] = ..., incr_nacks: _Optional[bool] = ..., incr_deliveries: _Optional[bool] = ...) -> None: ...
+    nacks: int
+    additional_deliveries: int
+    def __init__(self, job_id: _Optional[str] = ..., incr_nacks: _Optional[bool] = ..., incr_deliveries: _Optional[bool] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ...) -> None: ...
 
 class WillQueue(_message.Message):
     __slots__ = ("job_id",)

@@ -137,6 +137,10 @@ def _enc_queued(t: pb.Message, x: m.Queued) -> None:
     s.job_id = x.job_id
     s.incr_nacks = x.incr_nacks
     s.incr_deliveries = x.incr_deliveries
+    if x.nacks:
+        s.nacks = x.nacks
+    if x.additional_deliveries:
+        s.additional_deliveries = x.additional_deliveries
 
 
 def _enc_will_queue(t: pb.Message, x: m.WillQueue) -> None:
@@ -311,7 +315,7 @@ def _dec_enqueue(t: pb.Message) -> m.Enqueue:
 
 def _dec_queued(t: pb.Message) -> m.Queued:
     s = t.queued
-    return m.Queued(s.job_id, s.incr_nacks, s.incr_deliveries)
+    return m.Queued(s.job_id, s.incr_nacks, s.incr_deliveries, s.nacks, s.additional_deliveries)
 
 
 def _dec_will_queue(t: pb.Message) -> m.WillQueue:

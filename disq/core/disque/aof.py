@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from disq.core import ids
 from disq.core.disque.job import (
     ACTIVE,
+    BCAST_QUEUED,
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
@@ -49,7 +50,9 @@ class AofMixin:
         def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None: ...
         def key_records(self) -> list[bytes]: ...
         def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
+        def _enqueue(
+            self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
+        ) -> bool: ...
 
     def _log_job(self, j: DJob, now_ms: int) -> None:
         if self.persist:
@@ -88,6 +91,9 @@ class AofMixin:
             # This node's own jobs were logged once their add was done.
             j = self._job_from_data(rel, now_ms, key_done=ids.node_prefix(d.id) == mine)
             j.etime_ms = d.expire_ms
+            if j.delay_s and now_ms < j.ctime // 1_000_000 + j.delay_s * 1000:
+                # Still in its DELAY: its first queueing is to come, and counts nothing.
+                j.flags &= ~BCAST_QUEUED
             if d.beanstalk and d.beanstalk_id:
                 # This node owned it: the engine's AOF has the live job under that id.
                 j.flags = (j.flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
@@ -99,7 +105,8 @@ class AofMixin:
             self._register(j)
             if self.aof_enqueue_once and j.retry_s and not j.flags & BEANSTALK_ORIGIN:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
-                self._enqueue(j, now_ms)
+                # A controlled restart puts back what was there: no delivery is counted.
+                self._enqueue(j, now_ms, moved=True)
         self.aof_enqueue_once = False
         self.persist = persist
         self._restore_keys(now_ms, keys)

@@ -97,7 +97,6 @@ MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs 
 TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
 DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
-QUEUE_IDLE_GC_MS = 300_000
 CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked consumers
 CRON_IDLE_MS = 1000
 
@@ -319,21 +318,51 @@ class DisqueCore(
             self._log_del(j.id)
         self._unregister(j, now_ms)
 
-    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool:
-        """enqueueJob: queue the job here; QUEUED goes out on every enqueue but the first."""
+    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool:
+        """enqueueJob: queue the job here; QUEUED goes out on every enqueue but the first.
+
+        The counters (Disque's num_nacks / num_deliv), the rule every copy follows:
+
+        - NACK counts a nack here and in the QUEUED it broadcasts.
+        - A requeue that is not the job's first queueing counts an additional delivery,
+          whichever node does it. ``BCAST_QUEUED`` says "this job was queued before": the
+          creator sets it at its first enqueue, and every copy made by REPLJOB has it from
+          the start (Disque's rule), because the creator queued the job when its add was
+          done. So a copy that never saw the delivery still counts it when *it* requeues:
+          a requeue by RETRY happens only when WILLQUEUE found no queued copy and no ack,
+          i.e. the job left a queue (was delivered) since it was last queued. Delivering
+          nodes do not announce deliveries (GETJOB stays free of cluster traffic), so
+          this is the evidence a copy has; the price is a rare over-count when a message
+          was lost (an ENQUEUE after external replication, a QUEUED answer to WILLQUEUE),
+          which at-least-once counters (best effort in Disque too) accept.
+        - ``moved``: the job is queued here because it moved (ENQUEUE from a draining node
+          or after external replication, the AOF's enqueue-once restart): not a delivery,
+          so nothing is counted; QUEUED still goes out (no flags) so the others postpone.
+        - The QUEUED carries the new counters themselves as well as Disque's flags, and a
+          receiver keeps the larger value (``_merge_counters``): two nodes requeueing at
+          once count one delivery, not two, and every copy converges on the same numbers.
+          Counting changes log the job again (LOADJOB, last wins on replay), so a restart
+          keeps them; that write is on the requeue and NACK paths only.
+        """
         if j.state == QUEUED or j.state == ACKED or j.state == WAIT_REPL:
             return False
         if j.flags & BEANSTALK_ORIGIN:
             return False  # lives in a beanstalk engine, never in a Disque queue
         if j.retry_s == 0 and j.flags & DELIVERED:
             return False  # at-most-once: never queue again once delivered
-        if j.flags & BCAST_QUEUED or nack:
-            for node in j.delivered:
-                self._send(node, Queued(j.id, incr_nacks=nack, incr_deliveries=not nack))
+        if nack or (j.flags & BCAST_QUEUED and not moved):
             if nack:
                 j.nacks += 1
             else:
                 j.add_deliveries += 1
+            msg = Queued(j.id, nack, not nack, j.nacks, j.add_deliveries)
+            for node in j.delivered:
+                self._send(node, msg)
+            self._log_job(j, now_ms)
+        elif j.flags & BCAST_QUEUED:
+            msg = Queued(j.id, False, False, j.nacks, j.add_deliveries)
+            for node in j.delivered:
+                self._send(node, msg)
         else:
             j.flags |= BCAST_QUEUED
         if j.retry_s:
@@ -654,16 +683,35 @@ class DisqueCore(
             j.flags &= ~BCAST_WILLQUEUE
             self._update_awake(j)
         else:
-            self._enqueue(j, now_ms)
+            self._enqueue(j, now_ms, moved=True)  # a move, not a redelivery (_enqueue)
+
+    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
+        """Take a peer's counters: the larger of each wins. Counters only grow and every
+        change is broadcast, so the maximum is what the busiest copy saw; adding instead
+        would count twice a requeue two nodes did at once, or a repeated message. A copy
+        that changed is logged again (restarts keep the counters), never a job whose add
+        is still waiting (it is logged once done) nor an acked one (its DELJOB is)."""
+        changed = False
+        if nacks > j.nacks:
+            j.nacks = nacks
+            changed = True
+        if add_deliveries > j.add_deliveries:
+            j.add_deliveries = add_deliveries
+            changed = True
+        if changed and (j.state == ACTIVE or j.state == QUEUED):
+            self._log_job(j, now_ms)
 
     def _on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
         j = self.jobs.get(msg.job_id)
         if j is None:
             return
-        if msg.incr_nacks:
-            j.nacks += 1
-        if msg.incr_deliveries:
-            j.add_deliveries += 1
+        if msg.nacks or msg.additional_deliveries:
+            self._merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
+        elif msg.incr_nacks or msg.incr_deliveries:
+            # A peer that sends only Disque's flags: count by them, as Disque does.
+            self._merge_counters(
+                j, j.nacks + msg.incr_nacks, j.add_deliveries + msg.incr_deliveries, now_ms
+            )
         if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
             self._dequeue(j)  # two copies queued: the one whose node wins keeps it
         j.flags |= BCAST_QUEUED
@@ -678,7 +726,8 @@ class DisqueCore(
         if j.state == ACKED:
             self._send(sender, SetAck(j.id, len(j.delivered)))
         elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
-            self._send(sender, Queued(j.id))
+            # With the counters: the asker may have missed the QUEUED that counted them.
+            self._send(sender, Queued(j.id, False, False, j.nacks, j.add_deliveries))
 
     def _on_working(self, now_ms: int, sender: str, msg: Working) -> None:
         j = self.jobs.get(msg.job_id)
@@ -759,13 +808,19 @@ class DisqueCore(
             self._update_awake(j)
 
     def _cron(self, now_ms: int) -> None:
+        """clientsCron's NEEDJOBS for queues with blocked clients, and Disque's
+        evictIdleQueues: empty queues without blocked clients and not paused go once idle
+        ``queue_idle_gc_ms`` (shorter under memory pressure, memory.py). Disque samples
+        random queues until fewer than 10% are evictable; this walks them all, which the
+        NEEDJOBS half does anyway, once a second (10 times with blocked clients)."""
         any_blocked = False
+        idle_ms = self.queue_idle_gc_ms()
         idle: list[str] = []
         for q in self.queues.values():
             if q.blocked:
                 any_blocked = True
                 self._need_jobs(q, now_ms, reached_zero=False)
-            elif q.idle() and now_ms - q.atime_ms > QUEUE_IDLE_GC_MS:
+            elif q.idle() and now_ms - q.atime_ms > idle_ms:
                 idle.append(q.name)
             if q.wanted_by:
                 for node in [n for n, t in q.wanted_by.items() if t < now_ms]:

@@ -35,6 +35,7 @@ class FederationMixin:
     queues: dict[str, DQueue]
     max_queues: int
     stats: dict[str, int]
+    _idem_tentative: set[tuple[str, str]]
 
     if TYPE_CHECKING:  # provided by DisqueCore
 
@@ -49,6 +50,9 @@ class FederationMixin:
         def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
         def _log_job(self, j: DJob, now_ms: int) -> None: ...
         def _log_del(self, job_id: str) -> None: ...
+        def _merge_counters(
+            self, j: DJob, nacks: int, add_deliveries: int, now_ms: int
+        ) -> None: ...
 
     def _need_jobs(self, q: DQueue, now_ms: int, reached_zero: bool) -> None:
         """needJobsForQueue: a rare NEEDJOBS(1) broadcast to discover who has jobs, and
@@ -81,9 +85,17 @@ class FederationMixin:
     def _give_jobs(self, q: DQueue, node: str, count: int, now_ms: int) -> None:
         n = count if len(q) >= 2 * count else max(1, len(q) // 2)
         jobs: list[JobData] = []
-        for _ in range(min(n, len(q))):
-            _, job_id = q.skiplist.pop(0)
-            j = self.jobs[job_id]
+        kept: list[tuple[int, str]] = []
+        while len(jobs) < n and q.skiplist:
+            item = q.skiplist.pop(0)
+            j = self.jobs[item[1]]
+            if j.idem_key and (j.queue, j.idem_key) in self._idem_tentative:
+                # The importer takes an exported job's key as done (it was queued here),
+                # but a copy whose add is still undecided can be queued by its RETRY: if
+                # that add then fails, the importer would answer a retry of the key with
+                # the id of a deleted job. Such a job stays here until its key is decided.
+                kept.append(item)
+                continue
             j.state = ACTIVE
             q.jobs_out += 1
             j.delivered.add(node)
@@ -96,6 +108,8 @@ class FederationMixin:
                 # Our copy stays active; the importer's QUEUED/WILLQUEUE answers keep it
                 # from being requeued here while the importer has it.
                 self._postpone(j, now_ms)
+        for item in kept:
+            q.skiplist.add(item)
         if jobs:
             self.stats["jobs_exported"] += len(jobs)
             self._send(node, YourJobs(jobs))
@@ -141,6 +155,9 @@ class FederationMixin:
                 self._log_job(j, now_ms)
             else:
                 j.delivered.update(d.nodes_delivered)
+                # This node's copy may have missed QUEUEDs the exporter saw (it was not in
+                # every holder's delivered set): the exporter's counters are at least as new.
+                self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
             if j.state == ACTIVE:
                 # Imported jobs are queued without a QUEUED broadcast: the sender already
                 # knows where they went.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from disq.core import events as ev
 from disq.core.disque.job import (
     ACTIVE,
+    BCAST_QUEUED,
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
@@ -71,6 +72,9 @@ class ReplicationMixin:
         ) -> bool: ...
         def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
         def _copies_needed(self, j: DJob) -> int: ...
+        def _merge_counters(
+            self, j: DJob, nacks: int, add_deliveries: int, now_ms: int
+        ) -> None: ...
 
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
@@ -136,6 +140,8 @@ class ReplicationMixin:
         j = self.jobs.get(d.id)
         if j is not None:
             j.delivered.update(d.nodes_delivered)
+            # A resend, or a drain handing its copy over: the sender may have counted more.
+            self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
         else:
             if self._tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
@@ -159,6 +165,10 @@ class ReplicationMixin:
             now_ms + d.ttl_remaining_s * 1000,
         )
         j.state = ACTIVE
+        # The counters travel with the job (REPLJOB, YOURJOBS, a drain's handoff, the AOF).
+        # BCAST_QUEUED as Disque's REPLJOB sets it: the job was (or is being) queued where
+        # it came from, so this copy's own requeue counts a delivery (core.py _enqueue).
+        j.flags = BCAST_QUEUED
         j.nacks = d.nacks
         j.add_deliveries = d.additional_deliveries
         j.delivered = set(d.nodes_delivered)
