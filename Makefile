@@ -25,6 +25,7 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	scripts/ensure_redis_cli.sh
+	scripts/ensure_redis_py7.sh
 	scripts/ensure_java.sh
 	$(BIN)/pytest -q -p no:cacheprovider tests
 	scripts/ensure_beanstalkd.sh

@@ -39,6 +39,9 @@ from collections.abc import Callable
 
 from disq.core.disque.api import DeferredResult, Pending
 from disq.doors.disque import Client, Deferred, NodeApi, execute
+from disq.doors.disque.admin import AdminState
+from disq.doors.disque.cluster import hello_before_auth
+from disq.doors.disque.replies import NOAUTH_ERR, NULL3, NULL_ARRAY, NULL_BULK
 from disq.protocol.resp import Command, ProtocolError, RespParser
 
 # One feed's replies are built in batches of about this size: a client that pipelines
@@ -87,9 +90,10 @@ class RespDoor:
         *,
         parser: RespParser | None = None,
         max_queued_bytes: int = MAX_QUEUED_BYTES,
+        admin: AdminState | None = None,
     ) -> None:
         self.node = node
-        self.client = Client(node, new_token)
+        self.client = Client(node, new_token, admin)
         self.parser = parser if parser is not None else RespParser()
         self.queue: collections.deque[Command] = collections.deque()
         self.queued_bytes = 0
@@ -124,7 +128,18 @@ class RespDoor:
     @property
     def runnable(self) -> bool:
         """Queued commands that could run now (not behind a blocked command)."""
-        return bool(self.queue) and not self.blocked and not self.client.closing
+        return (
+            bool(self.queue) and not self.blocked and not self.client.closing and not self._paused()
+        )
+
+    def _paused_now(self) -> bool:
+        # Inlined check first: no call on the hot path while no pause is set.
+        return self.client.admin.pause_end_ms != 0 and self._paused()
+
+    def _paused(self) -> bool:
+        """CLIENT PAUSE holds every command (one attribute read while no pause is set)."""
+        admin = self.client.admin
+        return admin.pause_end_ms != 0 and admin.paused(self.node.now_ms())
 
     # ---------------------------------------------------------------- input
     def feed(self, data: bytes) -> bytes:
@@ -134,7 +149,7 @@ class RespDoor:
         commands = self.parser.feed(data)
         if not commands:
             return b""
-        if self.queue or self.client.pending_token is not None:
+        if self.queue or self.client.pending_token is not None or self._paused_now():
             self._enqueue(commands, 0)
             return b""
         out: list[bytes] = []
@@ -155,7 +170,8 @@ class RespDoor:
             if client.closing:
                 break
             size += len(r)
-            if size >= OUT_BATCH_BYTES and i < n:
+            # A CLIENT PAUSE in the pipeline holds the commands behind it too.
+            if (size >= OUT_BATCH_BYTES or client.admin.pause_end_ms) and i < n:
                 self._enqueue(commands, i)
                 break
         return out[0] if len(out) == 1 else b"".join(out)
@@ -218,7 +234,27 @@ class RespDoor:
             # stopped, so nothing follows it.
             self.client.closing = True
             return cmd.reply
-        return execute(self.client, cmd, now_ms)
+        client = self.client
+        r = execute(client, cmd, now_ms)
+        # The common case costs one identity and one int comparison: RESP2 replies go out
+        # exactly as the handlers built them.
+        if r is NOAUTH_ERR or client.protocol != 2:
+            return self._unusual(cmd, r)
+        return r
+
+    def _unusual(self, cmd: list[bytes], r: bytes | Pending) -> bytes | Pending:
+        """The two replies the door adjusts. ``HELLO 3 AUTH user pass`` before
+        authenticating: Redis exempts HELLO from the NOAUTH check (it may carry the
+        credentials), which the command table does not know, so it runs here. And on a RESP3
+        connection a whole reply that is RESP2's null (from a handler with no RESP3 variant,
+        such as CLIENT GETNAME's) becomes RESP3's ``_``."""
+        if r is NOAUTH_ERR:
+            if cmd[0].lower() == b"hello" and len(cmd) > 1:
+                return hello_before_auth(self.client, cmd)
+            return r
+        if r == NULL_BULK or r == NULL_ARRAY:
+            return NULL3
+        return r
 
     def _run_ahead(self, now_ms: int, blocked: Command) -> None:
         """Start the ADDJOBs queued right behind a blocked ADDJOB (see the module doc).
@@ -258,7 +294,7 @@ class RespDoor:
     def _drain(self, out: list[bytes]) -> None:
         queue = self.queue
         client = self.client
-        if not queue or client.pending_token is not None or client.closing:
+        if not queue or client.pending_token is not None or client.closing or self._paused_now():
             return
         now_ms = self.node.now_ms()
         size = sum(map(len, out))
@@ -275,5 +311,5 @@ class RespDoor:
                 self.queued_bytes = 0
                 return
             size += len(r)
-            if size >= OUT_BATCH_BYTES:
+            if size >= OUT_BATCH_BYTES or client.admin.pause_end_ms:
                 return

@@ -24,13 +24,16 @@ found with ``bytes.find``, which is binary-safe; only the inline splitter stops 
 ``sdssplitargs`` does, since it reads a C string.
 
 Reply encoders (:func:`simple`, :func:`error`, :func:`integer`, :func:`bulk`, :func:`array`,
-:func:`encode`, :func:`encode_into`) are pure functions.
+:func:`encode`, :func:`encode_into`) are pure functions. Requests are the same in RESP3
+(Redis 6+); only replies differ, for a connection that switched with ``HELLO 3``: the RESP3
+encoders (:data:`NULL`, :func:`map_header`, :func:`double`, :func:`verbatim`, :func:`encode3`)
+are at the end.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -107,6 +110,10 @@ def _string2ll(s: bytes) -> int | None:
             v = int(digits)
             return -v if v <= _LLONG_MAX + 1 else None
     return None
+
+
+# Redis 6+'s own commands (HELLO's protocol version) parse numbers this strict way too.
+string2ll = _string2ll
 
 
 # ------------------------------------------------------------------ inline splitting
@@ -566,3 +573,71 @@ def encode_into(value: Reply, out: list[bytes]) -> None:
                 encode_into(item, out)
     else:
         raise TypeError(f"cannot encode {type(value).__name__} as a RESP reply")
+
+
+# ------------------------------------------------------------------ RESP3 replies
+# A connection that sent ``HELLO 3`` gets Redis 6+'s typed replies. Only the types that differ
+# from RESP2 have their own encoders; everything else (status, error, integer, bulk, array)
+# is the same bytes in both protocols, so the RESP2 encoders above serve RESP3 too.
+NULL = b"_\r\n"  # RESP3's one null, for both the null bulk and the null array
+
+
+def map_header(n: int) -> bytes:
+    """The header of a map of ``n`` key/value pairs: ``%n``, then 2n replies."""
+    return b"%%%d\r\n" % n
+
+
+def double(x: float) -> bytes:
+    """A RESP3 double: ``,1.5``, ``,inf``, ``,-inf``, ``,nan``. ``repr`` gives the shortest
+    text that reads back as the same double, which is what the spec asks of a server."""
+    if x != x:
+        return b",nan\r\n"
+    if x in (float("inf"), float("-inf")):
+        return b",inf\r\n" if x > 0 else b",-inf\r\n"
+    return b",%s\r\n" % repr(float(x)).encode()
+
+
+def verbatim(text: bytes, fmt: bytes = b"txt") -> bytes:
+    """A RESP3 verbatim string (``=``): a 3-byte format, a colon, then the text; Redis 7
+    sends INFO-like text this way (``txt``), and RESP3 clients show it as is."""
+    if len(fmt) != 3:
+        raise ValueError("a verbatim string's format is exactly 3 bytes")
+    return b"=%d\r\n%s:%s\r\n" % (len(text) + 4, fmt, text)
+
+
+Reply3: TypeAlias = (
+    "bytes | bytearray | memoryview | str | bool | int | float"
+    " | Sequence[Reply3] | Mapping[bytes | str, Reply3] | None"
+)
+
+
+def encode3(value: Reply3) -> bytes:
+    """Encode a Python value as a RESP3 reply: as :func:`encode`, except that ``None`` is the
+    null ``_``, a mapping is a map (``%``, keys encoded like values, in the mapping's order),
+    ``bool`` is a boolean (``#t`` / ``#f``) and ``float`` a double."""
+    out: list[bytes] = []
+    encode3_into(value, out)
+    return b"".join(out)
+
+
+def encode3_into(value: Reply3, out: list[bytes]) -> None:
+    """Append the RESP3 encoding of ``value`` to ``out`` (see :func:`encode3`)."""
+    if value is None:
+        out.append(NULL)
+    elif isinstance(value, bool):
+        out.append(b"#t\r\n" if value else b"#f\r\n")
+    elif isinstance(value, float):
+        out.append(double(value))
+    elif isinstance(value, Mapping):
+        out.append(map_header(len(value)))
+        for k, v in value.items():
+            encode3_into(k, out)
+            encode3_into(v, out)
+    elif isinstance(value, bytes | bytearray | memoryview | str | int):
+        encode_into(value, out)
+    elif isinstance(value, Sequence):
+        out.append(b"*%d\r\n" % len(value))
+        for item in value:
+            encode3_into(item, out)
+    else:
+        raise TypeError(f"cannot encode {type(value).__name__} as a RESP3 reply")

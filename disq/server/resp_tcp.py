@@ -14,11 +14,15 @@ left node-wide for this port: the live connections, the client limit and the cou
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
 
 from disq.core.disque.api import DeferredResult
 from disq.doors.disque import NodeApi, RespStats
+from disq.doors.disque.admin import MONITOR_MAX_OUTPUT_BYTES, AdminState
 from disq.doors.resp_door import RespDoor
 from disq.server.flow import PENDING_HIGH_BYTES, FlowControlledProtocol, set_nodelay
 
@@ -28,6 +32,28 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_CLIENTS = 10_000  # Disque's maxclients default
 _MAX_CLIENTS_ERR = b"-ERR max number of clients reached\r\n"
+IDLE_CHECK_S = 1.0  # Redis's clientsCron looks at each client about once a second
+
+
+def set_keepalive(sock: Any, seconds: int) -> None:
+    """Redis's anetKeepAlive: SO_KEEPALIVE, the first probe after ``seconds`` idle, then one
+    every ``seconds / 3``, dead after 3 unanswered. TCP sockets only; 0: leave it off."""
+    if seconds <= 0 or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, seconds // 3))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+log = structlog.get_logger("disq.resp")
+
+
+def _format_addr(addr: tuple[Any, ...]) -> bytes:
+    """formatAddr: ``ip:port``, IPv6 as ``[ip]:port``."""
+    host, port = str(addr[0]), int(addr[1])
+    text = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return text.encode()
 
 
 class RespNode(NodeApi, Protocol):
@@ -60,7 +86,18 @@ class RespNode(NodeApi, Protocol):
 class RespHub:
     """The RESP port's shared state: connections, the client limit, counters."""
 
-    __slots__ = ("connections", "max_clients", "new_token", "node", "stats")
+    __slots__ = (
+        "_idle_timer",
+        "_pause_timer",
+        "admin",
+        "connections",
+        "idle_timeout_s",
+        "keepalive_s",
+        "max_clients",
+        "new_token",
+        "node",
+        "stats",
+    )
 
     def __init__(
         self,
@@ -76,6 +113,70 @@ class RespHub:
         self.new_token: Callable[[], int] = new_token if new_token is not None else node.new_token
         self.connections: set[RespProtocol] = set()
         self.stats: RespStats = node.resp_stats
+        self.keepalive_s = 0  # tcp-keepalive: set on each accepted socket
+        self.idle_timeout_s = 0  # timeout: idle clients are closed after this; 0: never
+        self._idle_timer: asyncio.TimerHandle | None = None
+        # CLIENT/MONITOR/SLOWLOG/LATENCY state shared by the port's connections.
+        self.admin = AdminState()
+        self.admin.load_config(node)
+        self.admin.on_pause = self._on_pause
+        self._pause_timer: asyncio.TimerHandle | None = None
+
+    def set_idle_timeout(self, seconds: int) -> None:
+        """``timeout`` (at start and by CONFIG SET): close clients idle that long."""
+        self.idle_timeout_s = seconds
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if seconds > 0:
+            self._idle_timer = self.node.loop.call_later(IDLE_CHECK_S, self._close_idle)
+
+    def _close_idle(self) -> None:
+        # Redis's clientsCronHandleTimeout: a client blocked in a command (GETJOB) has that
+        # command's own timeout and is not closed for idling.
+        loop = self.node.loop
+        limit = loop.time() - self.idle_timeout_s
+        for proto in list(self.connections):
+            door = proto.door
+            # A MONITOR only receives (Redis exempts it, a replica-flagged client, too).
+            if (
+                door is not None
+                and not door.blocked
+                and not door.client.monitor
+                and proto.last_active < limit
+            ):
+                if proto.transport is not None:
+                    proto.transport.close()
+        self._idle_timer = loop.call_later(IDLE_CHECK_S, self._close_idle)
+
+    def _on_pause(self, end_ms: int) -> None:
+        """CLIENT PAUSE set (or UNPAUSE cleared, ``end_ms`` 0) the pause: wake every
+        connection when it ends, as Disque's clientsArePaused() does from its cron."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        if end_ms == 0:
+            self._pause_over()
+            return
+        delay_s = max(0, end_ms - self.node.now_ms()) / 1000
+        self._pause_timer = self.node.loop.call_later(delay_s, self._pause_check)
+
+    def _pause_check(self) -> None:
+        self._pause_timer = None
+        admin = self.admin
+        now = self.node.now_ms()
+        if admin.paused(now):  # the loop's timer and the wall clock may disagree by a ms
+            delay_s = max(1, admin.pause_end_ms - now) / 1000
+            self._pause_timer = self.node.loop.call_later(delay_s, self._pause_check)
+            return
+        self._pause_over()
+
+    def _pause_over(self) -> None:
+        # The commands that arrived during the pause run now (unblockPostponedClients).
+        for proto in list(self.connections):
+            door = proto.door
+            if door is not None and door.runnable and not proto.write_paused:
+                proto._schedule_continue()
 
     def protocol_factory(self) -> RespProtocol:
         """For ``loop.create_server(hub.protocol_factory, ...)``."""
@@ -87,17 +188,24 @@ class RespHub:
 
     def close_all(self) -> None:
         """Close every connection (shutdown); blocked commands are cancelled as they go."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
         for proto in list(self.connections):
             if proto.transport is not None:
                 proto.transport.close()
 
 
 class RespProtocol(FlowControlledProtocol[RespDoor]):
-    __slots__ = ("hub",)
+    __slots__ = ("hub", "last_active")
 
     def __init__(self, hub: RespHub) -> None:
         super().__init__()
         self.hub = hub
+        self.last_active = hub.node.loop.time()  # the last read or reply (timeout)
 
     # ------------------------------------------------------------------ asyncio
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -111,15 +219,51 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
             tr.close()
             return
         hub.stats.connections_received += 1
-        self.door = RespDoor(hub.node, hub.new_token)
+        self.door = door = RespDoor(hub.node, hub.new_token, admin=hub.admin)
         hub.connections.add(self)
+        self._register_client(door, tr)
         set_nodelay(transport)
+        if hub.keepalive_s:
+            set_keepalive(transport.get_extra_info("socket"), hub.keepalive_s)
+
+    def _register_client(self, door: RespDoor, tr: asyncio.Transport) -> None:
+        """Give the client its id and addresses (CLIENT LIST, MONITOR, SLOWLOG) and the two
+        ways the node reaches this socket unasked: MONITOR lines and CLIENT KILL."""
+        client = door.client
+        hub = self.hub
+        hub.admin.register(client, hub.node.now_ms())
+        sock = tr.get_extra_info("socket")
+        if sock is not None:
+            client.fd = sock.fileno()
+        peer = tr.get_extra_info("peername")
+        local = tr.get_extra_info("sockname")
+        if isinstance(peer, tuple):
+            client.addr = _format_addr(peer)
+            if isinstance(local, tuple):
+                client.laddr = _format_addr(local)
+        elif isinstance(local, str):  # a UNIX socket: Redis shows path:0
+            path = local.encode("utf-8", "surrogateescape")
+            client.unix_path = path
+            client.addr = client.laddr = path + b":0"
+        client.wake = self._wake
+        client.kill = self._kill
+
+    def _wake(self) -> None:
+        # MONITOR lines waiting in the client's outbox: flush this connection soon.
+        self.hub.node.after_commands(self)
+
+    def _kill(self) -> None:
+        # CLIENT KILL or a MONITOR past its output limit: close now, drop unsent output.
+        tr = self.transport
+        if tr is not None:
+            tr.abort()
 
     def data_received(self, data: bytes) -> None:
         door = self.door
         if door is None:
             return
         self.hub.stats.net_input_bytes += len(data)
+        self.last_active = self.hub.node.loop.time()
         r = door.feed(data)
         if r:
             self.out.append(r)
@@ -142,6 +286,8 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
         door = self.door
         if door is None:
             return
+        # A client unblocked now starts idling now, not when it sent its GETJOB (Redis).
+        self.last_active = self.hub.node.loop.time()
         r = door.deliver(result, token)
         if r:
             self.out.append(r)
@@ -153,9 +299,26 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
         """Count the bytes written (``net_output_bytes``), then the shared flush: one write
         of every gathered reply; close after QUIT and errors."""
         out = self.out
+        door = self.door
+        if door is not None and door.client.outbox:
+            client = door.client  # MONITOR lines, after the replies already gathered
+            out.extend(client.outbox)
+            client.outbox.clear()
+            client.outbox_bytes = 0
         if out and self.transport is not None:
             self.hub.stats.net_output_bytes += sum(map(len, out))
         super().flush()
+        tr = self.transport
+        if (
+            door is not None
+            and door.client.monitor
+            and tr is not None
+            and tr.get_write_buffer_size() > MONITOR_MAX_OUTPUT_BYTES
+        ):
+            # A monitor that does not read: closed, as Redis's output-buffer limits do.
+            log.warning("monitor_output_limit", addr=door.client.addr.decode("latin-1"))
+            self.hub.admin.unregister(door.client)
+            tr.abort()
 
     # ------------------------------------------------------------------ flow hooks
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -173,6 +336,7 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
     def _door_closed(self, door: RespDoor) -> None:
         hub = self.hub
         hub.connections.discard(self)
+        hub.admin.unregister(door.client)
         node = hub.node
         for token in door.pending_tokens:
             node.cancel(token)  # the router forgets it; the core drops the blocked command

@@ -18,8 +18,9 @@ Numbers are parsed like Redis 3's ``getLongLongFromObject`` (``strtoll`` on the 
 
 Deliberate differences, each marked where it lives: ECHO, SELECT, CLIENT SETINFO and
 SHUTDOWN NOSAVE|SAVE exist so Redis clients (redis-py, redis-cli) connect; DEBUG DROP-PEERS
-is disq's fault-injection hook for the cluster lab; CLIENT LIST/KILL/PAUSE/REPLY, MONITOR,
-SLOWLOG, LATENCY and LOADJOB are not served.
+is disq's fault-injection hook for the cluster lab; CLIENT REPLY and LOADJOB are not served.
+MONITOR, SLOWLOG, LATENCY and CLIENT (:mod:`.introspect`, over :mod:`.admin`'s node-wide
+state) follow Redis's documented reply formats.
 
 Names of queues are bytes on the wire and ``str`` in the core: they are decoded as UTF-8 with
 ``surrogateescape``, so any byte string round-trips. Job ids are decoded as Latin-1 (one char
@@ -27,9 +28,10 @@ per byte), so an id's length and positions are those Disque checks.
 
 Layout: :mod:`.numbers` (C-compatible number parsing), :mod:`.replies` (shared reply
 encoders, names and encodings), :mod:`.node_api` (the node interface and INFO's rendering),
-:mod:`.client` (per connection state), the handlers by group (:mod:`.jobs`, :mod:`.queues`,
-:mod:`.cluster`, :mod:`.server`), and :mod:`.table` (the command table and :func:`execute`),
-which imports the handlers; no handler imports the table.
+:mod:`.client` (per connection state), :mod:`.admin` (the port-wide CLIENT, MONITOR,
+SLOWLOG and LATENCY state), the handlers by group (:mod:`.jobs`, :mod:`.queues`,
+:mod:`.cluster`, :mod:`.server`, :mod:`.introspect`), and :mod:`.table` (the command table
+and :func:`execute`), which imports the handlers; no handler imports the table.
 """
 
 from disq.doors.disque.client import Client, Deferred, Handler

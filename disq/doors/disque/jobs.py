@@ -12,6 +12,7 @@ from disq.doors.disque.numbers import _LLONG_MAX, parse_ll
 from disq.doors.disque.replies import (
     _CRLF,
     BADID_ERR,
+    NULL3,
     NULL_ARRAY,
     NULL_BULK,
     SYNTAX_ERR,
@@ -120,10 +121,12 @@ def _addjob_deferred(result: DeferredResult) -> bytes:
     return _err(f"ERR internal error: unexpected ADDJOB result {type(result).__name__}")
 
 
-def _getjob_deferred(withcounters: bool) -> Deferred:
+def _getjob_deferred(withcounters: bool, null: bytes) -> Deferred:
+    """The blocked GETJOB's reply; ``null`` is the timeout's (``*-1``, or ``_`` in RESP3)."""
+
     def deferred(result: DeferredResult) -> bytes:
         if result is None:
-            return NULL_ARRAY  # timed out
+            return null  # timed out
         if isinstance(result, list):
             return _jobs_reply(result, withcounters)
         if isinstance(result, DisqueError):
@@ -133,8 +136,10 @@ def _getjob_deferred(withcounters: bool) -> Deferred:
     return deferred
 
 
-_GETJOB_PLAIN = _getjob_deferred(False)
-_GETJOB_COUNTERS = _getjob_deferred(True)
+_GETJOB_PLAIN = _getjob_deferred(False, NULL_ARRAY)
+_GETJOB_COUNTERS = _getjob_deferred(True, NULL_ARRAY)
+_GETJOB_PLAIN3 = _getjob_deferred(False, NULL3)
+_GETJOB_COUNTERS3 = _getjob_deferred(True, NULL3)
 
 
 def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
@@ -184,9 +189,13 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         count=count,
     )
     if r is None:
-        return NULL_ARRAY
+        return NULL3 if c.protocol == 3 else NULL_ARRAY
     if isinstance(r, Pending):
+        if c.protocol == 3:
+            return c.block(token, _GETJOB_COUNTERS3 if withcounters else _GETJOB_PLAIN3)
         return c.block(token, _GETJOB_COUNTERS if withcounters else _GETJOB_PLAIN)
+    # The jobs are arrays in both protocols: the WITHCOUNTERS pairs stay in the job's flat
+    # array (Disque's shape, which clients index), so RESP3 changes nothing here.
     return _jobs_reply(r, withcounters)
 
 
@@ -212,8 +221,9 @@ def _show(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):
         return BADID_ERR
     pairs = c.node.core.show(now_ms, argv[1].decode("latin-1"))
+    resp3 = c.protocol == 3
     if pairs is None:
-        return NULL_BULK
+        return NULL3 if resp3 else NULL_BULK
     out: list[bytes] = []
-    _pairs(pairs, out)
+    _pairs(pairs, out, resp3)
     return b"".join(out)

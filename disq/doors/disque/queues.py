@@ -11,6 +11,7 @@ from disq.doors.disque.replies import (
     CURSOR_ERR,
     EMPTY_ARRAY,
     NOT_AN_INT_ERR,
+    NULL3,
     NULL_ARRAY,
     NULL_BULK,
     SYNTAX_ERR,
@@ -29,10 +30,11 @@ def _qlen(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 
 def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     pairs = c.node.core.qstat(now_ms, queue_name(argv[1]))
+    resp3 = c.protocol == 3
     if pairs is None:
-        return NULL_ARRAY
+        return NULL3 if resp3 else NULL_ARRAY
     out: list[bytes] = []
-    _pairs(pairs, out)
+    _pairs(pairs, out, resp3)
     return b"".join(out)
 
 
@@ -151,6 +153,7 @@ def _jscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
             cursor_set = True
         j += 1
     core = c.node.core
+    resp3 = c.protocol == 3
     nxt, jobs = core.jscan(cursor, count, busyloop=busyloop, queue=queue, states=states or None)
     items: list[bytes] = []
     for job in jobs:
@@ -159,10 +162,10 @@ def _jscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
         if reply_all:
             pairs = core.show(now_ms, job.id)
             if pairs is None:
-                items.append(NULL_BULK)
+                items.append(NULL3 if resp3 else NULL_BULK)
                 continue
             out: list[bytes] = []
-            _pairs(pairs, out)
+            _pairs(pairs, out, resp3)  # each job as SHOW gives it
             items.append(b"".join(out))
         else:
             items.append(b"+" + _id_bytes(job.id) + _CRLF)  # addReplyJobID: a status reply

@@ -16,6 +16,9 @@ OK = b"+OK\r\n"
 PONG = b"+PONG\r\n"
 NULL_BULK = b"$-1\r\n"
 NULL_ARRAY = b"*-1\r\n"
+# RESP3's null, for a connection that switched with HELLO 3: Redis sends it wherever RESP2 has
+# the null bulk or the null array.
+NULL3 = resp.NULL
 EMPTY_ARRAY = b"*0\r\n"
 SYNTAX_ERR = b"-ERR syntax error\r\n"
 NOAUTH_ERR = b"-NOAUTH Authentication required.\r\n"
@@ -106,10 +109,10 @@ def _jobs_reply(jobs: list[DJob], withcounters: bool) -> bytes:
     return b"".join(out)
 
 
-def _value(key: str, v: object, out: list[bytes]) -> None:
+def _value(key: str, v: object, out: list[bytes], resp3: bool) -> None:
     """One value of a SHOW / QSTAT pair, typed as Disque sends it."""
     if v is None:
-        out.append(NULL_BULK)
+        out.append(NULL3 if resp3 else NULL_BULK)
     elif isinstance(v, int):
         out.append(b":%d\r\n" % v)
     elif isinstance(v, bytes):
@@ -125,8 +128,10 @@ def _value(key: str, v: object, out: list[bytes]) -> None:
         raise TypeError(f"cannot send {type(v).__name__} in a key/value reply")
 
 
-def _pairs(pairs: list[tuple[str, object]], out: list[bytes]) -> None:
-    out.append(b"*%d\r\n" % (2 * len(pairs)))
+def _pairs(pairs: list[tuple[str, object]], out: list[bytes], resp3: bool = False) -> None:
+    """Key/value pairs (SHOW, QSTAT): Disque's flat array, or in RESP3 the map Redis would
+    send for such a reply (as HGETALL's and CONFIG GET's), with null values as ``_``."""
+    out.append(resp.map_header(len(pairs)) if resp3 else b"*%d\r\n" % (2 * len(pairs)))
     for k, v in pairs:
         out.append(_bulk(k.encode()))
-        _value(k, v, out)
+        _value(k, v, out, resp3)

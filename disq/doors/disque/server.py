@@ -1,5 +1,6 @@
 """Server commands: INFO, PING, ECHO, TIME, CONFIG, DEBUG, SHUTDOWN, BGREWRITEAOF, AUTH,
-CLIENT, SELECT. (COMMAND describes the table, so it lives in :mod:`.table`.)"""
+SELECT. (COMMAND describes the table, so it lives in :mod:`.table`; CLIENT, MONITOR, SLOWLOG
+and LATENCY in :mod:`.introspect`.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from disq.doors.disque.client import Client
 from disq.doors.disque.node_api import info_text
 from disq.doors.disque.numbers import parse_ll, parse_strtod
 from disq.doors.disque.replies import (
-    NULL_BULK,
     OK,
     PONG,
     SYNTAX_ERR,
@@ -131,46 +131,6 @@ def _auth(c: Client, argv: list[bytes], now_ms: int) -> bytes:
         return OK
     c.authenticated = False
     return b"-ERR invalid password\r\n"
-
-
-_CLIENT_SYNTAX = (
-    b"-ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME connection-name)\r\n"
-)
-
-
-def _printable(b: bytes) -> bool:
-    return all(0x21 <= x <= 0x7E for x in b)
-
-
-def _client(c: Client, argv: list[bytes], now_ms: int) -> bytes:
-    sub = argv[1].lower()
-    argc = len(argv)
-    if sub == b"setname" and argc == 3:
-        name = argv[2]
-        if not name:
-            c.name = None
-            return OK
-        if not _printable(name):
-            return b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
-        c.name = name
-        return OK
-    if sub == b"getname" and argc == 2:
-        return NULL_BULK if c.name is None else _bulk(c.name)
-    if sub == b"setinfo" and argc == 4:
-        # Redis 7.2's CLIENT SETINFO, which redis-py sends on every connect.
-        attr = argv[2].lower()
-        if attr not in (b"lib-name", b"lib-ver"):
-            return _err_arg(b"ERR Unrecognized option '", argv[2], b"'")
-        if not _printable(argv[3]) and argv[3]:
-            return _err_arg(
-                b"ERR ", argv[2], b" cannot contain spaces, newlines or special characters."
-            )
-        if attr == b"lib-name":
-            c.lib_name = argv[3]
-        else:
-            c.lib_ver = argv[3]
-        return OK
-    return _CLIENT_SYNTAX
 
 
 def _select(c: Client, argv: list[bytes], now_ms: int) -> bytes:

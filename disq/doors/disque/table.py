@@ -10,6 +10,7 @@ from disq.core.disque.api import DisqueError, Pending
 from disq.core.disque.core import DisqueCore
 from disq.doors.disque.client import Client, Handler
 from disq.doors.disque.cluster import _cluster, _hello
+from disq.doors.disque.introspect import _client, _config_live, _latency, _monitor, _slowlog
 from disq.doors.disque.jobs import _addjob, _getjob, _ids_command, _show, _working
 from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qscan, _qstat
 from disq.doors.disque.replies import (
@@ -25,8 +26,6 @@ from disq.doors.disque.replies import (
 from disq.doors.disque.server import (
     _auth,
     _bgrewriteaof,
-    _client,
-    _config,
     _debug,
     _echo,
     _info,
@@ -54,6 +53,17 @@ class CommandSpec:
     def write(self) -> bool:
         return "w" in self.flags
 
+    @property
+    def fast(self) -> bool:
+        """Slow runs count as LATENCY's ``fast-command`` event rather than ``command``."""
+        return "F" in self.flags
+
+    @property
+    def unmonitored(self) -> bool:
+        """Not shown by MONITOR: skip_monitor, and admin commands as Redis hides them (so
+        CONFIG SET requirepass never shows a password)."""
+        return "M" in self.flags or "a" in self.flags
+
 
 _FLAG_NAMES = (
     ("w", "write"),
@@ -74,6 +84,11 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     if name == b"quit":
         client.closing = True
         return OK
+    admin = client.admin
+    if admin.monitors and client.monitor:
+        # A MONITOR connection only streams: what else it sends is read and dropped, so no
+        # reply ever lands in the middle of the stream.
+        return b""
     spec = COMMANDS.get(name)
     if spec is None:
         return _err_arg(b"ERR unknown command '", argv[0], b"'")
@@ -86,8 +101,12 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         return NOAUTH_ERR
     if (spec.write or spec.handler is _ping) and node.aof_error is not None:
         return _err("MISCONF Errors writing to the AOF file: " + node.aof_error)
+    if admin.monitors and not spec.unmonitored:
+        admin.feed_monitors(client, argv)  # call(): before the command runs, as Disque does
     stats = node.resp_stats
     stats.commands += 1
+    client.last_ms = now_ms
+    client.last_cmd = spec.name
     t0 = time.perf_counter_ns()
     try:
         out = spec.handler(client, argv, now_ms)
@@ -97,7 +116,11 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     if calls is None:
         calls = stats.calls[spec.name] = [0, 0]
     calls[0] += 1
-    calls[1] += (time.perf_counter_ns() - t0) // 1000
+    us = (time.perf_counter_ns() - t0) // 1000
+    calls[1] += us
+    # The lower of the enabled thresholds (the slow log's 10 ms by default): one comparison.
+    if us >= admin.slow_us:
+        admin.slow(client, argv, us, spec.fast)
     return out
 
 
@@ -139,13 +162,16 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("ping", _ping, -1, "rF"),
         CommandSpec("info", _info, -1, "rl"),
         CommandSpec("shutdown", _shutdown, -1, "arl"),
+        CommandSpec("monitor", _monitor, 1, "ar"),
         CommandSpec("debug", _debug, -2, "a"),
-        CommandSpec("config", _config, -2, "ar"),
+        CommandSpec("config", _config_live, -2, "ar"),
         CommandSpec("cluster", _cluster, -2, "ar"),
         CommandSpec("client", _client, -2, "ar"),
+        CommandSpec("slowlog", _slowlog, -2, "r"),
         CommandSpec("time", _time, 1, "rF"),
         CommandSpec("command", _command, 0, "rl"),
-        CommandSpec("hello", _hello, 1, "rF"),
+        CommandSpec("latency", _latency, -2, "arl"),
+        CommandSpec("hello", _hello, -1, "rF"),
         CommandSpec("addjob", _addjob, -4, "wmF"),
         CommandSpec("getjob", _getjob, -2, "wF"),
         CommandSpec("ackjob", _ids_command(DisqueCore.ack_job), -1, "wF"),
