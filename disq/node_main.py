@@ -291,6 +291,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "aof_enqueue_once": st.aof_enqueue_jobs_once,
         "logfile": str(st.logfile_path) if st.logfile_path else None,
         "loglevel": st.loglevel,
+        "syslog": (st.syslog_ident, st.syslog_facility) if st.syslog_enabled else None,
         "tls_files": _tls_files(args, st),
     }
     data_dir = str(st.dir) if st.appendonly else None
@@ -327,7 +328,12 @@ def _run(
     from disq.server.runtime import NodeRuntime
 
     log_options = cluster or {}
-    configure_logging(args.verbose, log_options.get("logfile"), log_options.get("loglevel"))
+    configure_logging(
+        args.verbose,
+        log_options.pop("logfile", None),
+        log_options.pop("loglevel", None),
+        log_options.pop("syslog", None),
+    )
     max_job_size = 65535 if args.max_job_size is None else args.max_job_size
     if max_job_size > JOB_SIZE_MAX:
         import structlog

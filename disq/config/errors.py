@@ -57,3 +57,8 @@ class _Invalid(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class _Unsupported(_Invalid):
+    """A well-formed value disq cannot honour: the reason is the whole message (a file error's
+    last line, CONFIG SET's ``-ERR <reason>``), never the generic "Invalid argument"."""

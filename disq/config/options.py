@@ -11,11 +11,11 @@ import os
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from disq.config.errors import ConfigSetError, _Invalid
+from disq.config.errors import ConfigSetError, _Invalid, _Unsupported
 from disq.config.syntax import LLONG_MAX, _encode, parse_memory
 
 AUTHPASS_MAX_LEN = 512
@@ -120,10 +120,31 @@ def _octal_perm(arg: str) -> str:
     return format(int(arg, 8), "o")
 
 
+# The files disq keeps in ``dir`` under its own names (formats that are not Disque's, so that a
+# Disque data directory is never read or clobbered). Disque's default names are accepted as
+# aliases so that its sample disque.conf starts; any other name is refused.
+AOF_NAME = "disq.aof"
+VIEW_NAME = "cluster.json"
+
+
 def _appendfilename(arg: str) -> str:
     if "/" in arg:
         raise _Invalid("appendfilename can't be a path, just a filename")
-    return arg
+    if arg not in (AOF_NAME, "disque.aof"):
+        raise _Invalid(
+            f"appendfilename '{arg}' is not supported: disq's AOF is always "
+            f"DIR/{AOF_NAME} (its own format; Disque's name 'disque.aof' is read as that)"
+        )
+    return AOF_NAME
+
+
+def _cluster_config_file(arg: str) -> str:
+    if arg not in (VIEW_NAME, "nodes.conf"):
+        raise _Invalid(
+            f"cluster-config-file '{arg}' is not supported: disq keeps the cluster view in "
+            f"DIR/{VIEW_NAME} (JSON; Disque's name 'nodes.conf' is read as that)"
+        )
+    return VIEW_NAME
 
 
 def _requirepass_file(arg: str) -> str:
@@ -195,8 +216,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("unixsocket", "string", None, _any_string, None),
     _O("logfile", "string", "", _any_string, None),
     _O("pidfile", "string", "/var/run/disque.pid", _any_string, None),
-    _O("appendfilename", "string", "disque.aof", _appendfilename, None),
-    _O("cluster-config-file", "string", "nodes.conf", _any_string, None),
+    _O("appendfilename", "string", AOF_NAME, _appendfilename, None),
+    _O("cluster-config-file", "string", VIEW_NAME, _cluster_config_file, None),
     _O("syslog-ident", "string", "disque", _any_string, None),
     _O("maxmemory", "memory", "0", _memory(_MAXMEM, 1), _memory("", 0)),
     _O("maxmemory-samples", "int", "5", _file_int(_SAMPLES, 1), _set_int(1)),
@@ -247,6 +268,71 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("tls-port", "int", "0", _file_int(_PORT, 0, 65535), None),
     _O("beanstalk-tls-port", "int", "0", _file_int(_PORT, 0, 65535), None),
 )
+
+# Keys whose other values disq cannot honour: the values it accepts (what it does) and why the
+# others are refused. A file naming another value stops the start at that line; CONFIG SET of
+# one is refused with the reason. Every key not here is applied (at start, and by CONFIG SET
+# where it has a parse_set) -- the audit is in docs/config.md.
+_RESTRICTED: dict[str, tuple[tuple[str, ...], str]] = {
+    "hz": (
+        ("10",),
+        "disq has no fixed-rate cron: its one timer fires at the next job or peer deadline",
+    ),
+    "maxmemory-samples": (("5",), "disq does not sample keys to evict"),
+    "maxmemory-policy": (
+        ("acks",),
+        "disq implements Disque's default memory levels (acks) only, not noeviction",
+    ),
+    "auto-aof-rewrite-percentage": (
+        ("100",),
+        "disq rewrites the AOF when it is over twice the live data (Disque's 100%); "
+        "other percentages and 0 (off) are not implemented",
+    ),
+    "no-appendfsync-on-rewrite": (("no",), "disq keeps fsyncing the AOF during a rewrite"),
+    "aof-rewrite-incremental-fsync": (
+        ("yes",),
+        "disq's rewrite always writes and fsyncs the new file in steps",
+    ),
+    "aof-load-truncated": (
+        ("yes",),
+        "disq always loads an AOF with a torn tail (cut at the last whole record); a corrupt "
+        "record stops the start (disq-node --repair-aof)",
+    ),
+    "activerehashing": (("yes",), "Python's dicts resize at once: there is nothing to rehash"),
+    "databases": (("16",), "Disque has one keyspace: only SELECT 0 exists"),
+    "watchdog-period": (("0",), "disq has no software watchdog"),
+}
+
+
+def _restricted(option: _Option) -> _Option:
+    rule = _RESTRICTED.get(option.name)
+    if rule is None:
+        return option
+    accepted, why = rule
+    name = option.name
+
+    def wrap(parse: Parser | None) -> Parser | None:
+        if parse is None:
+            return None
+        inner = parse
+
+        def check(arg: str) -> str:
+            value = inner(arg)
+            if value not in accepted:
+                text = f"'{name} {value}' is not supported ({why}); accepted: {', '.join(accepted)}"
+                raise _Unsupported(text)
+            return value
+
+        return check
+
+    return replace(
+        option,
+        parse_file=wrap(option.parse_file),
+        parse_set=wrap(option.parse_set),
+    )
+
+
+_OPTIONS = tuple(_restricted(o) for o in _OPTIONS)
 _BY_NAME = {o.name: o for o in _OPTIONS}
 
 # Disque's rewriteConfig() order, then disq's keys. Not rewritten, so their lines stay as they
@@ -300,4 +386,12 @@ def _client_limit(args: Sequence[str]) -> tuple[str, tuple[int, int, int]]:
     seconds = int(args[3])
     if seconds < 0:
         raise _Invalid("Negative number of seconds in soft limit is invalid")
+    if klass == "normal" and (hard, soft, seconds) != CLIENT_LIMIT_DEFAULTS["normal"]:
+        # disq never disconnects a slow reader: past its high-water mark it stops reading from
+        # the client (disq.server.flow). Disque has no replicas or pub/sub clients, so the
+        # other two classes apply to no client, in Disque as here: accepted.
+        raise _Unsupported(
+            "client-output-buffer-limit for the normal class is not supported (disq applies "
+            "backpressure to slow readers instead of disconnecting them); only 'normal 0 0 0'"
+        )
     return klass, (hard, soft, seconds)

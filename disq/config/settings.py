@@ -36,7 +36,7 @@ class DisqueSettings:
     daemonize: bool = False
     pidfile: str = "/var/run/disque.pid"
     appendonly: bool = False
-    appendfilename: str = "disque.aof"
+    appendfilename: str = "disq.aof"
     appendfsync: FsyncPolicy = "everysec"
     auto_aof_rewrite_percentage: int = 100
     auto_aof_rewrite_min_size_bytes: int = 64 << 20
@@ -53,6 +53,9 @@ class DisqueSettings:
     maxclients: int = 10000
     unixsocket: str | None = None
     unixsocketperm: int = 0
+    syslog_enabled: bool = False
+    syslog_ident: str = "disque"
+    syslog_facility: str = "local0"
     beanstalk_port: int = 0
     grpc_port_setting: int | None = None
     metrics_port_setting: int | None = None  # None: port + METRICS_PORT_INCR (metrics_port)
@@ -93,6 +96,12 @@ class DisqueSettings:
     @property
     def aof_path(self) -> Path:
         return self.dir / self.appendfilename
+
+    @property
+    def unixsocket_path(self) -> Path | None:
+        """The Unix socket RESP is served on, or None. Relative to ``dir``, where Disque's
+        process is when it creates the socket."""
+        return self.dir / self.unixsocket if self.unixsocket else None
 
     @property
     def logfile_path(self) -> Path | None:
@@ -172,6 +181,9 @@ def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
         maxclients=num("maxclients"),
         unixsocket=v["unixsocket"],
         unixsocketperm=int(text("unixsocketperm"), 8),
+        syslog_enabled=flag("syslog-enabled"),
+        syslog_ident=text("syslog-ident"),
+        syslog_facility=text("syslog-facility"),
         beanstalk_port=num("beanstalk-port"),
         grpc_port_setting=int(grpc) if grpc is not None else None,
         metrics_port_setting=int(v["metrics-port"]) if v["metrics-port"] is not None else None,

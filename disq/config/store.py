@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, cast
 
-from disq.config.errors import ConfigRewriteError, ConfigSetError, _Invalid
+from disq.config.errors import ConfigRewriteError, ConfigSetError, _Invalid, _Unsupported
 from disq.config.options import (
     _BY_NAME,
     _OPTIONS,
@@ -52,6 +52,9 @@ class ConfigStore:
         self._state = state if state is not None else _State.defaults(Path.cwd().resolve())
         self.config_file = config_file
         self.on_change = on_change
+        # More appliers, for parts that are not the cluster half (the runtime's RESP port
+        # settings, logging): called after on_change, same contract.
+        self.appliers: list[Callable[[str, str], None]] = []
         self._settings = _settings_from(self._state, config_file)
 
     @property
@@ -102,11 +105,15 @@ class ConfigStore:
                 canonical = option.parse_set(value)
                 # requirepass "" removes the password: unset, so REWRITE drops the line.
                 new.values[name] = None if name == "requirepass" and not canonical else canonical
+        except _Unsupported as exc:
+            raise ConfigSetError(f"ERR {exc.reason}") from None
         except _Invalid:
             raise ConfigSetError(f"ERR Invalid argument '{value}' for CONFIG SET '{key}'") from None
         settings = _settings_from(new, self.config_file)
         if self.on_change is not None:
             self.on_change(name, canonical)
+        for apply in self.appliers:
+            apply(name, canonical)
         self._state, self._settings = new, settings
         self._log().info("config_set", name=name, value=_loggable(name, canonical))
 

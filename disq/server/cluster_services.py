@@ -327,8 +327,9 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
         lines = [f"cluster-node-timeout {settings.node_timeout_ms}"]
         if settings.resp_port:
             lines.append(f"port {settings.resp_port}")
-        if settings.grpc_port:
-            lines.append(f"grpc-port {settings.grpc_port}")
+        # Always given in flag mode: left unset, a RESP port above 55535 would fail the file
+        # check "port + 10000 must be a port" and leave the node without a config store.
+        lines.append(f"grpc-port {settings.grpc_port or 0}")
         if runtime.config.data_dir is not None:
             lines += ["appendonly yes", f"appendfsync {runtime.config.fsync}"]
         try:

@@ -120,7 +120,7 @@ class NodeServices:
                 ("blocked_clients", self.core.blocked_clients()),
             ]
         if section == "memory":
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            rss = _current_rss()
             used = node.core.live_bytes()
             return [
                 ("used_memory", used),
@@ -133,7 +133,7 @@ class NodeServices:
             aof = node.aof.writer
             policy = node.aof.disk_policy
             return [
-                ("loading", 0),
+                ("loading", 1 if getattr(node, "loading", False) else 0),
                 ("aof_enabled", 1 if aof is not None else 0),
                 ("aof_state", "on" if aof is not None else "off"),
                 ("aof_rewrite_in_progress", 1 if node.aof.rewriting else 0),
@@ -223,7 +223,7 @@ class NodeServices:
         stats = m.stats
         links = self.cluster.links.stats()
         return [
-            ("cluster_state", "ok"),
+            ("cluster_state", cluster_state(m.cluster_size(), reachable)),
             ("cluster_known_nodes", m.cluster_size()),
             ("cluster_reachable_nodes", reachable),
             ("cluster_size", m.cluster_size()),
@@ -318,3 +318,27 @@ def _human(n: int) -> str:
             return f"{n:.2f}{unit}" if unit != "B" else f"{n}B"
         n //= 1024
     return f"{n:.2f}T"
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _current_rss() -> int:
+    """used_memory_rss: the resident set now (Redis's zmalloc_get_rss reads /proc/self/stat;
+    statm's second field is the same count of pages), not ru_maxrss, the peak."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):  # not Linux: the peak is the best we have
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cluster_state(known: int, reachable_peers: int) -> str:
+    """CLUSTER INFO cluster_state from this node's membership view: ``ok`` while the node
+    reaches a majority of the nodes it knows, itself included (a single node is always ok);
+    ``fail`` otherwise -- e.g. a node of a 3-node cluster whose two peers are DEAD in its view
+    (Membership.reachable_peers: ALIVE or SUSPECT, not leaving). A minority side of a
+    partition says fail, as Redis Cluster's state does without a majority of masters."""
+    if known <= 1:
+        return "ok"
+    return "ok" if (reachable_peers + 1) * 2 > known else "fail"

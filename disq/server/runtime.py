@@ -19,7 +19,10 @@ import platform
 import secrets
 import signal
 import socket
+import stat
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -35,6 +38,7 @@ from disq.server.router import ReplyRouter
 if TYPE_CHECKING:
     import ssl
 
+    from disq.config import DisqueSettings
     from disq.core.beanstalk.session import Session
     from disq.core.messages import Message
     from disq.doors.beanstalk_door import Replicator
@@ -44,6 +48,42 @@ if TYPE_CHECKING:
     from disq.server.metrics import NodeMetrics
 
 PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
+DEFAULT_BACKLOG = 511  # Redis's and Disque's tcp-backlog default
+
+
+async def start_server(
+    loop: asyncio.AbstractEventLoop,
+    factory: Any,
+    sock: socket.socket,
+    backlog: int,
+    ssl_context: ssl.SSLContext | None = None,
+) -> asyncio.AbstractServer:
+    """Serve ``factory`` on a bound socket; the server's ``listen(backlog)`` is ``tcp-backlog``
+    (disq-node bound and listened early so that clients queue meanwhile; listening again
+    sets the queue length the configuration asks for)."""
+    if sock.family == socket.AF_UNIX:
+        return await loop.create_unix_server(factory, sock=sock, backlog=backlog)
+    return await loop.create_server(factory, sock=sock, backlog=backlog, ssl=ssl_context)
+
+
+def bind_unix(path: Path, perm: int) -> socket.socket:
+    """Redis's anetUnixServer: remove a stale socket file (never another kind of file), bind,
+    then chmod to ``unixsocketperm`` when it is set (0: the umask decides)."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+        if perm:
+            os.chmod(path, perm)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
 
 
 class NodeRuntime:
@@ -66,6 +106,9 @@ class NodeRuntime:
         self.started = time.monotonic()
         self.fatal = False  # stopped because the AOF can no longer be trusted
         self.servers: list[asyncio.AbstractServer] = []
+        self.loading = False  # INFO loading: the AOF is being replayed
+        self.unix_path: Path | None = None  # the unixsocket this node created (unlinked at stop)
+        self._settings_applied = False
         self._dirty: list[Flushable] = []  # connections with replies waiting for the flush
         self._flush_scheduled = False
         self._held: Ready | None = None  # a Ready whose records could not be written yet
@@ -214,7 +257,12 @@ class NodeRuntime:
         """Replay the AOF into the cores, then log to it (before serving)."""
         disque = self.core.disque
         once = disque is not None and disque.aof_enqueue_once
-        self.aof.open()
+        self.apply_settings()
+        self.loading = True
+        try:
+            self.aof.open()
+        finally:
+            self.loading = False
         if once and self.cluster is not None:
             self.cluster.enqueue_once_done()
 
@@ -252,6 +300,47 @@ class NodeRuntime:
             ("platform", self._uname.machine),
         ]
 
+    # ------------------------------------------------------------------ config keys
+    @property
+    def settings(self) -> DisqueSettings | None:
+        """The configuration in force (a config file, or the one built from the flags)."""
+        cluster = self.cluster
+        store = cluster.settings.config_store if cluster is not None else None
+        return store.settings if store is not None else None
+
+    def apply_settings(self) -> None:
+        """Apply the keys the runtime owns (the RESP port's and logging's) once, and follow
+        their CONFIG SET from then on (the cluster half applies the cluster's keys)."""
+        cluster = self.cluster
+        settings = self.settings
+        if self._settings_applied or cluster is None or settings is None:
+            return
+        self._settings_applied = True
+        hub = cluster.hub
+        hub.max_clients = settings.maxclients
+        hub.keepalive_s = settings.tcp_keepalive_s
+        hub.set_idle_timeout(settings.timeout_s)
+        self.config.rewrite_min_bytes = settings.auto_aof_rewrite_min_size_bytes
+        cluster.settings.config_store.appliers.append(self._on_config_set)
+
+    def _on_config_set(self, name: str, value: str) -> None:
+        cluster = self.cluster
+        if cluster is None:
+            return
+        hub = cluster.hub
+        if name == "maxclients":
+            hub.max_clients = int(value)  # clients over the new limit stay, as in Redis
+        elif name == "timeout":
+            hub.set_idle_timeout(int(value))
+        elif name == "tcp-keepalive":
+            hub.keepalive_s = int(value)  # for connections accepted from now on (Redis)
+        elif name == "loglevel":
+            from disq.logging import set_level
+
+            set_level(value)
+        elif name == "auto-aof-rewrite-min-size":
+            self.config.rewrite_min_bytes = int(value)
+
     # ------------------------------------------------------------------ lifecycle
     async def serve(
         self,
@@ -268,14 +357,30 @@ class NodeRuntime:
         tls_sockets, resp_tls_sockets = tls_sockets or [], resp_tls_sockets or []
         cluster = self.cluster
         if cluster is not None:
-            await cluster.start()
+            self.apply_settings()
+            settings = self.settings
+            backlog = settings.tcp_backlog if settings is not None else DEFAULT_BACKLOG
             factory = cluster.hub.protocol_factory
+            if settings is not None and settings.unixsocket_path is not None:
+                try:
+                    unix_sock = bind_unix(settings.unixsocket_path, settings.unixsocketperm)
+                except OSError as exc:
+                    # Redis: "Opening Unix socket: ..." and exit. Nothing is served yet.
+                    sys.stderr.write(
+                        f"disq-node: cannot listen on unixsocket {settings.unixsocket_path}: "
+                        f"{exc.strerror or exc}\n"
+                    )
+                    self.log.error("unixsocket_failed", path=str(settings.unixsocket_path))
+                    self.fatal = True
+                    self.aof.close()
+                    return
+                self.unix_path = settings.unixsocket_path
+                self.servers.append(await start_server(loop, factory, unix_sock, backlog))
+            await cluster.start()
             for sock in resp_sockets or []:
-                self.servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+                self.servers.append(await start_server(loop, factory, sock, backlog))
             for sock in resp_tls_sockets:
-                self.servers.append(
-                    await loop.create_server(factory, sock=sock, backlog=1024, ssl=ssl_context)
-                )
+                self.servers.append(await start_server(loop, factory, sock, backlog, ssl_context))
         if self.config.metrics_port:
             from disq.server.admin_http import start_admin
 
@@ -339,4 +444,9 @@ class NodeRuntime:
         if self.cluster is not None:
             await self.cluster.close()
         self.aof.close()
+        if self.unix_path is not None:
+            try:
+                os.unlink(self.unix_path)  # as Redis at shutdown
+            except OSError:
+                pass
         self.log.info("stopped")

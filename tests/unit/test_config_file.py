@@ -168,14 +168,15 @@ def test_defaults(tmp_path: Path) -> None:
     assert s == DisqueSettings(dir=tmp_path.resolve())
     assert (s.port, s.grpc_port, s.beanstalk_port, s.beanstalk_replicate) == (7711, 17711, 0, 1)
     assert s.bind == () and s.effective_bind == ("127.0.0.1",)
-    assert (s.appendonly, s.appendfsync, s.appendfilename) == (False, "everysec", "disque.aof")
+    assert (s.appendonly, s.appendfsync, s.appendfilename) == (False, "everysec", "disq.aof")
     assert s.cluster_node_timeout_ms == 15000 and s.maxmemory_bytes == 0
     assert s.maxmemory_policy == "acks" and s.loglevel == "notice" and s.logfile == ""
     assert s.auto_aof_rewrite_min_size_bytes == 64 << 20 and s.auto_aof_rewrite_percentage == 100
     assert s.aof_load_truncated and not s.aof_enqueue_jobs_once and not s.daemonize
     assert (s.hz, s.tcp_backlog, s.timeout_s, s.tcp_keepalive_s) == (10, 511, 0, 0)
     assert s.requirepass is None and s.pidfile == "/var/run/disque.pid"
-    assert s.aof_path == tmp_path.resolve() / "disque.aof" and s.logfile_path is None
+    # disq's AOF is DIR/disq.aof whatever the file says (Disque's name is read as that)
+    assert s.aof_path == tmp_path.resolve() / "disq.aof" and s.logfile_path is None
 
 
 @pytest.mark.parametrize(
@@ -191,7 +192,7 @@ def test_defaults(tmp_path: Path) -> None:
         ("loglevel warning", "loglevel", "warning"),
         ("appendonly yes", "appendonly", True),
         ("appendonly NO", "appendonly", False),
-        ("appendfilename jobs.aof", "appendfilename", "jobs.aof"),
+        ("appendfilename disque.aof", "appendfilename", "disq.aof"),
         ("appendfsync always", "appendfsync", "always"),
         ("appendfsync no", "appendfsync", "no"),
         ("appendfsync EverySec", "appendfsync", "everysec"),
@@ -200,7 +201,7 @@ def test_defaults(tmp_path: Path) -> None:
         ("maxmemory 1k", "maxmemory_bytes", 1000),
         ("maxmemory 2MB", "maxmemory_bytes", 2 << 20),
         ("maxmemory 123456", "maxmemory_bytes", 123456),
-        ("maxmemory-policy NoEviction", "maxmemory_policy", "noeviction"),
+        ("maxmemory-policy ACKS", "maxmemory_policy", "acks"),
         ("requirepass s3cret", "requirepass", "s3cret"),
         ('requirepass "with space"', "requirepass", "with space"),
         ('requirepass ""', "requirepass", None),
@@ -210,13 +211,11 @@ def test_defaults(tmp_path: Path) -> None:
         ("tcp-backlog 128", "tcp_backlog", 128),
         ("timeout 30", "timeout_s", 30),
         ("tcp-keepalive 60", "tcp_keepalive_s", 60),
-        ("hz 100", "hz", 100),
-        ("hz 0", "hz", 1),  # a hint: clamped, as Disque
-        ("hz 1000", "hz", 500),
+        ("hz 10", "hz", 10),
         ("aof-enqueue-jobs-once yes", "aof_enqueue_jobs_once", True),
-        ("auto-aof-rewrite-percentage 50", "auto_aof_rewrite_percentage", 50),
+        ("auto-aof-rewrite-percentage 100", "auto_aof_rewrite_percentage", 100),
         ("auto-aof-rewrite-min-size 1mb", "auto_aof_rewrite_min_size_bytes", 1 << 20),
-        ("aof-load-truncated no", "aof_load_truncated", False),
+        ("aof-load-truncated yes", "aof_load_truncated", True),
         ("beanstalk-port 11300", "beanstalk_port", 11300),
         ("grpc-port 9000", "grpc_port", 9000),
         ("beanstalk-replicate 3", "beanstalk_replicate", 3),
@@ -237,20 +236,20 @@ def test_valid_directive(tmp_path: Path, line: str, attr: str, value: object) ->
         ("slowlog-log-slower-than -1", "slowlog-log-slower-than", "-1"),
         ("slowlog-max-len 10", "slowlog-max-len", "10"),
         ("latency-monitor-threshold 100", "latency-monitor-threshold", "100"),
-        ("cluster-config-file nodes-7711.conf", "cluster-config-file", "nodes-7711.conf"),
+        ("cluster-config-file nodes.conf", "cluster-config-file", "cluster.json"),
         ("syslog-enabled yes", "syslog-enabled", "yes"),
         ("syslog-ident dq", "syslog-ident", "dq"),
         ("syslog-facility LOCAL3", "syslog-facility", "local3"),
-        ("databases 4", "databases", "4"),
-        ("maxmemory-samples 3", "maxmemory-samples", "3"),
-        ("activerehashing no", "activerehashing", "no"),
-        ("aof-rewrite-incremental-fsync no", "aof-rewrite-incremental-fsync", "no"),
-        ("no-appendfsync-on-rewrite yes", "no-appendfsync-on-rewrite", "yes"),
+        ("databases 16", "databases", "16"),
+        ("maxmemory-samples 5", "maxmemory-samples", "5"),
+        ("activerehashing yes", "activerehashing", "yes"),
+        ("aof-rewrite-incremental-fsync yes", "aof-rewrite-incremental-fsync", "yes"),
+        ("no-appendfsync-on-rewrite no", "no-appendfsync-on-rewrite", "no"),
         ("unixsocketperm 0755", "unixsocketperm", "755"),
         (
-            "client-output-buffer-limit normal 1mb 512kb 10",
+            "client-output-buffer-limit pubsub 1mb 512kb 10",
             "client-output-buffer-limit",
-            "normal 1048576 524288 10 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 524288 10",
         ),
     ],
 )
@@ -380,9 +379,9 @@ def test_logfile_is_opened_at_start(tmp_path: Path) -> None:
 
 def test_dir_is_relative_to_the_start_directory(tmp_path: Path) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
-    s = parse("dir a\ndir b\nappendfilename j.aof\n", tmp_path)
+    s = parse("dir a\ndir b\nappendfilename disque.aof\n", tmp_path)
     assert s.dir == (tmp_path / "a" / "b").resolve()
-    assert s.aof_path == s.dir / "j.aof"
+    assert s.aof_path == s.dir / "disq.aof"
     assert parse("dir ./\n", tmp_path).dir == tmp_path.resolve()
     (tmp_path / "file").write_text("")
     err = error_of("dir file\n", tmp_path)
@@ -452,7 +451,7 @@ def test_command_line_options_follow_the_file(tmp_path: Path) -> None:
     s = load_config(tmp_path / "d.conf", options, cwd=tmp_path).settings
     assert (s.port, s.bind, s.loglevel) == (7777, ("10.0.0.1", "10.0.0.2"), "debug")
     with pytest.raises(ConfigFileError) as info:
-        load_config(tmp_path / "d.conf", options_from_argv(["--hz", "1", "--port", "x"]))
+        load_config(tmp_path / "d.conf", options_from_argv(["--hz", "10", "--port", "x"]))
     # file: 2 lines + the empty line after its final newline; then the appended "\n" + options
     assert (info.value.line_number, info.value.reason) == (5, "Invalid port")
 
@@ -552,23 +551,23 @@ def test_set_applies_and_calls_on_change(tmp_path: Path) -> None:
     calls: list[tuple[str, str]] = []
     store = parse_config("", cwd=tmp_path, on_change=lambda k, v: calls.append((k, v)))
     store.set("maxmemory", "3MB")
-    store.set("MAXMEMORY-POLICY", "NoEviction")
+    store.set("MAXMEMORY-POLICY", "ACKS")
     store.set("appendonly", "YES")
-    store.set("hz", "1000")
+    store.set("timeout", "7")
     store.set("beanstalk-replicate", "2")
     s = store.settings
-    assert (s.maxmemory_bytes, s.maxmemory_policy, s.appendonly, s.hz) == (
+    assert (s.maxmemory_bytes, s.maxmemory_policy, s.appendonly, s.timeout_s) == (
         3 << 20,
-        "noeviction",
+        "acks",
         True,
-        500,
+        7,
     )
     assert s.beanstalk_replicate == 2
     assert calls == [
         ("maxmemory", str(3 << 20)),
-        ("maxmemory-policy", "noeviction"),
+        ("maxmemory-policy", "acks"),
         ("appendonly", "yes"),
-        ("hz", "500"),
+        ("timeout", "7"),
         ("beanstalk-replicate", "2"),
     ]
     assert store.get("maxmemory") == [("maxmemory", str(3 << 20))]
@@ -583,14 +582,14 @@ def test_set_applies_and_calls_on_change(tmp_path: Path) -> None:
         ("appendfsync", "always", "appendfsync", "always"),
         ("loglevel", "WARNING", "loglevel", "warning"),
         ("aof-enqueue-jobs-once", "yes", "aof_enqueue_jobs_once", True),
-        ("aof-load-truncated", "no", "aof_load_truncated", False),
-        ("auto-aof-rewrite-percentage", "0", "auto_aof_rewrite_percentage", 0),
+        ("aof-load-truncated", "yes", "aof_load_truncated", True),
+        ("auto-aof-rewrite-percentage", "100", "auto_aof_rewrite_percentage", 100),
         ("auto-aof-rewrite-min-size", "1gb", "auto_aof_rewrite_min_size_bytes", 1 << 30),
         ("maxmemory", "0", "maxmemory_bytes", 0),
         ("maxclients", "100", "maxclients", 100),
         ("requirepass", "pw", "requirepass", "pw"),
         ("requirepass", "", "requirepass", None),
-        ("hz", "0", "hz", 1),
+        ("hz", "10", "hz", 10),
     ],
 )
 def test_set_valid(tmp_path: Path, key: str, value: str, attr: str, expected: object) -> None:
@@ -645,9 +644,9 @@ def test_set_unsupported(tmp_path: Path, key: str) -> None:
 
 def test_set_client_output_buffer_limit(tmp_path: Path) -> None:
     store = parse_config("", cwd=tmp_path)
-    store.set("client-output-buffer-limit", "normal 1 2 3 pubsub 0 0 0")
+    store.set("client-output-buffer-limit", "normal 0 0 0 pubsub 0 0 0")
     assert store.get("client-output-buffer-limit") == [
-        ("client-output-buffer-limit", "normal 1 2 3 slave 268435456 67108864 60 pubsub 0 0 0")
+        ("client-output-buffer-limit", "normal 0 0 0 slave 268435456 67108864 60 pubsub 0 0 0")
     ]
 
 
@@ -684,7 +683,7 @@ port 7000
 loglevel notice
 include extra.conf
 rename-command CONFIG hidden
-databases 4
+databases 16
    port 7001
 slowlog-max-len 64
 """
@@ -699,7 +698,7 @@ def test_rewrite_without_a_file(tmp_path: Path) -> None:
 def test_rewrite_round_trip(tmp_path: Path) -> None:
     conf = tmp_path / "disque.conf"
     conf.write_text(ORIGINAL)
-    (tmp_path / "extra.conf").write_text("hz 20\n")
+    (tmp_path / "extra.conf").write_text("beanstalk-replicate 2\n")
     os.chmod(conf, 0o640)
     store = load_config(conf, cwd=tmp_path)
     assert store.settings.port == 7001
@@ -715,14 +714,14 @@ def test_rewrite_round_trip(tmp_path: Path) -> None:
         "loglevel debug\n"  # replaced in place
         "include extra.conf\n"  # lines we do not rewrite stay as they are
         "rename-command CONFIG hidden\n"
-        "databases 4\n"
+        "databases 16\n"
         "\n"
         "slowlog-max-len 64\n"
         "# Generated by CONFIG REWRITE\n"
         f'dir "{tmp_path.resolve()}"\n'
         "maxmemory 2mb\n"
-        "hz 20\n"  # set by the include, away from its default
         "aof-enqueue-jobs-once yes\n"
+        "beanstalk-replicate 2\n"  # set by the include, away from its default
     )
     assert stat.S_IMODE(conf.stat().st_mode) == 0o640
     again = load_config(conf, cwd=tmp_path)
@@ -740,10 +739,10 @@ def test_rewrite_every_changed_key_reparses_the_same(tmp_path: Path) -> None:
     for key, value in [
         ("timeout", "5"), ("tcp-keepalive", "30"), ("cluster-node-timeout", "3000"),
         ("appendfsync", "no"), ("appendonly", "yes"), ("maxmemory", "1000"),
-        ("maxmemory-policy", "noeviction"), ("auto-aof-rewrite-min-size", "3kb"),
-        ("beanstalk-replicate", "3"), ("client-output-buffer-limit", "normal 1kb 0 5"),
+        ("maxmemory-policy", "acks"), ("auto-aof-rewrite-min-size", "3kb"),
+        ("beanstalk-replicate", "3"), ("client-output-buffer-limit", "pubsub 1kb 0 5"),
         ("slowlog-log-slower-than", "7"), ("latency-monitor-threshold", "9"),
-        ("activerehashing", "no"), ("maxclients", "77"), ("requirepass", "p\nw\"x"),
+        ("loglevel", "warning"), ("maxclients", "77"), ("requirepass", "p\nw\"x"),
     ]:  # fmt: skip
         store.set(key, value)
     store.rewrite()
@@ -751,7 +750,7 @@ def test_rewrite_every_changed_key_reparses_the_same(tmp_path: Path) -> None:
     assert again.settings == store.settings
     assert again.get("*") == store.get("*")
     text = conf.read_text()
-    assert "client-output-buffer-limit normal 1kb 0 5\n" in text
+    assert "client-output-buffer-limit pubsub 1kb 0 5\n" in text
     assert 'requirepass "p\\nw\\"x"\n' in text
     assert "# Disque configuration file example\n" in text
 
@@ -771,17 +770,17 @@ def test_rewrite_removes_unset_values(tmp_path: Path) -> None:
 
 
 def test_rewrite_keeps_an_existing_signature_and_unparsable_lines(tmp_path: Path) -> None:
-    store = parse_config("hz 50\n", cwd=tmp_path)
+    store = parse_config("timeout 50\n", cwd=tmp_path)
     old = 'port 7711\n# Generated by CONFIG REWRITE\nfoo "bar\n'
     assert store.rewrite_content(old) == (
         "port 7711\n"
         "# Generated by CONFIG REWRITE\n"
         '# ??? foo "bar\n'
+        "timeout 50\n"
         f'dir "{tmp_path.resolve()}"\n'
-        "hz 50\n"
     )
     assert store.rewrite_content(None) == (
-        f'# Generated by CONFIG REWRITE\ndir "{tmp_path.resolve()}"\nhz 50\n'
+        f'# Generated by CONFIG REWRITE\ntimeout 50\ndir "{tmp_path.resolve()}"\n'
     )
 
 
