@@ -162,7 +162,9 @@ class HandoffMixin(ReplicationMixin):
         if hs is not None:
             hs.pop(j.id, None)
         if h.queued and j.state == ACTIVE:
-            self._enqueue(j, now_ms)  # stays here, queued, in the AOF for a restart
+            # Stays here, queued, in the AOF for a restart. Put back where it was: not a
+            # delivery, so no counter moves and the record need not be written again.
+            self._enqueue(j, now_ms, moved=True)
 
     def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
         hs = self._handoffs
