@@ -295,3 +295,37 @@ def test_resp2_replies_are_unchanged(node: FakeNode) -> None:
     show = d.feed(cmd("SHOW", job_id))
     assert show.startswith(b"*30\r\n")
     assert b"$19\r\nnext-requeue-within\r\n$-1\r\n" in show
+
+
+def test_config_get_is_a_map_in_resp3(node: FakeNode) -> None:
+    d = resp3_door(node)
+    assert d.feed(cmd("CONFIG", "GET", "*")) == (
+        b"%2\r\n$9\r\nmaxmemory\r\n$10\r\n1073741824\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"
+    )
+    assert d.feed(cmd("CONFIG", "GET", "maxmemory")) == (
+        b"%1\r\n$9\r\nmaxmemory\r\n$10\r\n1073741824\r\n"
+    )
+    assert d.feed(cmd("CONFIG", "GET", "none*")) == b"%0\r\n"
+
+
+def test_config_get_stays_the_flat_array_in_resp2(node: FakeNode) -> None:
+    d = make_door(node, itertools.count(1))
+    assert d.feed(cmd("CONFIG", "GET", "*")) == (
+        b"*4\r\n$9\r\nmaxmemory\r\n$10\r\n1073741824\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"
+    )
+    assert d.feed(cmd("CONFIG", "GET", "none*")) == b"*0\r\n"
+    # HELLO 2 after HELLO 3 gives the array back
+    d3 = resp3_door(node)
+    assert d3.feed(cmd("HELLO", 2)) == HELLO2
+    assert d3.feed(cmd("CONFIG", "GET", "none*")) == b"*0\r\n"
+
+
+def test_info_is_verbatim_in_resp3_and_bulk_in_resp2(node: FakeNode) -> None:
+    text = b"# CPU\r\nused_cpu_sys:0.50\r\n"
+    assert make_door(node, itertools.count(1)).feed(cmd("INFO", "cpu")) == (
+        b"$%d\r\n%s\r\n" % (len(text), text)
+    )
+    d = resp3_door(node)
+    assert d.feed(cmd("INFO", "cpu")) == b"=%d\r\ntxt:%s\r\n" % (len(text) + 4, text)
+    assert d.feed(cmd("INFO", "nosuch")) == b"=4\r\ntxt:\r\n"
+    assert d.feed(cmd("INFO", "a", "b")) == b"-ERR syntax error\r\n"

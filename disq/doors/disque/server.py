@@ -25,7 +25,10 @@ def _info(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if len(argv) > 2:
         return SYNTAX_ERR
     section = argv[1].decode("latin-1") if len(argv) == 2 else "default"
-    return _bulk(info_text(c.node, section).encode())
+    text = info_text(c.node, section).encode()
+    # Redis 7 sends INFO as a verbatim string ("=LEN\r\ntxt:...") to a RESP3 client; RESP2
+    # keeps the bulk string.
+    return resp.verbatim(text) if c.protocol == 3 else _bulk(text)
 
 
 def _ping(c: Client, argv: list[bytes], now_ms: int) -> bytes:
@@ -58,7 +61,8 @@ def _config(c: Client, argv: list[bytes], now_ms: int) -> bytes:
         if argc != 3:
             return _err_arg(b"ERR Wrong number of arguments for CONFIG ", argv[1])
         pairs = node.config_get(queue_name(argv[2]))
-        out = [b"*%d\r\n" % (2 * len(pairs))]
+        # Redis 7: a map of name -> value in RESP3 ("%N"), the flat array in RESP2.
+        out = [resp.map_header(len(pairs)) if c.protocol == 3 else b"*%d\r\n" % (2 * len(pairs))]
         for k, v in pairs:
             out.append(_bulk(queue_bytes(k)))
             out.append(_bulk(queue_bytes(v)))
