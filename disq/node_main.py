@@ -175,6 +175,27 @@ def _tls_files(args: argparse.Namespace, st: Any = None) -> dict[str, Any] | Non
     return files
 
 
+def _write_pidfile(path: Path) -> None:
+    """Redis's createPidFile: the pid and a newline. A file that cannot be written is logged
+    and the node runs on, as Redis does."""
+    try:
+        path.write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        import structlog
+
+        structlog.get_logger("disq").warning(
+            "pidfile_not_written", path=str(path), error=exc.strerror or str(exc)
+        )
+
+
+def _remove_pidfile(path: Path) -> None:
+    """At exit, as Redis's prepareForShutdown unlinks it."""
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.show_version:
@@ -271,7 +292,18 @@ def _main_config_file(args: argparse.Namespace) -> int:
     except OSError as exc:
         sys.stderr.write(f"disq-node: cannot listen on port {st.port}: {exc}\n")
         return 1
+    if st.renamed_commands:
+        # Checked once the sockets listen (the table imports the engine): Disque's error for
+        # a rename it refuses, at that line. The RESP hub builds the same table at start.
+        from disq.doors.disque.table import RenameError, command_table
+
+        try:
+            command_table(st.renamed_commands)
+        except RenameError as exc:
+            sys.stderr.write(f"{store.rename_error(exc.index, exc.reason)}\n")
+            return 1
     st.dir.mkdir(parents=True, exist_ok=True)
+    args.pidfile = st.pidfile_path
     args.fsync = st.appendfsync
     args.metrics_port, args.metrics_host = st.metrics_port, binds[0]
     args.metrics_port_required = st.metrics_port_setting is not None
@@ -403,6 +435,9 @@ def _run(
             return 1
     # Fewer young-generation collections: the hot path allocates many short-lived objects.
     gc.set_threshold(10_000, 10, 10)
+    pidfile: Path | None = getattr(args, "pidfile", None)
+    if pidfile is not None:
+        _write_pidfile(pidfile)
     try:
         loop.run_until_complete(
             node.serve(
@@ -415,6 +450,8 @@ def _run(
         )
     finally:
         loop.close()
+        if pidfile is not None:
+            _remove_pidfile(pidfile)
     # The AOF is flushed and fsynced and the sockets are closed: skip freeing millions of
     # objects one by one, which took seconds with a large queue.
     sys.stdout.flush()

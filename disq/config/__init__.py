@@ -8,6 +8,8 @@ same answer, error text included:
   spaces, tabs, CR and LF first (so the line quoted in an error is the trimmed one);
 * arguments are split as ``sdssplitargs`` does (:func:`split_args`);
 * directive names are case-insensitive, enum values too; a later line overrides an earlier one;
+* ``rename-command`` lines are checked against the RESP command table at start, not while the
+  file is read (the table is not loaded then); the error is Disque's, at the line;
 * ``include path`` loads another file at that point; a relative path is relative to the working
   directory *at that moment*, which earlier ``dir`` lines have changed (Redis ``chdir``\\s while
   parsing). We never ``chdir``: a virtual working directory reproduces the same resolution;
@@ -26,8 +28,9 @@ Deviations from Disque (each on purpose):
 * ``bind`` unset means 127.0.0.1 here, not every interface: a queue open to the network must be
   asked for. ``CONFIG GET bind`` shows the effective address; ``CONFIG REWRITE`` does not add it.
 * ``daemonize yes`` is refused: the process stays in the foreground (service managers and
-  containers expect that); ``daemonize no`` is accepted. ``pidfile`` is kept but, as in Disque
-  when not daemonized, never written.
+  containers expect that); ``daemonize no`` is accepted. ``pidfile``, when the file sets it, is
+  written at start and removed at a clean exit as Redis 3.2+ does even in the foreground
+  (Disque, older, wrote it only when daemonized); relative to ``dir``.
 * Numbers are parsed strictly. Disque's ``atoi`` reads ``port abc`` as port 0 and ``hz 10x`` as
   10; here a malformed number is an error, with the directive's own Disque message when it has
   one and Redis 7's "argument couldn't be parsed into an integer" / "argument must be a memory

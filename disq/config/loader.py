@@ -24,6 +24,13 @@ from disq.config.store import ConfigStore
 from disq.config.syntax import _decode, quote_arg, split_args
 
 
+def _ascii_lower(text: str) -> str:
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 @dataclass(slots=True)
 class _Loader:
     state: _State
@@ -68,7 +75,9 @@ class _Loader:
                 raise _Invalid("Too many bind addresses specified")
             state.values["bind"] = " ".join(args)
         elif name == "rename-command" and len(args) == 2:
-            state.renames.append((args[0].lower(), args[1].lower()))
+            # Commands are matched as Redis's dict matches them: ASCII letters fold only.
+            state.renames.append((_ascii_lower(args[0]), _ascii_lower(args[1])))
+            state.rename_origins.append((path, num, line))
         elif name == "client-output-buffer-limit" and len(args) == 4:
             klass, limits = _client_limit(args)
             state.client_limits[klass] = limits

@@ -35,6 +35,7 @@ class DisqueSettings:
     loglevel: LogLevel = "notice"
     daemonize: bool = False
     pidfile: str = "/var/run/disque.pid"
+    pidfile_configured: bool = False  # a pidfile line was given (see pidfile_path)
     appendonly: bool = False
     appendfilename: str = "disq.aof"
     appendfsync: FsyncPolicy = "everysec"
@@ -69,7 +70,8 @@ class DisqueSettings:
     # TLS RESP (Redis's tls-port) and beanstalk ports (disq.server.tls_ports); 0: off.
     tls_port: int = 0
     beanstalk_tls_port: int = 0
-    # rename-command lines, in order, lower-cased: (command, new name); "" removes the command.
+    # rename-command lines, in order, ASCII lower-cased: (command, new name); "" removes the
+    # command. Applied to the RESP command table at start (disq.doors.disque.table).
     renamed_commands: tuple[tuple[str, str], ...] = ()
     config_file: Path | None = None
 
@@ -104,6 +106,14 @@ class DisqueSettings:
         return self.dir / self.unixsocket if self.unixsocket else None
 
     @property
+    def pidfile_path(self) -> Path | None:
+        """Where the node writes its pid at start (and removes it at a clean exit), or None.
+        As Redis 3.2+: written whenever ``pidfile`` is configured (Disque wrote it only when
+        daemonized, which disq never is); the default path alone writes nothing. Relative to
+        ``dir``, the working directory of Disque's process once its file is read."""
+        return self.dir / self.pidfile if self.pidfile_configured and self.pidfile else None
+
+    @property
     def logfile_path(self) -> Path | None:
         """Where to log; None: standard output. Relative names are relative to ``dir``, where
         Disque's process is when it opens its log."""
@@ -118,6 +128,9 @@ class _State:
         default_factory=lambda: dict(CLIENT_LIMIT_DEFAULTS)
     )
     renames: list[tuple[str, str]] = field(default_factory=list)
+    # Where each rename-command line is (path, line number, line), in the order of renames:
+    # a rename the command table refuses is reported at its own line.
+    rename_origins: list[tuple[str | None, int, str]] = field(default_factory=list)
     # Where the last value of a directive came from, for checks made after the whole file.
     origin: dict[str, tuple[str | None, int, str]] = field(default_factory=dict)
 
@@ -132,6 +145,7 @@ class _State:
             dir=self.dir,
             client_limits=dict(self.client_limits),
             renames=list(self.renames),
+            rename_origins=list(self.rename_origins),
             origin=dict(self.origin),
         )
 
@@ -163,6 +177,7 @@ def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
         loglevel=cast(LogLevel, text("loglevel")),
         daemonize=flag("daemonize"),
         pidfile=text("pidfile"),
+        pidfile_configured="pidfile" in state.origin,
         appendonly=flag("appendonly"),
         appendfilename=text("appendfilename"),
         appendfsync=cast(FsyncPolicy, text("appendfsync")),

@@ -10,7 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, cast
 
-from disq.config.errors import ConfigRewriteError, ConfigSetError, _Invalid, _Unsupported
+from disq.config.errors import (
+    ConfigFileError,
+    ConfigRewriteError,
+    ConfigSetError,
+    _Invalid,
+    _Unsupported,
+)
 from disq.config.options import (
     _BY_NAME,
     _OPTIONS,
@@ -60,6 +66,13 @@ class ConfigStore:
     @property
     def settings(self) -> DisqueSettings:
         return self._settings
+
+    def rename_error(self, index: int, reason: str) -> ConfigFileError:
+        """The file error for the ``index``-th rename-command line (``settings.
+        renamed_commands[index]``), at that line: the command table refuses renames at start
+        (it is not loaded while the file is parsed), with Disque's text and Disque's shape."""
+        path, num, line = self._state.rename_origins[index]
+        return ConfigFileError.at_line(path, num, line, reason)
 
     # CONFIG GET ---------------------------------------------------------------------------
 

@@ -249,25 +249,30 @@ class RespDoor:
         connection a whole reply that is RESP2's null (from a handler with no RESP3 variant,
         such as CLIENT GETNAME's) becomes RESP3's ``_``."""
         if r is NOAUTH_ERR:
-            if cmd[0].lower() == b"hello" and len(cmd) > 1:
+            if self._is(cmd, "hello") and len(cmd) > 1:
                 return hello_before_auth(self.client, cmd)
             return r
         if r == NULL_BULK or r == NULL_ARRAY:
             return NULL3
         return r
 
+    def _is(self, cmd: list[bytes], name: str) -> bool:
+        """Is ``cmd`` Disque's command ``name``, under whatever name rename-command gave it?"""
+        spec = self.client.admin.commands.get(cmd[0].lower())
+        return spec is not None and spec.name == name
+
     def _run_ahead(self, now_ms: int, blocked: Command) -> None:
         """Start the ADDJOBs queued right behind a blocked ADDJOB (see the module doc).
         Never behind a GETJOB: the jobs of later ADDJOBs could then serve that GETJOB,
         which a client that pipelines behind it does not expect."""
-        if isinstance(blocked, ProtocolError) or blocked[0].lower() != b"addjob":
+        if isinstance(blocked, ProtocolError) or not self._is(blocked, "addjob"):
             return
         queue = self.queue
         client = self.client
         head = (client.pending_token, client.deferred)
         while queue and len(self.ahead) < MAX_AHEAD and not client.closing:
             cmd = queue[0]
-            if isinstance(cmd, ProtocolError) or cmd[0].lower() != b"addjob":
+            if isinstance(cmd, ProtocolError) or not self._is(cmd, "addjob"):
                 break
             queue.popleft()
             self.queued_bytes -= _cost(cmd)

@@ -241,6 +241,16 @@ class NodeServices:
             raise DisqueError("ERR", f"error saving the cluster node config: {exc}") from exc
 
     # ------------------------------------------------------------------ CONFIG
+    @property
+    def command_renames(self) -> tuple[tuple[str, str], ...]:
+        """The configuration file's rename-command lines, in order (none without a file): the
+        RESP hub builds its command table from them once, at start."""
+        store = self.cluster.settings.config_store
+        if store is None:
+            return ()
+        renames: tuple[tuple[str, str], ...] = store.settings.renamed_commands
+        return renames
+
     def config_get(self, pattern: str) -> list[tuple[str, str]]:
         store = self.cluster.settings.config_store
         if store is None:

@@ -23,6 +23,7 @@ import structlog
 from disq.core.disque.api import DeferredResult
 from disq.doors.disque import NodeApi, RespStats
 from disq.doors.disque.admin import MONITOR_MAX_OUTPUT_BYTES, AdminState
+from disq.doors.disque.table import command_table
 from disq.doors.resp_door import RespDoor
 from disq.server.flow import PENDING_HIGH_BYTES, FlowControlledProtocol, set_nodelay
 
@@ -116,8 +117,11 @@ class RespHub:
         self.keepalive_s = 0  # tcp-keepalive: set on each accepted socket
         self.idle_timeout_s = 0  # timeout: idle clients are closed after this; 0: never
         self._idle_timer: asyncio.TimerHandle | None = None
-        # CLIENT/MONITOR/SLOWLOG/LATENCY state shared by the port's connections.
-        self.admin = AdminState()
+        # CLIENT/MONITOR/SLOWLOG/LATENCY state shared by the port's connections, and the
+        # command table they dispatch through: rename-command is applied here, once (a node
+        # without a config file, or a test's fake node, has no renames).
+        renames = getattr(node, "command_renames", ())
+        self.admin = AdminState(command_table(renames))
         self.admin.load_config(node)
         self.admin.on_pause = self._on_pause
         self._pause_timer: asyncio.TimerHandle | None = None

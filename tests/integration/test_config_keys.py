@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -24,6 +25,7 @@ from conftest import PROJECT_ROOT, free_bus_port, free_port  # noqa: E402
 from eventually import eventually  # noqa: E402
 
 from disq.config.options import _RESTRICTED  # noqa: E402
+from disq.doors.disque import COMMANDS  # noqa: E402
 
 TIMEOUT = 30.0  # generous: a socket read that waits for the node's own action
 
@@ -265,7 +267,10 @@ def test_watchdog_period_is_config_set_only_and_only_0(start, tmp_path: Path) ->
         )
     # Not a file directive, as in Disque: a file naming it does not start.
     conf = tmp_path / "disque.conf"
-    conf.write_text(f"port {free_port()}\ndir {tmp_path}\nwatchdog-period 0\n")
+    conf.write_text(
+        f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\n"
+        f"dir {tmp_path}\nwatchdog-period 0\n"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "disq.node_main", str(conf)],
         cwd=PROJECT_ROOT,
@@ -501,7 +506,10 @@ _REFUSED = [
 @pytest.mark.parametrize("line", _REFUSED)
 def test_the_node_refuses_to_start_on_keys_it_cannot_honour(line: str, tmp_path: Path) -> None:
     conf = tmp_path / "disque.conf"
-    conf.write_text(f"port {free_port()}\ndir {tmp_path}\n{line}\n")
+    # A bus port of its own: the default (RESP port + 10000) is past 65535 for a high port.
+    conf.write_text(
+        f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\ndir {tmp_path}\n{line}\n"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "disq.node_main", str(conf)],
         cwd=PROJECT_ROOT,
@@ -512,3 +520,64 @@ def test_the_node_refuses_to_start_on_keys_it_cannot_honour(line: str, tmp_path:
     err = done.stderr.decode()
     assert f">>> '{line}'" in err
     assert "not supported" in err
+
+
+def test_rename_command_moves_and_removes_commands(start) -> None:  # type: ignore[no-untyped-def]
+    node = start('rename-command ADDJOB MYADD\nrename-command DEBUG ""\n')
+    with node.connect() as c:
+        assert _call(c, "ADDJOB", "rnq", "body", "0") == b"-ERR unknown command 'ADDJOB'\r\n"
+        assert _call(c, "myadd", "rnq", "body", "0").startswith(b"+D-")
+        assert _call(c, "QLEN", "rnq") == b":1\r\n"
+        assert _call(c, "DEBUG", "SLEEP", "0") == b"-ERR unknown command 'DEBUG'\r\n"
+        # As Disque: the command keeps its own name in its errors and in COMMAND's entries;
+        # COMMAND finds it by the new name only, and no longer lists the removed one.
+        assert _call(c, "MYADD", "rnq") == (
+            b"-ERR wrong number of arguments for 'addjob' command\r\n"
+        )
+        assert _call(c, "COMMAND", "INFO", "addjob", "debug") == b"*2\r\n$-1\r\n$-1\r\n"
+        assert _call(c, "COMMAND", "INFO", "MYADD").startswith(b"*1\r\n*6\r\n$6\r\naddjob\r\n")
+        assert _call(c, "COMMAND", "COUNT") == b":%d\r\n" % (len(COMMANDS) - 1)
+
+
+@pytest.mark.parametrize(
+    ("lines", "reason"),
+    [
+        # Not a Disque command (a Redis sample file's FLUSHALL): Disque refuses it too.
+        (["rename-command FLUSHALL nope"], "No such command in rename-command"),
+        # Renames apply in order: the second line looks for a name the first one took away.
+        (
+            ["rename-command ADDJOB put", "rename-command ADDJOB again"],
+            "No such command in rename-command",
+        ),
+        (["rename-command ADDJOB getjob"], "Target command name already exists"),
+    ],
+)
+def test_rename_command_refused_at_its_line(lines: list[str], reason: str, tmp_path: Path) -> None:
+    conf = tmp_path / "disque.conf"
+    head = f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\ndir {tmp_path}\n"
+    conf.write_text(head + "".join(f"{x}\n" for x in lines))
+    done = subprocess.run(
+        [sys.executable, "-m", "disq.node_main", str(conf)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode != 0
+    bad = len(lines) + 4  # the last line, after the four of head
+    assert (
+        f"Reading the configuration file, at line {bad}\n>>> '{lines[-1]}'\n{reason}\n"
+        in done.stderr.decode()
+    )
+
+
+def test_pidfile_holds_the_pid_until_a_sigterm_stop(start, short_tmp: Path) -> None:  # type: ignore[no-untyped-def]
+    pidfile = short_tmp / "disq.pid"
+    node = start(f"pidfile {pidfile}\n")
+    assert pidfile.read_text() == f"{node.proc.pid}\n"
+    # A relative path is relative to dir, where Disque's process works.
+    other = start("pidfile other.pid\n")
+    assert (other.dir / "other.pid").read_text() == f"{other.proc.pid}\n"
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(timeout=TIMEOUT) == 0
+    assert not pidfile.exists()
+    assert (other.dir / "other.pid").exists()  # the other node still runs

@@ -175,6 +175,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.aof_load_truncated and not s.aof_enqueue_jobs_once and not s.daemonize
     assert (s.hz, s.tcp_backlog, s.timeout_s, s.tcp_keepalive_s) == (10, 511, 0, 0)
     assert s.requirepass is None and s.pidfile == "/var/run/disque.pid"
+    assert s.pidfile_path is None  # the default path alone is not written (Redis 3.2+)
     # disq's AOF is DIR/disq.aof whatever the file says (Disque's name is read as that)
     assert s.aof_path == tmp_path.resolve() / "disq.aof" and s.logfile_path is None
 
@@ -490,12 +491,32 @@ aof-rewrite-incremental-fsync yes
 """
 
 
+def test_rename_error_is_reported_at_the_rename_line(tmp_path: Path) -> None:
+    store = parse_config(
+        'rename-command CONFIG x\nport 7000\nrename-command DEBUG ""\n', cwd=tmp_path
+    )
+    assert store.settings.renamed_commands == (("config", "x"), ("debug", ""))
+    err = store.rename_error(1, "No such command in rename-command")
+    assert (err.line_number, err.line) == (3, 'rename-command DEBUG ""')
+    assert str(err).endswith(">>> 'rename-command DEBUG \"\"'\nNo such command in rename-command")
+
+
+def test_pidfile_path_is_relative_to_dir(tmp_path: Path) -> None:
+    s = parse_config(f"dir {tmp_path}\npidfile run/d.pid\n", cwd=tmp_path).settings
+    assert s.pidfile_path == tmp_path.resolve() / "run/d.pid"
+    assert parse_config('pidfile ""\n', cwd=tmp_path).settings.pidfile_path is None
+
+
 def test_disque_sample_file_loads(tmp_path: Path) -> None:
     (tmp_path / "disque.conf").write_text(DISQUE_SAMPLE)
     store = load_config(tmp_path / "disque.conf", cwd=tmp_path)
+    # The sample's values are the defaults; its pidfile line is configured, so it is written.
     assert store.settings == replace(
-        DisqueSettings(dir=tmp_path.resolve()), config_file=tmp_path / "disque.conf"
+        DisqueSettings(dir=tmp_path.resolve()),
+        config_file=tmp_path / "disque.conf",
+        pidfile_configured=True,
     )
+    assert store.settings.pidfile_path == Path("/var/run/disque.pid")
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import structlog
 
 if TYPE_CHECKING:
     from disq.doors.disque.node_api import NodeApi
+    from disq.doors.disque.table import CommandSpec
 
 log = structlog.get_logger("disq.resp.admin")
 
@@ -96,10 +97,11 @@ def repr_arg(arg: bytes) -> bytes:
     return bytes(out)
 
 
-def redact(argv: list[bytes]) -> list[bytes]:
+def redact(argv: list[bytes], command: str | None = None) -> list[bytes]:
     """Redis 6.2.4+ shows AUTH and HELLO's AUTH credentials as ``(redacted)`` in MONITOR and
-    SLOWLOG: the password never leaves through introspection."""
-    name = argv[0].lower()
+    SLOWLOG: the password never leaves through introspection. ``command``: the command's own
+    name when known (a ``rename-command``'d AUTH is still AUTH); else ``argv[0]``."""
+    name = command.encode() if command is not None else argv[0].lower()
     if name == b"auth":
         return [argv[0], *(b"(redacted)" for _ in argv[1:])]
     if name == b"hello":
@@ -299,6 +301,7 @@ class AdminState:
 
     __slots__ = (
         "clients",
+        "commands",
         "latency",
         "latency_threshold_ms",
         "monitors",
@@ -310,7 +313,15 @@ class AdminState:
         "slowlog_slower_than",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, commands: dict[bytes, CommandSpec] | None = None) -> None:
+        if commands is None:
+            # Imported here: the table imports the handlers, which import this module.
+            from disq.doors.disque.table import COMMANDS
+
+            commands = COMMANDS
+        # The command table execute() dispatches through: Disque's, or the one the
+        # configuration's rename-command lines made (table.command_table), built once.
+        self.commands = commands
         self.clients: dict[int, ClientView] = {}  # CLIENT LIST order: by id
         self.next_id = 1
         self.monitors: set[ClientView] = set()
@@ -364,11 +375,12 @@ class AdminState:
         self.monitors.discard(c)
 
     # ------------------------------------------------------------ MONITOR
-    def feed_monitors(self, c: ClientView, argv: list[bytes]) -> None:
-        """replicationFeedMonitors: one status line per command to every monitor."""
+    def feed_monitors(self, c: ClientView, argv: list[bytes], command: str | None = None) -> None:
+        """replicationFeedMonitors: one status line per command to every monitor (``command``:
+        the command's own name, see :func:`redact`)."""
         now = time.time()
         parts = [b"+%.6f [0 " % now, c.monitor_peer(), b"] "]
-        parts.append(b" ".join(map(repr_arg, redact(argv))))
+        parts.append(b" ".join(map(repr_arg, redact(argv, command))))
         parts.append(b"\r\n")
         line = b"".join(parts)
         for m in list(self.monitors):
@@ -395,12 +407,20 @@ class AdminState:
             c.kill()
 
     # ------------------------------------------------------------ slow commands
-    def slow(self, c: ClientView, argv: list[bytes], duration_us: int, fast: bool) -> None:
+    def slow(
+        self,
+        c: ClientView,
+        argv: list[bytes],
+        duration_us: int,
+        fast: bool,
+        command: str | None = None,
+    ) -> None:
         """A command took at least :attr:`slow_us`: the slow log and the latency monitor
-        each apply their own threshold."""
+        each apply their own threshold (``command``: the command's own name, see
+        :func:`redact`)."""
         now_s = int(time.time())
         if 0 <= self.slowlog_slower_than <= duration_us:
-            self.slowlog.push(redact(argv), duration_us, now_s, c.addr, c.name or b"")
+            self.slowlog.push(redact(argv, command), duration_us, now_s, c.addr, c.name or b"")
         thr = self.latency_threshold_ms
         if thr > 0 and duration_us // 1000 >= thr:
             self.latency.add(b"fast-command" if fast else b"command", now_s, duration_us // 1000)

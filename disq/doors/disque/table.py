@@ -1,9 +1,18 @@
 """Disque's command table: :class:`CommandSpec` rows, :func:`execute` (processCommand's
-checks, then the handler), COMMAND (which describes the table) and the table itself."""
+checks, then the handler), COMMAND (which describes the table), the table itself and
+:func:`command_table`, which applies ``rename-command`` lines to it.
+
+The table a connection dispatches through is its :class:`AdminState`'s ``commands`` (one per
+RESP hub, so per node): :data:`COMMANDS` unless the configuration renames commands, in which
+case the hub builds the renamed table once, at start. A renamed command keeps its
+:attr:`CommandSpec.name` (Disque's ``cmd->name``): error texts, ``INFO commandstats``,
+``CLIENT LIST cmd=`` and the COMMAND entries show the original name, as Disque shows them;
+only the name a client must send changes."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from disq.core.disque.api import DisqueError, Pending
@@ -89,7 +98,7 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         # A MONITOR connection only streams: what else it sends is read and dropped, so no
         # reply ever lands in the middle of the stream.
         return b""
-    spec = COMMANDS.get(name)
+    spec = admin.commands.get(name)
     if spec is None:
         return _err_arg(b"ERR unknown command '", argv[0], b"'")
     arity = spec.arity
@@ -102,7 +111,8 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     if (spec.write or spec.handler is _ping) and node.aof_error is not None:
         return _err("MISCONF Errors writing to the AOF file: " + node.aof_error)
     if admin.monitors and not spec.unmonitored:
-        admin.feed_monitors(client, argv)  # call(): before the command runs, as Disque does
+        # call(): before the command runs, as Disque does
+        admin.feed_monitors(client, argv, spec.name)
     stats = node.resp_stats
     stats.commands += 1
     client.last_ms = now_ms
@@ -120,7 +130,7 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     calls[1] += us
     # The lower of the enabled thresholds (the slow log's 10 ms by default): one comparison.
     if us >= admin.slow_us:
-        admin.slow(client, argv, us, spec.fast)
+        admin.slow(client, argv, us, spec.fast, spec.name)
     return out
 
 
@@ -141,16 +151,19 @@ def _command_entry(spec: CommandSpec | None) -> bytes:
 
 
 def _command(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    # The connection's table: a removed command is not listed, a renamed one is found by its
+    # new name (and, as in Disque, described under its original one).
+    commands = c.admin.commands
     if len(argv) == 1:
-        return b"*%d\r\n" % len(COMMANDS) + b"".join(map(_command_entry, COMMANDS.values()))
+        return b"*%d\r\n" % len(commands) + b"".join(map(_command_entry, commands.values()))
     sub = argv[1].lower()
     if sub == b"info":
         names = argv[2:]
         return b"*%d\r\n" % len(names) + b"".join(
-            _command_entry(COMMANDS.get(n.lower())) for n in names
+            _command_entry(commands.get(n.lower())) for n in names
         )
     if sub == b"count" and len(argv) == 2:
-        return b":%d\r\n" % len(COMMANDS)
+        return b":%d\r\n" % len(commands)
     return b"-ERR Unknown subcommand or wrong number of arguments.\r\n"
 
 
@@ -194,3 +207,34 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("select", _select, 2, "rlF"),
     )
 }
+
+
+class RenameError(ValueError):
+    """A ``rename-command`` line Disque refuses: ``index`` is its position among the
+    configuration's renames, ``reason`` Disque's text."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
+
+
+def command_table(renames: Iterable[tuple[str, str]]) -> dict[bytes, CommandSpec]:
+    """The command table after the ``rename-command`` lines ``(name, new name)``, applied in
+    order as Disque's config.c applies them: the name is looked up in the table as the earlier
+    lines left it ("No such command in rename-command" if absent), removed, and added back
+    under the new name unless that is "" ("Target command name already exists" if taken).
+    Without renames this is :data:`COMMANDS` itself."""
+    table = COMMANDS
+    for index, (old, new) in enumerate(renames):
+        if table is COMMANDS:
+            table = dict(COMMANDS)
+        spec = table.pop(old.encode("utf-8", "surrogateescape").lower(), None)
+        if spec is None:
+            raise RenameError(index, "No such command in rename-command")
+        if new:
+            key = new.encode("utf-8", "surrogateescape").lower()
+            if key in table:
+                raise RenameError(index, "Target command name already exists")
+            table[key] = spec
+    return table
