@@ -155,6 +155,33 @@ class IdemKeys:
     ack_keys: list[str] = field(default_factory=list)
 
 
+KV_PREPARE = 1
+KV_PROMISE = 2
+KV_ACCEPT = 3
+KV_ACCEPTED = 4
+
+
+@dataclass(slots=True)
+class KeyVote:
+    """One step of the vote that binds an idempotency key to one job (single-decree Paxos,
+    disq/core/disque/keyvote.py). ``phase``: KV_PREPARE and KV_ACCEPT from the proposer
+    (ballot ``(ballot, ballot_node)``; ``job_id`` the proposed job on ACCEPT), KV_PROMISE and
+    KV_ACCEPTED back (``ok``; a PROMISE carries the acceptor's accepted ballot and job, a
+    refusal the ballot it promised in ``acc_ballot``/``acc_node``). ``decided``: the job the
+    key is already bound to on the replier, which ends the vote at once."""
+
+    phase: int
+    queue: str
+    key: str
+    ballot: int
+    ballot_node: str
+    ok: bool = False
+    acc_ballot: int = 0
+    acc_node: str = ""
+    job_id: str = ""
+    decided: str = ""
+
+
 @dataclass(slots=True)
 class NeedJobs:
     queue: str
@@ -204,6 +231,7 @@ JobMessage = (
     | Pause
     | BeanstalkUpdate
     | IdemKeys
+    | KeyVote
 )
 Message = MembershipMessage | JobMessage
 

@@ -14,6 +14,11 @@ DELJOB   id 40s
 IDEMKEY  n u32 | n * (until_ms u64 | id_len u8 | queue_len u32 | key_len u16 | id | queue |
          key): idempotency keys taken (the node's own once their add is done, and the keys
          it learned from its peers), kept for their window even after their job is gone
+KEYVOTE  n u32 | n * (until_ms u64 | promised u64 | accepted u64 | pnode_len u8 |
+         anode_len u8 | id_len u8 | queue_len u32 | key_len u16 | pnode | anode | id |
+         queue | key): an acceptor's state in the vote on a key (keyvote.py), written before
+         its PROMISE or ACCEPTED leaves; a later record of the same key wins, an IDEMKEY
+         (the key decided) ends it
 """
 
 from __future__ import annotations
@@ -25,15 +30,20 @@ from disq.core.messages import JobData
 REC_LOADJOB = 16
 REC_DELJOB = 17
 REC_IDEMKEY = 18
-CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY)
+REC_KEYVOTE = 19
+CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE)
 
 # An IDEMKEY entry: (queue, key, job id, until_ms).
 IdemKeyEntry = tuple[str, str, str, int]
+# A KEYVOTE entry: (queue, key, promised ballot, its node, accepted ballot, its node,
+# accepted job id ("" none), until_ms).
+KeyVoteEntry = tuple[str, str, int, str, int, str, str, int]
 
 _LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
 _DEL = struct.Struct("<40s")
 _IDEM_N = struct.Struct("<I")
 _IDEM = struct.Struct("<QBIH")
+_VOTE = struct.Struct("<QQQBBBIH")
 
 
 class ClusterRecordError(ValueError):
@@ -171,6 +181,49 @@ def decode_idemkeys(payload: bytes | memoryview) -> list[IdemKeyEntry]:
     return out
 
 
+def encode_keyvotes(entries: list[KeyVoteEntry]) -> bytes:
+    parts = [_IDEM_N.pack(len(entries))]
+    for queue, key, promised, pnode, accepted, anode, job_id, until in entries:
+        q = queue.encode("utf-8", "surrogateescape")
+        k = key.encode("utf-8", "surrogateescape")
+        pn, an, i = pnode.encode(), anode.encode(), job_id.encode()
+        parts.append(
+            _VOTE.pack(until, promised, accepted, len(pn), len(an), len(i), len(q), len(k))
+            + pn
+            + an
+            + i
+            + q
+            + k
+        )
+    return b"".join(parts)
+
+
+def decode_keyvotes(payload: bytes | memoryview) -> list[KeyVoteEntry]:
+    raw = bytes(payload)
+    try:
+        (n,) = _IDEM_N.unpack_from(raw, 0)
+        pos = _IDEM_N.size
+        out: list[KeyVoteEntry] = []
+        for _ in range(n):
+            until, promised, accepted, pl, al, il, ql, kl = _VOTE.unpack_from(raw, pos)
+            pos += _VOTE.size
+            cuts = [pos]
+            for size in (pl, al, il, ql, kl):
+                cuts.append(cuts[-1] + size)
+            if cuts[-1] > len(raw):
+                raise ClusterRecordError("KEYVOTE record length does not match its fields")
+            pnode, anode, job_id = (raw[cuts[i] : cuts[i + 1]].decode() for i in range(3))
+            queue = raw[cuts[3] : cuts[4]].decode("utf-8", "surrogateescape")
+            key = raw[cuts[4] : cuts[5]].decode("utf-8", "surrogateescape")
+            out.append((queue, key, promised, pnode, accepted, anode, job_id, until))
+            pos = cuts[-1]
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ClusterRecordError(f"bad KEYVOTE record: {exc}") from exc
+    if pos != len(raw):
+        raise ClusterRecordError("KEYVOTE record has junk after its entries")
+    return out
+
+
 def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
     """The cluster records of a replayed AOF, in file order, as the core takes them."""
     out: list[tuple[str, object]] = []
@@ -181,4 +234,6 @@ def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
             out.append(("DELJOB", decode_deljob(payload)))
         elif rtype == REC_IDEMKEY:
             out.append(("IDEMKEY", decode_idemkeys(payload)))
+        elif rtype == REC_KEYVOTE:
+            out.append(("KEYVOTE", decode_keyvotes(payload)))
     return out

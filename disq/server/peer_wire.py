@@ -170,6 +170,21 @@ def _enc_idem_keys(t: pb.Message, x: m.IdemKeys) -> None:
         k.ack_keys.extend(x.ack_keys)
 
 
+def _enc_key_vote(t: pb.Message, x: m.KeyVote) -> None:
+    v = t.key_vote
+    v.SetInParent()  # selects the oneof even when every field is at its default
+    v.phase = x.phase
+    v.queue = x.queue
+    v.key = x.key
+    v.ballot = x.ballot
+    v.ballot_node = x.ballot_node
+    v.ok = x.ok
+    v.acc_ballot = x.acc_ballot
+    v.acc_node = x.acc_node
+    v.job_id = x.job_id
+    v.decided = x.decided
+
+
 def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
     t.del_job.job_ids.extend(x.job_ids)  # extend([]) selects the oneof too
 
@@ -218,6 +233,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.GotAck: _enc_got_ack,
     m.DelJob: _enc_del_job,
     m.IdemKeys: _enc_idem_keys,
+    m.KeyVote: _enc_key_vote,
     m.NeedJobs: _enc_need_jobs,
     m.YourJobs: _enc_your_jobs,
     m.Working: _enc_working,
@@ -339,6 +355,22 @@ def _dec_idem_keys(t: pb.Message) -> m.IdemKeys:
     )
 
 
+def _dec_key_vote(t: pb.Message) -> m.KeyVote:
+    v = t.key_vote
+    return m.KeyVote(
+        v.phase,
+        v.queue,
+        v.key,
+        v.ballot,
+        v.ballot_node,
+        v.ok,
+        v.acc_ballot,
+        v.acc_node,
+        v.job_id,
+        v.decided,
+    )
+
+
 def _dec_del_job(t: pb.Message) -> m.DelJob:
     return m.DelJob(list(t.del_job.job_ids))
 
@@ -379,6 +411,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "got_ack": _dec_got_ack,
     "del_job": _dec_del_job,
     "idem_keys": _dec_idem_keys,
+    "key_vote": _dec_key_vote,
     "need_jobs": _dec_need_jobs,
     "your_jobs": _dec_your_jobs,
     "working": _dec_working,
@@ -404,6 +437,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "pause": m.Pause,
     "beanstalk_update": m.BeanstalkUpdate,
     "idem_keys": m.IdemKeys,
+    "key_vote": m.KeyVote,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

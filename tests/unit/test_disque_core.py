@@ -11,7 +11,7 @@ from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED
 from disq.core.messages import DelJob, GotJob, IdemKeys
-from disq.persistence.cluster_records import REC_IDEMKEY, to_core_records
+from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE, to_core_records
 from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 
@@ -19,9 +19,13 @@ from disq.testing.mesh import Mesh
 class Cluster(Mesh):
     """Disque cores addressed by node id (``cores``) or index (``core(i)``)."""
 
-    def __init__(self, n: int, seed: int = 1) -> None:
+    def __init__(self, n: int, seed: int = 1, *, vote_keys: bool = True) -> None:
         super().__init__(n, seed)
         self.cores = {nid: self.disque(k) for k, nid in enumerate(self.ids)}
+        for core in self.cores.values():
+            # False: keys bound by announcements alone (idempotency.py), without the vote
+            # of keyvote.py that settles them on a cluster; tests of that layer.
+            core.vote_keys = vote_keys
 
     def core(self, i: int) -> DisqueCore:
         return self.disque(i)
@@ -484,7 +488,7 @@ def _drop_idem_to(c: Cluster, dest: int, state: dict[str, bool]) -> None:
 
 
 def test_a_keyed_reply_waits_until_every_peer_acknowledged_the_key() -> None:
-    c = Cluster(3)
+    c = Cluster(3, vote_keys=False)
     lossy = {"on": True}
     _drop_idem_to(c, 2, lossy)
     assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=2, idem_key="k") is PENDING
@@ -521,7 +525,8 @@ def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() 
     learner = next(i for i in (1, 2) if first not in c.core(i).jobs)
     nid = c.ids[learner]
     frames = list(iter_frames(b"".join(c.aof[nid])))
-    assert [rtype for rtype, _ in frames] == [REC_IDEMKEY]  # persisted before the ack left
+    # Its votes (PROMISE, ACCEPTED), then the decided key, persisted before the ack left.
+    assert [rtype for rtype, _ in frames] == [REC_KEYVOTE, REC_KEYVOTE, REC_IDEMKEY]
     # The job is consumed and acked everywhere: its keys stay in their window.
     got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and c.core(0).ack_job(c.now, [first]) == 1
@@ -568,7 +573,7 @@ def _unfinished_keyed_add(c: Cluster) -> str:
 
 
 def test_a_retry_on_a_holder_of_a_failed_adds_copy_adds_the_job_again() -> None:
-    c = Cluster(3)
+    c = Cluster(3, vote_keys=False)
     c.drop = lambda _s, _d, msg: isinstance(msg, GotJob | DelJob)  # DELJOB lost too
     dead = _unfinished_keyed_add(c)
     # The client gives up and retries on node 1, which holds the copy: held, not answered

@@ -110,6 +110,9 @@ ONE_OF_EACH: list[m.Message] = [
     m.DelJob(["D-7", "D-8"]),
     m.IdemKeys(["q", "q\u00e9"], ["k1", "spark/0/1"], ["D-7", "D-8"]),
     m.IdemKeys(["q"], ["k3"], ["-D-9"], ["q", "q2"], ["k1", "k2"]),  # a failed add; acks
+    m.KeyVote(m.KV_PREPARE, "q", "spark/0/1", 3, "a" * 40),
+    m.KeyVote(m.KV_PROMISE, "q\u00e9", "k", 3, "a" * 40, True, 2, "b" * 40, "D-12"),
+    m.KeyVote(m.KV_ACCEPTED, "q", "k", 3, "a" * 40, False, 4, "c" * 40, decided="D-13"),
     m.NeedJobs("q", 10),
     m.YourJobs([_job(1), _job(2)]),
     m.Working("D-9"),
@@ -134,6 +137,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.GotAck("", known=False),
     m.DelJob([]),
     m.IdemKeys([], [], []),
+    m.KeyVote(0, "", "", 0, ""),
     m.NeedJobs("", 0),
     m.YourJobs([]),
     m.Working(""),

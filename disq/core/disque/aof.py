@@ -25,6 +25,7 @@ from disq.persistence.cluster_records import (
     REC_DELJOB,
     REC_LOADJOB,
     IdemKeyEntry,
+    KeyVoteEntry,
     encode_deljob,
     encode_loadjob,
 )
@@ -49,6 +50,12 @@ class AofMixin:
         def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
         def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None: ...
         def key_records(self) -> list[bytes]: ...
+        def vote_records(self, now_ms: int) -> list[bytes]: ...
+        def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None: ...
+        def _kv_after_restore(self) -> None: ...
+
+        _idem_tentative: set[tuple[str, str]]
+        vote_keys: bool
         def _register(self, j: DJob, awake: bool = True) -> None: ...
         def _enqueue(
             self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
@@ -71,6 +78,8 @@ class AofMixin:
         ``aof_enqueue_once`` asks to queue them at once (a controlled restart)."""
         loaded: dict[str, JobData] = {}
         keys: list[IdemKeyEntry] = []
+        votes: list[KeyVoteEntry] = []
+        requeue: list[DJob] = []
         mine = self.my_id[:8]
         for kind, payload in records:
             if kind == "LOADJOB":
@@ -82,14 +91,20 @@ class AofMixin:
             elif kind == "IDEMKEY":
                 assert isinstance(payload, list)
                 keys.extend(payload)
+            elif kind == "KEYVOTE":
+                assert isinstance(payload, list)
+                votes.extend(payload)
         persist, self.persist = self.persist, False  # what is replayed is logged already
         for d in loaded.values():
             if d.expire_ms <= now_ms:
                 continue
             rel = dataclasses.replace(d)
             rel.ttl_remaining_s = max(1, (d.expire_ms - now_ms) // 1000)
-            # This node's own jobs were logged once their add was done.
-            j = self._job_from_data(rel, now_ms, key_done=ids.node_prefix(d.id) == mine)
+            # This node's own jobs were logged once their add was done; a keyed one may
+            # still be a candidate in its key's vote (keyvote.py): its key is done only if
+            # an IDEMKEY record says so (restored below).
+            own = ids.node_prefix(d.id) == mine
+            j = self._job_from_data(rel, now_ms, key_done=own and not d.idempotency_key)
             j.etime_ms = d.expire_ms
             if j.delay_s and now_ms < j.ctime // 1_000_000 + j.delay_s * 1000:
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
@@ -105,17 +120,27 @@ class AofMixin:
             self._register(j)
             if self.aof_enqueue_once and j.retry_s and not j.flags & BEANSTALK_ORIGIN:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
-                # A controlled restart puts back what was there: no delivery is counted.
-                self._enqueue(j, now_ms, moved=True)
+                requeue.append(j)
+        self._restore_keys(now_ms, keys)
+        self._kv_restore(now_ms, votes)
+        self._kv_after_restore()
+        for j in requeue:
+            if j.idem_key and self.vote_keys and (j.queue, j.idem_key) in self._idem_tentative:
+                continue  # its key undecided: its RETRY runs the vote first (keyvote.py)
+            # A controlled restart puts back what was there: no delivery is counted.
+            self._enqueue(j, now_ms, moved=True)
         self.aof_enqueue_once = False
         self.persist = persist
-        self._restore_keys(now_ms, keys)
 
     def snapshot_records(self, now_ms: int) -> list[bytes]:
         """What a rewritten AOF holds: every active or queued job (acked ones are gone),
         and the idempotency keys in their window (their jobs may be gone)."""
-        return [
-            self._loadjob_record(j, now_ms)
-            for j in self.jobs.values()
-            if j.state in (ACTIVE, QUEUED)
-        ] + self.key_records()
+        return (
+            [
+                self._loadjob_record(j, now_ms)
+                for j in self.jobs.values()
+                if j.state in (ACTIVE, QUEUED)
+            ]
+            + self.key_records()
+            + self.vote_records(now_ms)
+        )

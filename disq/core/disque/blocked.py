@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
 from disq.core.disque.idempotency import IDEM_TIMER
 from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
+from disq.core.disque.keyvote import KV_TIMER
+from disq.core.disque.keyvote import LATE as KV_LATE
 from disq.core.disque.queue import DQueue
 
 if TYPE_CHECKING:
@@ -68,6 +70,9 @@ class BlockedClientsMixin:
     _followers: dict[int, list[int]]  # leader token -> follower tokens
     _follower_of: dict[int, int]
     _idem_timer_ms: int
+    _kv_timer_ms: int
+    _kv_prop: dict[tuple[str, str], Any]
+    clock_ms: int  # the latest time the core was given (tick, message)
 
     if TYPE_CHECKING:  # provided by DisqueCore
 
@@ -82,6 +87,18 @@ class BlockedClientsMixin:
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
         def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
         def _copies_needed(self, j: DJob) -> int: ...
+        def _kv_needed(self, j: DJob) -> bool: ...
+        def _kv_cancel(self, token: int) -> bool: ...
+        def _kv_timer_fire(self, now_ms: int) -> None: ...
+        def _kv_propose(
+            self,
+            j: DJob,
+            kind: int,
+            tokens: list[int],
+            deadline_ms: int,
+            now_ms: int,
+            holders: set[str] | None = None,
+        ) -> None: ...
 
     def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
@@ -106,6 +123,8 @@ class BlockedClientsMixin:
 
     def cancel(self, token: int) -> None:
         if self._idem_cancel(token):  # a keyed add held (idempotency.py)
+            return
+        if self._kv_prop and self._kv_cancel(token):  # waiting for its key's vote
             return
         leader = self._follower_of.pop(token, None)
         if leader is not None:
@@ -135,7 +154,10 @@ class BlockedClientsMixin:
         if a is not None:
             self._add_by_job.pop(a.job_id, None)
             j = self.jobs.get(a.job_id)
-            if j is not None and j.state == WAIT_REPL:
+            if j is not None and j.state == WAIT_REPL and self._kv_needed(j):
+                # A keyed add: its key's vote decides whether the job lives (keyvote.py).
+                self._kv_propose(j, KV_LATE, [], 0, self.clock_ms)
+            elif j is not None and j.state == WAIT_REPL:
                 # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
                 self._forget_key(j)
                 j.state = ACTIVE
@@ -171,6 +193,10 @@ class BlockedClientsMixin:
                 if at == self._idem_timer_ms:
                     self._idem_timer_fire(now_ms)
                 continue
+            if token == KV_TIMER:
+                if at == self._kv_timer_ms:
+                    self._kv_timer_fire(now_ms)
+                continue
             g = self._gets.get(token)
             if g is not None and g.deadline_ms == at:
                 self._unblock_get(token)
@@ -183,6 +209,10 @@ class BlockedClientsMixin:
                 self.stats["noreply_timeouts"] += 1
                 self._reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
                 j = self.jobs.get(a.job_id)
+                if j is not None and j.state == WAIT_REPL and self._kv_needed(j):
+                    # A keyed add: not deleted, its key's vote decides (keyvote.py).
+                    self._kv_propose(j, KV_LATE, [], 0, now_ms)
+                    continue
                 if j is not None:
                     self._forget_key(j, now_ms)
                 if j is not None and j.state == WAIT_REPL:

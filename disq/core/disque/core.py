@@ -69,6 +69,8 @@ from disq.core.disque.job import (
     WAIT_REPL,
     DJob,
 )
+from disq.core.disque.keyvote import AT_ONCE as KV_AT_ONCE
+from disq.core.disque.keyvote import KeyVoteMixin, _Acceptor, _Proposal
 from disq.core.disque.memory import MemoryMixin
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
@@ -80,6 +82,7 @@ from disq.core.messages import (
     GotJob,
     IdemKeys,
     JobData,
+    KeyVote,
     Message,
     NeedJobs,
     Pause,
@@ -113,6 +116,7 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
 class DisqueCore(
     HandoffMixin,  # first: it wraps ReplicationMixin's _on_gotjob (handoff.py)
     IdempotencyMixin,
+    KeyVoteMixin,
     FederationMixin,
     IntrospectionMixin,
     AckMixin,
@@ -156,6 +160,11 @@ class DisqueCore(
         self._followers: dict[int, list[int]] = {}  # blocked.py
         self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
+        self._kv_acc: dict[tuple[str, str], _Acceptor] = {}  # keyvote.py
+        self._kv_prop: dict[tuple[str, str], _Proposal] = {}
+        self._kv_timer_ms = 0
+        self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
+        self.clock_ms = now_ms  # the latest time given (cancel() has none of its own)
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
@@ -519,6 +528,16 @@ class DisqueCore(
             return PENDING
 
         j.state = ACTIVE
+        if idem_key and self._kv_needed(j):
+            # Keyed, answered without waiting for copies (ASYNC, REPLICATE 1): not queued
+            # before its key's vote (keyvote.py) says it is the key's job.
+            self._register(j)
+            self._log_job(j, now_ms)
+            if additional > 0:
+                self._replicate(j, additional, now_ms)
+            deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+            self._kv_propose(j, KV_AT_ONCE, [token], deadline, now_ms)
+            return PENDING
         if delay_s == 0:
             self._register(j, awake=False)  # _enqueue sets the timer once
             self._log_job(j, now_ms)
@@ -667,6 +686,7 @@ class DisqueCore(
 
     # ================================================================== messages
     def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
+        self.clock_ms = now_ms
         handler = self._handlers.get(type(msg))
         if handler is not None:
             handler(self, now_ms, sender, msg)
@@ -751,6 +771,7 @@ class DisqueCore(
         return nxt
 
     def tick(self, now_ms: int) -> None:
+        self.clock_ms = now_ms
         self._expire_keys(now_ms)
         self._process_jobs(now_ms)
         self._process_clients(now_ms)
@@ -795,6 +816,10 @@ class DisqueCore(
                     self._take_over(j)
             elif q is not None and q.paused_in and j.retry_s:
                 j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
+            elif j.idem_key and self._kv_blocks_requeue(j, now_ms):
+                # Its key is being voted on: queued (or deleted) by the decision.
+                if j.id in self.jobs:
+                    j.qtime_ms = now_ms + max(1, j.retry_s) * 1000 + self._jitter()
             elif self._enqueue(j, now_ms):
                 self.stats["jobs_requeued"] += 1
                 self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))
@@ -840,6 +865,7 @@ DisqueCore._handlers = {
     GotAck: DisqueCore._on_gotack,
     DelJob: DisqueCore._on_deljob,
     IdemKeys: DisqueCore._on_idem_keys,
+    KeyVote: DisqueCore._on_key_vote,
     NeedJobs: DisqueCore._on_needjobs,
     YourJobs: DisqueCore._on_yourjobs,
     Working: DisqueCore._on_working,

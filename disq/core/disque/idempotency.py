@@ -114,6 +114,7 @@ class IdempotencyMixin:
     _idem_reruns: list[_HeldRetry]
     idem_window_ms: int
     idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
+    vote_keys: bool  # keyed adds on a cluster are decided by a vote (keyvote.py)
     _add_by_job: dict[str, int]
     _followers: dict[int, list[int]]
     _follower_of: dict[int, int]
@@ -128,6 +129,7 @@ class IdempotencyMixin:
         def _unregister(self, j: DJob, now_ms: int) -> None: ...
         def _tombstone(self, job_id: str, now_ms: int) -> None: ...
         def _reply_add(self, token: int, result: DeferredResult) -> None: ...
+        def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None: ...
         def add_job(
             self,
             now_ms: int,
@@ -427,9 +429,13 @@ class IdempotencyMixin:
         if msg.keys:
             until = now_ms + self.idem_window_ms
             learned: list[IdemKeyEntry] = []
+            voting = self.vote_keys and self.view.cluster_size() > 1
             for queue, key, job_id in zip(msg.queues, msg.keys, msg.job_ids, strict=False):
                 if job_id.startswith(FAILED):
                     self._drop_failed(job_id[len(FAILED) :], now_ms)
+                elif voting:
+                    # Decided by a vote (keyvote.py): binding, whatever this node had.
+                    self._kv_learn((queue, key), job_id, now_ms, announce=False)
                 elif self._take_key((queue, key), job_id, until, now_ms):
                     learned.append((queue, key, job_id, until))
             self._log_keys(learned)  # before the ack leaves (records first, then messages)

@@ -29,6 +29,7 @@ from disq.core.disque.job import (
     WAIT_REPL,
     DJob,
 )
+from disq.core.disque.keyvote import ADD as KV_ADD
 from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
 
 if TYPE_CHECKING:
@@ -73,6 +74,16 @@ class ReplicationMixin:
             self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int
         ) -> bool: ...
         def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
+        def _kv_needed(self, j: DJob) -> bool: ...
+        def _kv_propose(
+            self,
+            j: DJob,
+            kind: int,
+            tokens: list[int],
+            deadline_ms: int,
+            now_ms: int,
+            holders: set[str] | None = None,
+        ) -> None: ...
         def _copies_needed(self, j: DJob) -> int: ...
         def _merge_counters(
             self, j: DJob, nacks: int, add_deliveries: int, now_ms: int
@@ -103,6 +114,19 @@ class ReplicationMixin:
         confirmed = j.confirmed
         j.confirmed = set()
         token = self._add_by_job.pop(j.id, None)
+        if self._kv_needed(j):
+            # A keyed add on a cluster: its copies exist, now its key is voted on
+            # (keyvote.py); the add's clients get the key's job, and the job is queued
+            # only if it wins. Logged now: a restart must find this candidate.
+            a = self._adds.pop(token, None) if token is not None else None
+            tokens = [] if token is None else [token, *self._followers.pop(token, ())]
+            for f in tokens[1:]:
+                self._follower_of.pop(f, None)
+            if self.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
+                self._log_job(j, now_ms)
+            deadline = a.deadline_ms if a is not None else 0
+            self._kv_propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
+            return
         self._announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
         if token is not None:
             a = self._adds.pop(token, None)
@@ -113,6 +137,13 @@ class ReplicationMixin:
             else:
                 self._followers[token] = tokens[1:]
                 self._reply_add(token, j.id)
+        self._kv_finish_add(j, confirmed, now_ms, logged=False)
+
+    def _kv_finish_add(
+        self, j: DJob, confirmed: set[str], now_ms: int, logged: bool = True
+    ) -> None:
+        """The add is done: keep the job here (queued, or waiting out its DELAY), or, when
+        this node keeps no copy, have a holder queue it."""
         if j.flags & BEANSTALK_OWNED:
             self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
             self._update_awake(j)
@@ -125,7 +156,8 @@ class ReplicationMixin:
                 self._send(self.rng.choice(holders), Enqueue(j.id))
             self._forget(j)
             return
-        self._log_job(j, now_ms)
+        if not logged:
+            self._log_job(j, now_ms)
         if j.delay_s == 0:
             self._enqueue(j, now_ms)
         else:

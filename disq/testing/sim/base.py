@@ -93,8 +93,6 @@ class SimBase:
     t_give_up: int
     # idempotency keys: key -> its adds in order; (node, key) pairs the node must know
     idem_adds: dict[str, list[AddRec]]
-    idem_known: dict[int, set[str]]
-    idem_ids: dict[str, dict[str, int]]  # key -> job id -> when first seen (copy or reply)
     # the beanstalk door: puts by body, deliveries by body
     bputs: dict[bytes, BeanRec]
     bdeliveries: list[Delivery]

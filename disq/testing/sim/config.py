@@ -77,6 +77,9 @@ class SimConfig:
     # without an id (hang-up, crash, NOREPL) is retried with the SAME key on another node, and
     # an acknowledged one, with ``idem_lost_reply_prob``, too (its reply was "lost").
     idem_prob: float = 0.0
+    # False: keys are bound by announcements alone, without the vote (keyvote.py): the
+    # deliberate weakening that shows invariant 7 failing (tests/unit/test_sim.py).
+    vote_keys: bool = True
     idem_lost_reply_prob: float = 0.3
     idem_max_retries: int = 3
     # The beanstalk door: this many puts over the chaos phase, each node with its own

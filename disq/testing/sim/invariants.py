@@ -19,19 +19,9 @@ replayed with tracing, the job's history and its messages):
    collected on every node.
 7. Idempotency keys (``idem_prob``): one key, one job. Of the jobs carrying a key, at most
    one was answered to a producer or delivered to a consumer, within the key's window (1 h,
-   beyond any run). ``idem_dup_keys`` counts the keys with two jobs; each is exempt only for
-   a reason the design cannot close without consensus, counted as ``idem_dup_keys_<why>``
-   (``_idem_dup_exempt``): a retry reached a node that did not know the key and was cut off
-   from the first job's creator (another partition side or down when that add was answered,
-   or no node knowing the key on its side: ``cut_off``); the first job's answer left at its
-   ms-timeout before that node acknowledged the key (``reply_timeout``); the job's own add
-   was never answered, its client having left while the done add waited for the key's acks
-   (``unanswered``); the first add's creator crashed before the add was done and its copies
-   lived on (``creator_crash``); a
-   copy of an add not yet done was requeued by its RETRY and delivered, then that add failed
-   (``copy_delivered``); the first job was answered at once, ASYNC or REPLICATE 1, with no
-   wait for its key's acks (``at_once``: closed once add_job holds that answer too).
-   Every acknowledged keyed add is delivered (invariant 1 covers each add).
+   beyond any run), whatever the faults: no exemption (keys are bound by a vote,
+   disq/core/disque/keyvote.py). Every acknowledged keyed add is delivered (invariant 1
+   covers each add).
 8. The beanstalk door (``beanstalk_jobs``): every INSERTED put (``beanstalk_replicate`` R)
    was reserved somewhere by the end (on its node, or on a holder that took it over with a
    new local id: it is identified by its body) or is still in some node's beanstalk core
@@ -66,21 +56,11 @@ from disq.testing.sim.base import FLYING, GONE, HOLDS, LANDED, WAITING, SimBase
 from disq.testing.sim.config import T0_MS, config_diff, replay_command
 from disq.testing.sim.model import Delivery, InvariantViolation, SimNode
 
-# Why a key may have two jobs (invariant 7): each is counted in the run's stats.
-IDEM_DUP_EXEMPT = (
-    "cut_off",
-    "reply_timeout",
-    "unanswered",
-    "creator_crash",
-    "copy_delivered",
-    "at_once",
-)
-
 
 class InvariantsMixin(SimBase):
     def _track_aof(self, nd: SimNode, rec: tuple[str, object]) -> None:
         kind, payload = rec
-        if kind == "IDEMKEY":
+        if kind == "IDEMKEY" or kind == "KEYVOTE":
             return  # idempotency keys, not a job's copy
         if kind == "LOADJOB":
             assert isinstance(payload, JobData)
@@ -319,15 +299,7 @@ class InvariantsMixin(SimBase):
                 )
         dups = {key: ids for key, ids in jobs.items() if len(ids) > 1}
         self.stats["idem_dup_keys"] = len(dups)
-        exempt: set[str] = set()
-        for why in IDEM_DUP_EXEMPT:
-            self.stats[f"idem_dup_keys_{why}"] = 0
-        for key in dups:
-            why = self._idem_dup_exempt(key)
-            if why:
-                exempt.add(key)
-                self.stats[f"idem_dup_keys_{why}"] += 1
-        for key in sorted(set(dups) - exempt):
+        for key in sorted(dups):
             ids = dups[key]
             raise self._violation(
                 "7 (one idempotency key, one job)",
@@ -335,45 +307,6 @@ class InvariantsMixin(SimBase):
                 + "; ".join(f"{i} {how}" for i, how in sorted(ids.items())),
                 sorted(ids)[-1],
             )
-
-    def _idem_dup_exempt(self, key: str) -> str:
-        """Why a second job of ``key`` is what the design cannot promise ("" if it is not).
-        A retry reached a node that did not know the key, and: it was cut off from the first
-        job's creator ("cut_off": on another partition side or down when that add was
-        answered, or no node knowing the key on its side when the retry came); or the first
-        job's answer was released by its ms-timeout before that node acknowledged the key
-        ("reply_timeout"); or the first add's creator crashed before it was done and its
-        copies lived on ("creator_crash"); or the job's own add was never answered (its
-        client left while the done add waited for the key's acks; a node that knew the key
-        may have answered its id meanwhile: "unanswered"); or a copy of an add not yet done
-        was requeued by its RETRY and delivered, and that add then failed ("copy_delivered");
-        or the first job was answered at once (ASYNC, REPLICATE 1: no wait for the key's
-        acks, "at_once")."""
-        recs = self.idem_adds.get(key, [])
-        answered = {r.job_id for r in recs if r.status == "ok"}
-        unanswered_delivered = any(
-            jid not in answered and self.adds.get(ds[0].body) in recs
-            for jid, ds in self.delivered.items()
-        )
-        for i, r in enumerate(recs):
-            if r.attempt == 0 or r.knew_key:
-                continue
-            before = recs[:i]
-            done = [f for f in before if f.status == "ok" and f.job_id != r.job_id]
-            if r.cut_off or any(r.node in f.unreached for f in done):
-                return "cut_off"
-            if any(f.t_end - f.t_start >= f.timeout_ms for f in done):
-                return "reply_timeout"
-            if any(f.status == "indeterminate" and "crashed" in f.why for f in before):
-                return "creator_crash"
-            fresh = [f for f in done if f.job_id and f.job_id[2:10] == self.nodes[f.node].id[:8]]
-            if any(f.status == "indeterminate" for f in before) and not fresh:
-                return "unanswered"
-            if any(f.async_ or f.repl == 1 for f in done):
-                return "at_once"
-        if unanswered_delivered:
-            return "copy_delivered"
-        return ""
 
     def _check_beanstalk(self) -> None:
         """Invariant 8: every INSERTED beanstalk job was reserved somewhere by the end, or

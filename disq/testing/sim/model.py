@@ -56,11 +56,6 @@ class AddRec:
     extrepl: bool = False  # added on a node with a memory warning or leaving
     idem_key: str = ""
     attempt: int = 0  # 0: the first add with its key; n: the n-th retry
-    knew_key: bool = False  # the node had the key when the add came (invariant 7)
-    # ... and, not having it, no up node that had it was on its side of a partition
-    cut_off: bool = False
-    # answered with an id: the nodes that were down or cut off from its node right then
-    unreached: frozenset[int] = frozenset()
     timeout_ms: int = 0  # the ADDJOB's ms-timeout
 
 

@@ -172,8 +172,6 @@ class NemesisMixin(SimBase):
         nd.member = None
         nd.view = None
         nd.wake_at = INF
-        if self.cfg.fsync_lost:
-            self.idem_known.pop(nd.idx, None)  # keys are persisted, but may be unsynced
         for token, op in list(nd.pending.items()):
             self._client_lost(nd, token, op)
         nd.pending.clear()
@@ -187,7 +185,7 @@ class NemesisMixin(SimBase):
         """fsync_lost: the node now holds whatever its surviving AOF says."""
         touched: set[str] = set()
         for kind, payload in to_core_records(lost_frames):
-            if kind == "IDEMKEY":
+            if kind == "IDEMKEY" or kind == "KEYVOTE":
                 continue
             if kind == "LOADJOB":
                 assert isinstance(payload, JobData)
@@ -199,7 +197,7 @@ class NemesisMixin(SimBase):
                 touched.add(payload)
         latest: dict[str, int] = {}
         for kind, payload in to_core_records(nd.aof):
-            if kind == "IDEMKEY":
+            if kind == "IDEMKEY" or kind == "KEYVOTE":
                 continue
             jid = payload.id if isinstance(payload, JobData) else str(payload)
             if jid in touched:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from disq.core.disque.job import ACKED
 from disq.core.messages import (
     MEMBER_STATE_NAMES,
     Ack,
@@ -108,48 +107,11 @@ class NetworkMixin(SimBase):
         if self._tr:
             self._t(f"recv {src.name}>{nd.name} {self._fmt(msg)}")
         assert nd.nc is not None
-        forgotten = self._keys_a_deljob_forgets(nd, msg)
         self._guard(nd, nd.nc.on_peer_messages, self.now + nd.skew, src.id, [msg])
-        self._learn_keys(nd, msg)
-        if forgotten:
-            self.idem_known.get(nd.idx, set()).difference_update(forgotten)
         self._flush(nd)
         # After the receiver's LOADJOB (if any): the copy is never unaccounted for.
         for job_id in _carried_ids(msg):
             self._copies[job_id].append((self.step, nd.idx, LANDED))
-
-    def _keys_a_deljob_forgets(self, nd: SimNode, msg: Message) -> list[str]:
-        """A copy deleted unacked (DELJOB: its add failed, or FASTACK) forgets its key when the
-        key still names that copy: a retry there must add the job again."""
-        if not self.idem_adds or not isinstance(msg, DelJob):
-            return []
-        core = self._core(nd)
-        out = []
-        for job_id in msg.job_ids:
-            j = core.jobs.get(job_id)
-            if j is None or j.state == ACKED or not j.idem_key:
-                continue
-            k = (j.queue, j.idem_key)
-            hit = core._idem.get(k)
-            if hit is not None and hit[0] == j.id and k in core._idem_tentative:
-                out.append(j.idem_key)
-        return out
-
-    def _learn_keys(self, nd: SimNode, msg: Message) -> None:
-        """Idempotency keys this node must now know (IdemKeys, or a copy carrying its key)."""
-        if not self.idem_adds:
-            return
-        known = self.idem_known.setdefault(nd.idx, set())
-        if isinstance(msg, IdemKeys):
-            # Entries whose id starts with "-" say that add failed: nothing to know.
-            known.update(k for k, i in zip(msg.keys, msg.job_ids, strict=False) if i[:1] != "-")
-            return
-        jobs = self._core(nd).jobs
-        for d in _carried(msg):
-            if d.idempotency_key:
-                self.idem_ids.setdefault(d.idempotency_key, {}).setdefault(d.id, self.now)
-                if d.id in jobs:  # the copy was taken
-                    known.add(d.idempotency_key)
 
     def _fmt(self, msg: Message) -> str:
         if isinstance(msg, ReplJob):

@@ -70,6 +70,8 @@ from disq.testing.sim.nemesis import NemesisMixin
 from disq.testing.sim.network import NetworkMixin
 from disq.testing.sim.workload import WorkloadMixin
 
+MEET_RETRY_MS = 500  # as cluster_services.MEET_RETRY_S
+
 
 class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, InvariantsMixin):
     def __init__(self, seed: int, nodes: int = 3, **overrides: Any) -> None:
@@ -184,8 +186,6 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             )
         }
         self.idem_adds = {}
-        self.idem_known = {}
-        self.idem_ids = {}
         self.bputs = {}
         self.bdeliveries = []
         self.bdelivered = {}
@@ -215,6 +215,10 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
                 other = self.rng.randrange(n)
                 if other != nd.idx:
                     self._send(nd, self.ids[other], nd.member.meet_message())
+                # Both meets can be lost: the node resends, as cluster_services.meet_grpc
+                # does every 0.5 s until it knows a member (a node that never joins would
+                # take keyed adds as a cluster of one).
+                self._at(T0_MS + MEET_RETRY_MS, self._remeet, nd.idx)
 
         for p in range(cfg.producers):
             self._at(self.t_clients + self.rng.randint(0, 50), self._produce, p)
@@ -245,6 +249,13 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
         self._at(self.t_heal, self._heal_all, None)
         self._at(self.t_drain, self._drain_round, True)
 
+    def _remeet(self, idx: int) -> None:
+        nd = self.nodes[idx]
+        if nd.member is None or len(nd.member.members()) > 1:
+            return
+        self._send(nd, self.ids[0], nd.member.meet_message())
+        self._at(self.now + MEET_RETRY_MS, self._remeet, idx)
+
     def _start_node(self, nd: SimNode, fresh: bool) -> None:
         cfg = self.cfg
         now = self.now + nd.skew
@@ -274,6 +285,7 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
         else:
             nd.view = StaticView(nd.id, peers, self)
         core = SimDisqueCore(nd.view, rng_core, now)
+        core.vote_keys = cfg.vote_keys
         nc = NodeCore(
             BeanstalkCore(persist=True),
             core,
@@ -289,10 +301,6 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
                 core.aof_enqueue_once = True
                 self._enqueue_once_restarts.append(self.now)
             self._guard(nd, nc.restore, now, records)
-            # A restarted node knows the keys of the jobs its AOF brought back.
-            keys = {j.idem_key for j in core.jobs.values() if j.idem_key}
-            if keys:
-                self.idem_known[nd.idx] = keys
             if self._tr:
                 once = " (aof-enqueue-jobs-once)" if cfg.enqueue_on_restart_prob else ""
                 self._t(f"{nd.name} restart: restore {len(records)} AOF records{once}")

@@ -84,12 +84,6 @@ class WorkloadMixin(SimBase):
         if rec.idem_key:
             rec.timeout_ms = timeout
             self.idem_adds.setdefault(rec.idem_key, []).append(rec)
-            rec.knew_key = rec.idem_key in self.idem_known.get(nd.idx, ())
-            rec.cut_off = not rec.knew_key and not any(
-                o.up and self.side[o.idx] == self.side[nd.idx]
-                for o in self.nodes
-                if o.idx != nd.idx and rec.idem_key in self.idem_known.get(o.idx, ())
-            )
         assert nd.view is not None
         rec.extrepl = self._core(nd).memory_warning > 0 or nd.view.leaving
         self.adds[body] = rec
@@ -190,19 +184,10 @@ class WorkloadMixin(SimBase):
             rec.waiting_id = None
         rec.status = status
         rec.t_end = self.now
-        if rec.idem_key and status == "ok":
-            rec.unreached = frozenset(
-                o.idx for o in self.nodes if not o.up or self.side[o.idx] != self.side[rec.node]
-            )
         rec.why = why
-        if status != "ok" and rec.idem_key:
-            # A failed add forgets its key on its node (so a retry there really adds).
-            self.idem_known.get(rec.node, set()).discard(rec.idem_key)
         if job_id is not None:
             rec.job_id = job_id
             self._body_of.setdefault(job_id, rec.body)
-            if rec.idem_key and nd is not None:
-                self.idem_known.setdefault(nd.idx, set()).add(rec.idem_key)
         self.stats[
             {"ok": "add_ok", "failed": "add_failed", "indeterminate": "add_indeterminate"}[status]
         ] += 1

@@ -1,0 +1,478 @@
+"""One key, one job: a keyed ADDJOB's key is bound to its job by a vote of a majority of the
+cluster (single-decree Paxos per key, Lamport's "Paxos Made Simple"), disq's addition.
+
+Why a vote. Announcing keys (idempotency.py) reaches every peer in the end, but a retry that
+lands on a node cut off from every node that knows the key, or that runs while the first add
+is still in flight, has nothing to go on and adds a second job. Only an agreement between
+nodes closes that: a majority that has seen the key is met by any other majority.
+
+The rounds, for a key ``(queue, key)``; every node is an acceptor, the node with a job to
+bind is the proposer, and a ballot is ``(n, node id)``:
+
+- **PREPARE(b)** to every live peer (and this node). An acceptor that promised nothing
+  higher promises b, persists it (KEYVOTE record: the Ready rule writes it before the PROMISE
+  leaves) and answers the job it accepted last, with that ballot.
+- With a majority of promises (``cluster_size() // 2 + 1``; a majority of known nodes, dead
+  ones included), the proposer proposes the job accepted under the highest ballot, or its
+  own: **ACCEPT(b, job)**; an acceptor that promised nothing higher accepts and persists.
+- With a majority of ACCEPTED the key is **decided**: the IDEMKEY record makes it done here,
+  and the IDEMKEYS announcement (resent until acknowledged) teaches every peer. Any node that
+  knows the key decided answers any PREPARE or ACCEPT with it (``decided``), which ends a
+  vote at once; a late retry is answered from there without a vote.
+- A refusal or silence starts a new round with a higher ballot after a random backoff (200 ms
+  doubling to 3 s), so two proposers do not keep cutting each other off.
+
+What the job's copies do. The proposed job exists before it is proposed (its copies were
+made: the vote runs after replication), so a decided job is never one that was not stored.
+Until the key is decided, nothing queues a copy: the creator queues its job when it wins,
+and a holder whose copy's RETRY fires while the key is undecided runs a vote itself (its
+copy as candidate), so a creator that crashed mid-vote leaves a job that is either queued
+(its vote won) or deleted (another job won). A losing job is deleted on every holder
+(DELJOB) and its waiting clients get the winner's id. An add that times out (NOREPL) or
+whose client leaves still runs its vote to the end rather than deleting its copies: a holder
+may have proposed them already, and a decided job must live.
+
+The cost and the choice. Two round trips per keyed add on a cluster (none on a single
+node: a majority of one is this node), and a keyed add cannot be answered without a
+majority: under a partition the minority side answers NOREPL at the add's timeout (CP for
+adds that carry a key, AP for the others, which do not vote). Acceptor state is kept for the
+key's window (idem_window_ms), in memory and in the AOF. Membership changes are not part of
+the vote: adding one node at a time keeps every two majorities intersecting; removing nodes
+while a vote runs (CLUSTER FORGET) can break that, as in any majority scheme without
+reconfiguration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
+from disq.core.disque.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, DJob
+from disq.core.messages import (
+    KV_ACCEPT,
+    KV_ACCEPTED,
+    KV_PREPARE,
+    KV_PROMISE,
+    KeyVote,
+    Message,
+)
+from disq.persistence.cluster_records import REC_KEYVOTE, KeyVoteEntry, encode_keyvotes
+from disq.persistence.framing import frame
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView, DeferredResult
+    from disq.core.disque.idempotency import Key, _HeldRetry
+
+Ballot = tuple[int, str]
+NO_BALLOT: Ballot = (0, "")
+
+KV_TIMER = -2  # the vote timer's token in ``_client_timers`` (client tokens are positive)
+KV_RETRY_MIN_MS = 200
+KV_RETRY_MAX_MS = 3000
+KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
+
+# What the winner's job does when its vote is won.
+ADD = 1  # the creator's add, its copies made: finish it (queue here or ENQUEUE a holder)
+AT_ONCE = 2  # an ASYNC or REPLICATE 1 add: queue it (it is registered, not queued)
+LATE = 3  # an add that timed out or lost its client (WAIT_REPL): the job lives on
+COPY = 4  # a copy whose RETRY fired with the key undecided: queue it
+
+
+@dataclass(slots=True)
+class _Acceptor:
+    promised: Ballot
+    accepted: Ballot
+    job_id: str  # accepted job ("" none)
+    until: int
+
+
+@dataclass(slots=True)
+class _Proposal:
+    job_id: str  # this node's candidate
+    kind: int
+    ballot: Ballot = NO_BALLOT
+    phase: int = 0  # KV_PREPARE or KV_ACCEPT while a round runs
+    value: str = ""  # the job proposed in the ACCEPT round
+    promises: dict[str, tuple[Ballot, str]] = field(default_factory=dict)
+    accepts: set[str] = field(default_factory=set)
+    tokens: list[int] = field(default_factory=list)  # clients waiting for the key's job
+    deadline_ms: int = 0  # the clients' NOREPL deadline (0: none)
+    retry_ms: int = 0  # a new round if this one has no majority by then
+    backoff_ms: int = KV_RETRY_MIN_MS
+    highest: int = 0  # the highest ballot number seen for the key
+    holders: set[str] = field(default_factory=set)  # ADD: the confirmed copies
+
+
+class KeyVoteMixin:
+    """The votes on idempotency keys of DisqueCore."""
+
+    view: ClusterView
+    rng: random.Random
+    jobs: dict[str, DJob]
+    aof_out: list[bytes]
+    persist: bool
+    replies: list[tuple[int, DeferredResult]]
+    stats: dict[str, int]
+    _idem: dict[Key, tuple[str, int]]
+    _idem_tentative: set[Key]
+    _idem_shadow: dict[Key, list[str]]
+    _held_retries: dict[Key, list[_HeldRetry]]
+    _held_retry_of: dict[int, Key]
+    _client_timers: list[tuple[int, int]]
+    idem_window_ms: int
+    _kv_acc: dict[Key, _Acceptor]
+    _kv_prop: dict[Key, _Proposal]
+    _kv_timer_ms: int
+    _adds: dict[int, Any]
+    _add_by_job: dict[str, int]
+    vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
+
+    if TYPE_CHECKING:  # provided by DisqueCore
+
+        @property
+        def my_id(self) -> str: ...
+        def _send(self, node: str, msg: Message) -> None: ...
+        def _log_job(self, j: DJob, now_ms: int) -> None: ...
+        def _log_keys(self, entries: list[tuple[str, str, str, int]]) -> None: ...
+        def _announce(self, k: Key, job_id: str, now: int) -> None: ...
+        def _trim_keys(self) -> None: ...
+        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
+        def _kv_finish_add(
+            self, j: DJob, confirmed: set[str], now_ms: int, logged: bool = True
+        ) -> None: ...
+        def _enqueue(
+            self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
+        ) -> bool: ...
+        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
+        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
+
+    # ------------------------------------------------------------------ entry points
+    def _kv_needed(self, j: DJob) -> bool:
+        """Does this job's key go through a vote? Keyed jobs, on a cluster."""
+        return bool(j.idem_key) and self.vote_keys and self.view.cluster_size() > 1
+
+    def _kv_propose(
+        self,
+        j: DJob,
+        kind: int,
+        tokens: list[int],
+        deadline_ms: int,
+        now_ms: int,
+        holders: set[str] | None = None,
+    ) -> None:
+        """Bind ``j``'s key by a vote with ``j`` as candidate; ``tokens`` get the key's job
+        id once decided (NOREPL at ``deadline_ms``)."""
+        k = (j.queue, j.idem_key)
+        decided = self._kv_decided_here(k)
+        if decided:
+            self._kv_resolve(k, decided, _Proposal(j.id, kind, tokens=tokens), now_ms)
+            return
+        p = self._kv_prop.get(k)
+        if p is not None:
+            if p.job_id != j.id and kind != COPY:
+                # A second candidate here (a copy's vote ran, then this node's own add):
+                # the add's job is the candidate; the copy is decided with the key anyway.
+                p.job_id, p.kind = j.id, kind
+            p.tokens.extend(tokens)
+            if deadline_ms and (not p.deadline_ms or deadline_ms < p.deadline_ms):
+                p.deadline_ms = deadline_ms
+            if holders:
+                p.holders |= holders
+            self._kv_arm(deadline_ms)
+            return
+        p = _Proposal(j.id, kind, tokens=list(tokens), deadline_ms=deadline_ms)
+        if holders:
+            p.holders = set(holders)
+        self._kv_prop[k] = p
+        self.stats["key_votes"] = self.stats.get("key_votes", 0) + 1
+        self._kv_arm(deadline_ms)
+        self._kv_round(k, p, now_ms)
+
+    def _kv_blocks_requeue(self, j: DJob, now_ms: int) -> bool:
+        """A copy's RETRY fired: while its key is undecided here it is not queued; its vote
+        runs (with this copy as candidate) and decides whether it is queued or deleted."""
+        if not self._kv_needed(j):
+            return False
+        k = (j.queue, j.idem_key)
+        decided = self._kv_decided_here(k)
+        if decided == j.id:
+            return False
+        if decided:
+            # The key went to another job: this copy lost (its DELJOB was lost, or it came
+            # after the decision). Never queued: it goes.
+            self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
+            self._kv_drop(j, decided, now_ms)
+            return True
+        if k not in self._kv_prop:
+            self._kv_propose(j, COPY, [], 0, now_ms)
+        return j.id in self.jobs and k in self._kv_prop
+
+    # ------------------------------------------------------------------ the proposer
+    def _kv_quorum(self) -> int:
+        return self.view.cluster_size() // 2 + 1
+
+    def _kv_round(self, k: Key, p: _Proposal, now_ms: int) -> None:
+        me = self.my_id
+        acc = self._kv_acc.get(k)
+        top = max(p.highest, p.ballot[0], acc.promised[0] if acc is not None else 0)
+        p.ballot = (top + 1, me)
+        p.highest = top + 1
+        p.phase = KV_PREPARE
+        p.value = ""
+        p.promises = {}
+        p.accepts = set()
+        p.retry_ms = now_ms + p.backoff_ms + int(self.rng.random() * p.backoff_ms)
+        p.backoff_ms = min(p.backoff_ms * 2, KV_RETRY_MAX_MS)
+        self._kv_arm(p.retry_ms)
+        msg = KeyVote(KV_PREPARE, k[0], k[1], p.ballot[0], me)
+        for node in self.view.all_peers():
+            if node != me:
+                self._send(node, msg)
+        self._kv_on_reply(k, self._kv_prepare(k, p.ballot, now_ms), me, now_ms)
+
+    def _kv_on_reply(self, k: Key, r: KeyVote, sender: str, now_ms: int) -> None:
+        """A PROMISE or ACCEPTED (this node's own ones too) for the vote on ``k``."""
+        if r.decided:
+            self._kv_learn(k, r.decided, now_ms, announce=False)
+            return
+        p = self._kv_prop.get(k)
+        if p is None or (r.ballot, r.ballot_node) != p.ballot:
+            return  # a round that is over
+        if not r.ok:
+            # Refused: somebody promised a higher ballot. Next round above it, after the
+            # backoff (at once would cut that proposer off in turn).
+            p.highest = max(p.highest, r.acc_ballot)
+            return
+        quorum = self._kv_quorum()
+        if r.phase == KV_PROMISE and p.phase == KV_PREPARE:
+            p.promises[sender] = ((r.acc_ballot, r.acc_node), r.job_id)
+            if len(p.promises) < quorum:
+                return
+            best = max(p.promises.values())
+            p.value = best[1] if best[1] else p.job_id
+            p.phase = KV_ACCEPT
+            me = self.my_id
+            msg = KeyVote(KV_ACCEPT, k[0], k[1], p.ballot[0], me, job_id=p.value)
+            for node in self.view.all_peers():
+                if node != me:
+                    self._send(node, msg)
+            self._kv_on_reply(k, self._kv_accept(k, p.ballot, p.value, now_ms), me, now_ms)
+        elif r.phase == KV_ACCEPTED and p.phase == KV_ACCEPT:
+            p.accepts.add(sender)
+            if len(p.accepts) >= quorum:
+                self._kv_learn(k, p.value, now_ms, announce=True)
+
+    # ------------------------------------------------------------------ the acceptor
+    def _kv_decided_here(self, k: Key) -> str:
+        hit = self._idem.get(k)
+        if hit is not None and k not in self._idem_tentative:
+            return hit[0]
+        return ""
+
+    def _kv_state(self, k: Key, now_ms: int) -> _Acceptor:
+        acc = self._kv_acc.get(k)
+        if acc is None:
+            acc = self._kv_acc[k] = _Acceptor(NO_BALLOT, NO_BALLOT, "", 0)
+        acc.until = now_ms + self.idem_window_ms
+        return acc
+
+    def _kv_log(self, k: Key, acc: _Acceptor) -> None:
+        if self.persist:
+            entry: KeyVoteEntry = (
+                k[0],
+                k[1],
+                acc.promised[0],
+                acc.promised[1],
+                acc.accepted[0],
+                acc.accepted[1],
+                acc.job_id,
+                acc.until,
+            )
+            self.aof_out.append(frame(REC_KEYVOTE, encode_keyvotes([entry])))
+
+    def _kv_prepare(self, k: Key, b: Ballot, now_ms: int) -> KeyVote:
+        reply = KeyVote(KV_PROMISE, k[0], k[1], b[0], b[1])
+        decided = self._kv_decided_here(k)
+        if decided:
+            reply.decided = decided
+            return reply
+        acc = self._kv_state(k, now_ms)
+        if b > acc.promised:
+            acc.promised = b
+            self._kv_log(k, acc)
+            reply.ok = True
+            reply.acc_ballot, reply.acc_node = acc.accepted
+            reply.job_id = acc.job_id
+        else:
+            reply.acc_ballot, reply.acc_node = acc.promised
+        return reply
+
+    def _kv_accept(self, k: Key, b: Ballot, job_id: str, now_ms: int) -> KeyVote:
+        reply = KeyVote(KV_ACCEPTED, k[0], k[1], b[0], b[1])
+        decided = self._kv_decided_here(k)
+        if decided:
+            reply.decided = decided
+            return reply
+        acc = self._kv_state(k, now_ms)
+        if b >= acc.promised:
+            acc.promised = acc.accepted = b
+            acc.job_id = job_id
+            self._kv_log(k, acc)
+            reply.ok = True
+        else:
+            reply.acc_ballot, reply.acc_node = acc.promised
+        return reply
+
+    def _on_key_vote(self, now_ms: int, sender: str, msg: KeyVote) -> None:
+        k = (msg.queue, msg.key)
+        b = (msg.ballot, msg.ballot_node)
+        if msg.phase == KV_PREPARE:
+            self._send(sender, self._kv_prepare(k, b, now_ms))
+        elif msg.phase == KV_ACCEPT:
+            self._send(sender, self._kv_accept(k, b, msg.job_id, now_ms))
+        else:
+            self._kv_on_reply(k, msg, sender, now_ms)
+
+    # ------------------------------------------------------------------ the decision
+    def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
+        """``k`` is bound to ``job_id`` (decided here by a majority, or learned)."""
+        decided = self._kv_decided_here(k)
+        if decided and decided != job_id:
+            # Bound here already (a key taken outside a vote, e.g. while this node was
+            # alone): the first binding stays, as idempotency.py's first done job wins.
+            self.stats["key_vote_conflicts"] = self.stats.get("key_vote_conflicts", 0) + 1
+            job_id = decided
+            announce = False
+        hit = self._idem.get(k)
+        until = hit[1] if hit is not None else now_ms + self.idem_window_ms
+        losers = [i for i in self._idem_shadow.pop(k, ()) if i != job_id]
+        if hit is not None and hit[0] != job_id and k in self._idem_tentative:
+            losers.append(hit[0])
+        if hit is None or hit[0] != job_id or k in self._idem_tentative:
+            self._idem_tentative.discard(k)
+            self._idem.pop(k, None)
+            self._idem[k] = (job_id, until)
+            self._trim_keys()
+            self._log_keys([(k[0], k[1], job_id, until)])
+        self._kv_acc.pop(k, None)  # the IDEMKEY record supersedes the acceptor's state
+        if announce:
+            self._announce(k, job_id, now_ms)
+        p = self._kv_prop.pop(k, None)
+        if p is not None:
+            self._kv_resolve(k, job_id, p, now_ms)
+        for i in losers:
+            other = self.jobs.get(i)
+            if other is not None and other.state != ACKED and other.idem_key == k[1]:
+                self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
+                self._kv_drop(other, job_id, now_ms)
+        held = self._held_retries.pop(k, None)
+        for h in held or ():
+            self._held_retry_of.pop(h.token, None)
+            self.replies.append((h.token, job_id))
+
+    def _kv_resolve(self, k: Key, job_id: str, p: _Proposal, now_ms: int) -> None:
+        """The vote ``p`` is over: its clients get the key's job; its candidate lives
+        (queued as its kind says) or is deleted everywhere."""
+        for t in p.tokens:
+            self.replies.append((t, job_id))
+        j = self.jobs.get(p.job_id)
+        if j is None:
+            return
+        if p.job_id != job_id:
+            if j.state != ACKED:
+                self._kv_drop(j, job_id, now_ms)
+            return
+        if j.state == ACKED or j.state == QUEUED:
+            return
+        if p.kind == ADD or p.kind == LATE:
+            # The add is done (late for LATE: its client got NOREPL, its copies live).
+            j.state = ACTIVE
+            self._kv_finish_add(j, p.holders, now_ms, logged=p.kind == ADD)
+        elif p.kind == AT_ONCE and j.delay_s:
+            self._update_awake(j)  # queued when its DELAY ends
+        else:
+            self._enqueue(j, now_ms)  # AT_ONCE now, or a COPY by its RETRY
+            self._update_awake(j)
+
+    def _kv_drop(self, j: DJob, winner: str, now_ms: int) -> None:
+        """A job that lost its key's vote goes from every holder; an add still waiting for
+        its copies answers the winner's id (it is the key's job)."""
+        if j.state == WAIT_REPL:
+            token = self._add_by_job.pop(j.id, None)
+            if token is not None:
+                self._adds.pop(token, None)
+                self._reply_add(token, winner)
+            j.state = ACTIVE
+        self._delete_from_cluster(j, now_ms)
+
+    # ------------------------------------------------------------------ the timer
+    def _kv_arm(self, at: int) -> None:
+        if at and (self._kv_timer_ms == 0 or at < self._kv_timer_ms):
+            self._kv_timer_ms = at
+            heapq.heappush(self._client_timers, (at, KV_TIMER))
+
+    def _kv_timer_fire(self, now_ms: int) -> None:
+        """New rounds for votes without a majority in time; NOREPL for clients past their
+        deadline (the vote goes on: its candidate must be decided, see the module doc)."""
+        self._kv_timer_ms = 0
+        nxt = 0
+        for k, p in list(self._kv_prop.items()):
+            if p.tokens and p.deadline_ms and p.deadline_ms <= now_ms:
+                for t in p.tokens:
+                    self.replies.append((t, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                p.tokens = []
+                p.deadline_ms = 0
+                self.stats["noreply_timeouts"] += 1
+            if p.job_id not in self.jobs and not p.tokens:
+                del self._kv_prop[k]  # its job went (acked, deleted, expired), nobody waits
+                continue
+            if p.retry_ms <= now_ms:
+                self._kv_round(k, p, now_ms)
+                if k not in self._kv_prop:
+                    continue  # decided at once (this node alone is a majority)
+            for at in (p.retry_ms, p.deadline_ms if p.tokens else 0):
+                if at:
+                    nxt = at if nxt == 0 else min(nxt, at)
+        if nxt:
+            self._kv_arm(max(nxt, now_ms + 1))
+
+    def _kv_cancel(self, token: int) -> bool:
+        """A client waiting for a vote went away (the vote goes on)."""
+        for p in self._kv_prop.values():
+            if token in p.tokens:
+                p.tokens.remove(token)
+                return True
+        return False
+
+    # ------------------------------------------------------------------ AOF
+    def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
+        for queue, key, pn, pnode, an, anode, job_id, until in entries:
+            if until <= now_ms:
+                continue
+            self._kv_acc[(queue, key)] = _Acceptor((pn, pnode), (an, anode), job_id, until)
+
+    def _kv_after_restore(self) -> None:
+        """Keys decided (IDEMKEY) need no acceptor state."""
+        for k in [k for k in self._kv_acc if self._kv_decided_here(k)]:
+            del self._kv_acc[k]
+
+    def vote_records(self, now_ms: int) -> list[bytes]:
+        """The KEYVOTE records of a rewritten AOF: acceptor state of undecided keys."""
+        out: list[bytes] = []
+        batch: list[KeyVoteEntry] = []
+        for k, acc in list(self._kv_acc.items()):
+            if acc.until <= now_ms:
+                del self._kv_acc[k]
+                continue
+            pn, pnode = acc.promised
+            an, anode = acc.accepted
+            batch.append((k[0], k[1], pn, pnode, an, anode, acc.job_id, acc.until))
+            if len(batch) >= KV_RECORD_KEYS:
+                out.append(frame(REC_KEYVOTE, encode_keyvotes(batch)))
+                batch = []
+        if batch:
+            out.append(frame(REC_KEYVOTE, encode_keyvotes(batch)))
+        return out
