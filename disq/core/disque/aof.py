@@ -56,6 +56,7 @@ class AofMixin:
 
         _idem_tentative: set[tuple[str, str]]
         vote_keys: bool
+
         def _register(self, j: DJob, awake: bool = True) -> None: ...
         def _enqueue(
             self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False

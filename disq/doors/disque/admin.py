@@ -15,15 +15,18 @@ import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import structlog
 
 if TYPE_CHECKING:
     from disq.doors.disque.node_api import NodeApi
-    from disq.doors.disque.table import CommandSpec
 
 log = structlog.get_logger("disq.resp.admin")
+
+# Disque's command table, filled in by disq.doors.disque.table when it is imported (the table
+# imports the handlers, which import this module: a direct import would be a circle).
+DEFAULT_COMMANDS: dict[bytes, Any] = {}  # name -> table.CommandSpec
 
 # slowlog.h: SLOWLOG_ENTRY_MAX_ARGC / SLOWLOG_ENTRY_MAX_STRING.
 SLOWLOG_MAX_ARGC = 32
@@ -313,12 +316,9 @@ class AdminState:
         "slowlog_slower_than",
     )
 
-    def __init__(self, commands: dict[bytes, CommandSpec] | None = None) -> None:
+    def __init__(self, commands: dict[bytes, Any] | None = None) -> None:
         if commands is None:
-            # Imported here: the table imports the handlers, which import this module.
-            from disq.doors.disque.table import COMMANDS
-
-            commands = COMMANDS
+            commands = DEFAULT_COMMANDS
         # The command table execute() dispatches through: Disque's, or the one the
         # configuration's rename-command lines made (table.command_table), built once.
         self.commands = commands

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from disq.core.disque.api import DisqueError, Pending
 from disq.core.disque.core import DisqueCore
+from disq.doors.disque.admin import DEFAULT_COMMANDS
 from disq.doors.disque.client import Client, Handler
 from disq.doors.disque.cluster import _cluster, _hello
 from disq.doors.disque.introspect import _client, _config_live, _latency, _monitor, _slowlog
@@ -98,7 +99,7 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         # A MONITOR connection only streams: what else it sends is read and dropped, so no
         # reply ever lands in the middle of the stream.
         return b""
-    spec = admin.commands.get(name)
+    spec: CommandSpec | None = admin.commands.get(name)
     if spec is None:
         return _err_arg(b"ERR unknown command '", argv[0], b"'")
     arity = spec.arity
@@ -207,6 +208,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("select", _select, 2, "rlF"),
     )
 }
+DEFAULT_COMMANDS.update(COMMANDS)  # what an AdminState dispatches through by default
 
 
 class RenameError(ValueError):
