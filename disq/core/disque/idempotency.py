@@ -1,6 +1,12 @@
 """Idempotent ADDJOB (disq's addition): a key repeated on a queue within the window adds nothing
 and answers the first job's id.
 
+On a cluster, which job a key names is decided by a vote of a majority (keyvote.py): this
+module keeps the key table, persists and announces decided keys (the learners' path), and
+holds retries that meet an undecided key. With ``vote_keys`` off (a single node, or tests of
+this layer), the rules below decide alone, and cannot promise one job per key under
+partitions (keyvote.py says why).
+
 Keys are remembered node-wide in ``_idem``, oldest first (insertion order). A key is either
 *done* (its add finished: the node's own once its copies exist, or learned from a peer) or
 *tentative* (``_idem_tentative``: known only from a copy, REPLJOB or the creator's own add
