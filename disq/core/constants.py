@@ -14,3 +14,7 @@ JOB_OVERHEAD_BYTES = 420
 
 # Due timers handled per tick, so a mass expiry never stalls the loop.
 TICK_BATCH = 10_000
+
+# A Disque copy that requeues by RETRY broadcasts WILLQUEUE this long before it queues, so a
+# holder that has the job queued answers QUEUED in time and the requeue is skipped.
+WILLQUEUE_ADVANCE_MS = 500

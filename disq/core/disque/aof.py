@@ -55,6 +55,7 @@ class AofMixin:
         def _kv_after_restore(self) -> None: ...
 
         _idem_tentative: set[tuple[str, str]]
+        _idem: dict[tuple[str, str], tuple[str, int]]
         vote_keys: bool
 
         def _register(self, j: DJob, awake: bool = True) -> None: ...
@@ -126,8 +127,14 @@ class AofMixin:
         self._kv_restore(now_ms, votes)
         self._kv_after_restore()
         for j in requeue:
-            if j.idem_key and self.vote_keys and (j.queue, j.idem_key) in self._idem_tentative:
-                continue  # its key undecided: its RETRY runs the vote first (keyvote.py)
+            if j.idem_key and self.vote_keys:
+                hit = self._idem.get((j.queue, j.idem_key))
+                if hit is not None and (
+                    hit[0] != j.id or (j.queue, j.idem_key) in self._idem_tentative
+                ):
+                    # Its key undecided (its RETRY asks first) or bound to another job (the
+                    # copy lost: its RETRY deletes it), keyvote.py.
+                    continue
             # A controlled restart puts back what was there: no delivery is counted.
             self._enqueue(j, now_ms, moved=True)
         self.aof_enqueue_once = False

@@ -17,7 +17,6 @@ from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
 from disq.core.disque.idempotency import IDEM_TIMER
 from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
 from disq.core.disque.keyvote import KV_TIMER
-from disq.core.disque.keyvote import LATE as KV_LATE
 from disq.core.disque.queue import DQueue
 
 if TYPE_CHECKING:
@@ -72,7 +71,6 @@ class BlockedClientsMixin:
     _idem_timer_ms: int
     _kv_timer_ms: int
     _kv_prop: dict[tuple[str, str], Any]
-    clock_ms: int  # the latest time the core was given (tick, message)
 
     if TYPE_CHECKING:  # provided by DisqueCore
 
@@ -87,18 +85,8 @@ class BlockedClientsMixin:
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
         def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
         def _copies_needed(self, j: DJob) -> int: ...
-        def _kv_needed(self, j: DJob) -> bool: ...
         def _kv_cancel(self, token: int) -> bool: ...
         def _kv_timer_fire(self, now_ms: int) -> None: ...
-        def _kv_propose(
-            self,
-            j: DJob,
-            kind: int,
-            tokens: list[int],
-            deadline_ms: int,
-            now_ms: int,
-            holders: set[str] | None = None,
-        ) -> None: ...
 
     def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
@@ -154,10 +142,7 @@ class BlockedClientsMixin:
         if a is not None:
             self._add_by_job.pop(a.job_id, None)
             j = self.jobs.get(a.job_id)
-            if j is not None and j.state == WAIT_REPL and self._kv_needed(j):
-                # A keyed add: its key's vote decides whether the job lives (keyvote.py).
-                self._kv_propose(j, KV_LATE, [], 0, self.clock_ms)
-            elif j is not None and j.state == WAIT_REPL:
+            if j is not None and j.state == WAIT_REPL:
                 # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
                 self._forget_key(j)
                 j.state = ACTIVE
@@ -209,10 +194,6 @@ class BlockedClientsMixin:
                 self.stats["noreply_timeouts"] += 1
                 self._reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
                 j = self.jobs.get(a.job_id)
-                if j is not None and j.state == WAIT_REPL and self._kv_needed(j):
-                    # A keyed add: not deleted, its key's vote decides (keyvote.py).
-                    self._kv_propose(j, KV_LATE, [], 0, now_ms)
-                    continue
                 if j is not None:
                     self._forget_key(j, now_ms)
                 if j is not None and j.state == WAIT_REPL:

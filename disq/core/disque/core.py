@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH
+from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANCE_MS
 from disq.core.disque.ack import AckMixin
 from disq.core.disque.aof import AofMixin
 from disq.core.disque.api import (
@@ -95,7 +95,6 @@ from disq.core.messages import (
 )
 from disq.core.timers import compact, rebuild_bound
 
-WILLQUEUE_ADVANCE_MS = 500
 MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
 TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
 DEFAULT_TTL_S = 86400
@@ -164,7 +163,6 @@ class DisqueCore(
         self._kv_prop: dict[tuple[str, str], _Proposal] = {}
         self._kv_timer_ms = 0
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
-        self.clock_ms = now_ms  # the latest time given (cancel() has none of its own)
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
@@ -686,7 +684,6 @@ class DisqueCore(
 
     # ================================================================== messages
     def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
-        self.clock_ms = now_ms
         handler = self._handlers.get(type(msg))
         if handler is not None:
             handler(self, now_ms, sender, msg)
@@ -771,7 +768,6 @@ class DisqueCore(
         return nxt
 
     def tick(self, now_ms: int) -> None:
-        self.clock_ms = now_ms
         self._expire_keys(now_ms)
         self._process_jobs(now_ms)
         self._process_clients(now_ms)

@@ -321,6 +321,11 @@ class IdempotencyMixin:
             return PENDING
         if k not in self._idem_tentative:
             return first
+        if self.vote_keys and self.view.cluster_size() > 1:
+            # Undecided here: the retry adds its own job and votes (keyvote.py). If another
+            # job of the key was accepted, the vote binds that one and answers its id; a copy
+            # never decides by itself, so holding the retry for it could wait forever.
+            return None
         copy = self.jobs.get(first)
         if copy is None:  # the copy is gone and its add never known done
             del self._idem[k]

@@ -22,15 +22,18 @@ bind is the proposer, and a ballot is ``(n, node id)``:
 - A refusal or silence starts a new round with a higher ballot after a random backoff (200 ms
   doubling to 3 s), so two proposers do not keep cutting each other off.
 
-What the job's copies do. The proposed job exists before it is proposed (its copies were
-made: the vote runs after replication), so a decided job is never one that was not stored.
-Until the key is decided, nothing queues a copy: the creator queues its job when it wins,
-and a holder whose copy's RETRY fires while the key is undecided runs a vote itself (its
-copy as candidate), so a creator that crashed mid-vote leaves a job that is either queued
-(its vote won) or deleted (another job won). A losing job is deleted on every holder
-(DELJOB) and its waiting clients get the winner's id. An add that times out (NOREPL) or
-whose client leaves still runs its vote to the end rather than deleting its copies: a holder
-may have proposed them already, and a decided job must live.
+What the job's copies do. A job is proposed only by its creator, once it is stored as its
+add asked (its copies made; ASYNC and REPLICATE 1 wait for none), so a decided job was
+stored. Until the key is decided, nothing queues a job of it: the creator queues its job
+when it wins. A holder whose copy's RETRY fires while the key is undecided asks a majority
+(PREPARE): a job accepted there must be finished (Paxos), and that may be this copy, which
+is then requeued as any copy is (WILLQUEUE first); with nothing accepted it proposes nothing
+(its creator may never have made the other copies), and the copy waits, unqueued: its add
+was never answered. A copy of a job that lost is deleted at its RETRY. A losing job is
+deleted on every holder (DELJOB) and its waiting clients get the winner's id. An add that
+times out before its copies exist is deleted as an unkeyed one is (nobody can have proposed
+its job). A retry that meets an undecided key adds its own job and votes, rather than wait
+for a copy that never decides alone. Once a key's window is over, its jobs requeue as any.
 
 The cost and the choice. Two round trips per keyed add on a cluster (none on a single
 node: a majority of one is this node), and a keyed add cannot be answered without a
@@ -49,8 +52,9 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from disq.core.constants import WILLQUEUE_ADVANCE_MS
 from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
-from disq.core.disque.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, DJob
+from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
 from disq.core.messages import (
     KV_ACCEPT,
     KV_ACCEPTED,
@@ -75,10 +79,14 @@ KV_RETRY_MAX_MS = 3000
 KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 
 # What the winner's job does when its vote is won.
+# Only the first two propose their own job: a job is proposed by its creator once it is stored
+# as its add asked (its copies made; ASYNC and REPLICATE 1 ask for none to wait for). A copy
+# never proposes itself: its creator may have failed to make the other copies (an add that
+# timed out is deleted as before, no vote: nobody can have proposed its job), and a key bound
+# to an under-replicated job would acknowledge it to a retry.
 ADD = 1  # the creator's add, its copies made: finish it (queue here or ENQUEUE a holder)
 AT_ONCE = 2  # an ASYNC or REPLICATE 1 add: queue it (it is registered, not queued)
-LATE = 3  # an add that timed out or lost its client (WAIT_REPL): the job lives on
-COPY = 4  # a copy whose RETRY fired with the key undecided: queue it
+COPY = 4  # a copy (or a restarted creator's job) whose RETRY fired with the key undecided
 
 
 @dataclass(slots=True)
@@ -140,9 +148,7 @@ class KeyVoteMixin:
         def _announce(self, k: Key, job_id: str, now: int) -> None: ...
         def _trim_keys(self) -> None: ...
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _kv_finish_add(
-            self, j: DJob, confirmed: set[str], now_ms: int, logged: bool = True
-        ) -> None: ...
+        def _kv_finish_add(self, j: DJob, confirmed: set[str], now_ms: int) -> None: ...
         def _enqueue(
             self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
         ) -> bool: ...
@@ -197,6 +203,8 @@ class KeyVoteMixin:
         if not self._kv_needed(j):
             return False
         k = (j.queue, j.idem_key)
+        if k not in self._idem:
+            return False  # the key's window is over: the job requeues as any job does
         decided = self._kv_decided_here(k)
         if decided == j.id:
             return False
@@ -252,6 +260,12 @@ class KeyVoteMixin:
             if len(p.promises) < quorum:
                 return
             best = max(p.promises.values())
+            if not best[1] and p.kind == COPY:
+                # Nothing accepted by a majority's members: no job of the key can have been
+                # chosen, and a copy does not propose itself (see COPY). The key stays free;
+                # the copy waits, unqueued, for a decision (its next RETRY asks again).
+                del self._kv_prop[k]
+                return
             p.value = best[1] if best[1] else p.job_id
             p.phase = KV_ACCEPT
             me = self.my_id
@@ -387,14 +401,17 @@ class KeyVoteMixin:
             return
         if j.state == ACKED or j.state == QUEUED:
             return
-        if p.kind == ADD or p.kind == LATE:
-            # The add is done (late for LATE: its client got NOREPL, its copies live).
-            j.state = ACTIVE
-            self._kv_finish_add(j, p.holders, now_ms, logged=p.kind == ADD)
-        elif p.kind == AT_ONCE and j.delay_s:
-            self._update_awake(j)  # queued when its DELAY ends
+        if p.kind == ADD:
+            self._kv_finish_add(j, p.holders, now_ms)
+        elif p.kind == AT_ONCE:
+            if not j.delay_s:
+                self._enqueue(j, now_ms)
+            self._update_awake(j)  # or queued when its DELAY ends
         else:
-            self._enqueue(j, now_ms)  # AT_ONCE now, or a COPY by its RETRY
+            # A copy that won: requeued as any copy is, WILLQUEUE first, so holders that
+            # decided at once do not all queue it (the QUEUED answers sort out the rest).
+            j.flags |= BCAST_WILLQUEUE
+            j.qtime_ms = now_ms + WILLQUEUE_ADVANCE_MS + int(self.rng.random() * 100)
             self._update_awake(j)
 
     def _kv_drop(self, j: DJob, winner: str, now_ms: int) -> None:

@@ -122,8 +122,7 @@ class ReplicationMixin:
             tokens = [] if token is None else [token, *self._followers.pop(token, ())]
             for f in tokens[1:]:
                 self._follower_of.pop(f, None)
-            if self.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
-                self._log_job(j, now_ms)
+            self._log_job_here(j, now_ms)
             deadline = a.deadline_ms if a is not None else 0
             self._kv_propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
             return
@@ -137,11 +136,15 @@ class ReplicationMixin:
             else:
                 self._followers[token] = tokens[1:]
                 self._reply_add(token, j.id)
-        self._kv_finish_add(j, confirmed, now_ms, logged=False)
+        self._log_job_here(j, now_ms)
+        self._kv_finish_add(j, confirmed, now_ms)
 
-    def _kv_finish_add(
-        self, j: DJob, confirmed: set[str], now_ms: int, logged: bool = True
-    ) -> None:
+    def _log_job_here(self, j: DJob, now_ms: int) -> None:
+        """The LOADJOB of a job whose add is done, when this node keeps a copy."""
+        if self.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
+            self._log_job(j, now_ms)
+
+    def _kv_finish_add(self, j: DJob, confirmed: set[str], now_ms: int) -> None:
         """The add is done: keep the job here (queued, or waiting out its DELAY), or, when
         this node keeps no copy, have a holder queue it."""
         if j.flags & BEANSTALK_OWNED:
@@ -156,8 +159,6 @@ class ReplicationMixin:
                 self._send(self.rng.choice(holders), Enqueue(j.id))
             self._forget(j)
             return
-        if not logged:
-            self._log_job(j, now_ms)
         if j.delay_s == 0:
             self._enqueue(j, now_ms)
         else:

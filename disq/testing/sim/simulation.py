@@ -216,8 +216,8 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
                 if other != nd.idx:
                     self._send(nd, self.ids[other], nd.member.meet_message())
                 # Both meets can be lost: the node resends, as cluster_services.meet_grpc
-                # does every 0.5 s until it knows a member (a node that never joins would
-                # take keyed adds as a cluster of one).
+                # does every 0.5 s until it knows the node it joins through (else nodes that
+                # met only each other and a node 0 alone would be two clusters).
                 self._at(T0_MS + MEET_RETRY_MS, self._remeet, nd.idx)
 
         for p in range(cfg.producers):
@@ -251,8 +251,8 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
 
     def _remeet(self, idx: int) -> None:
         nd = self.nodes[idx]
-        if nd.member is None or len(nd.member.members()) > 1:
-            return
+        if nd.member is None or nd.member.member(self.ids[0]) is not None:
+            return  # down (its restart meets again), or it knows the node it joins through
         self._send(nd, self.ids[0], nd.member.meet_message())
         self._at(self.now + MEET_RETRY_MS, self._remeet, idx)
 
