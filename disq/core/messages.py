@@ -183,6 +183,54 @@ class KeyVote:
 
 
 @dataclass(slots=True)
+class KeyVotes:
+    """Many KeyVote steps for one peer, column by column (entry i is one KeyVote): the node
+    core merges a Ready's KeyVotes to each peer into one (a keyed batch votes on every key,
+    one message would be per key and phase)."""
+
+    phase: list[int] = field(default_factory=list)
+    queue: list[str] = field(default_factory=list)
+    key: list[str] = field(default_factory=list)
+    ballot: list[int] = field(default_factory=list)
+    ballot_node: list[str] = field(default_factory=list)
+    ok: list[bool] = field(default_factory=list)
+    acc_ballot: list[int] = field(default_factory=list)
+    acc_node: list[str] = field(default_factory=list)
+    job_id: list[str] = field(default_factory=list)
+    decided: list[str] = field(default_factory=list)
+
+    def add(self, v: KeyVote) -> None:
+        self.phase.append(v.phase)
+        self.queue.append(v.queue)
+        self.key.append(v.key)
+        self.ballot.append(v.ballot)
+        self.ballot_node.append(v.ballot_node)
+        self.ok.append(v.ok)
+        self.acc_ballot.append(v.acc_ballot)
+        self.acc_node.append(v.acc_node)
+        self.job_id.append(v.job_id)
+        self.decided.append(v.decided)
+
+    def votes(self) -> list[KeyVote]:
+        return [
+            KeyVote(*row)
+            for row in zip(
+                self.phase,
+                self.queue,
+                self.key,
+                self.ballot,
+                self.ballot_node,
+                self.ok,
+                self.acc_ballot,
+                self.acc_node,
+                self.job_id,
+                self.decided,
+                strict=False,  # whole rows only, whatever a broken peer sent
+            )
+        ]
+
+
+@dataclass(slots=True)
 class NeedJobs:
     queue: str
     count: int
@@ -232,6 +280,7 @@ JobMessage = (
     | BeanstalkUpdate
     | IdemKeys
     | KeyVote
+    | KeyVotes
 )
 Message = MembershipMessage | JobMessage
 

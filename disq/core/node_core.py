@@ -45,6 +45,8 @@ from disq.core.messages import (
     MEMBERSHIP_TYPES,
     DelJob,
     IdemKeys,
+    KeyVote,
+    KeyVotes,
     Message,
 )
 from disq.persistence.cluster_records import to_core_records
@@ -360,8 +362,16 @@ class NodeCore:
     def _add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
         per_peer = rd.messages
         merged: dict[tuple[str, type], DelJob | IdemKeys] = {}
+        votes: dict[str, KeyVotes] = {}
         for dest, msg in outbox:
             kind = type(msg)
+            if kind is KeyVote:
+                assert isinstance(msg, KeyVote)
+                batch = votes.get(dest)
+                if batch is None:
+                    batch = votes[dest] = KeyVotes()
+                batch.add(msg)
+                continue
             if kind is DelJob or kind is IdemKeys:
                 assert isinstance(msg, DelJob | IdemKeys)
                 acc = merged.get((dest, kind))
@@ -379,6 +389,11 @@ class NodeCore:
             if msgs is None:
                 per_peer[dest] = msgs = []
             msgs.append(acc)
+        for dest, batch in votes.items():
+            msgs = per_peer.get(dest)
+            if msgs is None:
+                per_peer[dest] = msgs = []
+            msgs.append(batch)
 
     def _route_replies(self, rd: Ready, disque: DisqueCore) -> None:
         replies, disque.replies = disque.replies, []

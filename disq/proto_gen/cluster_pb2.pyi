@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Message(_message.Message):
     BEANSTALK_UPDATE_FIELD_NUMBER: _ClassVar[int]
     IDEM_KEYS_FIELD_NUMBER: _ClassVar[int]
     KEY_VOTE_FIELD_NUMBER: _ClassVar[int]
+    KEY_VOTES_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -68,7 +69,8 @@ class Message(_message.Message):
     beanstalk_update: BeanstalkUpdate
     idem_keys: IdemKeys
     key_vote: KeyVote
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ...) -> None: ...
+    key_votes: KeyVotes
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -247,6 +249,30 @@ class KeyVote(_message.Message):
     job_id: str
     decided: str
     def __init__(self, phase: _Optional[int] = ..., queue: _Optional[str] = ..., key: _Optional[str] = ..., ballot: _Optional[int] = ..., ballot_node: _Optional[str] = ..., ok: _Optional[bool] = ..., acc_ballot: _Optional[int] = ..., acc_node: _Optional[str] = ..., job_id: _Optional[str] = ..., decided: _Optional[str] = ...) -> None: ...
+
+class KeyVotes(_message.Message):
+    __slots__ = ("phase", "queue", "key", "ballot", "ballot_node", "ok", "acc_ballot", "acc_node", "job_id", "decided")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BALLOT_FIELD_NUMBER: _ClassVar[int]
+    BALLOT_NODE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ACC_BALLOT_FIELD_NUMBER: _ClassVar[int]
+    ACC_NODE_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_FIELD_NUMBER: _ClassVar[int]
+    phase: _containers.RepeatedScalarFieldContainer[int]
+    queue: _containers.RepeatedScalarFieldContainer[str]
+    key: _containers.RepeatedScalarFieldContainer[str]
+    ballot: _containers.RepeatedScalarFieldContainer[int]
+    ballot_node: _containers.RepeatedScalarFieldContainer[str]
+    ok: _containers.RepeatedScalarFieldContainer[bool]
+    acc_ballot: _containers.RepeatedScalarFieldContainer[int]
+    acc_node: _containers.RepeatedScalarFieldContainer[str]
+    job_id: _containers.RepeatedScalarFieldContainer[str]
+    decided: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, phase: _Optional[_Iterable[int]] = ..., queue: _Optional[_Iterable[str]] = ..., key: _Optional[_Iterable[str]] = ..., ballot: _Optional[_Iterable[int]] = ..., ballot_node: _Optional[_Iterable[str]] = ..., ok: _Optional[_Iterable[bool]] = ..., acc_ballot: _Optional[_Iterable[int]] = ..., acc_node: _Optional[_Iterable[str]] = ..., job_id: _Optional[_Iterable[str]] = ..., decided: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NeedJobs(_message.Message):
     __slots__ = ("queue", "count")

@@ -185,6 +185,21 @@ def _enc_key_vote(t: pb.Message, x: m.KeyVote) -> None:
     v.decided = x.decided
 
 
+def _enc_key_votes(t: pb.Message, x: m.KeyVotes) -> None:
+    v = t.key_votes
+    v.SetInParent()
+    v.phase.extend(x.phase)
+    v.queue.extend(x.queue)
+    v.key.extend(x.key)
+    v.ballot.extend(x.ballot)
+    v.ballot_node.extend(x.ballot_node)
+    v.ok.extend(x.ok)
+    v.acc_ballot.extend(x.acc_ballot)
+    v.acc_node.extend(x.acc_node)
+    v.job_id.extend(x.job_id)
+    v.decided.extend(x.decided)
+
+
 def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
     t.del_job.job_ids.extend(x.job_ids)  # extend([]) selects the oneof too
 
@@ -234,6 +249,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.DelJob: _enc_del_job,
     m.IdemKeys: _enc_idem_keys,
     m.KeyVote: _enc_key_vote,
+    m.KeyVotes: _enc_key_votes,
     m.NeedJobs: _enc_need_jobs,
     m.YourJobs: _enc_your_jobs,
     m.Working: _enc_working,
@@ -371,6 +387,23 @@ def _dec_key_vote(t: pb.Message) -> m.KeyVote:
     )
 
 
+def _dec_key_votes(t: pb.Message) -> m.KeyVotes:
+    v = t.key_votes
+    # Columns of different lengths (a broken peer): KeyVotes.votes() reads whole rows only.
+    return m.KeyVotes(
+        list(v.phase),
+        list(v.queue),
+        list(v.key),
+        list(v.ballot),
+        list(v.ballot_node),
+        list(v.ok),
+        list(v.acc_ballot),
+        list(v.acc_node),
+        list(v.job_id),
+        list(v.decided),
+    )
+
+
 def _dec_del_job(t: pb.Message) -> m.DelJob:
     return m.DelJob(list(t.del_job.job_ids))
 
@@ -412,6 +445,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "del_job": _dec_del_job,
     "idem_keys": _dec_idem_keys,
     "key_vote": _dec_key_vote,
+    "key_votes": _dec_key_votes,
     "need_jobs": _dec_need_jobs,
     "your_jobs": _dec_your_jobs,
     "working": _dec_working,
@@ -438,6 +472,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "beanstalk_update": m.BeanstalkUpdate,
     "idem_keys": m.IdemKeys,
     "key_vote": m.KeyVote,
+    "key_votes": m.KeyVotes,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

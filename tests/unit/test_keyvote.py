@@ -16,6 +16,7 @@ from disq.core.messages import (
     KV_PREPARE,
     DelJob,
     KeyVote,
+    KeyVotes,
     Message,
     ReplJob,
 )
@@ -41,6 +42,23 @@ class Cluster(Mesh):
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def votes_in(m: Message) -> list[KeyVote]:
+    """The KeyVote steps a message carries (the node core merges them per peer)."""
+    if isinstance(m, KeyVote):
+        return [m]
+    if isinstance(m, KeyVotes):
+        return m.votes()
+    return []
+
+
+def is_vote(m: Message, phase: int = 0) -> bool:
+    """``m`` carries KeyVote steps, all of ``phase`` (any phase if 0)."""
+    votes = votes_in(m)
+    return bool(votes) and all(phase == 0 or v.phase == phase for v in votes)
+
+
 def records(c: Cluster, i: int) -> list[tuple[str, object]]:
     """Node ``i``'s AOF records so far, decoded, in file order."""
     return to_core_records(list(iter_frames(b"".join(c.aof[c.ids[i]]))))
@@ -190,7 +208,7 @@ def test_keyed_add_on_the_two_node_side_of_a_five_node_split() -> None:
 def _vote_started_then_lost(c: Cluster) -> str:
     """Node 0's REPLICATE 3 keyed add: its copies exist on nodes 1 and 2, its vote started,
     but none of its KeyVote messages got out."""
-    c.drop = lambda s, _d, m: s == 0 and isinstance(m, KeyVote)
+    c.drop = lambda s, _d, m: s == 0 and is_vote(m)
     r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
     assert r is PENDING
     c.pump()
@@ -236,7 +254,7 @@ def test_a_creator_cut_off_after_its_accept_leaves_the_holders_to_finish_its_vot
     # must finish the vote with it (Paxos): the key is bound to the creator's job, which is
     # queued once by a holder (WILLQUEUE first), and retries answer its id.
     c = Cluster(3)
-    c.drop = lambda _s, d, m: d == 0 and isinstance(m, KeyVote) and m.phase == KV_ACCEPTED
+    c.drop = lambda _s, d, m: d == 0 and is_vote(m, KV_ACCEPTED)
     r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
     assert r is PENDING
     c.pump()
@@ -301,8 +319,8 @@ def test_a_replied_promise_is_refused_to_a_lower_ballot_through_the_mesh() -> No
     seen: list[KeyVote] = []
 
     def spy(_s: int, d: int, m: Message) -> bool:
-        if isinstance(m, KeyVote) and d == 0:
-            seen.append(m)
+        if d == 0:
+            seen.extend(votes_in(m))
         return False
 
     c.drop = spy
@@ -435,7 +453,7 @@ def test_async_and_replicate_1_keyed_adds_stay_unqueued_while_the_vote_is_stuck(
     async_: bool, repl: int
 ) -> None:
     c = Cluster(3)
-    c.drop = lambda _s, _d, m: isinstance(m, KeyVote) and m.phase == KV_ACCEPTED
+    c.drop = lambda _s, _d, m: is_vote(m, KV_ACCEPTED)
     r = c.core(0).add_job(
         c.now, 1, "q", b"a", timeout_ms=0, repl=repl, retry_s=1, async_=async_, idem_key="k"
     )
@@ -460,8 +478,7 @@ def test_a_timed_out_add_without_copies_never_binds_its_key_to_a_lost_job() -> N
     c = Cluster(3)
     # Node 0's copies never arrive, nor the ACCEPTED answers to its vote.
     c.drop = lambda s, d, m: (
-        (s == 0 and isinstance(m, ReplJob))
-        or (d == 0 and isinstance(m, KeyVote) and m.phase == KV_ACCEPTED)
+        (s == 0 and isinstance(m, ReplJob)) or (d == 0 and is_vote(m, KV_ACCEPTED))
     )
     r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=300, repl=3, idem_key="k")
     assert r is PENDING

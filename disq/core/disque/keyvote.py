@@ -61,6 +61,7 @@ from disq.core.messages import (
     KV_PREPARE,
     KV_PROMISE,
     KeyVote,
+    KeyVotes,
     Message,
 )
 from disq.persistence.cluster_records import REC_KEYVOTE, KeyVoteEntry, encode_keyvotes
@@ -339,6 +340,10 @@ class KeyVoteMixin:
         else:
             reply.acc_ballot, reply.acc_node = acc.promised
         return reply
+
+    def _on_key_votes(self, now_ms: int, sender: str, msg: KeyVotes) -> None:
+        for v in msg.votes():
+            self._on_key_vote(now_ms, sender, v)
 
     def _on_key_vote(self, now_ms: int, sender: str, msg: KeyVote) -> None:
         k = (msg.queue, msg.key)
