@@ -514,3 +514,35 @@ def test_a_timed_out_add_without_copies_is_not_acknowledged_to_a_retry() -> None
     assert isinstance(answer, str)
     # An id given to a client must survive the loss of any one node.
     assert len(key_jobs(c).get(answer, set())) >= 2
+
+
+# ------------------------------------------------------------------ drain and pruning
+def test_a_drain_does_not_hand_off_a_keyed_job_whose_vote_is_not_won() -> None:
+    # Node 0 adds REPLICATE 1 with a key; its vote cannot finish (ACCEPTED answers lost). A
+    # SIGTERM drain then must not queue that job on a peer: the vote may bind another job of
+    # the key. An unkeyed job of the same node is handed off as before.
+    c = Cluster(3)
+    c.drop = lambda _s, d, m: d == 0 and is_vote(m, KV_ACCEPTED)
+    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    assert r is PENDING
+    plain = c.core(0).add_job(c.now, 2, "q", b"p", timeout_ms=0, repl=1)
+    assert isinstance(plain, str)
+    c.pump()
+    [keyed] = [i for i in c.core(0).jobs if i != plain]
+    c.views[c.ids[0]].leaving = True
+    assert c.core(0).start_handoff(c.now) == 1  # the plain job only
+    c.pump()
+    assert [job_id for _, job_id in queued(c)] == [plain]
+    assert keyed in c.core(0).jobs and all(keyed not in c.core(i).jobs for i in (1, 2))
+
+
+def test_acceptor_state_past_its_window_is_pruned() -> None:
+    c = Cluster(3)
+    core = c.core(1)
+    core.idem_window_ms = 1000
+    core._kv_prepare(K, (3, c.ids[0]), c.now)
+    assert K in core._kv_acc
+    c.advance(500)
+    assert K in core._kv_acc  # still in its window
+    c.advance(2000)  # the cron runs every second
+    assert K not in core._kv_acc

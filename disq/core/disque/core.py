@@ -835,6 +835,8 @@ class DisqueCore(
         ``queue_idle_gc_ms`` (shorter under memory pressure, memory.py). Disque samples
         random queues until fewer than 10% are evictable; this walks them all, which the
         NEEDJOBS half does anyway, once a second (10 times with blocked clients)."""
+        if self._kv_acc:
+            self._kv_prune(now_ms)
         any_blocked = False
         idle_ms = self.queue_idle_gc_ms()
         idle: list[str] = []

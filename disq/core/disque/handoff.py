@@ -80,6 +80,7 @@ class HandoffMixin(ReplicationMixin):
         def _dequeue(self, j: DJob) -> bool: ...
         def _unregister(self, j: DJob, now_ms: int) -> None: ...
         def _log_del(self, job_id: str) -> None: ...
+        def _kv_decided_here(self, k: tuple[str, str]) -> str: ...
 
     def start_handoff(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
         """Begin handing this node's jobs to others (the node is leaving). Returns how many
@@ -93,6 +94,10 @@ class HandoffMixin(ReplicationMixin):
         me = self.my_id
         for j in list(self.jobs.values()):
             if j.id in hs or j.flags & (BEANSTALK_ORIGIN | BEANSTALK_OWNED):
+                continue
+            if self._kv_needed(j) and self._kv_decided_here((j.queue, j.idem_key)) != j.id:
+                # Its key's vote is not won here (keyvote.py): queued elsewhere it could be a
+                # second job of the key. It stays, in the AOF; the vote decides after a restart.
                 continue
             if j.state == QUEUED:
                 h = _Handoff(enqueue=True, queued=True)

@@ -48,6 +48,7 @@ reconfiguration.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -281,6 +282,14 @@ class KeyVoteMixin:
                 self._kv_learn(k, p.value, now_ms, announce=True)
 
     # ------------------------------------------------------------------ the acceptor
+    def _kv_prune(self, now_ms: int, budget: int = 1000) -> None:
+        """Acceptor state past its window goes (the core's cron, a bounded walk from the
+        oldest entry; a rewrite drops every expired one too)."""
+        acc = self._kv_acc
+        for k in list(itertools.islice(acc, budget)):
+            if acc[k].until <= now_ms and k not in self._kv_prop:
+                del acc[k]
+
     def _kv_decided_here(self, k: Key) -> str:
         hit = self._idem.get(k)
         if hit is not None and k not in self._idem_tentative:
