@@ -195,7 +195,7 @@ def bench_cmd(bench: str, side: Side, rows: str, duration: float | None, out: Pa
     if bench == "beanstalk":
         cmd += ["--only", "disq", "--disq-cmd", side.node_cmd()]
     else:
-        cmd += ["--node-cmd", side.node_cmd()]
+        cmd += ["--node-cmd", side.node_cmd(), "--no-calibrate"]
     return cmd
 
 

@@ -35,7 +35,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from itertools import chain
+from typing import TypeAlias, cast
+
+import hiredis
 
 # server.h: PROTO_INLINE_MAX_SIZE, and the hard-coded limits in processMultibulkBuffer.
 MAX_INLINE_BYTES = 64 * 1024
@@ -221,6 +224,30 @@ _BULK_HEADERS = {b"$%d" % i: i for i in range(4096)}
 _EMPTY: dict[bytes, int] = {}
 
 
+# ------------------------------------------------------------------ the fast path
+# hiredis's reader (C) parses a pipelined read of well-formed multibulk requests about ten
+# times faster than the loop below (0.3 us against 3-5 us per 8-argument ADDJOB). It reads
+# replies, not requests, so it accepts more than a request may be, and its error messages
+# are not Redis's: it is only trusted with a read that it parses whole into commands the
+# loop below would return unchanged, and every other read (an inline command, a split
+# request, anything odd) goes to the loop, from the same bytes. The checks:
+# - the read starts with "*" and ends with "\r\n", and is at most FAST_MAX_BYTES, so no
+#   element can pass the size limits;
+# - no CRLF in it is followed by a type byte that hiredis turns into bytes or into a list
+#   without complaint (status "+", verbatim "=", big number "(", set "~", push ">", map "%",
+#   attribute "|"): a body that holds such a sequence only sends its read the slow way;
+# - every result is a non-empty list whose items are all bytes (one C join over them all:
+#   an integer, a null, an error object or a nested list makes it raise), and hiredis
+#   ends the read between requests (a probe request fed after it comes back alone).
+# Under these checks the read is exactly a run of "*N" arrays of "$L" bulks with canonical
+# lengths (hiredis refuses leading zeros, signs and bad terminators), which the loop parses
+# the same way.
+FAST_MAX_BYTES = 1024 * 1024
+_FAST_RISKY = re.compile(rb"\r\n[+=(~>%|]")
+_FAST_PROBE = b"*1\r\n$1\r\n\x00\r\n"
+_FAST_PROBE_ARGS = [b"\x00"]
+
+
 class RespParser:
     """Incremental RESP2 request parser for one connection. ``feed`` returns the complete
     commands: argument lists, or at most one :class:`ProtocolError`, always last, after which
@@ -239,6 +266,7 @@ class RespParser:
         "_bulklen",
         "_closed",
         "_count_header",
+        "_fast",
         "_have",
         "_left",
         "_line_err",
@@ -272,6 +300,12 @@ class RespParser:
         short_ok = max_inline_bytes >= 5
         self._count_header = _COUNT_HEADERS if short_ok else _EMPTY
         self._bulk_header = _BULK_HEADERS if short_ok else _EMPTY
+        # The fast path (above) holds only while its reads cannot reach a limit: a read of
+        # at most fast_max bytes holds no bulk over max_bulk_bytes, no count over
+        # max_multibulk_len (an argument takes 6 bytes at least) and no header line over
+        # max_inline_bytes (8 bytes at most).
+        fast_max = min(FAST_MAX_BYTES, max_bulk_bytes, 6 * max_multibulk_len)
+        self._fast = (hiredis.Reader(), fast_max) if max_inline_bytes >= 32 else None
 
     @property
     def buffered(self) -> int:
@@ -290,6 +324,17 @@ class RespParser:
             data = bytes(data)  # arguments must be bytes, not views of a caller's buffer
         mode = self._mode
         if mode == _IDLE:
+            fast = self._fast
+            if (
+                fast is not None
+                and data[0] == 0x2A
+                and data.endswith(b"\r\n")
+                and len(data) <= fast[1]
+                and _FAST_RISKY.search(data) is None
+            ):
+                whole = self._fast_parse(fast[0], data)
+                if whole is not None:
+                    return whole
             return self._parse(data, 0, [])
         tail = self._tail
         if mode == _LINE:
@@ -333,6 +378,28 @@ class RespParser:
         return self._parse(data, need - have, out)
 
     # -------------------------------------------------------------- internals
+    def _fast_parse(self, reader: hiredis.Reader, data: bytes) -> list[Command] | None:
+        """``data`` parsed whole by hiredis, or None (nothing consumed): the loop's turn."""
+        reader.feed(data)
+        out: list[list[bytes]] = []
+        gets = reader.gets
+        try:
+            while (cmd := gets()) is not False:
+                out.append(cmd)
+            # Every item bytes: the join raises on anything else, a nested list too.
+            b"".join(chain.from_iterable(out))
+            # Nothing left half-parsed inside hiredis (an array still waiting for its items
+            # leaves no unread bytes, so has_data() cannot tell): a probe request fed now
+            # comes back whole and alone only if hiredis was between requests.
+            reader.feed(_FAST_PROBE)
+            whole = gets() == _FAST_PROBE_ARGS and gets() is False and all(out)
+        except (hiredis.ProtocolError, TypeError):
+            whole = False
+        if whole:
+            return cast(list[Command], out)
+        self._fast = (hiredis.Reader(), self._fast[1]) if self._fast is not None else None
+        return None
+
     def _reset_tail(self) -> None:
         self._tail = []
         self._have = 0

@@ -536,3 +536,99 @@ def test_encode_is_array_or_scalar(value: r.Reply) -> None:
     assert b"".join(out) == r.encode(value)
     if isinstance(value, list):
         assert r.encode(value) == r.array(value)
+
+
+# ------------------------------------------------------------------ the hiredis fast path
+def _slow(data: bytes, **limits: int) -> list[r.Command]:
+    """The loop alone: the parser with its fast path switched off."""
+    p = r.RespParser(**limits)
+    p._fast = None
+    return p.feed(data)
+
+
+def _multibulk(args: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # What hiredis reads as something else than a request, each behind a good command:
+        # a status, a verbatim string, a big number, a set, a push, a map, an attribute, an
+        # integer, a null, a double, a boolean, an error, a nested array, an empty array.
+        _multibulk([b"PING"]) + b"*2\r\n$3\r\nfoo\r\n+bar\r\n",
+        _multibulk([b"PING"]) + b"*2\r\n$3\r\nfoo\r\n=7\r\ntxt:bar\r\n",
+        _multibulk([b"PING"]) + b"*1\r\n(12345\r\n",
+        _multibulk([b"PING"]) + b"~1\r\n$3\r\nfoo\r\n",
+        _multibulk([b"PING"]) + b">1\r\n$3\r\nfoo\r\n",
+        _multibulk([b"PING"]) + b"%1\r\n$1\r\na\r\n$1\r\nb\r\n",
+        _multibulk([b"PING"]) + b"*1\r\n|1\r\n+a\r\n+b\r\n$3\r\nfoo\r\n",
+        b"*2\r\n$3\r\nfoo\r\n:5\r\n",
+        b"*2\r\n$3\r\nfoo\r\n$-1\r\n",
+        b"*2\r\n$3\r\nfoo\r\n_\r\n",
+        b"*2\r\n$3\r\nfoo\r\n,1.5\r\n",
+        b"*2\r\n$3\r\nfoo\r\n#t\r\n",
+        b"*2\r\n$3\r\nfoo\r\n-ERR x\r\n",
+        b"*2\r\n$3\r\nfoo\r\n*1\r\n$1\r\na\r\n",
+        b"*0\r\n" + _multibulk([b"PING"]),
+        b"*-1\r\n" + _multibulk([b"PING"]),
+        # Numbers hiredis or Redis refuse, a bad terminator, an inline command in the middle.
+        b"*1\r\n$04\r\nPING\r\n",
+        b"*01\r\n$4\r\nPING\r\n",
+        b"*1\rX$4\r\nPING\r\n",
+        b"*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n",
+        _multibulk([b"PING"]) + b"PING\r\n",
+        # Reads that end inside a request hiredis has begun: an array waiting for items (no
+        # bytes left unread), one holding a whole nested array, one waiting for its count.
+        _multibulk([b"PING"]) + b"*3\r\n$3\r\nfoo\r\n",
+        _multibulk([b"PING"]) + b"*2\r\n*1\r\n$3\r\nfoo\r\n",
+        _multibulk([b"PING"]) + b"*1048577\r\n",
+        _multibulk([b"PING"]) + b"*1\r\n$10\r\nab\r\n",
+        # A request cut in the middle, and one whose body holds a risky sequence.
+        _multibulk([b"ADDJOB", b"q", b"x" * 50]) + b"*3\r\n$6\r\nADDJOB\r\n",
+        _multibulk([b"ADDJOB", b"q", b"a\r\n+b\r\n"]),
+    ],
+)
+def test_fast_path_answers_as_the_loop_does(data: bytes) -> None:
+    assert r.RespParser().feed(data) == _slow(data)
+
+
+def test_fast_path_takes_whole_pipelines_and_keeps_serving() -> None:
+    p = r.RespParser()
+    batch = b"".join(_multibulk([b"ADDJOB", b"q%d" % i, b"x" * 100, b"0"]) for i in range(16))
+    for _ in range(3):
+        out = p.feed(batch)
+        assert out == [[b"ADDJOB", b"q%d" % i, b"x" * 100, b"0"] for i in range(16)]
+    # After a read the fast path refused (cut mid-request), the loop carries on from it.
+    assert p.feed(batch[:-5]) == [[b"ADDJOB", b"q%d" % i, b"x" * 100, b"0"] for i in range(15)]
+    assert p.feed(batch[-5:] + batch) == [
+        [b"ADDJOB", b"q%d" % i, b"x" * 100, b"0"] for i in [15, *range(16)]
+    ]
+
+
+def test_fast_path_respects_small_limits() -> None:
+    data = _multibulk([b"SET", b"k", b"v" * 100])
+    limits = {"max_bulk_bytes": 50, "max_multibulk_len": 2}
+    assert r.RespParser(**limits).feed(data) == _slow(data, **limits)
+    assert r.RespParser(**limits).feed(data)[0] == r.ERR_INVALID_MULTIBULK_LEN
+
+
+_ANY_BYTES = st.binary(max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    commands=st.lists(st.lists(_ANY_BYTES, min_size=1, max_size=6), min_size=1, max_size=8),
+    edits=st.lists(
+        st.tuples(st.integers(min_value=0), st.sampled_from(list(b"*$+=(~>%|:-_,#\r\n0 1-x"))),
+        max_size=3,
+    ),
+)
+def test_fast_path_equals_the_loop_on_mutated_pipelines(
+    commands: list[list[bytes]], edits: list[tuple[int, int]]
+) -> None:
+    data = bytearray(b"".join(_multibulk(c) for c in commands))
+    for pos, byte in edits:
+        data[pos % len(data)] = byte
+    raw = bytes(data)
+    assert r.RespParser().feed(raw) == _slow(raw)

@@ -52,11 +52,20 @@ _ADDJOB_NUMBERS: dict[bytes, tuple[int, int, bytes]] = {
 }
 
 
-def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
-    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
-    [ASYNC] [IDEMPOTENCY-KEY key]. Options are checked before the timeout, as in
-    addjobCommand; the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >=
-    TTL) and the defaults are the core's, since they depend on the cluster size."""
+# ADDJOB's parsed options: (ms-timeout, REPLICATE, DELAY, RETRY, TTL, MAXLEN, ASYNC, key).
+_AddOptions = tuple[int, int | None, int, int | None, int | None, int | None, bool, str]
+# A producer sends the same options with every add: their parse is kept, by the exact
+# arguments after the body, for unkeyed adds (a key makes every add's arguments unique).
+# Bounded: cleared when full.
+_ADD_OPTIONS: dict[tuple[bytes, ...], _AddOptions | bytes] = {}
+_ADD_OPTIONS_MAX = 256
+
+
+def _add_options(argv: list[bytes]) -> tuple[_AddOptions | bytes, bool]:
+    """ADDJOB's options and ms-timeout, or the error reply; and whether the answer may be
+    kept (no idempotency key). Options are checked before the timeout, as in addjobCommand;
+    the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >= TTL) and the
+    defaults are the core's, since they depend on the cluster size."""
     numbers: dict[bytes, int] = {}  # REPLICATE, TTL, RETRY, DELAY, MAXLEN
     async_ = False
     idem_key = ""
@@ -70,7 +79,7 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             low, high, error = rule
             v = parse_ll(argv[j + 1])
             if v is None or v < low or v > high:
-                return error
+                return error, True
             numbers[opt] = v
             j += 1
         elif opt == b"async":
@@ -79,15 +88,42 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             # disq's addition: a retried add with the same key (same queue, within the
             # node's window) answers the first job's id instead of adding another.
             if not argv[j + 1]:
-                return b"-ERR IDEMPOTENCY-KEY must not be empty\r\n"
+                return b"-ERR IDEMPOTENCY-KEY must not be empty\r\n", False
             idem_key = queue_name(argv[j + 1])
             j += 1
         else:
-            return SYNTAX_ERR
+            return SYNTAX_ERR, not idem_key
         j += 1
     timeout = _timeout(argv[3])
     if isinstance(timeout, bytes):
-        return timeout
+        return timeout, not idem_key
+    options = (
+        timeout,
+        numbers.get(b"replicate"),
+        numbers.get(b"delay", 0),
+        numbers.get(b"retry"),
+        numbers.get(b"ttl"),
+        numbers.get(b"maxlen"),
+        async_,
+        idem_key,
+    )
+    return options, not idem_key
+
+
+def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
+    [ASYNC] [IDEMPOTENCY-KEY key]."""
+    key = tuple(argv[3:])
+    options = _ADD_OPTIONS.get(key)
+    if options is None:
+        options, keep = _add_options(argv)
+        if keep:
+            if len(_ADD_OPTIONS) >= _ADD_OPTIONS_MAX:
+                _ADD_OPTIONS.clear()
+            _ADD_OPTIONS[key] = options
+    if isinstance(options, bytes):
+        return options
+    timeout, repl, delay_s, retry_s, ttl_s, maxlen, async_, idem_key = options
     full = c.node.disk_full
     if full is not None:
         # A definite refusal, in Disque's words for "not added, no room" (its -OOM): nothing
@@ -100,11 +136,11 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         queue_name(argv[1]),
         argv[2],
         timeout_ms=timeout,
-        repl=numbers.get(b"replicate"),
-        delay_s=numbers.get(b"delay", 0),
-        retry_s=numbers.get(b"retry"),
-        ttl_s=numbers.get(b"ttl"),
-        maxlen=numbers.get(b"maxlen"),
+        repl=repl,
+        delay_s=delay_s,
+        retry_s=retry_s,
+        ttl_s=ttl_s,
+        maxlen=maxlen,
         async_=async_,
         idem_key=idem_key,
     )
