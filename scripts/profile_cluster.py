@@ -39,6 +39,7 @@ class _Node:
         self.core = core
         self.requirepass: str | None = None
         self.aof_error: str | None = None
+        self.disk_full: str | None = None
         self.resp_stats = RespStats()
 
     def now_ms(self) -> int:

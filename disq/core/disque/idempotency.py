@@ -182,7 +182,8 @@ class IdempotencyMixin:
         tentative = k in self._idem_tentative
         if hit is not None and not tentative:
             return False
-        if hit is not None and tentative:
+        if hit is not None and tentative and (hit[0] != job_id or k in self._idem_shadow):
+            # Other jobs held the key tentatively here (copies of unfinished adds).
             losers = [i for i in [*self._idem_shadow.get(k, ()), hit[0]] if i != job_id]
             for i in losers:
                 other = self.jobs.get(i)
@@ -362,9 +363,12 @@ class IdempotencyMixin:
         was declared dead, or the add's timeout). False: answer now."""
         if not self.idem_reply_wait or not j.idem_key or not tokens:
             return False
+        unacked = self._idem_unacked
+        if not unacked:
+            return False  # no peer owes an acknowledgement (a single node, or all caught up)
         k = (j.queue, j.idem_key)
         # Every live peer (leaving and suspected ones too: they take adds as well).
-        waiting = {p for p in self.view.all_peers() if k in self._idem_unacked.get(p, ())}
+        waiting = {p for p in self.view.all_peers() if k in unacked.get(p, ())}
         if not waiting:
             return False
         if not deadline_ms or deadline_ms <= now_ms:
@@ -424,12 +428,14 @@ class IdempotencyMixin:
     def _announce(self, k: Key, job_id: str, now: int) -> None:
         """``k`` is done for ``job_id`` (or, ``FAILED`` + id, that job's add failed): every
         peer is told, again on the timer until it acknowledges (a dead one once it is back)."""
+        me = self.my_id
+        peers = [node for node in self.view.all_peers() if node != me]
+        if not peers:
+            return  # a single node: nobody to tell, no timer to arm
         msg = IdemKeys([k[0]], [k[1]], [job_id])
         if not self._idem_timer_ms:
             self._idem_arm(now + IDEM_LIVE_CHECK_MS)
-        for node in self.view.all_peers():
-            if node == self.my_id:
-                continue
+        for node in peers:
             self._idem_unacked.setdefault(node, {})[k] = job_id
             self._send(node, msg)
             if node not in self._idem_resend:
