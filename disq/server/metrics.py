@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import time
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -113,7 +114,9 @@ class NodeMetrics:
         self.replication = LatencyHistogram(LATENCY_BOUNDS_MS, 0.001)
         self.fsync = LatencyHistogram(FSYNC_BOUNDS_S)
         self.queue_events: dict[str, list[int]] = {}  # queue -> counts by event kind
-        self._delivered: dict[str | int, int] = {}  # job id -> ctime ms, delivered not acked
+        # job id -> ctime ms, delivered not acked; an OrderedDict: trimmed from its oldest end
+        # (a dict's next(iter()) walks every deleted slot before the first live one)
+        self._delivered: OrderedDict[str | int, int] = OrderedDict()
         self.host: MetricsHost | None = None
 
     def on_events(self, buf: EventBuffer) -> None:
@@ -144,7 +147,7 @@ class NodeMetrics:
                     # An ack may remove the job before the drain sees it: remember the ctime.
                     delivered[job_id] = ctime_ms
                     if len(delivered) > MAX_DELIVERED_TRACKED:
-                        del delivered[next(iter(delivered))]
+                        delivered.popitem(last=False)
                 else:
                     self.replication.observe(max(0, t - ctime_ms))
             elif kind == ev.ACKED or (kind == ev.DELETED and type(job_id) is int):

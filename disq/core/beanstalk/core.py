@@ -14,6 +14,7 @@ for it, never one per job (beanstalkd's "process what is due, sleep until the ne
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -456,8 +457,9 @@ class BeanstalkCore:
         tube = s.use
         kicked = 0
         if tube.buried:
-            while kicked < bound and tube.buried:
-                job = next(iter(tube.buried.values()))
+            # The oldest ``bound`` in one pass: next(iter()) after each removal would walk
+            # every removed slot again (a quadratic `kick 100000`).
+            for job in list(itertools.islice(tube.buried.values(), bound)):
                 self._kick_one(job, now_ms)
                 kicked += 1
         else:

@@ -11,6 +11,7 @@ confirmation round: DELJOB to everybody at once. A deleted id is remembered for 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from disq.core import events as ev
@@ -38,7 +39,7 @@ class AckMixin:
     jobs: dict[str, DJob]
     events: EventBuffer
     stats: dict[str, int]
-    _tombstones: dict[str, int]
+    _tombstones: OrderedDict[str, int]
     _adds: dict[int, _AddWait]
     _add_by_job: dict[str, int]
 
@@ -139,10 +140,11 @@ class AckMixin:
         return known
 
     def _tombstone(self, job_id: str, now_ms: int) -> None:
-        self._tombstones.pop(job_id, None)
-        self._tombstones[job_id] = now_ms + TOMBSTONE_MS
-        if len(self._tombstones) > TOMBSTONE_MAX:
-            del self._tombstones[next(iter(self._tombstones))]
+        tombstones = self._tombstones
+        tombstones[job_id] = now_ms + TOMBSTONE_MS
+        tombstones.move_to_end(job_id)
+        if len(tombstones) > TOMBSTONE_MAX:
+            tombstones.popitem(last=False)
 
     def _tombstoned(self, job_id: str, now_ms: int) -> bool:
         until = self._tombstones.get(job_id)

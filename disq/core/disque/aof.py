@@ -8,6 +8,7 @@ deletion; acks themselves are not persisted (a restarted node re-learns them by 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from disq.core import ids
@@ -55,7 +56,7 @@ class AofMixin:
         def _kv_after_restore(self) -> None: ...
 
         _idem_tentative: set[tuple[str, str]]
-        _idem: dict[tuple[str, str], tuple[str, int]]
+        _idem: OrderedDict[tuple[str, str], tuple[str, int]]
         vote_keys: bool
 
         def _register(self, j: DJob, awake: bool = True) -> None: ...

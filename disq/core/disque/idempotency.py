@@ -38,6 +38,7 @@ The ADDJOBs that repeat a key while the first add still waits for its copies wai
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +106,7 @@ class IdempotencyMixin:
     replies: list[tuple[int, DeferredResult]]
     stats: dict[str, int]
     # (queue, idempotency key) -> (job id, until), insertion order = age.
-    _idem: dict[Key, tuple[str, int]]
+    _idem: OrderedDict[Key, tuple[str, int]]
     _idem_tentative: set[Key]
     _idem_shadow: dict[Key, list[str]]  # other tentative copies of a tentative key, older
     _idem_unacked: dict[str, dict[Key, str]]  # peer -> keys it has not acknowledged

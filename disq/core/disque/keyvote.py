@@ -50,6 +50,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +127,7 @@ class KeyVoteMixin:
     persist: bool
     replies: list[tuple[int, DeferredResult]]
     stats: dict[str, int]
-    _idem: dict[Key, tuple[str, int]]
+    _idem: OrderedDict[Key, tuple[str, int]]
     _idem_tentative: set[Key]
     _idem_shadow: dict[Key, list[str]]
     _held_retries: dict[Key, list[_HeldRetry]]
