@@ -27,6 +27,7 @@ test: $(STAMP) lint typecheck
 	scripts/ensure_redis_cli.sh
 	scripts/ensure_redis_py7.sh
 	scripts/ensure_java.sh
+	scripts/ensure_chromium.sh
 	$(BIN)/pytest -q -p no:cacheprovider tests
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \

@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP admin port (Prometheus /metrics, /healthz) on the listen host; 0: off",
     )
     p.add_argument(
+        "--dashboard-actions",
+        action="store_true",
+        help="let the dashboard (on the admin port) act (pause, requeue, delete, kick, leave)"
+        " for loopback clients when no --requirepass is set; with one, actions need a login",
+    )
+    p.add_argument(
         "--drain-timeout-s",
         type=float,
         default=20.0,
@@ -392,6 +398,7 @@ def _run(
     config.metrics_port = args.metrics_port or 0
     config.metrics_host = getattr(args, "metrics_host", DEFAULT_ADDR)
     config.metrics_port_required = getattr(args, "metrics_port_required", True)
+    config.dashboard_actions = bool(getattr(args, "dashboard_actions", False))
     config.drain_timeout_s = max(0.0, args.drain_timeout_s)
     tls_socks, resp_tls_socks, tls_port_files = tls_ports
     ssl_context = None

@@ -736,6 +736,26 @@ class AsyncClient:
             if cursor == 0:
                 return out
 
+    async def scan_page(
+        self,
+        cursor: int = 0,
+        *,
+        queue: str = "",
+        states: Sequence[str] = (),
+        count: int = 100,
+        node: str | None = None,
+    ) -> tuple[int, list[api_pb2.JobInfo]]:
+        """One JSCAN page: the next cursor (0 at the end) and up to about ``count`` jobs,
+        those of ``queue`` in ``states`` (wait-repl, active, queued, acked) when given,
+        bodies included. ``node`` (a gRPC address) asks that node only, as a cursor is one
+        node's; without it, any node answers (a client with discovery off: its node)."""
+        req = api_pb2.JScanRequest(cursor=cursor, count=count, queue=queue, states=states)
+        if node is not None:
+            r = await self._call_node(node, "JScan", req)
+        else:
+            r = await self._call("JScan", req)
+        return int(r.cursor), list(r.jobs)
+
     async def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
     ) -> api_pb2.ReadEventsResponse:

@@ -6,6 +6,10 @@ Off unless asked for (``--metrics-port`` in flag mode; ``metrics-port``, default
 HTTP Basic auth (any user name) or ``Authorization: Bearer <password>``; 401 otherwise.
 ``/healthz`` never asks. The collector (disq/server/metrics.py) reads the node's state only
 when scraped.
+
+The same app serves the web dashboard under ``/dashboard/`` (disq/dashboard/, mounted here):
+same port, same password (a login form and a session cookie instead of the Authorization
+header), read-only unless there is a password or ``--dashboard-actions``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from disq.dashboard import mount as mount_dashboard
 from disq.server.metrics import MetricsHost, NodeCollector, NodeMetrics
 
 _log: Any = structlog.get_logger("disq.admin_http")
@@ -72,6 +77,12 @@ class AdminServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
+        self.dashboard = mount_dashboard(
+            app,
+            host,
+            password=lambda: _password(host),
+            actions=bool(getattr(host.config, "dashboard_actions", False)),
+        )
         self.app = app
         self._runner: web.AppRunner | None = None
         self.port = 0

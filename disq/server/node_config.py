@@ -21,4 +21,7 @@ class NodeConfig:
     metrics_port: int = 0  # the HTTP admin port (/metrics, /healthz); 0: off
     metrics_host: str = "127.0.0.1"
     metrics_port_required: bool = True  # False (a derived default): a busy port only warns
+    # The dashboard on the admin port (disq/dashboard/) is read-only unless requirepass is set
+    # (actions after login) or this is on (actions from loopback clients without a password).
+    dashboard_actions: bool = False
     drain_timeout_s: float = 20.0  # SIGTERM: hand jobs off this long at most (drain.py)

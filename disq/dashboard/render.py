@@ -1,0 +1,165 @@
+"""Pure helpers of the dashboard: how a body is shown, how a job's timeline is merged from the
+event logs of several nodes, dead-letter queue names, ages. No IO; unit-tested on their own
+(tests/unit/test_dashboard.py).
+
+Nothing here escapes HTML: the templates do (Jinja2 with autoescaping on), so every string
+these helpers return is plain text, whatever bytes it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A body is shown up to this many bytes; the page says how many more there were.
+BODY_PREVIEW_BYTES = 4096
+# Bytes per hex dump line.
+HEX_WIDTH = 16
+
+# Disque job ids: D-<node8>-<24 chars>-<ttl 4 hex> (40 characters in all).
+JOB_ID_RE = re.compile(r"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
+
+# Queue names a worker dead-letters into, by convention (disq.Worker takes any name): the
+# suffix is stripped to guess the original queue. Exact names (no original) come last.
+_DEAD_SUFFIXES = ("-dead", "_dead", ".dead", ":dead", "-dlq", "_dlq", ".dlq", ":dlq")
+_DEAD_NAMES = ("dead_letter", "dead-letter", "dead_letters", "dead-letters", "dlq")
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedBody:
+    """A job body made safe to show: ``kind`` is ``text`` (valid UTF-8 with no control
+    characters but tab and newline) or ``hex`` (a dump with offsets); ``shown`` bytes of
+    ``size`` are rendered."""
+
+    kind: str
+    text: str
+    size: int
+    shown: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.shown < self.size
+
+
+def _is_printable_text(s: str) -> bool:
+    return all(c in "\t\n\r" or (c >= " " and c != "\x7f") for c in s)
+
+
+def render_body(body: bytes, limit: int = BODY_PREVIEW_BYTES) -> RenderedBody:
+    """Text when the first ``limit`` bytes decode as printable UTF-8 (a multi-byte character
+    cut by the limit is dropped), a hex dump otherwise."""
+    size = len(body)
+    head = body[:limit]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Only a character cut at the end by the limit is forgiven.
+        if size > limit and exc.start >= len(head) - 3 and exc.reason.startswith("unexpected end"):
+            head = head[: exc.start]
+            text = head.decode("utf-8", errors="strict")
+        else:
+            return RenderedBody("hex", hex_dump(head), size, len(head))
+    if not _is_printable_text(text):
+        return RenderedBody("hex", hex_dump(head), size, len(head))
+    return RenderedBody("text", text, size, len(head))
+
+
+def hex_dump(data: bytes, width: int = HEX_WIDTH) -> str:
+    """``offset  hex bytes  |ascii|`` lines, as ``hexdump -C`` (non-printables as dots)."""
+    lines = []
+    for off in range(0, len(data), width):
+        chunk = data[off : off + width]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {hexes:<{width * 3 - 1}}  |{ascii_}|")
+    return "\n".join(lines)
+
+
+def body_preview(body: bytes, limit: int = 80) -> str:
+    """One short line for a table cell: text with control characters as ``\\xNN``."""
+    text = body[:limit].decode("utf-8", errors="backslashreplace")
+    out = "".join(c if c >= " " and c != "\x7f" else f"\\x{ord(c):02x}" for c in text)
+    return out + ("…" if len(body) > limit else "")
+
+
+def is_job_id(s: str) -> bool:
+    return bool(JOB_ID_RE.match(s))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    """One lifecycle event of a job as one node logged it."""
+
+    time_ms: int
+    node: str  # the logging node's id
+    seq: int  # its sequence number in that node's log
+    kind: str
+    queue: str
+    attempt: int
+    size: int
+
+
+def merge_timeline(per_node: Mapping[str, Iterable[Any]], job_id: str) -> list[TimelineEvent]:
+    """The events of ``job_id`` from every node's log (objects with ``seq``, ``time_ms``,
+    ``kind``, ``queue``, ``job_id``, ``attempt``, ``size``: the API's Event), in time order;
+    ties by node then sequence, so the order is the same on every page load. Clocks of
+    different nodes differ: events closer than the skew may show in either order."""
+    out = [
+        TimelineEvent(
+            int(e.time_ms), node, int(e.seq), str(e.kind), str(e.queue), int(e.attempt), int(e.size)
+        )
+        for node, events in per_node.items()
+        for e in events
+        if e.job_id == job_id
+    ]
+    out.sort(key=lambda t: (t.time_ms, t.node, t.seq))
+    return out
+
+
+def dead_letter_origin(name: str) -> str | None:
+    """The queue a dead-letter queue's jobs came from, by its name (``jobs-dead`` ->
+    ``jobs``); "" for a dead-letter queue with no original in its name (``dead_letter``);
+    None if the name is not a dead-letter queue's."""
+    lower = name.lower()
+    for suffix in _DEAD_SUFFIXES:
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    if lower in _DEAD_NAMES:
+        return ""
+    return None
+
+
+def fmt_age(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h03m``, ``4d02h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def rate(prev: int | None, cur: int, dt_s: float) -> float:
+    """Per-second rate of a counter between two samples (0 after a reset or without one)."""
+    if prev is None or dt_s <= 0 or cur < prev:
+        return 0.0
+    return (cur - prev) / dt_s
+
+
+def sparkline_points(values: Sequence[float], width: int = 120, height: int = 24) -> str:
+    """An SVG polyline's ``points`` for ``values`` (the server draws the first frame; the
+    page's script redraws it the same way as samples come)."""
+    if not values:
+        return ""
+    top = max(values) or 1.0
+    n = len(values)
+    step = width / max(1, n - 1)
+    return " ".join(
+        f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
+    )

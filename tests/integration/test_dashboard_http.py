@@ -1,0 +1,216 @@
+"""The dashboard over plain HTTP against real nodes: bad input gets a clear answer (status and
+message) and changes nothing; login, CSRF and read-only mode."""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import json
+import re
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ServerFactory
+from dashboard_cluster import DashNode, start_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from eventually import eventually  # noqa: E402
+
+from disq.client.aio import AsyncClient  # noqa: E402
+from disq.client.sync import Client  # noqa: E402
+
+PASSWORD = "pw-http"
+
+
+class Browser:
+    """urllib with a cookie jar; no redirects followed unless asked."""
+
+    def __init__(self) -> None:
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def req(self, url: str, data: dict[str, str] | None = None) -> tuple[int, str]:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        try:
+            with self.opener.open(urllib.request.Request(url, data=body), timeout=15) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    @staticmethod
+    def csrf(html: str) -> str:
+        m = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+        assert m, "no CSRF token in the page"
+        return m.group(1)
+
+
+def message(html: str) -> str:
+    m = re.search(r'id="error-message">([^<]*)<', html)
+    return m.group(1) if m else ""
+
+
+@pytest.fixture
+def pw_cluster(server_factory: ServerFactory) -> list[DashNode]:
+    if server_factory.kind != "disq":
+        pytest.skip("the dashboard is disq's")
+    return start_cluster(server_factory, 2, password=PASSWORD)
+
+
+def test_login_csrf_and_bad_input(pw_cluster: list[DashNode]) -> None:
+    n0 = pw_cluster[0]
+    b = Browser()
+    # Pages want a login; the JSON API and the stream say 401.
+    status, html = b.req(n0.url + "/queues")
+    assert status == 200 and 'id="login-form"' in html  # redirected to the form
+    assert b.req(n0.url + "/api/queues")[0] == 401
+    assert b.req(n0.url + "/stream")[0] == 401
+    token = b.csrf(html)
+    # Wrong password: 401, still logged out.
+    status, html = b.req(n0.url + "/login", {"csrf": token, "password": "nope"})
+    assert status == 401 and "wrong password" in html
+    assert b.req(n0.url + "/api/queues")[0] == 401
+    # A login without the token is refused even with the right password.
+    status, html = b.req(n0.url + "/login", {"password": PASSWORD})
+    assert status == 403 and "CSRF" in message(html)
+    status, html = b.req(n0.url + "/login", {"csrf": token, "password": PASSWORD})
+    assert status == 200 and 'id="nodes"' in html
+    token = b.csrf(html)
+
+    with Client(n0.grpc_addr, password=PASSWORD) as c:
+        job = c.add_job("<b>q</b>", b"<script>alert(1)</script>\x00\xff", replicate=2)
+        # Unknown job id, malformed job id.
+        status, html = b.req(n0.url + "/job?id=D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1")
+        assert status == 404 and "not known to any node" in message(html)
+        status, html = b.req(n0.url + "/job?id=" + urllib.parse.quote("<svg/onload=alert(1)>"))
+        assert status == 400 and "&lt;svg/onload=alert(1)&gt;" in html and "<svg/onload" not in html
+        # A queue name with markup: escaped, found.
+        status, html = b.req(n0.url + "/queue?name=" + urllib.parse.quote("<b>q</b>"))
+        assert status == 200 and "&lt;b&gt;q&lt;/b&gt;" in html and "<b>q</b>" not in html
+        status, html = b.req(n0.url + "/queue?name=" + urllib.parse.quote("<i>none</i>"))
+        assert status == 404 and "&lt;i&gt;none&lt;/i&gt;" in html
+
+        # The live numbers say which node holds the queue (a row per node); its page there
+        # lists the job (one JSCAN page through the SDK's scan_page).
+        def holders() -> list[str]:
+            status, text = b.req(n0.url + "/api/queues")
+            assert status == 200
+            rows = [q for q in json.loads(text)["queues"] if q["name"] == "<b>q</b>"]
+            return list(rows[0]["nodes"]) if rows and rows[0]["depth"] == 1 else []
+
+        eventually(lambda: len(holders()) == 1, "the queue's row on the node holding it")
+        (holder,) = holders()
+        status, html = b.req(
+            n0.url + "/queue?name=" + urllib.parse.quote("<b>q</b>") + "&node=" + holder
+        )
+        assert status == 200 and job in html
+        # A body with HTML and binary: shown as a hex dump, escaped.
+        status, html = b.req(n0.url + "/job?id=" + urllib.parse.quote(job))
+        assert status == 200 and "<script>alert" not in html
+        assert 'class="body hex"' in html and "3c 73 63 72 69 70 74" in html
+
+        # A forged action (no token, a wrong token): 403, nothing paused.
+        form = {"action": "pause", "queue": "<b>q</b>", "state": "all", "confirm": "yes"}
+        status, html = b.req(n0.url + "/action", form)
+        assert status == 403 and "CSRF" in message(html)
+        status, html = b.req(n0.url + "/action", {**form, "csrf": "0" * 64})
+        assert status == 403
+        assert c.pause("<b>q</b>") == "none"
+        # Without confirm=yes: a confirmation page, nothing done.
+        status, html = b.req(n0.url + "/action", {**form, "csrf": token, "confirm": ""})
+        assert status == 200 and 'id="confirm-yes"' in html
+        assert c.pause("<b>q</b>") == "none"
+        # Bad arguments: 400 / 404, nothing done.
+        status, html = b.req(n0.url + "/action", {**form, "csrf": token, "state": "sideways"})
+        assert status == 400 and "pause state" in message(html)
+        status, html = b.req(
+            n0.url + "/action", {"action": "delete", "job": "nope", "csrf": token, "confirm": "yes"}
+        )
+        assert status == 400
+        status, html = b.req(
+            n0.url + "/action", {"action": "kick", "tube": "ghost", "csrf": token, "confirm": "yes"}
+        )
+        assert status == 404
+        status, html = b.req(n0.url + "/action", {"action": "rm -rf", "csrf": token})
+        assert status == 400 and "unknown action" in message(html)
+        # The real thing, confirmed: paused everywhere, logged.
+        status, html = b.req(n0.url + "/action", {**form, "csrf": token})
+        assert status == 200 and "now all" in html
+        assert c.pause("<b>q</b>") == "all"
+        assert "dashboard_action" in n0.srv.log_text()
+        # Another session's token does not work for this one.
+        other = Browser()
+        _, login = other.req(n0.url + "/login")
+        other_token = other.csrf(login)
+        status, _ = b.req(n0.url + "/action", {**form, "state": "none", "csrf": other_token})
+        assert status == 403 and c.pause("<b>q</b>") == "all"
+
+
+def test_read_only_without_a_password(server_factory: ServerFactory) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("the dashboard is disq's")
+    (n0,) = start_cluster(server_factory, 1)
+    b = Browser()
+    status, html = b.req(n0.url + "/")
+    assert status == 200 and 'id="readonly"' in html and "Leave" not in html
+    token = b.csrf(b.req(n0.url + "/login")[1])  # a valid token of this session
+    with Client(n0.grpc_addr) as c:
+        c.add_job("ro", "x", replicate=1)
+        form = {"action": "pause", "queue": "ro", "state": "in", "confirm": "yes", "csrf": token}
+        status, html = b.req(n0.url + "/action", form)
+        assert status == 403 and "read-only" in message(html)
+        assert c.pause("ro") == "none"
+    # Static files: only the known kinds, no path tricks.
+    assert b.req(n0.url + "/static/dash.js")[0] == 200
+    assert b.req(n0.url + "/static/..%2Fapp.py")[0] == 404
+
+
+def test_actions_from_loopback_with_the_flag(server_factory: ServerFactory) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("the dashboard is disq's")
+    (n0,) = start_cluster(server_factory, 1, "--dashboard-actions")
+    b = Browser()
+    _, html = b.req(n0.url + "/")
+    assert 'id="readonly"' not in html
+    token = b.csrf(b.req(n0.url + "/login")[1])
+    with Client(n0.grpc_addr) as c:
+        c.add_job("rw", "x", replicate=1)
+        form = {"action": "pause", "queue": "rw", "state": "in", "confirm": "yes", "csrf": token}
+        status, _ = b.req(n0.url + "/action", form)
+        assert status == 200 and c.pause("rw") == "in"
+
+
+def test_scan_page(pw_cluster: list[DashNode]) -> None:
+    """The SDK's one-page JSCAN: per node (a cursor is one node's), pages joined to the end."""
+    addrs = [n.grpc_addr for n in pw_cluster]
+    with Client(addrs[0], password=PASSWORD) as c:
+        ids = {c.add_job("scanned", f"job {i}", replicate=1) for i in range(5)}
+
+    async def scan() -> tuple[set[str], set[str]]:
+        found: set[str] = set()
+        async with AsyncClient(addrs[0], password=PASSWORD) as ac:
+            for addr in addrs:
+                cursor, pages = 0, 0
+                while True:
+                    cursor, jobs = await ac.scan_page(
+                        cursor, queue="scanned", states=("queued",), count=2, node=addr
+                    )
+                    found.update(j.id for j in jobs)
+                    assert all(j.queue == "scanned" and j.state == "queued" for j in jobs)
+                    pages += 1
+                    if cursor == 0:
+                        break
+                    assert pages < 100
+        async with AsyncClient(addrs[1], password=PASSWORD, discover=False) as one:
+            _, on_one = await one.scan_page(queue="scanned", count=100)  # that node's only
+        return found, {j.id for j in on_one}
+
+    found, on_one = asyncio.run(scan())
+    assert found == ids
+    assert on_one <= ids
