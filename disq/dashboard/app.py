@@ -121,7 +121,8 @@ class Dashboard:
     # ------------------------------------------------------------------ plumbing
     def _session(self, request: web.Request) -> tuple[auth.Session, bool]:
         """The request's session, or a new anonymous one (True: the cookie must be set)."""
-        s = self.signer.load(request.cookies.get(auth.COOKIE))
+        bind = auth.password_digest(self.password())
+        s = self.signer.load(request.cookies.get(auth.COOKIE), bind=bind)
         if s is not None:
             return s, False
         return self.signer.new_session(), True
@@ -129,7 +130,7 @@ class Dashboard:
     def _set_cookie(self, resp: web.StreamResponse, s: auth.Session) -> None:
         resp.set_cookie(
             auth.COOKIE,
-            self.signer.dump(s),
+            self.signer.dump(s, auth.password_digest(self.password())),
             max_age=auth.SESSION_TTL_S,
             path=PREFIX,
             httponly=True,

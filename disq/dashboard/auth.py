@@ -45,19 +45,24 @@ class Signer:
         now = time.time() if now_s is None else now_s
         return Session(secrets.token_hex(16), authenticated, int(now) + SESSION_TTL_S)
 
-    def dump(self, s: Session) -> str:
+    def dump(self, s: Session, bind: str = "") -> str:
+        """The cookie for ``s``; ``bind`` (a digest of the node's password) is signed with it,
+        so a session stops verifying when the password changes (CONFIG SET requirepass)."""
         payload = f"{s.sid}.{int(s.authenticated)}.{s.expires_s}"
-        return f"{payload}.{self._mac(payload)}"
+        return f"{payload}.{self._mac(payload + '.' + bind)}"
 
-    def load(self, cookie: str | None, now_s: float | None = None) -> Session | None:
-        """The session a cookie carries, or None if absent, malformed, forged or expired."""
+    def load(
+        self, cookie: str | None, now_s: float | None = None, bind: str = ""
+    ) -> Session | None:
+        """The session a cookie carries, or None if absent, malformed, forged, expired or
+        signed under another password (``bind``, as given to :meth:`dump`)."""
         if not cookie or len(cookie) > 256:
             return None
         parts = cookie.split(".")
         if len(parts) != 4:
             return None
         sid, auth, exp, mac = parts
-        if not hmac.compare_digest(mac, self._mac(f"{sid}.{auth}.{exp}")):
+        if not hmac.compare_digest(mac, self._mac(f"{sid}.{auth}.{exp}.{bind}")):
             return None
         if auth not in ("0", "1") or not exp.isdigit():
             return None
@@ -73,6 +78,11 @@ class Signer:
         if s is None or not token:
             return False
         return hmac.compare_digest(token, self.csrf_token(s))
+
+
+def password_digest(password: str | None) -> str:
+    """What a session is bound to: a digest of the node's current password ("" without one)."""
+    return hashlib.sha256(password.encode()).hexdigest() if password else ""
 
 
 def password_ok(given: str | None, password: str | None) -> bool:

@@ -84,6 +84,17 @@ def test_session_cookie_round_trip_and_forgery() -> None:
     assert signer.load("garbage") is None and signer.load(None) is None
 
 
+def test_a_session_stops_verifying_when_the_password_changes() -> None:
+    signer = auth.Signer(b"k" * 32)
+    s = signer.new_session(authenticated=True, now_s=1000)
+    old = auth.password_digest("old-pass")
+    cookie = signer.dump(s, old)
+    assert signer.load(cookie, now_s=1001, bind=old) == s
+    assert signer.load(cookie, now_s=1001, bind=auth.password_digest("new-pass")) is None
+    assert signer.load(cookie, now_s=1001) is None  # the password was removed
+    assert auth.password_digest(None) == auth.password_digest("") == ""
+
+
 def test_csrf_token_is_bound_to_the_session() -> None:
     signer = auth.Signer(b"k" * 32)
     a, b = signer.new_session(), signer.new_session()
