@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.disque.job import ACKED, QUEUED, WAIT_REPL, DJob
+from disq.core.disque.job import ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
 from disq.core.messages import DelJob, GotAck, Message, SetAck
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class AckMixin:
         self._key_done(j, now_ms)  # acked: its add surely finished
         j.state = ACKED
         j.gc_retry = 0
-        j.confirmed = set()
+        j.confirmed = NO_NODES
         # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
         # ack by SETACK and answered GOTACK must not keep it until its TTL if the DELJOB that
         # should follow is lost or its sender crashes (acks are not in the AOF).
@@ -114,7 +114,7 @@ class AckMixin:
         """tryJobGC: SETACK to every node that may hold a copy and has not confirmed; delete
         once all did. A dummy ack (no known holders) asks everybody."""
         dummy = not j.delivered
-        j.confirmed.add(self.my_id)
+        j.confirm(self.my_id)
         if (not dummy and j.confirmed >= j.delivered) or (dummy and self.view.cluster_size() == 1):
             self._unregister(j, now_ms)
             return
@@ -180,9 +180,9 @@ class AckMixin:
         if msg.known or sender in j.delivered:
             if not dummy:
                 j.delivered.add(sender)
-            j.confirmed.add(sender)
+            j.confirm(sender)
         if dummy and not msg.known:
-            j.confirmed.add(sender)
+            j.confirm(sender)
             if len(j.confirmed) >= self.view.cluster_size():
                 self._unregister(j, now_ms)
             return

@@ -66,6 +66,7 @@ from disq.core.disque.job import (
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
     DELIVERED,
+    NO_NODES,
     QUEUED,
     WAIT_REPL,
     DJob,
@@ -523,7 +524,7 @@ class DisqueCore(
             # lost with at most R-1 nodes down, so an ASYNC add waits here for its FIRST copy
             # (the others stay best effort, as ASYNC's are), or gets NOREPL at its timeout.
             self._register(j)
-            j.confirmed = set() if extrepl else {self.my_id}
+            j.confirmed = NO_NODES if extrepl else {self.my_id}
             if async_:
                 self._one_copy.add(job_id)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0

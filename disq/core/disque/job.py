@@ -28,6 +28,11 @@ BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``):
 # only answers the holders (WILLQUEUE -> QUEUED) and tells them of changes and deletion
 
 
+# The empty confirmation set every job starts with, shared: a set per job costs 216 bytes and
+# one more object for the collector to scan, for the many jobs that never collect one.
+NO_NODES: frozenset[str] = frozenset()
+
+
 class DJob:
     __slots__ = (
         "add_deliveries",
@@ -77,7 +82,9 @@ class DJob:
         self.nacks = 0
         self.add_deliveries = 0
         self.delivered: set[str] = set()  # nodes that may have a copy
-        self.confirmed: set[str] = set()  # GOTJOB (wait-repl) or GOTACK (acked) senders
+        # GOTJOB (wait-repl) or GOTACK (acked) senders. Most jobs never need one (a queued
+        # REPLICATE 1 job, every copy): they share NO_NODES until confirm() makes their own.
+        self.confirmed: set[str] | frozenset[str] = NO_NODES
         self.qtime_ms = 0  # next requeue; 0 = never
         self.awake_ms = 0  # when the timer next looks at the job
         self.gc_retry = 0
@@ -85,6 +92,14 @@ class DJob:
         self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
         self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
         self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
+
+    def confirm(self, node: str) -> None:
+        """Count ``node``'s GOTJOB or GOTACK (the set is made on the first one)."""
+        c = self.confirmed
+        if type(c) is set:
+            c.add(node)
+        else:
+            self.confirmed = {node}
 
     def __repr__(self) -> str:
         return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"

@@ -51,6 +51,7 @@ import heapq
 import itertools
 import random
 from collections import OrderedDict
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -151,7 +152,7 @@ class KeyVoteMixin:
         def _announce(self, k: Key, job_id: str, now: int) -> None: ...
         def _trim_keys(self) -> None: ...
         def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _kv_finish_add(self, j: DJob, confirmed: set[str], now_ms: int) -> None: ...
+        def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
         def _enqueue(
             self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
         ) -> bool: ...
@@ -170,7 +171,7 @@ class KeyVoteMixin:
         tokens: list[int],
         deadline_ms: int,
         now_ms: int,
-        holders: set[str] | None = None,
+        holders: Set[str] | None = None,
     ) -> None:
         """Bind ``j``'s key by a vote with ``j`` as candidate; ``tokens`` get the key's job
         id once decided (NOREPL at ``deadline_ms``)."""

@@ -17,6 +17,7 @@ back included).
 from __future__ import annotations
 
 import random
+from collections.abc import Set
 from typing import TYPE_CHECKING
 
 from disq.core import events as ev
@@ -26,6 +27,7 @@ from disq.core.disque.job import (
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
+    NO_NODES,
     WAIT_REPL,
     DJob,
 )
@@ -82,7 +84,7 @@ class ReplicationMixin:
             tokens: list[int],
             deadline_ms: int,
             now_ms: int,
-            holders: set[str] | None = None,
+            holders: Set[str] | None = None,
         ) -> None: ...
         def _copies_needed(self, j: DJob) -> int: ...
         def _merge_counters(
@@ -112,7 +114,7 @@ class ReplicationMixin:
     def _replication_achieved(self, j: DJob, now_ms: int) -> None:
         j.state = ACTIVE
         confirmed = j.confirmed
-        j.confirmed = set()
+        j.confirmed = NO_NODES
         token = self._add_by_job.pop(j.id, None)
         if self._kv_needed(j):
             # A keyed add on a cluster: its copies exist, now its key is voted on
@@ -144,7 +146,7 @@ class ReplicationMixin:
         if self.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
             self._log_job(j, now_ms)
 
-    def _kv_finish_add(self, j: DJob, confirmed: set[str], now_ms: int) -> None:
+    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
         """The add is done: keep the job here (queued, or waiting out its DELAY), or, when
         this node keeps no copy, have a holder queue it."""
         if j.flags & BEANSTALK_OWNED:
@@ -224,7 +226,7 @@ class ReplicationMixin:
         j = self.jobs.get(msg.job_id)
         if j is None or j.state != WAIT_REPL:
             return
-        j.confirmed.add(sender)
+        j.confirm(sender)
         j.delivered.add(sender)
         if len(j.confirmed) >= self._copies_needed(j):
             self._replication_achieved(j, now_ms)
