@@ -179,7 +179,7 @@ class AckMixin:
             return
         if msg.known or sender in j.delivered:
             if not dummy:
-                j.delivered.add(sender)
+                j.deliver_to(sender)
             j.confirm(sender)
         if dummy and not msg.known:
             j.confirm(sender)

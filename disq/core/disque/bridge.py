@@ -95,7 +95,7 @@ class BeanstalkBridgeMixin:
         j.flags |= BEANSTALK_ORIGIN | BEANSTALK_OWNED
         j.priority = priority
         j.bid = bid
-        j.delivered.add(self.my_id)
+        j.deliver_to(self.my_id)
         self._register(j)
         if additional <= 0:
             j.state = ACTIVE

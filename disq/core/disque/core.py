@@ -148,6 +148,7 @@ class DisqueCore(
         # whose first entries keep being deleted makes next(iter(d)) walk every deleted slot
         # before it (O(n) per call until the next resize: 80% of a node's acks once the
         # tombstones reached their bound).
+        self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
         self._idem: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # idempotency.py
         self._idem_tentative: set[tuple[str, str]] = set()
@@ -199,6 +200,14 @@ class DisqueCore(
     @property
     def my_id(self) -> str:
         return self.view.my_id
+
+    def _only_me(self) -> frozenset[str]:
+        """{this node}, one shared set for every job only this node holds (REPLICATE 1)."""
+        me = self.view.my_id
+        only = self._only_me_set
+        if me not in only:
+            only = self._only_me_set = frozenset((me,))
+        return only
 
     def _send(self, node: str, msg: Message) -> None:
         if node != self.view.my_id:
@@ -511,7 +520,7 @@ class DisqueCore(
             j.idem_key = idem_key
             self._remember_key(j, now_ms)
         if not extrepl:
-            j.delivered.add(self.my_id)
+            j.delivered = self._only_me()
         j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
         self.stats["jobs_added"] += 1
         self.events.add(ev.ENQUEUED, now_ms, queue, job_id, 0, len(body))

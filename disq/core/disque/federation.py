@@ -98,7 +98,7 @@ class FederationMixin:
                 continue
             j.state = ACTIVE
             q.jobs_out += 1
-            j.delivered.add(node)
+            j.deliver_to(node)
             jobs.append(self._job_data(j, now_ms))
             if j.retry_s == 0:
                 # An at-most-once job must exist in one place only: it moves.
@@ -150,11 +150,11 @@ class FederationMixin:
                 if self._tombstoned(d.id, now_ms):
                     continue
                 j = self._job_from_data(d, now_ms, key_done=True)  # queued there: done
-                j.delivered.add(sender)
+                j.deliver_to(sender)
                 self._register(j)
                 self._log_job(j, now_ms)
             else:
-                j.delivered.update(d.nodes_delivered)
+                j.deliver_to(*d.nodes_delivered)
                 # This node's copy may have missed QUEUEDs the exporter saw (it was not in
                 # every holder's delivered set): the exporter's counters are at least as new.
                 self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)

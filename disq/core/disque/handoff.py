@@ -154,7 +154,7 @@ class HandoffMixin(ReplicationMixin):
         h.target = target
         h.tried.append(target)
         h.until = now_ms + HANDOFF_RETRY_MS
-        j.delivered.add(target)
+        j.deliver_to(target)
         data = self._job_data(j, now_ms)
         me = self.my_id
         data = replace(data, nodes_delivered=[n for n in data.nodes_delivered if n != me])

@@ -81,7 +81,9 @@ class DJob:
         self.flags = 0
         self.nacks = 0
         self.add_deliveries = 0
-        self.delivered: set[str] = set()  # nodes that may have a copy
+        # Nodes that may have a copy. Shared (NO_NODES, or the core's one-node set for a
+        # REPLICATE 1 job) until deliver_to() makes the job its own.
+        self.delivered: set[str] | frozenset[str] = NO_NODES
         # GOTJOB (wait-repl) or GOTACK (acked) senders. Most jobs never need one (a queued
         # REPLICATE 1 job, every copy): they share NO_NODES until confirm() makes their own.
         self.confirmed: set[str] | frozenset[str] = NO_NODES
@@ -92,6 +94,14 @@ class DJob:
         self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
         self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
         self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
+
+    def deliver_to(self, *nodes: str) -> None:
+        """Add ``nodes`` to those that may have a copy (the set is made on the first)."""
+        d = self.delivered
+        if type(d) is set:
+            d.update(nodes)
+        else:
+            self.delivered = {*d, *nodes}
 
     def confirm(self, node: str) -> None:
         """Count ``node``'s GOTJOB or GOTACK (the set is made on the first one)."""

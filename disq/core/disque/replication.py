@@ -101,7 +101,7 @@ class ReplicationMixin:
             peers = [n for n in self.view.reachable_peers() if n not in j.delivered]
             self.rng.shuffle(peers)
             new = peers[:count]
-            j.delivered.update(new)
+            j.deliver_to(*new)
         msg: ReplJob | None = None
         targets = j.delivered if resend else new
         for node in targets:
@@ -176,7 +176,7 @@ class ReplicationMixin:
             return
         j = self.jobs.get(d.id)
         if j is not None:
-            j.delivered.update(d.nodes_delivered)
+            j.deliver_to(*d.nodes_delivered)
             # A resend, or a drain handing its copy over: the sender may have counted more.
             self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
         else:
@@ -208,8 +208,7 @@ class ReplicationMixin:
         j.flags = BCAST_QUEUED
         j.nacks = d.nacks
         j.add_deliveries = d.additional_deliveries
-        j.delivered = set(d.nodes_delivered)
-        j.delivered.add(self.my_id)
+        j.delivered = {*d.nodes_delivered, self.my_id}
         j.priority = d.priority
         if d.idempotency_key:
             j.idem_key = d.idempotency_key
@@ -227,6 +226,6 @@ class ReplicationMixin:
         if j is None or j.state != WAIT_REPL:
             return
         j.confirm(sender)
-        j.delivered.add(sender)
+        j.deliver_to(sender)
         if len(j.confirmed) >= self._copies_needed(j):
             self._replication_achieved(j, now_ms)
