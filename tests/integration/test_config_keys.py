@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import hiredis
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,21 +39,15 @@ def _call(sock: socket.socket, *args: str) -> bytes:
 
 
 def _read_reply(sock: socket.socket) -> bytes:
-    # Enough of RESP for these tests: one line, or one bulk/array read until the data stops.
+    """One whole reply as the raw bytes it came in: read until hiredis's reader (RESP2 and
+    RESP3) holds a complete one, rather than until the socket stays quiet for a while."""
+    reader = hiredis.Reader()
     data = b""
-    while not data.endswith(b"\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
+    while chunk := sock.recv(65536):
         data += chunk
-    if data[:1] in (b"$", b"*") and not data.startswith((b"$-1", b"*0", b"*-1")):
-        sock.settimeout(0.5)
-        try:
-            while chunk := sock.recv(65536):
-                data += chunk
-        except TimeoutError:
-            pass
-        sock.settimeout(TIMEOUT)
+        reader.feed(chunk)
+        if reader.gets() is not False:
+            break
     return data
 
 
