@@ -31,7 +31,7 @@ from disq.client.aio import AsyncClient
 from disq.client.errors import DisqError
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT
 from disq.dashboard.render import TimelineEvent, merge_timeline
-from disq.doors.disque import info_text, queue_bytes
+from disq.doors.disque import info_dict, queue_bytes
 from disq.proto_gen import api_pb2
 
 if TYPE_CHECKING:
@@ -271,12 +271,7 @@ class Gatherer:
         services = getattr(self.host.cluster, "services", None) if node.is_self else None
         if services is None:
             return await self.client(node.addr).info()
-        fields = {}
-        for line in info_text(services, "default").split("\r\n"):
-            if line and not line.startswith("#") and ":" in line:
-                k, _, v = line.partition(":")
-                fields[k] = v
-        return fields
+        return info_dict(services, "default")
 
     async def node_queues(
         self, node: NodeView, cap: int = MAX_QUEUES

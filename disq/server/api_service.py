@@ -30,7 +30,7 @@ from disq.core.disque.api import PENDING, DeferredResult, DisqueError
 from disq.core.disque.job import STATE_BY_NAME, DJob
 from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import PAUSE_IN, PAUSE_OUT
-from disq.doors.disque import NodeApi, info_text, queue_bytes, queue_name
+from disq.doors.disque import NodeApi, info_dict, queue_bytes, queue_name
 from disq.proto_gen import api_pb2, api_pb2_grpc
 
 if TYPE_CHECKING:
@@ -602,12 +602,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
     async def Info(self, request: api_pb2.InfoRequest, context: Any) -> Any:
         async def body() -> api_pb2.InfoResponse:
-            text = info_text(self.node, request.section or "default")
-            fields = {}
-            for line in text.split("\r\n"):
-                if line and not line.startswith("#") and ":" in line:
-                    k, _, v = line.partition(":")
-                    fields[k] = v
+            fields = info_dict(self.node, request.section or "default")
             return api_pb2.InfoResponse(fields=fields)
 
         return await self._call(context, body)

@@ -42,6 +42,7 @@ from disq.doors.disque.node_api import (
     NodeEntry,
     RespStats,
     bytes_to_human,
+    info_dict,
     info_text,
 )
 from disq.doors.disque.numbers import parse_cursor, parse_ll, parse_strtod
@@ -61,6 +62,7 @@ __all__ = [
     "RespStats",
     "bytes_to_human",
     "execute",
+    "info_dict",
     "info_text",
     "parse_cursor",
     "parse_ll",

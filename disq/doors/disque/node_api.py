@@ -281,3 +281,13 @@ def info_text(node: NodeApi, section: str) -> str:
         )
         parts.append(f"# Commandstats\r\n{lines}")
     return "\r\n".join(parts)
+
+
+def info_dict(node: NodeApi, section: str) -> dict[str, str]:
+    """INFO's ``key:value`` lines as a dict (the gRPC API's Info, the dashboard)."""
+    fields: dict[str, str] = {}
+    for line in info_text(node, section).split("\r\n"):
+        if line and not line.startswith("#") and ":" in line:
+            k, _, v = line.partition(":")
+            fields[k] = v
+    return fields
