@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
@@ -42,7 +43,9 @@ class Tube:
         self.ready: SortedList = SortedList()
         self.delayed: SortedList = SortedList()  # (deadline_ms << 64 | id)
         self.buried: dict[int, Job] = {}
-        self.waiting: dict[Session, None] = {}
+        # Sessions waiting in reserve, served from the front: an OrderedDict, as a dict's
+        # next(iter()) walks every slot deleted before the first live one.
+        self.waiting: OrderedDict[Session, None] = OrderedDict()
         self.reserved_count = 0
         self.urgent_count = 0
         self.using_count = 0

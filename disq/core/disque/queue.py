@@ -7,6 +7,8 @@ which is Disque's best-effort FIFO.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from sortedcontainers import SortedList
 
 from disq.core.messages import PAUSE_IN, PAUSE_OUT
@@ -42,7 +44,9 @@ class DQueue:
         self.jobs_in = 0
         self.jobs_out = 0
         self.pause = 0  # PAUSE_IN | PAUSE_OUT
-        self.blocked: dict[int, None] = {}  # tokens of GETJOB clients blocked here, in order
+        # Tokens of GETJOB clients blocked here, in order. An OrderedDict: they are served
+        # from the front, and a dict's next(iter()) walks every slot deleted before it.
+        self.blocked: OrderedDict[int, None] = OrderedDict()
         # Federation (queue.c needJobsForQueue).
         self.needjobs_bcast_ms = 0
         self.needjobs_bcast_attempt = 0
