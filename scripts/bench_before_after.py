@@ -164,24 +164,35 @@ class Result:
     ops: dict[str, list[float]] = field(default_factory=lambda: {"old": [], "new": []})
     failures: dict[str, list[str]] = field(default_factory=lambda: {"old": [], "new": []})
     errors: dict[str, int] = field(default_factory=lambda: {"old": 0, "new": 0})
+    # The nodes' CPU time per operation (cluster rows): steadier than ops/s on a machine whose
+    # two cores the nodes and the load generator share, so it resolves smaller changes.
+    cpu_us: dict[str, list[float]] = field(default_factory=lambda: {"old": [], "new": []})
 
 
-def read_rows(bench: str, path: Path) -> list[tuple[str, float | None, str | None, int]]:
-    """(row id, ops/s, error, loadgen errors) per row of a script's --json output."""
+def read_rows(
+    bench: str, path: Path
+) -> list[tuple[str, float | None, str | None, int, float | None]]:
+    """(row id, ops/s, error, loadgen errors, node CPU us per op) per row of a script's
+    --json output."""
     data: dict[str, Any] = json.loads(path.read_text())
-    out: list[tuple[str, float | None, str | None, int]] = []
+    out: list[tuple[str, float | None, str | None, int, float | None]] = []
     for row in data["rows"]:
         cell = row.get("disq", {}) if bench == "beanstalk" else row
         err = cell.get("error")
         ops = cell.get("ops_per_s")
         if err is None and ops is None:
             err = "no result"
+        cpu_us = None
+        node_cpu_s, n_ops = cell.get("node_cpu_s"), cell.get("ops")
+        if not err and node_cpu_s and n_ops:
+            cpu_us = 1e6 * sum(node_cpu_s) / n_ops
         out.append(
             (
                 row["id"],
                 None if err else float(ops),
                 err,
                 int(cell.get("errors") or 0),
+                cpu_us,
             )
         )
     return out
@@ -221,12 +232,14 @@ def run_one(
         res = results.setdefault((bench, "(all rows)"), Result(bench, "(all rows)"))
         res.failures[side.name].append(msg)
         return took
-    for row_id, ops, err, lg_errors in read_rows(bench, out):
+    for row_id, ops, err, lg_errors, cpu_us in read_rows(bench, out):
         res = results.setdefault((bench, row_id), Result(bench, row_id))
         if ops is None:
             res.failures[side.name].append(err or "failed")
         else:
             res.ops[side.name].append(ops)
+        if cpu_us is not None:
+            res.cpu_us[side.name].append(cpu_us)
         res.errors[side.name] += lg_errors
     log(f"{bench} / {side.name}: done in {took:.0f} s (exit {proc.returncode})")
     return took
@@ -277,6 +290,25 @@ def verdict(res: Result) -> tuple[str, str]:
     if res.failures["old"] or res.failures["new"] or res.errors["old"] or res.errors["new"]:
         text += "; some runs failed or had errors"
     return f"{ratio:.3f}x", text
+
+
+def render_cpu(results: list[Result]) -> str:
+    """Node CPU per operation, old against new (rows that report it); empty if none do."""
+    rows = [r for r in results if r.cpu_us["old"] and r.cpu_us["new"]]
+    if not rows:
+        return ""
+    out = [
+        "| bench | row | old node CPU us/op (median) | new node CPU us/op (median) | new / old |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        o, n = statistics.median(r.cpu_us["old"]), statistics.median(r.cpu_us["new"])
+        out.append(
+            f"| {r.bench} | {r.row} | {o:.1f} ({min(r.cpu_us['old']):.1f}-"
+            f"{max(r.cpu_us['old']):.1f}) | {n:.1f} ({min(r.cpu_us['new']):.1f}-"
+            f"{max(r.cpu_us['new']):.1f}) | {n / o:.3f}x |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def render(results: list[Result], repeat: int) -> str:
@@ -448,6 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table.rstrip("\n"),
     ]
+    cpu_table = render_cpu(ordered)
+    if cpu_table:
+        lines += [
+            "",
+            "The nodes' CPU time per operation (all three nodes, from /proc; lower is better; "
+            "min-max in brackets):",
+            "",
+            cpu_table.rstrip("\n"),
+        ]
     report = "\n".join(lines) + "\n"
     print()
     print(report, end="")

@@ -89,7 +89,7 @@ class _View:
         return list(self.peers)
 
 
-def three_nodes(n: int = 16_000, in_flight: int = 800) -> None:
+def three_nodes(n: int = 16_000, in_flight: int = 800, columnar: bool = False) -> None:
     ids = [f"{i:02x}" * 20 for i in range(1, 4)]
     cores = {
         nid: DisqueCore(_View(nid, [p for p in ids if p != nid]), random.Random(k), 0)
@@ -97,6 +97,7 @@ def three_nodes(n: int = 16_000, in_flight: int = 800) -> None:
     }
     creator = cores[ids[0]]
     now = 1000
+    codec_s = 0.0
     t0 = time.perf_counter()
     for start in range(0, n, in_flight):
         for k in range(start, start + in_flight):
@@ -112,7 +113,9 @@ def three_nodes(n: int = 16_000, in_flight: int = 800) -> None:
                     by_dest.setdefault(dest, []).append(msg)
                 core.outbox.clear()
                 for dest, msgs in by_dest.items():
-                    _, _, decoded = decode_frame(encode_frame(src, 1, msgs))
+                    c0 = time.perf_counter()
+                    _, _, decoded = decode_frame(encode_frame(src, 1, msgs, columnar=columnar))
+                    codec_s += time.perf_counter() - c0
                     for m in decoded:
                         cores[dest].on_message(now, src, m)
                 moved = True
@@ -120,9 +123,14 @@ def three_nodes(n: int = 16_000, in_flight: int = 800) -> None:
             core.replies.clear()
             core.aof_out.clear()
     us = us_per(n, t0)
-    print(f"REPLICATE 3, 3 cores + protobuf:     {us:5.1f} us of CPU per job ({1e6 / us:,.0f}/s)")
+    form = "batch messages  " if columnar else "one msg per job "
+    print(
+        f"REPLICATE 3, 3 cores, {form}: {us:5.1f} us of CPU per job ({1e6 / us:,.0f}/s),"
+        f" of which codec {codec_s / n * 1e6:4.1f} us"
+    )
 
 
 if __name__ == "__main__":
     single_node()
-    three_nodes()
+    three_nodes(columnar=False)  # to a peer of an older build
+    three_nodes(columnar=True)  # between nodes of this build (peer_link.py WIRE_COLUMNAR)

@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,8 @@ class Message(_message.Message):
     IDEM_KEYS_FIELD_NUMBER: _ClassVar[int]
     KEY_VOTE_FIELD_NUMBER: _ClassVar[int]
     KEY_VOTES_FIELD_NUMBER: _ClassVar[int]
+    REPL_JOBS_FIELD_NUMBER: _ClassVar[int]
+    GOT_JOBS_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -70,7 +72,9 @@ class Message(_message.Message):
     idem_keys: IdemKeys
     key_vote: KeyVote
     key_votes: KeyVotes
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ...) -> None: ...
+    repl_jobs: ReplJobs
+    got_jobs: GotJobs
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -163,6 +167,50 @@ class GotJob(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ReplJobs(_message.Message):
+    __slots__ = ("id", "queue", "body", "repl", "ctime", "delay_s", "retry_s", "ttl_remaining_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_delivered_count", "priority", "beanstalk", "bstate", "beanstalk_id", "idempotency_key")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    REPL_FIELD_NUMBER: _ClassVar[int]
+    CTIME_FIELD_NUMBER: _ClassVar[int]
+    DELAY_S_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NODES_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    NODES_DELIVERED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    BEANSTALK_FIELD_NUMBER: _ClassVar[int]
+    BSTATE_FIELD_NUMBER: _ClassVar[int]
+    BEANSTALK_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    id: _containers.RepeatedScalarFieldContainer[str]
+    queue: _containers.RepeatedScalarFieldContainer[str]
+    body: _containers.RepeatedScalarFieldContainer[bytes]
+    repl: _containers.RepeatedScalarFieldContainer[int]
+    ctime: _containers.RepeatedScalarFieldContainer[int]
+    delay_s: _containers.RepeatedScalarFieldContainer[int]
+    retry_s: _containers.RepeatedScalarFieldContainer[int]
+    ttl_remaining_s: _containers.RepeatedScalarFieldContainer[int]
+    nacks: _containers.RepeatedScalarFieldContainer[int]
+    additional_deliveries: _containers.RepeatedScalarFieldContainer[int]
+    nodes_delivered: _containers.RepeatedScalarFieldContainer[str]
+    nodes_delivered_count: _containers.RepeatedScalarFieldContainer[int]
+    priority: _containers.RepeatedScalarFieldContainer[int]
+    beanstalk: _containers.RepeatedScalarFieldContainer[bool]
+    bstate: _containers.RepeatedScalarFieldContainer[int]
+    beanstalk_id: _containers.RepeatedScalarFieldContainer[int]
+    idempotency_key: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[_Iterable[str]] = ..., queue: _Optional[_Iterable[str]] = ..., body: _Optional[_Iterable[bytes]] = ..., repl: _Optional[_Iterable[int]] = ..., ctime: _Optional[_Iterable[int]] = ..., delay_s: _Optional[_Iterable[int]] = ..., retry_s: _Optional[_Iterable[int]] = ..., ttl_remaining_s: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[int]] = ..., additional_deliveries: _Optional[_Iterable[int]] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_delivered_count: _Optional[_Iterable[int]] = ..., priority: _Optional[_Iterable[int]] = ..., beanstalk: _Optional[_Iterable[bool]] = ..., bstate: _Optional[_Iterable[int]] = ..., beanstalk_id: _Optional[_Iterable[int]] = ..., idempotency_key: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GotJobs(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Enqueue(_message.Message):
     __slots__ = ("job_id",)

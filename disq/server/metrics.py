@@ -423,6 +423,12 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily(
             "disq_peer_links_up", "Outbound peer links up.", value=s.get("links_up", 0)
         )
+        yield GaugeMetricFamily(
+            "disq_peer_links_columnar",
+            "Outbound peer links up whose peer reads batch messages (fewer than links_up while "
+            "a rolling restart mixes builds).",
+            value=s.get("links_columnar", 0),
+        )
         for key, doc in (
             ("frames_sent", "Frames sent to peers."),
             ("frames_received", "Frames received from peers."),

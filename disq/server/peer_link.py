@@ -26,8 +26,14 @@ Handshake
     carries the server's node id, and a link whose address now answers with another id is
     refused: after restarts on ephemeral ports an address can change hands, and frames meant
     for one node must not be taken by another. Until a link is up its frames are dropped, as
-    above. A failed or broken link is retried with capped exponential backoff (50 ms doubling
-    to 1 s; reset once a link came up) for as long as the peer's address is set.
+    above. The metadata also lists the wire features the server's build reads
+    (``disq-wire-features``, comma-separated): today only ``columnar``, the batch forms
+    ReplJobs and GotJobs. The sender uses a feature on a connection only if that connection's
+    handshake announced it, so in a rolling restart a node of an older build (which announces
+    nothing) keeps getting one message per job, and a peer restarted into another build is
+    asked again when its link reconnects. A failed or broken link is retried with capped
+    exponential backoff (50 ms doubling to 1 s; reset once a link came up) for as long as the
+    peer's address is set.
 
 Coalescing
     When the peer's writer falls behind, the frames waiting in its queue are written as one
@@ -56,7 +62,7 @@ from disq.proto_gen import cluster_pb2
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
 from disq.tls import TlsConfig
 
-__all__ = ["PeerLinks"]
+__all__ = ["WIRE_COLUMNAR", "WIRE_FEATURES", "PeerLinks"]
 
 _LINK_METHOD = "/{}/{}".format(
     cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name,
@@ -64,6 +70,9 @@ _LINK_METHOD = "/{}/{}".format(
 )
 _SERVICE = cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name
 _NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accepted the link
+_FEATURES_KEY = "disq-wire-features"  # ... and which wire features its build reads
+WIRE_COLUMNAR = "columnar"  # ReplJobs / GotJobs (peer_wire.py)
+WIRE_FEATURES = (WIRE_COLUMNAR,)
 
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 1.0
@@ -116,7 +125,18 @@ def _target(host: str, port: int) -> str:
 class _Peer:
     """Outbound side of the link to one peer: its address, queue and writer task."""
 
-    __slots__ = ("host", "node_id", "port", "queue", "seq", "task", "up", "up_event", "wakeup")
+    __slots__ = (
+        "columnar",
+        "host",
+        "node_id",
+        "port",
+        "queue",
+        "seq",
+        "task",
+        "up",
+        "up_event",
+        "wakeup",
+    )
 
     def __init__(self, node_id: str, host: str, port: int) -> None:
         self.node_id = node_id
@@ -127,6 +147,7 @@ class _Peer:
         self.seq = 0  # never reset, so seq stays increasing across reconnects
         self.task: asyncio.Task[None] | None = None
         self.up = False
+        self.columnar = False  # this connection's handshake said the peer reads batch forms
         self.up_event = asyncio.Event()
         self.wakeup: asyncio.Future[None] | None = None
 
@@ -360,7 +381,9 @@ class PeerLinks:
                 self._frames_dropped += 1
             else:
                 peer.seq += 1
-                peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire))
+                peer.queue.append(
+                    encode_frame(self.my_id, peer.seq, msgs, self._wire, peer.columnar)
+                )
                 self._frames_sent += 1
                 self._messages_sent += len(msgs)
                 peer.wake()
@@ -450,6 +473,8 @@ class PeerLinks:
             their_id = metadata.get(_NODE_ID_KEY) if metadata is not None else None
             if their_id != peer.node_id:
                 raise ConnectionError(f"{target} is node {their_id!r}, not this peer")
+            features = metadata.get(_FEATURES_KEY) if metadata is not None else None
+            peer.columnar = isinstance(features, str) and WIRE_COLUMNAR in features.split(",")
             came_up = True
             peer.up = True
             peer.up_event.set()
@@ -517,7 +542,9 @@ class PeerLinks:
         sender = ""
         try:
             # The client's handshake: proof that a disq handler, not just a socket, is there.
-            await context.send_initial_metadata(((_NODE_ID_KEY, self.my_id),))
+            await context.send_initial_metadata(
+                ((_NODE_ID_KEY, self.my_id), (_FEATURES_KEY, ",".join(WIRE_FEATURES)))
+            )
             async for raw in request_iterator:
                 try:
                     from_node, _seq, msgs = decode_frame(raw, self._wire)
@@ -579,6 +606,9 @@ class PeerLinks:
             "messages_skipped": self._wire.messages_skipped,
             "messages_unencodable": self._wire.messages_unencodable,
             "links_up": sum(1 for p in self._peers.values() if p.up),
+            # Up links whose peer reads the batch forms: below links_up during a rolling
+            # restart that mixes builds.
+            "links_columnar": sum(1 for p in self._peers.values() if p.up and p.columnar),
         }
 
 

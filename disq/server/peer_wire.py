@@ -20,8 +20,9 @@ core) is skipped and counted, so one bad message never costs the rest of the fra
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import groupby, repeat
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -30,6 +31,7 @@ from disq.core import messages as m
 from disq.proto_gen import cluster_pb2 as pb
 
 __all__ = [
+    "BATCH_FORMS",
     "COUNTERS",
     "ONEOF_CLASSES",
     "FrameDecodeError",
@@ -258,20 +260,90 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
 }
 
 
+# ------------------------------------------------------------------------- batch forms
+# A run of consecutive ReplJob (or GotJob) messages for one peer travels as one ReplJobs (or
+# GotJobs) message, column by column, when the peer reads them (``columnar``). Only runs are
+# merged, so the receiver still sees every message in the sender's order: a DELJOB sent after
+# a REPLJOB of the same job cannot overtake it.
+_MIN_RUN = 2  # a run of one goes as the plain message: nothing to share
+_DEFAULT_PRIORITY = 1024  # JobData.priority's default: an empty priority column means it
+
+
+def _enc_repl_jobs(t: pb.Message, jobs: list[m.JobData]) -> None:
+    s = t.repl_jobs
+    s.id.extend([j.id for j in jobs])
+    s.queue.extend([j.queue for j in jobs])
+    s.body.extend([j.body for j in jobs])
+    s.repl.extend([j.repl for j in jobs])
+    s.ctime.extend([j.ctime for j in jobs])
+    s.delay_s.extend([j.delay_s for j in jobs])
+    s.retry_s.extend([j.retry_s for j in jobs])
+    s.ttl_remaining_s.extend([j.ttl_remaining_s for j in jobs])
+    # The optional columns: empty when every job has the default (see cluster.proto).
+    col = [j.nacks for j in jobs]
+    if any(col):
+        s.nacks.extend(col)
+    col = [j.additional_deliveries for j in jobs]
+    if any(col):
+        s.additional_deliveries.extend(col)
+    if any(j.nodes_delivered for j in jobs):
+        s.nodes_delivered_count.extend([len(j.nodes_delivered) for j in jobs])
+        s.nodes_delivered.extend([n for j in jobs for n in j.nodes_delivered])
+    col = [j.priority for j in jobs]
+    if col.count(_DEFAULT_PRIORITY) != len(col):
+        s.priority.extend(col)
+    if any(j.beanstalk for j in jobs):
+        s.beanstalk.extend([j.beanstalk for j in jobs])
+        s.bstate.extend([j.bstate for j in jobs])
+        s.beanstalk_id.extend([j.beanstalk_id for j in jobs])
+    keys = [j.idempotency_key for j in jobs]
+    if any(keys):
+        s.idempotency_key.extend(keys)
+
+
+def _enc_got_jobs(t: pb.Message, job_ids: list[str]) -> None:
+    t.got_jobs.job_id.extend(job_ids)
+
+
+def _batched(msgs: list[m.Message]) -> Iterable[tuple[Any, Any]]:
+    """``(encoder, payload)`` per message to write, runs of ReplJob / GotJob merged."""
+    get = _ENCODERS.get
+    for cls, group in groupby(msgs, type):
+        if cls is m.ReplJob or cls is m.GotJob:
+            run: list[Any] = list(group)
+            if len(run) >= _MIN_RUN:
+                if cls is m.ReplJob:
+                    yield _enc_repl_jobs, [x.job for x in run]
+                else:
+                    yield _enc_got_jobs, [x.job_id for x in run]
+                continue
+            group = iter(run)
+        enc = get(cls)
+        for msg in group:
+            yield enc, msg
+
+
 def encode_frame(
     from_node: str,
     seq: int,
     msgs: list[m.Message],
     counters: WireCounters = COUNTERS,
+    columnar: bool = False,
 ) -> bytes:
-    """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message."""
+    """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message.
+
+    ``columnar``: the receiver reads the batch forms (ReplJobs, GotJobs); runs of ReplJob and
+    GotJob are sent that way. An older peer gets one message per job.
+    """
     frame = pb.Frame(from_node=from_node, seq=seq)
     messages = frame.messages
     add = messages.add
     get = _ENCODERS.get
     bad: list[str] = []
-    for msg in msgs:
-        enc = get(type(msg))
+    todo: Iterable[tuple[Any, Any]] = (
+        _batched(msgs) if columnar else ((get(type(x)), x) for x in msgs)
+    )
+    for enc, msg in todo:
         if enc is None:
             bad.append(type(msg).__name__)
             continue
@@ -282,6 +354,22 @@ def encode_frame(
             # Out-of-range ints raise ValueError, wrong field types TypeError; the half-filled
             # message must not go out.
             del messages[-1]
+            if enc is _enc_repl_jobs or enc is _enc_got_jobs:
+                # One bad job must not cost the run: send it message by message, which skips
+                # only the bad one (and counts it).
+                singles: list[m.Message] = (
+                    [m.ReplJob(x) for x in msg]
+                    if enc is _enc_repl_jobs
+                    else [m.GotJob(x) for x in msg]
+                )
+                for one in singles:
+                    target = add()
+                    try:
+                        _ENCODERS[type(one)](target, one)
+                    except (ValueError, TypeError, AttributeError) as exc1:
+                        del messages[-1]
+                        bad.append(f"{type(one).__name__}: {exc1}")
+                continue
             bad.append(f"{type(msg).__name__}: {exc}")
     if bad:
         counters.messages_unencodable += len(bad)
@@ -316,6 +404,81 @@ def _job(j: pb.Job) -> m.JobData:
         j.beanstalk_id,
         j.idempotency_key,
     )
+
+
+class _BadColumns(ValueError):
+    """A batch message whose columns disagree in length (a broken peer)."""
+
+
+def _column(col: Any, n: int, default: object) -> Iterable[Any]:
+    if not col:
+        return repeat(default, n)
+    if len(col) != n:
+        raise _BadColumns
+    column: Iterable[Any] = col
+    return column
+
+
+def _dec_repl_jobs(t: pb.Message) -> list[m.ReplJob]:
+    s = t.repl_jobs
+    ids = s.id
+    n = len(ids)
+    if not (
+        len(s.queue)
+        == len(s.body)
+        == len(s.repl)
+        == len(s.ctime)
+        == len(s.delay_s)
+        == len(s.retry_s)
+        == len(s.ttl_remaining_s)
+        == n
+    ):
+        raise _BadColumns
+    counts = s.nodes_delivered_count
+    if counts:
+        if len(counts) != n:
+            raise _BadColumns
+        flat = list(s.nodes_delivered)
+        if sum(counts) != len(flat):
+            raise _BadColumns
+        delivered: list[list[str]] = []
+        at = 0
+        for c in counts:
+            delivered.append(flat[at : at + c])
+            at += c
+    else:
+        delivered = [[] for _ in range(n)]  # one list each: a JobData owns its list
+    beanstalk = _column(s.beanstalk, n, False)
+    bstate = _column(s.bstate, n, m.BSTATE_READY)
+    beanstalk_id = _column(s.beanstalk_id, n, 0)
+    return list(
+        map(
+            m.ReplJob,
+            map(
+                m.JobData,
+                ids,
+                s.queue,
+                s.body,
+                s.repl,
+                s.ctime,
+                s.delay_s,
+                s.retry_s,
+                s.ttl_remaining_s,
+                _column(s.nacks, n, 0),
+                _column(s.additional_deliveries, n, 0),
+                delivered,
+                _column(s.priority, n, _DEFAULT_PRIORITY),
+                beanstalk,
+                bstate,
+                beanstalk_id,
+                _column(s.idempotency_key, n, ""),
+            ),
+        )
+    )
+
+
+def _dec_got_jobs(t: pb.Message) -> list[m.GotJob]:
+    return list(map(m.GotJob, t.got_jobs.job_id))
 
 
 def _dec_ping(t: pb.Message) -> m.Ping:
@@ -476,6 +639,14 @@ ONEOF_CLASSES: dict[str, type] = {
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 
+_BATCH_DECODERS: dict[str | None, Callable[[pb.Message], list[Any]]] = {
+    "repl_jobs": _dec_repl_jobs,
+    "got_jobs": _dec_got_jobs,
+}
+
+BATCH_FORMS: dict[str, type] = {"repl_jobs": m.ReplJob, "got_jobs": m.GotJob}
+"""Field of ``Message.body`` -> the core's class each entry of that batch form becomes."""
+
 
 def decode_frame(
     frame: bytes | pb.Frame,
@@ -499,11 +670,19 @@ def decode_frame(
     get = _DECODERS.get
     skipped = 0
     for msg in f.messages:
-        dec = get(msg.WhichOneof("body"))
-        if dec is None:
-            skipped += 1
-        else:
+        name = msg.WhichOneof("body")
+        dec = get(name)
+        if dec is not None:
             append(dec(msg))
+            continue
+        batch = _BATCH_DECODERS.get(name)
+        if batch is None:
+            skipped += 1
+            continue
+        try:
+            out.extend(batch(msg))
+        except _BadColumns:
+            skipped += 1
     if skipped:
         counters.messages_skipped += skipped
         _log().warning(
@@ -511,6 +690,6 @@ def decode_frame(
             from_node=f.from_node,
             seq=f.seq,
             count=skipped,
-            reason="empty or unknown message type",
+            reason="empty or unknown message type, or batch columns of unequal length",
         )
     return f.from_node, f.seq, out

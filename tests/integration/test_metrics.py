@@ -206,6 +206,8 @@ def test_three_nodes_replication_and_a_killed_peer(tmp_path: Path) -> None:
             assert value(s, "disq_jobs") >= 1
             assert value(s, "disq_queue_events_total", queue="rq", event="replicated") == 1
             assert value(s, "disq_job_replication_latency_seconds_count") == before[i] + 1
+            # Every peer is this build, so every up link carries the batch messages.
+            assert value(s, "disq_peer_links_columnar") == value(s, "disq_peer_links_up") == 2
         lab.kill9(2)
 
         def peer_down() -> bool:

@@ -26,8 +26,9 @@ import pytest
 import uvloop
 
 from disq.core.messages import GotJob, JobData, Message, Ping, ReplJob, Working
+from disq.proto_gen import cluster_pb2 as pb
 from disq.server.peer_link import PeerLinks
-from disq.server.peer_wire import encode_frame
+from disq.server.peer_wire import decode_frame, encode_frame
 
 A = "a" * 40
 B = "b" * 40
@@ -406,6 +407,99 @@ def test_a_failing_callback_or_a_malformed_frame_does_not_break_the_link() -> No
             assert await call.code() == grpc.StatusCode.OK
         assert b.messages_from(C) == [Working("after garbage")]
         assert b.links.stats()["frames_malformed"] == 1
+        await a.links.close()
+        await b.links.close()
+
+    run(main)
+
+
+class OldBuild:
+    """A Link server as a build of another version answers it: the node id, and the wire
+    features given (None: the header is absent, as from builds before batch forms). It keeps
+    the raw frames, to see what actually crossed the wire."""
+
+    def __init__(self, node_id: str, features: str | None) -> None:
+        self.id = node_id
+        self.features = features
+        self.frames: list[bytes] = []
+        self.arrived = asyncio.Event()
+        self.port = 0
+        self.server: Any = None
+
+    async def start(self) -> OldBuild:
+        async def link(request_iterator: Any, context: Any) -> Any:
+            md = [("disq-node-id", self.id)]
+            if self.features is not None:
+                md.append(("disq-wire-features", self.features))
+            await context.send_initial_metadata(md)
+            async for raw in request_iterator:
+                self.frames.append(raw)
+                self.arrived.set()
+            return
+            yield  # an async generator: the server side never writes
+
+        handler = grpc.method_handlers_generic_handler(
+            "disq.v1.Cluster",
+            {"Link": grpc.stream_stream_rpc_method_handler(link)},  # raw bytes both ways
+        )
+        self.server = grpc.aio.server()
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return self
+
+    def kinds(self) -> list[str | None]:
+        return [
+            x.WhichOneof("body") for raw in self.frames for x in pb.Frame.FromString(raw).messages
+        ]
+
+
+@pytest.mark.parametrize(
+    ("features", "columnar"),
+    [(None, False), ("", False), ("other", False), ("columnar", True), ("x,columnar,y", True)],
+)
+def test_batch_forms_go_only_to_a_peer_whose_handshake_announced_them(
+    features: str | None, columnar: bool
+) -> None:
+    async def main() -> None:
+        a = await Node(A).start()
+        peer = await OldBuild(B, features).start()
+        try:
+            a.links.set_address(B, "127.0.0.1", peer.port)
+            assert await a.links.wait_link_up(B, timeout=10.0)
+            assert a.links.stats()["links_columnar"] == int(columnar)
+            sent: list[Message] = [_job(i) for i in range(5)]
+            sent += [GotJob(f"D-{i}") for i in range(3)]
+            for msg in sent:
+                a.links.send(B, msg)
+            async with asyncio.timeout(10):
+                await peer.arrived.wait()
+            if columnar:
+                assert peer.kinds() == ["repl_jobs", "got_jobs"]
+            else:  # an older build reads one message per job, exactly as before
+                assert peer.kinds() == ["repl_job"] * 5 + ["got_job"] * 3
+            assert [msg for raw in peer.frames for msg in decode_frame(raw)[2]] == sent
+        finally:
+            await peer.server.stop(None)
+            await a.links.close()
+
+    run(main)
+
+
+def test_nodes_of_this_build_use_batch_forms_both_ways() -> None:
+    async def main() -> None:
+        a, b = await Node(A).start(), await Node(B).start()
+        await a.connect(b)
+        await b.connect(a)
+        assert a.links.stats()["links_columnar"] == b.links.stats()["links_columnar"] == 1
+        jobs: list[Message] = [_job(i) for i in range(300)]
+        for j in jobs:
+            a.links.send(B, j)
+            b.links.send(A, GotJob(j.job.id))  # type: ignore[attr-defined]
+        await b.wait_messages(A, 300)
+        await a.wait_messages(B, 300)
+        assert b.messages_from(A) == jobs
+        assert a.messages_from(B) == [GotJob(j.job.id) for j in jobs]  # type: ignore[attr-defined]
         await a.links.close()
         await b.links.close()
 

@@ -52,6 +52,38 @@ JOBS = st.builds(
     nodes_delivered=st.lists(IDS, max_size=3),
     priority=U32,
 )
+# Jobs with every optional column in use: beanstalk fields (which travel only with
+# beanstalk=True) and idempotency keys.
+JOBS_RARE = st.builds(
+    m.JobData,
+    id=IDS,
+    queue=TEXT,
+    body=st.binary(max_size=64),
+    repl=U32,
+    ctime=U64,
+    delay_s=U32,
+    retry_s=U32,
+    ttl_remaining_s=U32,
+    nacks=U32,
+    additional_deliveries=U32,
+    nodes_delivered=st.lists(IDS, max_size=3),
+    priority=U32,
+    beanstalk=st.just(True),
+    bstate=U32,
+    beanstalk_id=U64,
+    idempotency_key=TEXT,
+)
+PLAIN_JOBS = st.builds(  # what ADDJOB replicates: every optional column at its default
+    m.JobData,
+    id=IDS,
+    queue=TEXT,
+    body=st.binary(max_size=64),
+    repl=U32,
+    ctime=U64,
+    delay_s=U32,
+    retry_s=U32,
+    ttl_remaining_s=U32,
+)
 MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
     st.builds(m.Ping, probe_id=U64, gossip=st.lists(MEMBERS, max_size=3)),
     st.builds(m.Ack, probe_id=U64, target=IDS, gossip=st.lists(MEMBERS, max_size=3)),
@@ -159,9 +191,10 @@ ALL_DEFAULTS: list[m.Message] = [
 ]
 
 
-def _round_trip(msgs: list[m.Message], seq: int = 42) -> list[m.Message]:
+def _round_trip(msgs: list[m.Message], seq: int = 42, columnar: bool = False) -> list[m.Message]:
     counters = WireCounters()
-    from_node, got_seq, out = decode_frame(encode_frame(NODE, seq, msgs, counters), counters)
+    raw = encode_frame(NODE, seq, msgs, counters, columnar)
+    from_node, got_seq, out = decode_frame(raw, counters)
     assert (from_node, got_seq) == (NODE, seq)
     assert counters == WireCounters()
     return out
@@ -174,20 +207,156 @@ def test_the_samples_cover_every_message_class() -> None:
     assert set(ONEOF_CLASSES.values()) == classes
 
 
+@pytest.mark.parametrize("columnar", [False, True])
 @pytest.mark.parametrize("msg", ONE_OF_EACH, ids=lambda x: type(x).__name__)
-def test_every_message_type_round_trips(msg: m.Message) -> None:
-    assert _round_trip([msg]) == [msg]
+def test_every_message_type_round_trips(msg: m.Message, columnar: bool) -> None:
+    assert _round_trip([msg], columnar=columnar) == [msg]
+    # Three in a row: with columnar, a run of ReplJob / GotJob travels as one batch message.
+    assert _round_trip([msg, msg, msg], columnar=columnar) == [msg, msg, msg]
 
 
+@pytest.mark.parametrize("columnar", [False, True])
 @pytest.mark.parametrize("msg", ALL_DEFAULTS, ids=lambda x: type(x).__name__)
-def test_messages_with_only_default_fields_keep_their_type(msg: m.Message) -> None:
-    assert _round_trip([msg]) == [msg]
+def test_messages_with_only_default_fields_keep_their_type(msg: m.Message, columnar: bool) -> None:
+    assert _round_trip([msg], columnar=columnar) == [msg]
+    assert _round_trip([msg, msg], columnar=columnar) == [msg, msg]
 
 
-def test_a_frame_keeps_the_order_of_many_messages() -> None:
+@pytest.mark.parametrize("columnar", [False, True])
+def test_a_frame_keeps_the_order_of_many_messages(columnar: bool) -> None:
     msgs: list[m.Message] = [m.ReplJob(_job(i)) for i in range(2000)]
     msgs[1000:1000] = ONE_OF_EACH
-    assert _round_trip(msgs, seq=2**64 - 1) == msgs
+    assert _round_trip(msgs, seq=2**64 - 1, columnar=columnar) == msgs
+
+
+def _kinds(raw: bytes) -> list[str | None]:
+    return [x.WhichOneof("body") for x in pb.Frame.FromString(raw).messages]
+
+
+def test_columnar_merges_runs_only_and_keeps_the_order() -> None:
+    a, b, c = _job(1), _job(2), m.JobData("D-3", "q", b"x", 1, 3, 0, 60, 600)
+    msgs: list[m.Message] = [
+        m.ReplJob(a),
+        m.ReplJob(b),
+        m.ReplJob(c),
+        m.SetAck(a.id, 3),  # must stay after the copies it refers to
+        m.ReplJob(a),
+        m.GotJob("D-1"),
+        m.GotJob("D-2"),
+        m.DelJob(["D-1"]),
+    ]
+    raw = encode_frame(NODE, 1, msgs, columnar=True)
+    assert _kinds(raw) == ["repl_jobs", "set_ack", "repl_job", "got_jobs", "del_job"]
+    assert decode_frame(raw)[2] == msgs
+    # An older peer: one message per job, exactly as before.
+    old = encode_frame(NODE, 1, msgs)
+    assert _kinds(old) == [
+        "repl_job", "repl_job", "repl_job", "set_ack", "repl_job", "got_job", "got_job", "del_job"
+    ]  # fmt: skip
+    assert decode_frame(old)[2] == msgs
+
+
+def test_columnar_leaves_default_columns_empty_and_fills_the_others() -> None:
+    plain = [m.ReplJob(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(4)]
+    raw = encode_frame(NODE, 1, plain, columnar=True)
+    (batch,) = pb.Frame.FromString(raw).messages
+    cols = batch.repl_jobs
+    assert list(cols.id) == ["D-0", "D-1", "D-2", "D-3"] and list(cols.ctime) == [0, 1, 2, 3]
+    for name in (
+        "nacks",
+        "additional_deliveries",
+        "nodes_delivered",
+        "nodes_delivered_count",
+        "priority",
+        "beanstalk",
+        "bstate",
+        "beanstalk_id",
+        "idempotency_key",
+    ):
+        assert len(getattr(cols, name)) == 0, name
+    # One job off the default fills that column for the whole run; priority 0 (beanstalk's
+    # most urgent) must not come back as the 1024 default.
+    mixed = [*plain, m.ReplJob(_job(9))]
+    cols = pb.Frame.FromString(encode_frame(NODE, 1, mixed, columnar=True)).messages[0].repl_jobs
+    assert list(cols.priority) == [1024] * 4 + [0]
+    assert list(cols.nodes_delivered_count) == [0, 0, 0, 0, 2]
+    assert decode_frame(encode_frame(NODE, 1, mixed, columnar=True))[2] == mixed
+
+
+def _batch_frame(**columns: list[typing.Any]) -> bytes:
+    frame = pb.Frame(from_node=NODE, seq=1)
+    msg = frame.messages.add()
+    msg.repl_jobs.SetInParent()
+    for name, values in columns.items():
+        getattr(msg.repl_jobs, name).extend(values)
+    frame.messages.add().working.job_id = "D-after"
+    return frame.SerializeToString()
+
+
+FULL = {
+    "id": ["D-1", "D-2"],
+    "queue": ["q", "q"],
+    "body": [b"a", b"b"],
+    "repl": [1, 1],
+    "ctime": [1, 2],
+    "delay_s": [0, 0],
+    "retry_s": [0, 0],
+    "ttl_remaining_s": [60, 60],
+}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"queue": ["q"]},  # a required column short
+        {"body": [b"a", b"b", b"c"]},  # ... or long
+        {"nacks": [1]},  # an optional column neither empty nor full
+        {"priority": [1, 2, 3]},
+        {"idempotency_key": ["k"]},
+        {"nodes_delivered_count": [1, 1], "nodes_delivered": ["n"]},  # counts past the list
+        {"nodes_delivered_count": [0], "nodes_delivered": []},
+    ],
+)
+def test_batch_columns_of_unequal_length_are_skipped_and_counted(
+    broken: dict[str, list[typing.Any]],
+) -> None:
+    counters = WireCounters()
+    with capture_logs() as logs:
+        _, _, msgs = decode_frame(_batch_frame(**{**FULL, **broken}), counters)
+    assert msgs == [m.Working("D-after")]  # the rest of the frame is served
+    assert counters.messages_skipped == 1
+    assert [e["event"] for e in logs] == ["peer_frame_messages_skipped"]
+    # The same columns, whole, decode.
+    assert len(decode_frame(_batch_frame(**FULL))[2]) == 3
+
+
+def test_a_bad_job_in_a_run_costs_only_itself() -> None:
+    good = [m.ReplJob(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(3)]
+    bad = m.ReplJob(m.JobData("D-bad", "q", b"b", 2**32, 9, 0, 0, 0))  # repl out of range
+    counters = WireCounters()
+    with capture_logs():
+        raw = encode_frame(NODE, 1, [good[0], bad, good[1], good[2]], counters, columnar=True)
+    assert counters.messages_unencodable == 1
+    assert decode_frame(raw)[2] == good
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(m.ReplJob, job=st.one_of(PLAIN_JOBS, JOBS, JOBS_RARE)),
+            st.builds(m.GotJob, job_id=IDS),
+            MESSAGES,
+        ),
+        max_size=16,
+    ),
+    U64,
+)
+def test_columnar_round_trip_property(msgs: list[m.Message], seq: int) -> None:
+    counters = WireCounters()
+    raw = encode_frame(NODE, seq, msgs, counters, columnar=True)
+    assert decode_frame(raw, counters) == (NODE, seq, msgs)
+    assert counters == WireCounters()
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from disq.core import messages as m
 from disq.proto_gen import cluster_pb2 as pb
-from disq.server.peer_wire import ONEOF_CLASSES
+from disq.server.peer_wire import BATCH_FORMS, ONEOF_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "disq" / "proto_gen"
@@ -75,12 +75,30 @@ def _check_fields(descriptor: Descriptor, cls: type) -> None:
 def test_proto_messages_match_the_core_classes() -> None:
     body = pb.Message.DESCRIPTOR.oneofs_by_name["body"]
     assert [f.name for f in body.fields] == [f.name for f in pb.Message.DESCRIPTOR.fields]
-    assert sorted(f.name for f in body.fields) == sorted(ONEOF_CLASSES)
+    assert sorted(f.name for f in body.fields) == sorted([*ONEOF_CLASSES, *BATCH_FORMS])
     for f in body.fields:
+        if f.name in BATCH_FORMS:
+            continue
         cls = ONEOF_CLASSES[f.name]
         assert f.message_type.name == cls.__name__
         _check_fields(f.message_type, cls)
     assert set(ONEOF_CLASSES.values()) == set(typing.get_args(m.Message))
+
+
+def test_batch_forms_are_columns_of_their_single_message() -> None:
+    # ReplJobs has one column per field of Job (plus the flattening counts), GotJobs one per
+    # field of GotJob: a field added to Job without its column would not travel in a batch.
+    body = pb.Message.DESCRIPTOR.oneofs_by_name["body"]
+    batch = {f.name: f.message_type for f in body.fields if f.name in BATCH_FORMS}
+    assert set(batch) == set(BATCH_FORMS)
+    singles = {"repl_jobs": pb.Job.DESCRIPTOR, "got_jobs": pb.GotJob.DESCRIPTOR}
+    for name, desc in batch.items():
+        assert desc.name == BATCH_FORMS[name].__name__ + "s"
+        columns = {f.name: f for f in desc.fields}
+        for field_ in singles[name].fields:
+            col = columns.pop(field_.name)
+            assert col.is_repeated and col.type == field_.type, field_.name
+        assert set(columns) <= {"nodes_delivered_count"}
 
 
 def test_member_states_match_the_proto_enum() -> None:
