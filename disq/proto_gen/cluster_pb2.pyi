@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class Message(_message.Message):
     KEY_VOTES_FIELD_NUMBER: _ClassVar[int]
     REPL_JOBS_FIELD_NUMBER: _ClassVar[int]
     GOT_JOBS_FIELD_NUMBER: _ClassVar[int]
+    SET_ACKS_FIELD_NUMBER: _ClassVar[int]
+    GOT_ACKS_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -74,7 +76,9 @@ class Message(_message.Message):
     key_votes: KeyVotes
     repl_jobs: ReplJobs
     got_jobs: GotJobs
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ...) -> None: ...
+    set_acks: SetAcks
+    got_acks: GotAcks
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -253,6 +257,22 @@ class GotAck(_message.Message):
     job_id: str
     known: bool
     def __init__(self, job_id: _Optional[str] = ..., known: _Optional[bool] = ...) -> None: ...
+
+class SetAcks(_message.Message):
+    __slots__ = ("job_id", "may_have")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MAY_HAVE_FIELD_NUMBER: _ClassVar[int]
+    job_id: _containers.RepeatedScalarFieldContainer[str]
+    may_have: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[_Iterable[str]] = ..., may_have: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GotAcks(_message.Message):
+    __slots__ = ("job_id", "known")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    job_id: _containers.RepeatedScalarFieldContainer[str]
+    known: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, job_id: _Optional[_Iterable[str]] = ..., known: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class DelJob(_message.Message):
     __slots__ = ("job_ids",)

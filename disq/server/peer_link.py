@@ -28,12 +28,12 @@ Handshake
     for one node must not be taken by another. Until a link is up its frames are dropped, as
     above. The metadata also lists the wire features the server's build reads
     (``disq-wire-features``, comma-separated): today only ``columnar``, the batch forms
-    ReplJobs and GotJobs. The sender uses a feature on a connection only if that connection's
-    handshake announced it, so in a rolling restart a node of an older build (which announces
-    nothing) keeps getting one message per job, and a peer restarted into another build is
-    asked again when its link reconnects. A failed or broken link is retried with capped
-    exponential backoff (50 ms doubling to 1 s; reset once a link came up) for as long as the
-    peer's address is set.
+    ReplJobs, GotJobs, SetAcks and GotAcks. The sender uses a feature on a connection only
+    if that connection's handshake announced it, so in a rolling restart a node of an older
+    build (which announces nothing) keeps getting one message per job, and a peer restarted
+    into another build is asked again when its link reconnects. A failed or broken link is
+    retried with capped exponential backoff (50 ms doubling to 1 s; reset once a link came
+    up) for as long as the peer's address is set.
 
 Coalescing
     When the peer's writer falls behind, the frames waiting in its queue are written as one
@@ -71,7 +71,7 @@ _LINK_METHOD = "/{}/{}".format(
 _SERVICE = cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name
 _NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accepted the link
 _FEATURES_KEY = "disq-wire-features"  # ... and which wire features its build reads
-WIRE_COLUMNAR = "columnar"  # ReplJobs / GotJobs (peer_wire.py)
+WIRE_COLUMNAR = "columnar"  # ReplJobs, GotJobs, SetAcks, GotAcks (peer_wire.py)
 WIRE_FEATURES = (WIRE_COLUMNAR,)
 
 BACKOFF_MIN_S = 0.05

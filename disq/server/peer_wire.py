@@ -261,10 +261,10 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
 
 
 # ------------------------------------------------------------------------- batch forms
-# A run of consecutive ReplJob (or GotJob) messages for one peer travels as one ReplJobs (or
-# GotJobs) message, column by column, when the peer reads them (``columnar``). Only runs are
-# merged, so the receiver still sees every message in the sender's order: a DELJOB sent after
-# a REPLJOB of the same job cannot overtake it.
+# A run of consecutive ReplJob (GotJob, SetAck, GotAck) messages for one peer travels as one
+# ReplJobs (GotJobs, SetAcks, GotAcks) message, column by column, when the peer reads them
+# (``columnar``). Only runs are merged, so the receiver still sees every message in the
+# sender's order: a DELJOB sent after a REPLJOB of the same job cannot overtake it.
 _MIN_RUN = 2  # a run of one goes as the plain message: nothing to share
 _DEFAULT_PRIORITY = 1024  # JobData.priority's default: an empty priority column means it
 
@@ -305,22 +305,48 @@ def _enc_got_jobs(t: pb.Message, job_ids: list[str]) -> None:
     t.got_jobs.job_id.extend(job_ids)
 
 
+def _enc_set_acks(t: pb.Message, acks: list[m.SetAck]) -> None:
+    s = t.set_acks
+    s.job_id.extend([x.job_id for x in acks])
+    s.may_have.extend([x.may_have for x in acks])
+
+
+def _enc_got_acks(t: pb.Message, acks: list[m.GotAck]) -> None:
+    s = t.got_acks
+    s.job_id.extend([x.job_id for x in acks])
+    s.known.extend([x.known for x in acks])
+
+
+# Class of a run -> (its batch encoder, what the encoder takes of each message).
+_BATCH_ENCODERS: dict[type, tuple[Callable[[pb.Message, Any], None], Callable[[Any], Any]]] = {
+    m.ReplJob: (_enc_repl_jobs, lambda x: x.job),
+    m.GotJob: (_enc_got_jobs, lambda x: x.job_id),
+    m.SetAck: (_enc_set_acks, lambda x: x),
+    m.GotAck: (_enc_got_acks, lambda x: x),
+}
+# ... and back: a batch encoder -> the single message each of its items is.
+_UNBATCH: dict[Any, Callable[[Any], m.Message]] = {
+    _enc_repl_jobs: m.ReplJob,
+    _enc_got_jobs: m.GotJob,
+    _enc_set_acks: lambda x: x,
+    _enc_got_acks: lambda x: x,
+}
+
+
 def _batched(msgs: list[m.Message]) -> Iterable[tuple[Any, Any]]:
-    """``(encoder, payload)`` per message to write, runs of ReplJob / GotJob merged."""
+    """``(encoder, payload)`` per message to write, runs of the batchable classes merged."""
     get = _ENCODERS.get
     for cls, group in groupby(msgs, type):
-        if cls is m.ReplJob or cls is m.GotJob:
+        batch = _BATCH_ENCODERS.get(cls)
+        if batch is not None:
             run: list[Any] = list(group)
             if len(run) >= _MIN_RUN:
-                if cls is m.ReplJob:
-                    yield _enc_repl_jobs, [x.job for x in run]
-                else:
-                    yield _enc_got_jobs, [x.job_id for x in run]
+                yield batch[0], list(map(batch[1], run))
                 continue
             group = iter(run)
-        enc = get(cls)
+        single = get(cls)
         for msg in group:
-            yield enc, msg
+            yield single, msg
 
 
 def encode_frame(
@@ -332,8 +358,9 @@ def encode_frame(
 ) -> bytes:
     """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message.
 
-    ``columnar``: the receiver reads the batch forms (ReplJobs, GotJobs); runs of ReplJob and
-    GotJob are sent that way. An older peer gets one message per job.
+    ``columnar``: the receiver reads the batch forms (ReplJobs, GotJobs, SetAcks, GotAcks);
+    runs of ReplJob, GotJob, SetAck and GotAck are sent that way. An older peer gets one
+    message per job.
     """
     frame = pb.Frame(from_node=from_node, seq=seq)
     messages = frame.messages
@@ -354,14 +381,11 @@ def encode_frame(
             # Out-of-range ints raise ValueError, wrong field types TypeError; the half-filled
             # message must not go out.
             del messages[-1]
-            if enc is _enc_repl_jobs or enc is _enc_got_jobs:
+            unbatch = _UNBATCH.get(enc)
+            if unbatch is not None:
                 # One bad job must not cost the run: send it message by message, which skips
                 # only the bad one (and counts it).
-                singles: list[m.Message] = (
-                    [m.ReplJob(x) for x in msg]
-                    if enc is _enc_repl_jobs
-                    else [m.GotJob(x) for x in msg]
-                )
+                singles: list[m.Message] = list(map(unbatch, msg))
                 for one in singles:
                     target = add()
                     try:
@@ -479,6 +503,20 @@ def _dec_repl_jobs(t: pb.Message) -> list[m.ReplJob]:
 
 def _dec_got_jobs(t: pb.Message) -> list[m.GotJob]:
     return list(map(m.GotJob, t.got_jobs.job_id))
+
+
+def _dec_set_acks(t: pb.Message) -> list[m.SetAck]:
+    s = t.set_acks
+    if len(s.may_have) != len(s.job_id):
+        raise _BadColumns
+    return list(map(m.SetAck, s.job_id, s.may_have))
+
+
+def _dec_got_acks(t: pb.Message) -> list[m.GotAck]:
+    s = t.got_acks
+    if len(s.known) != len(s.job_id):
+        raise _BadColumns
+    return list(map(m.GotAck, s.job_id, s.known))
 
 
 def _dec_ping(t: pb.Message) -> m.Ping:
@@ -642,9 +680,16 @@ ONEOF_CLASSES: dict[str, type] = {
 _BATCH_DECODERS: dict[str | None, Callable[[pb.Message], list[Any]]] = {
     "repl_jobs": _dec_repl_jobs,
     "got_jobs": _dec_got_jobs,
+    "set_acks": _dec_set_acks,
+    "got_acks": _dec_got_acks,
 }
 
-BATCH_FORMS: dict[str, type] = {"repl_jobs": m.ReplJob, "got_jobs": m.GotJob}
+BATCH_FORMS: dict[str, type] = {
+    "repl_jobs": m.ReplJob,
+    "got_jobs": m.GotJob,
+    "set_acks": m.SetAck,
+    "got_acks": m.GotAck,
+}
 """Field of ``Message.body`` -> the core's class each entry of that batch form becomes."""
 
 

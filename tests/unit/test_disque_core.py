@@ -602,3 +602,32 @@ def test_a_retry_on_a_holder_answers_the_first_id_once_that_add_is_done() -> Non
     assert dict(c.replies[c.ids[0]])[1] == first
     assert c.replies[c.ids[2]] == [(2, first)]
     assert sum(c.core(i).qlen("q") for i in range(3)) == 1
+
+
+def test_an_acked_jobs_gc_attempts_come_due_beside_other_jobs_timers() -> None:
+    # Acked jobs' GC attempts have their own timer heap (core.py _awake_acked); with the
+    # first SETACKs lost, only that heap's attempt can finish the GC, while the jobs of the
+    # other heap keep their own timers.
+    c = Cluster(3)
+    for token in (1, 2):
+        c.core(0).add_job(c.now, token, "q", b"x", timeout_ms=1000, repl=3, retry_s=60)
+    c.pump()
+    job_ids = [job_id for _, job_id in c.replies[c.ids[0]]]
+    got = c.core(0).get_job(c.now, 3, ["q"], nohang=True)
+    assert isinstance(got, list) and len(got) == 1
+    acked = got[0].id
+    c.cut = {c.ids[1], c.ids[2]}
+    assert c.core(0).ack_job(c.now, [acked]) == 1
+    c.pump()
+    assert all(c.core(i).jobs[acked].state != ACKED for i in (1, 2))  # they never heard
+    c.cut = set()
+    # A node ticks only at its next deadline (as the mesh does): that must count the GC
+    # attempt (an acked job's qtime_ms), which then runs on time, not at a later timer.
+    gc_at = c.core(0).jobs[acked].qtime_ms
+    c.advance(gc_at - 1 - c.now, step=1)
+    assert all(c.core(i).jobs[acked].state != ACKED for i in (1, 2))
+    c.advance(1, step=1)
+    assert all(acked not in c.core(i).jobs for i in range(3))
+    c.advance(3000)
+    (other,) = [j for j in job_ids if j != acked]
+    assert c.core(0).jobs[other].state == QUEUED and c.core(0).qlen("q") == 1

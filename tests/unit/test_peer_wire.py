@@ -244,14 +244,22 @@ def test_columnar_merges_runs_only_and_keeps_the_order() -> None:
         m.GotJob("D-1"),
         m.GotJob("D-2"),
         m.DelJob(["D-1"]),
+        m.SetAck("D-1", 3),
+        m.SetAck("D-2", 2),
+        m.GotAck("D-1", True),
+        m.GotAck("D-2", False),
+        m.GotAck("D-3", True),
     ]
     raw = encode_frame(NODE, 1, msgs, columnar=True)
-    assert _kinds(raw) == ["repl_jobs", "set_ack", "repl_job", "got_jobs", "del_job"]
+    assert _kinds(raw) == [
+        "repl_jobs", "set_ack", "repl_job", "got_jobs", "del_job", "set_acks", "got_acks"
+    ]  # fmt: skip
     assert decode_frame(raw)[2] == msgs
     # An older peer: one message per job, exactly as before.
     old = encode_frame(NODE, 1, msgs)
     assert _kinds(old) == [
-        "repl_job", "repl_job", "repl_job", "set_ack", "repl_job", "got_job", "got_job", "del_job"
+        "repl_job", "repl_job", "repl_job", "set_ack", "repl_job", "got_job", "got_job",
+        "del_job", "set_ack", "set_ack", "got_ack", "got_ack", "got_ack",
     ]  # fmt: skip
     assert decode_frame(old)[2] == msgs
 
@@ -283,12 +291,12 @@ def test_columnar_leaves_default_columns_empty_and_fills_the_others() -> None:
     assert decode_frame(encode_frame(NODE, 1, mixed, columnar=True))[2] == mixed
 
 
-def _batch_frame(**columns: list[typing.Any]) -> bytes:
+def _batch_frame(form: str = "repl_jobs", **columns: list[typing.Any]) -> bytes:
     frame = pb.Frame(from_node=NODE, seq=1)
     msg = frame.messages.add()
-    msg.repl_jobs.SetInParent()
+    getattr(msg, form).SetInParent()
     for name, values in columns.items():
-        getattr(msg.repl_jobs, name).extend(values)
+        getattr(getattr(msg, form), name).extend(values)
     frame.messages.add().working.job_id = "D-after"
     return frame.SerializeToString()
 
@@ -330,6 +338,26 @@ def test_batch_columns_of_unequal_length_are_skipped_and_counted(
     assert len(decode_frame(_batch_frame(**FULL))[2]) == 3
 
 
+@pytest.mark.parametrize(
+    ("form", "columns", "whole"),
+    [
+        ("set_acks", {"job_id": ["D-1", "D-2"], "may_have": [3]}, [m.SetAck("D-1", 3)]),
+        ("got_acks", {"job_id": ["D-1"], "known": [True, False]}, [m.GotAck("D-1", True)]),
+    ],
+)
+def test_ack_batches_of_unequal_length_are_skipped_and_counted(
+    form: str, columns: dict[str, list[typing.Any]], whole: list[m.Message]
+) -> None:
+    counters = WireCounters()
+    with capture_logs():
+        _, _, msgs = decode_frame(_batch_frame(form, **columns), counters)
+    assert msgs == [m.Working("D-after")] and counters.messages_skipped == 1
+    # Cut to equal length, the same message decodes.
+    n = min(len(v) for v in columns.values())
+    cut = {k: v[:n] for k, v in columns.items()}
+    assert decode_frame(_batch_frame(form, **cut))[2] == [*whole, m.Working("D-after")]
+
+
 def test_a_bad_job_in_a_run_costs_only_itself() -> None:
     good = [m.ReplJob(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(3)]
     bad = m.ReplJob(m.JobData("D-bad", "q", b"b", 2**32, 9, 0, 0, 0))  # repl out of range
@@ -346,6 +374,8 @@ def test_a_bad_job_in_a_run_costs_only_itself() -> None:
         st.one_of(
             st.builds(m.ReplJob, job=st.one_of(PLAIN_JOBS, JOBS, JOBS_RARE)),
             st.builds(m.GotJob, job_id=IDS),
+            st.builds(m.SetAck, job_id=IDS, may_have=U32),
+            st.builds(m.GotAck, job_id=IDS, known=st.booleans()),
             MESSAGES,
         ),
         max_size=16,

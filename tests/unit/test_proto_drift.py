@@ -87,11 +87,17 @@ def test_proto_messages_match_the_core_classes() -> None:
 
 def test_batch_forms_are_columns_of_their_single_message() -> None:
     # ReplJobs has one column per field of Job (plus the flattening counts), GotJobs one per
-    # field of GotJob: a field added to Job without its column would not travel in a batch.
+    # field of GotJob, and so on: a field added to Job without its column would not travel
+    # in a batch.
     body = pb.Message.DESCRIPTOR.oneofs_by_name["body"]
     batch = {f.name: f.message_type for f in body.fields if f.name in BATCH_FORMS}
     assert set(batch) == set(BATCH_FORMS)
-    singles = {"repl_jobs": pb.Job.DESCRIPTOR, "got_jobs": pb.GotJob.DESCRIPTOR}
+    singles = {
+        "repl_jobs": pb.Job.DESCRIPTOR,
+        "got_jobs": pb.GotJob.DESCRIPTOR,
+        "set_acks": pb.SetAck.DESCRIPTOR,
+        "got_acks": pb.GotAck.DESCRIPTOR,
+    }
     for name, desc in batch.items():
         assert desc.name == BATCH_FORMS[name].__name__ + "s"
         columns = {f.name: f for f in desc.fields}
