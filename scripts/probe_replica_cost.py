@@ -24,6 +24,7 @@ the probe prints it next to the CPU one REPLICATE 3 job costs three cores
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import random
 import statistics
@@ -32,6 +33,7 @@ from collections.abc import Callable
 
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import GotJob, JobData, Message, ReplJob
+from disq.node_main import GC_THRESHOLDS
 from disq.server.peer_wire import decode_frame, encode_frame
 
 BODY = b"x" * 100
@@ -125,6 +127,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # as a node runs
     runs = [measure(args.jobs) for _ in range(args.repeat)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     for k, v in med.items():

@@ -11,6 +11,7 @@ from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED
 from disq.core.messages import DelJob, GotJob, IdemKeys
+from disq.core.timers import REBUILD_SLACK
 from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE, to_core_records
 from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
@@ -631,3 +632,27 @@ def test_an_acked_jobs_gc_attempts_come_due_beside_other_jobs_timers() -> None:
     c.advance(3000)
     (other,) = [j for j in job_ids if j != acked]
     assert c.core(0).jobs[other].state == QUEUED and c.core(0).qlen("q") == 1
+
+
+def test_a_timer_heap_is_compacted_only_when_more_than_half_of_it_is_stale() -> None:
+    c = Cluster(1)
+    core = c.core(0)
+    scanned: list[object] = []
+    live = core._awake_live
+    core._awake_live = lambda e: scanned.append(e) or live(e)  # type: ignore[method-assign]
+    job_ids = [
+        core.add_job(c.now, k, "q", b"x", timeout_ms=0, repl=1, retry_s=60) for k in range(20_000)
+    ]
+    # A heap that grows with its jobs is all live: never scanned (it used to be, at every
+    # doubling).
+    assert scanned == [] and len(core._awake) == 20_000
+    # Postponing one job again and again leaves a stale entry each time: those are dropped
+    # once they outnumber the jobs, so the heap stays bounded.
+    for _ in range(50_000):
+        core.working(c.now, job_ids[0])
+        assert len(core._awake) <= 2 * len(core.jobs) + REBUILD_SLACK + 1
+    assert scanned
+    # And the timers still work: the postponed job (dequeued by WORKING) is requeued.
+    assert core.qlen("q") == 19_999
+    c.advance(70_000, step=1000)
+    assert core.qlen("q") == 20_000

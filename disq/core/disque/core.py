@@ -264,12 +264,25 @@ class DisqueCore(
                 heap = self._awake_acked
                 heapq.heappush(heap, (at, j.ctime, j.id))
                 if len(heap) > self._awake_acked_rebuild_at:
+                    # timers.py's rule: few acked jobs are live at a time, so a compaction
+                    # drops stale entries in bulk, cheaper than popping each one when due.
                     self._awake_acked_rebuild_at = compact(heap, self._awake_live)
                 return
             heap = self._awake
             heapq.heappush(heap, (at, j.ctime, j.id))
             if len(heap) > self._awake_rebuild_at:
-                self._awake_rebuild_at = compact(heap, self._awake_live)
+                self._awake_rebuild_at = self._compact_awake(heap)
+
+    def _compact_awake(self, heap: list[tuple[int, int, str]]) -> int:
+        """The main timer heap passed its bound: compact it if more than half of it is surely
+        stale, and return its next bound. A job has at most one live entry, so
+        ``len(self.jobs)`` bounds the live ones. Why not timers.py's bound alone (twice the
+        live entries at the last rebuild): a heap that only grows with its jobs (adds, nothing
+        consumed) would be scanned at every doubling and found all live, which cost 7.7% of
+        a node taking ADDJOB REPLICATE 1 (py-spy)."""
+        if len(heap) > rebuild_bound(len(self.jobs)):
+            compact(heap, self._awake_live)
+        return rebuild_bound(len(self.jobs))
 
     def _awake_live(self, entry: tuple[int, int, str]) -> bool:
         """The entry is the job's current one: the test ``_process_jobs`` makes."""

@@ -1,0 +1,33 @@
+"""The in-process probes docs/benchmarks.md quotes still run and print what it cites."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_probe_replica_cost_prints_each_part_and_the_saving() -> None:
+    out = _run("probe_replica_cost.py", "--jobs", "3000", "--repeat", "1")
+    parts = dict(re.findall(r"^(\w[\w +]*?)\s+([\d.]+) us per copy", out, re.M))
+    assert set(parts) == {"decode", "core", "core + AOF", "record", "loadjob", "bytes floor"}
+    # Building the AOF record costs something, and a bytes replica does less than today.
+    assert float(parts["core + AOF"]) > float(parts["core"]) > float(parts["bytes floor"])
+    saved = re.search(r"at most saved by bytes replicas: ([\d.]+) us per copy", out)
+    assert saved is not None and float(saved.group(1)) > 0
