@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 import grpc
 import structlog
 
-from disq.core.disque.api import PENDING, DeferredResult, DisqueError
+from disq.core.disque.api import PENDING, DeferredResult, DisqueError, Pending
 from disq.core.disque.job import STATE_BY_NAME, DJob
 from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import PAUSE_IN, PAUSE_OUT
@@ -127,6 +127,38 @@ def _queue(name: str) -> str:
     if len(raw) > MAX_QUEUE_NAME_BYTES:
         raise syntax(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
     return queue_name(raw)
+
+
+def _start_add(
+    req: api_pb2.AddJobRequest,
+    now: int,
+    queue: str,
+    new_token: Callable[[], int],
+    add_job: Callable[..., str | Pending],
+) -> tuple[int, str | None]:
+    """Start one add of a checked queue: (token, id) when it is done at once, (token, None)
+    when pending. The node's disk state is the caller's to check."""
+    if req.replicate > 65535:
+        raise syntax("REPLICATE must be between 1 and 65535")
+    has = req.HasField
+    if has("ttl_s") and req.ttl_s == 0:
+        raise syntax("TTL must be a number > 0")
+    token = new_token()
+    r = add_job(
+        now,
+        token,
+        queue,
+        req.body,
+        timeout_ms=req.timeout_ms,
+        repl=req.replicate or None,
+        delay_s=req.delay_s,
+        retry_s=req.retry_s if has("retry_s") else None,
+        ttl_s=req.ttl_s if has("ttl_s") else None,
+        maxlen=req.maxlen or None,
+        async_=getattr(req, "async"),
+        idem_key=req.idempotency_key,
+    )
+    return token, (None if r is PENDING else str(r))
 
 
 def _api_queue(name: str) -> str:
@@ -304,30 +336,11 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     # ------------------------------------------------------------------ adding
     def _start_add(self, req: api_pb2.AddJobRequest, now: int) -> tuple[int, str | None]:
         """Start one add: (token, id) when it is done at once, (token, None) when pending."""
-        if req.replicate > 65535:
-            raise syntax("REPLICATE must be between 1 and 65535")
-        if req.HasField("ttl_s") and req.ttl_s == 0:
-            raise syntax("TTL must be a number > 0")
         full = self.node.disk_full
         if full is not None:
             # The RESP door's -OOM: nothing was added (the SDK raises OutOfMemoryError).
             raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
-        token = self.node.new_token()
-        r = self.node.core.add_job(
-            now,
-            token,
-            _queue(req.queue),
-            req.body,
-            timeout_ms=req.timeout_ms,
-            repl=req.replicate or None,
-            delay_s=req.delay_s,
-            retry_s=req.retry_s if req.HasField("retry_s") else None,
-            ttl_s=req.ttl_s if req.HasField("ttl_s") else None,
-            maxlen=req.maxlen or None,
-            async_=getattr(req, "async"),
-            idem_key=req.idempotency_key,
-        )
-        return token, (None if r is PENDING else str(r))
+        return _start_add(req, now, _queue(req.queue), self.node.new_token, self.node.core.add_job)
 
     async def AddJob(self, request: api_pb2.AddJobRequest, context: Any) -> Any:
         async def body() -> api_pb2.AddJobResponse:
@@ -348,9 +361,23 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             response = api_pb2.AddJobsResponse()
             result = response.results.add  # in place: no message copied per job
             waits: list[tuple[int, int]] = []  # (index, token)
+            # A batch is one call on the loop: the disk's state, the token counter and the
+            # core are looked up once, and each distinct queue name is checked once (a
+            # producer's batch names one or a few queues).
+            full = self.node.disk_full
+            new_token = self.node.new_token
+            add_job = self.node.core.add_job
+            queues: dict[str, str] = {}
             for index, req in enumerate(request.jobs):
                 try:
-                    token, job_id = self._start_add(req, now)
+                    if full is not None:
+                        raise ApiError(
+                            api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}"
+                        )
+                    queue = queues.get(req.queue)
+                    if queue is None:
+                        queue = queues[req.queue] = _queue(req.queue)
+                    token, job_id = _start_add(req, now, queue, new_token, add_job)
                 except (DisqueError, ApiError) as exc:
                     err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
                     result().error.CopyFrom(err.info())
@@ -359,7 +386,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                     waits.append((index, token))
                     result()
                 else:
-                    result(id=job_id)
+                    result().id = job_id
             if not waits:
                 self._done()
             else:

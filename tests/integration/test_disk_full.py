@@ -211,6 +211,11 @@ def test_disk_full_refuses_adds_only_and_recovers_without_restart(
             with pytest.raises(OutOfMemoryError) as sdk:
                 client.add_job("q", b"x")
             assert sdk.value.message == oom
+            # A batch: every job gets the error, none is added.
+            batch = client.add_jobs([{"queue": "q", "body": b"y"}, {"queue": "q2", "body": b"z"}])
+            assert [type(r) for r in batch] == [OutOfMemoryError, OutOfMemoryError]
+            assert all(r.message == oom for r in batch if isinstance(r, OutOfMemoryError))
+            assert client.qlen("q2") == 0
 
         # ---- reads, acks and deletes go on
         stats = node.bs_cmd(b"stats\r\n")

@@ -170,12 +170,20 @@ def test_add_jobs_reports_errors_per_job(lab3: Lab) -> None:
                 {"queue": "per-job", "body": "a"},
                 {"queue": "per-job", "body": "b", "ttl_s": 0},
                 {"queue": "per-job", "body": "c", "replicate": 9},
+                {"queue": "", "body": "d"},
+                {"queue": "per-job-2", "body": "e"},
+                {"queue": "", "body": "f"},  # a bad name is refused each time it comes
+                {"queue": "per-job", "body": "g"},
             ]
         )
         assert isinstance(out[0], str)
         assert isinstance(out[1], InvalidArgumentError)
         assert isinstance(out[2], NoReplError)
-        assert c.qlen("per-job") == 1
+        assert isinstance(out[3], InvalidArgumentError) and "empty" in out[3].message
+        assert isinstance(out[4], str)
+        assert isinstance(out[5], InvalidArgumentError)
+        assert isinstance(out[6], str)
+        assert c.qlen("per-job") == 2 and c.qlen("per-job-2") == 1
 
 
 def test_every_error_reason_is_reachable_and_mapped(lab3: Lab) -> None:

@@ -31,3 +31,9 @@ def test_probe_replica_cost_prints_each_part_and_the_saving() -> None:
     assert float(parts["core + AOF"]) > float(parts["core"]) > float(parts["bytes floor"])
     saved = re.search(r"at most saved by bytes replicas: ([\d.]+) us per copy", out)
     assert saved is not None and float(saved.group(1)) > 0
+
+
+def test_probe_add_job_prints_the_cost_of_an_add() -> None:
+    out = _run("probe_add_job.py", "--adds", "5000")
+    found = re.search(r"core.add_job REPLICATE 1: ([\d.]+) us per add \(5,000 adds\)", out)
+    assert found is not None and float(found.group(1)) > 0
