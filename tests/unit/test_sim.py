@@ -602,7 +602,7 @@ def test_keyed_adds_under_loss_partitions_and_restarts_make_one_job_per_key(seed
     assert res.stats["idem_dup_keys"] == 0
 
 
-@pytest.mark.parametrize("seed", [94, 494])
+@pytest.mark.parametrize("seed", [98, 494])
 def test_without_the_key_vote_the_sweep_finds_a_key_with_two_jobs(seed: int) -> None:
     # The deliberate weakening: keys bound by announcements alone (the design before the
     # vote). Invariant 7 catches a second job for a key on these sweep seeds; with the vote,

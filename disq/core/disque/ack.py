@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
 GC_TIME_ERR_MS = 500  # jitter on every GC retry, so holders do not all retry at once
+# A holder that learned the ack by SETACK makes its first GC attempt at this backoff step
+# (GC_RETRY_MIN_MS << 2: 4 s +- 0.5 s), after the acker's own retry (2 s +- 0.5 s).
+HOLDER_FIRST_GC_STEP = 2
 TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recently
 TOMBSTONE_MAX = 200_000
 
@@ -160,6 +163,14 @@ class AckMixin:
         j = self.jobs.get(msg.job_id)
         if j is not None and j.state != ACKED:
             self._acknowledge(j, now_ms)
+            # The acker drives the GC; this holder's own attempts are the safety net for a
+            # lost DELJOB or an acker that died, so they start after the acker's retry. Under
+            # load one SETACK/GOTACK/DELJOB round trip can take over a second, and holders
+            # attempting at 0.5-1.5 s (Disque's first step) each sent a SETACK round of
+            # their own: 16% of a node's main thread under GETJOB+ACKJOB, feeding the load
+            # that made the round trips slow.
+            j.gc_retry = HOLDER_FIRST_GC_STEP
+            j.qtime_ms = self._gc_retry_time(j, now_ms)
             self._update_awake(j)
         if j is None:
             self._send(sender, GotAck(msg.job_id, False))
