@@ -35,27 +35,12 @@ from disq.core.disque.core import DisqueCore
 from disq.core.messages import GotJob, JobData, Message, ReplJob
 from disq.node_main import GC_THRESHOLDS
 from disq.server.peer_wire import decode_frame, encode_frame
+from disq.testing.mesh import StaticView
 
 BODY = b"x" * 100
 CREATOR = "01" * 20
 HOLDER = "02" * 20
 OTHER = "03" * 20
-
-
-class _View:
-    def __init__(self, my_id: str, peers: list[str]) -> None:
-        self.my_id = my_id
-        self.peers = peers
-        self.leaving = False
-
-    def cluster_size(self) -> int:
-        return len(self.peers) + 1
-
-    def reachable_peers(self) -> list[str]:
-        return list(self.peers)
-
-    def all_peers(self) -> list[str]:
-        return list(self.peers)
 
 
 def _jobs(n: int, base: int) -> list[JobData]:
@@ -66,7 +51,7 @@ def _jobs(n: int, base: int) -> list[JobData]:
 
 
 def _holder(persist: bool) -> DisqueCore:
-    core = DisqueCore(_View(HOLDER, [CREATOR, OTHER]), random.Random(2), 0)
+    core = DisqueCore(StaticView(HOLDER, [CREATOR, OTHER]), random.Random(2), 0)
     core.persist = persist
     return core
 

@@ -21,6 +21,7 @@ from disq.doors.disque import RespStats, execute
 from disq.doors.resp_door import RespDoor
 from disq.protocol.resp import RespParser
 from disq.server.peer_wire import decode_frame, encode_frame
+from disq.testing.mesh import StaticView
 
 BODY = b"x" * 100
 ADDJOB = (
@@ -73,26 +74,10 @@ def single_node(n: int = 50_000) -> None:
     print(f"door.feed (parse + command + core):  {us_per(n, t0):5.1f} us")
 
 
-class _View:
-    def __init__(self, my_id: str, peers: list[str]) -> None:
-        self.my_id = my_id
-        self.peers = peers
-        self.leaving = False
-
-    def cluster_size(self) -> int:
-        return len(self.peers) + 1
-
-    def reachable_peers(self) -> list[str]:
-        return list(self.peers)
-
-    def all_peers(self) -> list[str]:
-        return list(self.peers)
-
-
 def three_nodes(n: int = 16_000, in_flight: int = 800, columnar: bool = False) -> None:
     ids = [f"{i:02x}" * 20 for i in range(1, 4)]
     cores = {
-        nid: DisqueCore(_View(nid, [p for p in ids if p != nid]), random.Random(k), 0)
+        nid: DisqueCore(StaticView(nid, [p for p in ids if p != nid]), random.Random(k), 0)
         for k, nid in enumerate(ids)
     }
     creator = cores[ids[0]]

@@ -20,7 +20,7 @@ core) is skipped and counted, so one bad message never costs the rest of the fra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby, repeat
 from typing import Any
@@ -333,7 +333,7 @@ _UNBATCH: dict[Any, Callable[[Any], m.Message]] = {
 }
 
 
-def _batched(msgs: list[m.Message]) -> Iterable[tuple[Any, Any]]:
+def _batched(msgs: Sequence[m.Message]) -> Iterable[tuple[Any, Any]]:
     """``(encoder, payload)`` per message to write, runs of the batchable classes merged."""
     get = _ENCODERS.get
     for cls, group in groupby(msgs, type):
@@ -352,7 +352,7 @@ def _batched(msgs: list[m.Message]) -> Iterable[tuple[Any, Any]]:
 def encode_frame(
     from_node: str,
     seq: int,
-    msgs: list[m.Message],
+    msgs: Sequence[m.Message],
     counters: WireCounters = COUNTERS,
     columnar: bool = False,
 ) -> bytes:

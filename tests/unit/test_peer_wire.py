@@ -37,52 +37,35 @@ MEMBERS = st.builds(
     state=st.sampled_from([m.ALIVE, m.SUSPECT, m.DEAD, m.LEFT]) | st.integers(0, 1000),
     leaving=st.booleans(),
 )
-JOBS = st.builds(
-    m.JobData,
-    id=IDS,
-    queue=TEXT,
-    body=st.binary(max_size=64),
-    repl=U32,
-    ctime=U64,
-    delay_s=U32,
-    retry_s=U32,
-    ttl_remaining_s=U32,
-    nacks=U32,
-    additional_deliveries=U32,
-    nodes_delivered=st.lists(IDS, max_size=3),
-    priority=U32,
-)
-# Jobs with every optional column in use: beanstalk fields (which travel only with
-# beanstalk=True) and idempotency keys.
+# The fields every replicated job sets; what ADDJOB replicates leaves the others at their
+# defaults (PLAIN_JOBS), the counters travel on requeues (JOBS), and the rest (RARE) only for
+# beanstalk jobs (whose fields travel only with beanstalk=True) and idempotency keys.
+_JOB_CORE: dict[str, st.SearchStrategy[typing.Any]] = {
+    "id": IDS,
+    "queue": TEXT,
+    "body": st.binary(max_size=64),
+    "repl": U32,
+    "ctime": U64,
+    "delay_s": U32,
+    "retry_s": U32,
+    "ttl_remaining_s": U32,
+}
+_JOB_COUNTERS: dict[str, st.SearchStrategy[typing.Any]] = {
+    "nacks": U32,
+    "additional_deliveries": U32,
+    "nodes_delivered": st.lists(IDS, max_size=3),
+    "priority": U32,
+}
+PLAIN_JOBS = st.builds(m.JobData, **_JOB_CORE)
+JOBS = st.builds(m.JobData, **_JOB_CORE, **_JOB_COUNTERS)
 JOBS_RARE = st.builds(
     m.JobData,
-    id=IDS,
-    queue=TEXT,
-    body=st.binary(max_size=64),
-    repl=U32,
-    ctime=U64,
-    delay_s=U32,
-    retry_s=U32,
-    ttl_remaining_s=U32,
-    nacks=U32,
-    additional_deliveries=U32,
-    nodes_delivered=st.lists(IDS, max_size=3),
-    priority=U32,
+    **_JOB_CORE,
+    **_JOB_COUNTERS,
     beanstalk=st.just(True),
     bstate=U32,
     beanstalk_id=U64,
     idempotency_key=TEXT,
-)
-PLAIN_JOBS = st.builds(  # what ADDJOB replicates: every optional column at its default
-    m.JobData,
-    id=IDS,
-    queue=TEXT,
-    body=st.binary(max_size=64),
-    repl=U32,
-    ctime=U64,
-    delay_s=U32,
-    retry_s=U32,
-    ttl_remaining_s=U32,
 )
 MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
     st.builds(m.Ping, probe_id=U64, gossip=st.lists(MEMBERS, max_size=3)),
@@ -291,7 +274,7 @@ def test_columnar_leaves_default_columns_empty_and_fills_the_others() -> None:
     assert decode_frame(encode_frame(NODE, 1, mixed, columnar=True))[2] == mixed
 
 
-def _batch_frame(form: str = "repl_jobs", **columns: list[typing.Any]) -> bytes:
+def _batch_frame(columns: dict[str, list[typing.Any]], form: str = "repl_jobs") -> bytes:
     frame = pb.Frame(from_node=NODE, seq=1)
     msg = frame.messages.add()
     getattr(msg, form).SetInParent()
@@ -301,7 +284,7 @@ def _batch_frame(form: str = "repl_jobs", **columns: list[typing.Any]) -> bytes:
     return frame.SerializeToString()
 
 
-FULL = {
+FULL: dict[str, list[typing.Any]] = {
     "id": ["D-1", "D-2"],
     "queue": ["q", "q"],
     "body": [b"a", b"b"],
@@ -330,12 +313,12 @@ def test_batch_columns_of_unequal_length_are_skipped_and_counted(
 ) -> None:
     counters = WireCounters()
     with capture_logs() as logs:
-        _, _, msgs = decode_frame(_batch_frame(**{**FULL, **broken}), counters)
+        _, _, msgs = decode_frame(_batch_frame({**FULL, **broken}), counters)
     assert msgs == [m.Working("D-after")]  # the rest of the frame is served
     assert counters.messages_skipped == 1
     assert [e["event"] for e in logs] == ["peer_frame_messages_skipped"]
     # The same columns, whole, decode.
-    assert len(decode_frame(_batch_frame(**FULL))[2]) == 3
+    assert len(decode_frame(_batch_frame(FULL))[2]) == 3
 
 
 @pytest.mark.parametrize(
@@ -350,12 +333,12 @@ def test_ack_batches_of_unequal_length_are_skipped_and_counted(
 ) -> None:
     counters = WireCounters()
     with capture_logs():
-        _, _, msgs = decode_frame(_batch_frame(form, **columns), counters)
+        _, _, msgs = decode_frame(_batch_frame(columns, form), counters)
     assert msgs == [m.Working("D-after")] and counters.messages_skipped == 1
     # Cut to equal length, the same message decodes.
     n = min(len(v) for v in columns.values())
     cut = {k: v[:n] for k, v in columns.items()}
-    assert decode_frame(_batch_frame(form, **cut))[2] == [*whole, m.Working("D-after")]
+    assert decode_frame(_batch_frame(cut, form))[2] == [*whole, m.Working("D-after")]
 
 
 def test_a_bad_job_in_a_run_costs_only_itself() -> None:
