@@ -269,7 +269,14 @@ _MIN_RUN = 2  # a run of one goes as the plain message: nothing to share
 _DEFAULT_PRIORITY = 1024  # JobData.priority's default: an empty priority column means it
 
 
-def _enc_repl_jobs(t: pb.Message, jobs: list[m.JobData]) -> None:
+def _optional(column: Any, values: list[Any], default: object) -> None:
+    """Fill an optional column, unless every entry is the default: then it stays empty."""
+    if values.count(default) != len(values):
+        column.extend(values)
+
+
+def _enc_repl_jobs(t: pb.Message, run: list[m.ReplJob]) -> None:
+    jobs = [x.job for x in run]
     s = t.repl_jobs
     s.id.extend([j.id for j in jobs])
     s.queue.extend([j.queue for j in jobs])
@@ -279,69 +286,55 @@ def _enc_repl_jobs(t: pb.Message, jobs: list[m.JobData]) -> None:
     s.delay_s.extend([j.delay_s for j in jobs])
     s.retry_s.extend([j.retry_s for j in jobs])
     s.ttl_remaining_s.extend([j.ttl_remaining_s for j in jobs])
-    # The optional columns: empty when every job has the default (see cluster.proto).
-    col = [j.nacks for j in jobs]
-    if any(col):
-        s.nacks.extend(col)
-    col = [j.additional_deliveries for j in jobs]
-    if any(col):
-        s.additional_deliveries.extend(col)
+    _optional(s.nacks, [j.nacks for j in jobs], 0)
+    _optional(s.additional_deliveries, [j.additional_deliveries for j in jobs], 0)
+    _optional(s.priority, [j.priority for j in jobs], _DEFAULT_PRIORITY)
+    _optional(s.idempotency_key, [j.idempotency_key for j in jobs], "")
+    # Columns that go together: all of them, or none.
     if any(j.nodes_delivered for j in jobs):
         s.nodes_delivered_count.extend([len(j.nodes_delivered) for j in jobs])
         s.nodes_delivered.extend([n for j in jobs for n in j.nodes_delivered])
-    col = [j.priority for j in jobs]
-    if col.count(_DEFAULT_PRIORITY) != len(col):
-        s.priority.extend(col)
     if any(j.beanstalk for j in jobs):
         s.beanstalk.extend([j.beanstalk for j in jobs])
         s.bstate.extend([j.bstate for j in jobs])
         s.beanstalk_id.extend([j.beanstalk_id for j in jobs])
-    keys = [j.idempotency_key for j in jobs]
-    if any(keys):
-        s.idempotency_key.extend(keys)
 
 
-def _enc_got_jobs(t: pb.Message, job_ids: list[str]) -> None:
-    t.got_jobs.job_id.extend(job_ids)
+def _enc_got_jobs(t: pb.Message, run: list[m.GotJob]) -> None:
+    t.got_jobs.job_id.extend([x.job_id for x in run])
 
 
-def _enc_set_acks(t: pb.Message, acks: list[m.SetAck]) -> None:
+def _enc_set_acks(t: pb.Message, run: list[m.SetAck]) -> None:
     s = t.set_acks
-    s.job_id.extend([x.job_id for x in acks])
-    s.may_have.extend([x.may_have for x in acks])
+    s.job_id.extend([x.job_id for x in run])
+    s.may_have.extend([x.may_have for x in run])
 
 
-def _enc_got_acks(t: pb.Message, acks: list[m.GotAck]) -> None:
+def _enc_got_acks(t: pb.Message, run: list[m.GotAck]) -> None:
     s = t.got_acks
-    s.job_id.extend([x.job_id for x in acks])
-    s.known.extend([x.known for x in acks])
+    s.job_id.extend([x.job_id for x in run])
+    s.known.extend([x.known for x in run])
 
 
-# Class of a run -> (its batch encoder, what the encoder takes of each message).
-_BATCH_ENCODERS: dict[type, tuple[Callable[[pb.Message, Any], None], Callable[[Any], Any]]] = {
-    m.ReplJob: (_enc_repl_jobs, lambda x: x.job),
-    m.GotJob: (_enc_got_jobs, lambda x: x.job_id),
-    m.SetAck: (_enc_set_acks, lambda x: x),
-    m.GotAck: (_enc_got_acks, lambda x: x),
-}
-# ... and back: a batch encoder -> the single message each of its items is.
-_UNBATCH: dict[Any, Callable[[Any], m.Message]] = {
-    _enc_repl_jobs: m.ReplJob,
-    _enc_got_jobs: m.GotJob,
-    _enc_set_acks: lambda x: x,
-    _enc_got_acks: lambda x: x,
+# Class of a run -> the encoder of its batch form, which takes the run's messages.
+_BATCH_ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
+    m.ReplJob: _enc_repl_jobs,
+    m.GotJob: _enc_got_jobs,
+    m.SetAck: _enc_set_acks,
+    m.GotAck: _enc_got_acks,
 }
 
 
 def _batched(msgs: Sequence[m.Message]) -> Iterable[tuple[Any, Any]]:
-    """``(encoder, payload)`` per message to write, runs of the batchable classes merged."""
+    """``(encoder, payload)`` per message to write, runs of the batchable classes merged: a
+    batch's payload is the list of its messages."""
     get = _ENCODERS.get
     for cls, group in groupby(msgs, type):
         batch = _BATCH_ENCODERS.get(cls)
         if batch is not None:
             run: list[Any] = list(group)
             if len(run) >= _MIN_RUN:
-                yield batch[0], list(map(batch[1], run))
+                yield batch, run
                 continue
             group = iter(run)
         single = get(cls)
@@ -381,12 +374,10 @@ def encode_frame(
             # Out-of-range ints raise ValueError, wrong field types TypeError; the half-filled
             # message must not go out.
             del messages[-1]
-            unbatch = _UNBATCH.get(enc)
-            if unbatch is not None:
+            if isinstance(msg, list):
                 # One bad job must not cost the run: send it message by message, which skips
                 # only the bad one (and counts it).
-                singles: list[m.Message] = list(map(unbatch, msg))
-                for one in singles:
+                for one in msg:
                     target = add()
                     try:
                         _ENCODERS[type(one)](target, one)

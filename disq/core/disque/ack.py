@@ -88,7 +88,7 @@ class AckMixin:
         self.stats["jobs_acked"] += known
         return known
 
-    def _acknowledge(self, j: DJob, now_ms: int) -> None:
+    def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
         if j.state == WAIT_REPL:
             # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so
             # the copies exist; answer the producer with its id instead of crashing.
@@ -100,7 +100,7 @@ class AckMixin:
             self._dequeue(j)
         self._key_done(j, now_ms)  # acked: its add surely finished
         j.state = ACKED
-        j.gc_retry = 0
+        j.gc_retry = first_gc_step
         j.confirmed = NO_NODES
         # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
         # ack by SETACK and answered GOTACK must not keep it until its TTL if the DELJOB that
@@ -162,15 +162,13 @@ class AckMixin:
     def _on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
         j = self.jobs.get(msg.job_id)
         if j is not None and j.state != ACKED:
-            self._acknowledge(j, now_ms)
             # The acker drives the GC; this holder's own attempts are the safety net for a
             # lost DELJOB or an acker that died, so they start after the acker's retry. Under
             # load one SETACK/GOTACK/DELJOB round trip can take over a second, and holders
             # attempting at 0.5-1.5 s (Disque's first step) each sent a SETACK round of
             # their own: 16% of a node's main thread under GETJOB+ACKJOB, feeding the load
             # that made the round trips slow.
-            j.gc_retry = HOLDER_FIRST_GC_STEP
-            j.qtime_ms = self._gc_retry_time(j, now_ms)
+            self._acknowledge(j, now_ms, first_gc_step=HOLDER_FIRST_GC_STEP)
             self._update_awake(j)
         if j is None:
             self._send(sender, GotAck(msg.job_id, False))
