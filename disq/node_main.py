@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resp-port", type=int, help="RESP (Disque) port; 0: off (default 7711)")
     p.add_argument("--grpc-port", type=int, help="cluster bus (gRPC) port; 0: off (default 7710)")
     p.add_argument(
+        "--job-lane-port",
+        type=int,
+        default=0,
+        help="port of the job lane, the TCP connection that carries job messages between "
+        "nodes beside the bus (0: any free port, announced over the bus; -1: off, every "
+        "message on the bus)",
+    )
+    p.add_argument(
         "--join", action="append", default=[], metavar="HOST:PORT", help="a member's bus address"
     )
     p.add_argument("--node-timeout-ms", type=int, default=15000, help="failure detection")
@@ -264,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             "beanstalk_replicate": args.beanstalk_replicate,
             "events_max_bytes": args.events_max_bytes,
             "tls_files": _tls_files(args),
+            "job_lane_port": args.job_lane_port,
         }
 
     # The sockets listen: now the heavy imports.
@@ -332,6 +341,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "loglevel": st.loglevel,
         "syslog": (st.syslog_ident, st.syslog_facility) if st.syslog_enabled else None,
         "tls_files": _tls_files(args, st),
+        "job_lane_port": st.job_lane_port,
     }
     data_dir = str(st.dir) if st.appendonly else None
     return _run(

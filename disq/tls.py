@@ -20,6 +20,8 @@ Certificates must name what nodes and clients dial (``127.0.0.1``, a host name);
 from __future__ import annotations
 
 import os
+import ssl
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,36 @@ class TlsConfig:
         return grpc.ssl_channel_credentials(
             root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
         )
+
+    def ssl_contexts(self) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+        """(server, client) contexts with the same material, for the nodes' job lanes
+        (disq.server.job_lane): the lane's server presents the node certificate and asks for
+        the client's when client authentication is on; the client checks the server's
+        against the CA and presents its own. Raises TlsError for unusable material."""
+        assert self.cert is not None and self.key is not None
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            # ssl loads a certificate chain from files only: a private directory, at once
+            # removed, holds them for the call.
+            with tempfile.TemporaryDirectory(prefix="disq-tls-") as tmp:
+                cert, key = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+                cert.write_bytes(self.cert)
+                key.write_bytes(self.key)
+                for ctx in (server, client):
+                    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+                    ctx.load_cert_chain(cert, key)
+            if self.ca is not None:
+                ca = self.ca.decode("ascii")
+                client.load_verify_locations(cadata=ca)
+                if self.client_auth:
+                    server.load_verify_locations(cadata=ca)
+            else:
+                client.load_default_certs()
+        except (OSError, ssl.SSLError, UnicodeDecodeError) as exc:
+            raise TlsError(f"cannot load the TLS material for the job lanes: {exc}") from exc
+        server.verify_mode = ssl.CERT_REQUIRED if self.client_auth else ssl.CERT_NONE
+        return server, client
 
     def channel_options(self) -> list[tuple[str, Any]]:
         if self.server_name:

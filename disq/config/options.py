@@ -203,6 +203,7 @@ _MAXCLIENTS = "Invalid max clients limit"
 _NODE_TIMEOUT = "cluster node timeout must be 1 or greater"
 _REPLICATE = "beanstalk-replicate must be between 1 and 65535"
 _DRAIN = "drain-timeout must be 0 or greater"
+_LANE_PORT = "Invalid job-lane-port: 0 (any free port), -1 (off) or a port"
 _POLICY = "Invalid maxmemory policy"
 _LOGLEVEL = "Invalid log level. Must be one of debug, verbose, notice, warning"
 _FSYNC = "argument must be 'no', 'always' or 'everysec'"
@@ -240,6 +241,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("beanstalk-port", "int", "0", _file_int(_PORT, 0, 65535), None),
     _O("grpc-port", "special", None, _file_int(_PORT, 0, 65535), None),
     _O("metrics-port", "special", None, _file_int(_PORT, 0, 65535), None),  # port + 2000
+    # disq: the job lane's port (disq.server.job_lane): 0 ephemeral, -1 off (gRPC only)
+    _O("job-lane-port", "int", "0", _file_int(_LANE_PORT, -1, 65535), None),
     _O("beanstalk-replicate", "int", "1", _file_int(_REPLICATE, 1, 65535), _set_int(1, 65535)),
     # disq: seconds a SIGTERM hands jobs off before the node stops (0: stop at once; drain.py)
     _O("drain-timeout", "int", "20", _file_int(_DRAIN, 0), None),
@@ -348,7 +351,7 @@ _REWRITE_ORDER = (
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "beanstalk-port", "grpc-port", "beanstalk-replicate", "drain-timeout",
     "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-auth-clients", "metrics-port",
-    "tls-port", "beanstalk-tls-port",
+    "tls-port", "beanstalk-tls-port", "job-lane-port",
 )  # fmt: skip
 
 # The two options whose values are not one token: `dir` (a chdir) and

@@ -70,6 +70,7 @@ class DisqueSettings:
     # TLS RESP (Redis's tls-port) and beanstalk ports (disq.server.tls_ports); 0: off.
     tls_port: int = 0
     beanstalk_tls_port: int = 0
+    job_lane_port: int = 0  # disq.server.job_lane: 0 ephemeral, -1 off
     # rename-command lines, in order, ASCII lower-cased: (command, new name); "" removes the
     # command. Applied to the RESP command table at start (disq.doors.disque.table).
     renamed_commands: tuple[tuple[str, str], ...] = ()
@@ -210,6 +211,7 @@ def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
         tls_auth_clients=None if v["tls-auth-clients"] is None else flag("tls-auth-clients"),
         tls_port=num("tls-port"),
         beanstalk_tls_port=num("beanstalk-tls-port"),
+        job_lane_port=num("job-lane-port"),
         renamed_commands=tuple(state.renames),
         config_file=config_file,
     )

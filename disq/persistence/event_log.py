@@ -24,6 +24,7 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
 
 import structlog
@@ -168,6 +169,8 @@ class EventLog:
         self.next_seq = 1
         self.total_bytes = 0
         self.write_errors = 0
+        self._file: FileIO | None = None  # the last segment, open for appends
+        self._file_path: Path | None = None
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._load()
@@ -221,11 +224,18 @@ class EventLog:
             seg = self._new_segment(self.next_seq)
         try:
             if seg.path is not None:
-                with open(seg.path, "ab") as f:
-                    f.write(data)
+                f = self._file
+                if f is None or self._file_path != seg.path:
+                    # The last segment stays open (unbuffered, appending): one write per
+                    # flush on the reply path instead of an open, a seek and a close too.
+                    self._close_file()
+                    f = self._file = open(seg.path, "ab", buffering=0)
+                    self._file_path = seg.path
+                f.write(data)
             else:
                 seg.data += data
         except OSError as exc:
+            self._close_file()
             # Events are best effort: a full disk must not stop the node. The sequence
             # numbers of lost events are skipped, so readers can tell.
             self.write_errors += 1
@@ -237,6 +247,18 @@ class EventLog:
         self.total_bytes += len(data)
         self.next_seq += n
         self._enforce_bounds(buf.times[n - 1])
+
+    def _close_file(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError as exc:
+                self.log.warning("event_log_close_failed", error=str(exc))
+
+    def close(self) -> None:
+        """Close the open segment file (appends reopen it)."""
+        self._close_file()
 
     def _new_segment(self, first_seq: int) -> _Segment:
         path = None

@@ -56,6 +56,7 @@ class ClusterSettings:
     state_dir: Path | None = None  # node id and cluster view (Disque's ``dir``)
     config_store: Any = None  # disq.config.ConfigStore in config-file mode
     tls: TlsConfig | None = None  # TLS on the gRPC port (None: plaintext)
+    job_lane_port: int = 0  # disq.server.job_lane: 0 ephemeral, -1 off
 
 
 class ClusterServices:
@@ -100,6 +101,7 @@ class ClusterServices:
             host=settings.host,
             port=settings.grpc_port,
             tls=settings.tls,
+            lane_port=settings.job_lane_port if settings.job_lane_port >= 0 else None,
         )
         self._view_save: asyncio.TimerHandle | None = None
         self._meets: dict[tuple[str, int], int] = {}
@@ -319,6 +321,7 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
         state_dir=Path(state_dir) if state_dir else None,
         config_store=options.get("config_store"),
         tls=options.get("tls"),
+        job_lane_port=int(options.get("job_lane_port") or 0),
     )
     if settings.config_store is None:
         # Flag mode: CONFIG GET shows what the flags chose; REWRITE has no file to write.

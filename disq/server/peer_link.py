@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -57,8 +58,9 @@ from typing import Any
 import grpc
 import structlog
 
-from disq.core.messages import Message
+from disq.core.messages import MEMBERSHIP_TYPES, Message
 from disq.proto_gen import cluster_pb2
+from disq.server.job_lane import LANE_KEY, LaneServer, OutboundLane, open_lane, parse_announcement
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
 from disq.tls import TlsConfig
 
@@ -128,6 +130,7 @@ class _Peer:
     __slots__ = (
         "columnar",
         "host",
+        "lane",
         "node_id",
         "port",
         "queue",
@@ -150,6 +153,9 @@ class _Peer:
         self.columnar = False  # this connection's handshake said the peer reads batch forms
         self.up_event = asyncio.Event()
         self.wakeup: asyncio.Future[None] | None = None
+        # The job lane of this connection (job_lane.py), None while it has none: then every
+        # message goes on the stream.
+        self.lane: OutboundLane | None = None
 
     def wake(self) -> None:
         w = self.wakeup
@@ -176,6 +182,7 @@ class PeerLinks:
         max_queued_frames: int = 1024,
         on_link_change: Callable[[str, bool], None] | None = None,
         tls: TlsConfig | None = None,
+        lane_port: int | None = 0,
     ) -> None:
         self.my_id = my_id
         # TLS on the port (disq.tls): the server's certificate, and the one this node presents
@@ -187,6 +194,10 @@ class PeerLinks:
         self.on_link_change = on_link_change
         self.host = host
         self.port = port
+        # The job lane's port (0: ephemeral; None: no lane, every message on the streams).
+        self.lane_port = lane_port
+        self._lane: LaneServer | None = None
+        self._lane_ssl: Any = None  # (server context, client context) with TLS
         self.max_queued_frames = max(1, max_queued_frames)
         self._log = structlog.get_logger("disq.peer_link").bind(node=my_id[:8])
         self._server: Any = None
@@ -206,6 +217,8 @@ class PeerLinks:
         self._messages_received = 0
         self._frames_dropped = 0
         self._frames_blocked = 0
+        self._lane_frames_sent = 0  # of frames_sent, those on a job lane
+        self._lane_frames_received = 0
         # Called with the grpc.aio server before it starts: other services on the same port
         # (the client API, health, reflection).
         self.add_services: list[Callable[[Any], None]] = []
@@ -225,6 +238,9 @@ class PeerLinks:
         server.add_generic_rpc_handlers((handler,))
         for add in self.add_services:
             add(server)
+        if self.lane_port is not None:
+            # Before the streams are served: their handshake announces the lane's port.
+            await self._start_lane(self.lane_port)
         try:
             target = _target(self.host, self.port)
             if self.tls is not None:
@@ -233,6 +249,8 @@ class PeerLinks:
                 port = server.add_insecure_port(target)
         except RuntimeError as exc:  # grpc reports a failed bind this way
             await server.stop(None)  # else its finaliser runs on a loop that may be gone
+            if self._lane is not None:
+                await self._lane.close()
             raise OSError(f"cannot bind the cluster port {self.host}:{self.port}: {exc}") from exc
         await server.start()
         self._server = server
@@ -244,10 +262,28 @@ class PeerLinks:
             port=port,
             tls=self.tls is not None,
             client_auth=self.tls is not None and self.tls.client_auth,
+            job_lane_port=self._lane.port if self._lane is not None else None,
         )
         for peer in self._peers.values():  # addresses set before start
             self._spawn(peer)
         return int(port)
+
+    async def _start_lane(self, port: int) -> None:
+        if self.tls is not None:
+            self._lane_ssl = self.tls.ssl_contexts()
+        lane = LaneServer(
+            self.my_id,
+            self._receive_lane_frame,
+            lambda sender: self._log.debug("peer_lane_inbound_up", peer=sender[:8]),
+            lambda sender: self._log.debug("peer_lane_inbound_down", peer=sender[:8]),
+            self._bad_lane_frame,
+        )
+        try:
+            await lane.start(self.host, port, self._lane_ssl[0] if self._lane_ssl else None)
+        except OSError as exc:
+            raise OSError(f"cannot bind the job lane port {self.host}:{port}: {exc}") from exc
+        self._lane = lane
+        self.lane_port = lane.port
 
     async def close(self) -> None:
         """Stop every stream and the server. Queued frames are dropped."""
@@ -268,6 +304,8 @@ class PeerLinks:
         if self._server is not None:
             await self._server.stop(CLOSE_GRACE_S)
             self._server = None
+        if self._lane is not None:
+            await self._lane.close()
         self._log.info("peer_links_closed")
 
     # ------------------------------------------------------------------------------ peers
@@ -372,21 +410,38 @@ class PeerLinks:
             if node_id in self._blocked:
                 self._frames_blocked += 1
                 self._frames_dropped += 1
-            elif (
-                self._closed
-                or peer is None
-                or not peer.up
-                or len(peer.queue) >= self.max_queued_frames
-            ):
+            elif self._closed or peer is None or not peer.up:
                 self._frames_dropped += 1
             else:
-                peer.seq += 1
-                peer.queue.append(
-                    encode_frame(self.my_id, peer.seq, msgs, self._wire, peer.columnar)
-                )
-                self._frames_sent += 1
-                self._messages_sent += len(msgs)
-                peer.wake()
+                lane = peer.lane
+                if lane is not None:
+                    # Job messages take the lane; membership (rare: a few per probe period)
+                    # stays on the stream.
+                    gossip = [m for m in msgs if type(m) in MEMBERSHIP_TYPES]
+                    if gossip:
+                        msgs = [m for m in msgs if type(m) not in MEMBERSHIP_TYPES]
+                        self._enqueue(peer, gossip)
+                    if msgs:
+                        peer.seq += 1
+                        frame = encode_frame(self.my_id, peer.seq, msgs, self._wire, True)
+                        if lane.send(frame):
+                            self._frames_sent += 1
+                            self._lane_frames_sent += 1
+                            self._messages_sent += len(msgs)
+                        else:
+                            self._frames_dropped += 1
+                else:
+                    self._enqueue(peer, msgs)
+
+    def _enqueue(self, peer: _Peer, msgs: list[Message]) -> None:
+        if len(peer.queue) >= self.max_queued_frames:
+            self._frames_dropped += 1
+            return
+        peer.seq += 1
+        peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire, peer.columnar))
+        self._frames_sent += 1
+        self._messages_sent += len(msgs)
+        peer.wake()
 
     def send_to_address(self, host: str, port: int, msgs: list[Message]) -> None:
         """Send one frame to an address whose node id is not known yet (join, CLUSTER MEET).
@@ -475,6 +530,10 @@ class PeerLinks:
                 raise ConnectionError(f"{target} is node {their_id!r}, not this peer")
             features = metadata.get(_FEATURES_KEY) if metadata is not None else None
             peer.columnar = isinstance(features, str) and WIRE_COLUMNAR in features.split(",")
+            if self._lane is not None:
+                lane_at = parse_announcement(metadata.get(LANE_KEY))
+                if lane_at is not None:
+                    peer.lane = await self._open_lane(peer, *lane_at)
             came_up = True
             peer.up = True
             peer.up_event.set()
@@ -484,6 +543,8 @@ class PeerLinks:
             loop = asyncio.get_running_loop()
             queue = peer.queue
             while not call.done():
+                if peer.lane is not None and peer.lane.lost:
+                    raise ConnectionError("job lane lost")
                 if not queue:
                     peer.wakeup = loop.create_future()
                     await peer.wakeup
@@ -521,6 +582,9 @@ class PeerLinks:
                 )
         finally:
             peer.wakeup = None
+            if peer.lane is not None:
+                peer.lane.close()
+                peer.lane = None
             if came_up:
                 peer.up = False
                 peer.up_event.clear()
@@ -533,6 +597,20 @@ class PeerLinks:
             await _close_channel(channel)
         return came_up
 
+    async def _open_lane(self, peer: _Peer, port: int, token: bytes) -> OutboundLane | None:
+        """The lane to ``peer`` at ``port``; None (the stream carries everything) if it
+        cannot be opened."""
+        ctx = self._lane_ssl[1] if self._lane_ssl else None
+        name = (self.tls.server_name if self.tls is not None else None) or peer.host
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                return await open_lane(peer.host, port, self.my_id, token, peer.wake, ctx, name)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            self._log.warning(
+                "peer_lane_unavailable", peer=peer.node_id[:8], port=port, error=_describe(exc)
+            )
+            return None
+
     # -------------------------------------------------------------------------- inbound link
     async def _serve_link(self, request_iterator: Any, context: Any) -> None:
         """Handler of one inbound stream: decode each frame and hand it to ``on_messages``."""
@@ -542,34 +620,16 @@ class PeerLinks:
         sender = ""
         try:
             # The client's handshake: proof that a disq handler, not just a socket, is there.
-            await context.send_initial_metadata(
-                ((_NODE_ID_KEY, self.my_id), (_FEATURES_KEY, ",".join(WIRE_FEATURES)))
-            )
+            metadata = [(_NODE_ID_KEY, self.my_id), (_FEATURES_KEY, ",".join(WIRE_FEATURES))]
+            if self._lane is not None:
+                metadata.append((LANE_KEY, self._lane.announcement()))
+            await context.send_initial_metadata(tuple(metadata))
             async for raw in request_iterator:
-                try:
-                    from_node, _seq, msgs = decode_frame(raw, self._wire)
-                except FrameDecodeError as exc:
-                    self._frames_dropped += 1
-                    self._log.warning("peer_frame_malformed", peer=sender[:8], error=str(exc))
-                    continue
-                if from_node == self.my_id:
-                    continue  # ourselves, e.g. a join aimed at our own address
-                if from_node != sender:
+                from_node = self._receive(raw, sender)
+                if from_node and from_node != sender:
                     if not sender:
                         self._log.info("peer_inbound_up", peer=from_node[:8])
                     sender = from_node
-                if from_node in self._blocked:
-                    self._frames_blocked += 1
-                    self._frames_dropped += 1
-                    continue
-                self._frames_received += 1
-                self._messages_received += len(msgs)
-                try:
-                    self.on_messages(from_node, msgs)
-                except Exception:
-                    # A bug above must not take the link down with it (and every later
-                    # frame of this peer): log it and go on with the next frame.
-                    self._log.exception("peer_on_messages_failed", peer=from_node[:8])
         except asyncio.CancelledError:
             if not self._closed:
                 raise
@@ -583,6 +643,39 @@ class PeerLinks:
                 self._inbound.discard(task)
             if sender:
                 self._log.info("peer_inbound_down", peer=sender[:8])
+
+    def _receive(self, raw: bytes, sender: str) -> str:
+        """Decode one inbound frame (from a stream or a lane) and hand it to ``on_messages``;
+        returns the node it came from ('' for a malformed frame or one of our own)."""
+        try:
+            from_node, _seq, msgs = decode_frame(raw, self._wire)
+        except FrameDecodeError as exc:
+            self._frames_dropped += 1
+            self._log.warning("peer_frame_malformed", peer=sender[:8], error=str(exc))
+            return ""
+        if from_node == self.my_id:
+            return ""  # ourselves, e.g. a join aimed at our own address
+        if from_node in self._blocked:
+            self._frames_blocked += 1
+            self._frames_dropped += 1
+            return from_node
+        self._frames_received += 1
+        self._messages_received += len(msgs)
+        try:
+            self.on_messages(from_node, msgs)
+        except Exception:
+            # A bug above must not take the link down with it (and every later frame of this
+            # peer): log it and go on with the next frame.
+            self._log.exception("peer_on_messages_failed", peer=from_node[:8])
+        return from_node
+
+    def _receive_lane_frame(self, raw: bytes, sender: str) -> None:
+        self._lane_frames_received += 1
+        self._receive(raw, sender)
+
+    def _bad_lane_frame(self, sender: str, what: str) -> None:
+        self._frames_dropped += 1
+        self._log.warning("peer_lane_malformed", peer=sender[:8], error=what)
 
     # ------------------------------------------------------------------------ fault injection
     def block(self, node_ids: set[str]) -> None:
@@ -609,6 +702,10 @@ class PeerLinks:
             # Up links whose peer reads the batch forms: below links_up during a rolling
             # restart that mixes builds.
             "links_columnar": sum(1 for p in self._peers.values() if p.up and p.columnar),
+            # Up links whose job messages take a job lane (job_lane.py).
+            "links_lane": sum(1 for p in self._peers.values() if p.up and p.lane is not None),
+            "lane_frames_sent": self._lane_frames_sent,
+            "lane_frames_received": self._lane_frames_received,
         }
 
 

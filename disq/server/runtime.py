@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from disq.core.beanstalk.core import BeanstalkCore
+from disq.core.events import EventBuffer
 from disq.core.node_core import NodeCore, Ready, apply_ready
 from disq.protocol.beanstalk import OP_COUNT
 from disq.server.aof_service import AofService
@@ -166,6 +167,7 @@ class NodeRuntime:
         # Always a Ready, even an empty one: taking it also settles the bridge between the
         # cores and the memory level (CONFIG SET maxmemory 0 must clear a warning at once).
         rd = self._held if self._held is not None else core.ready(self.now_ms())
+        events = None
         if rd:
             try:
                 applied = apply_ready(
@@ -181,6 +183,7 @@ class NodeRuntime:
                 return
             self._held = None
             self._after_apply(rd)
+            events = rd.events
         core.advance()
         dirty = self._dirty
         self._dirty = []
@@ -201,6 +204,8 @@ class NodeRuntime:
                     conn.flush()
             if core.has_ready():
                 self.schedule_flush()
+        if events:
+            self._log_events(events)
         nd = core.next_deadline_ms()
         if nd >= 0:
             self.check_timer(nd, self.now_ms())
@@ -221,11 +226,6 @@ class NodeRuntime:
         cluster = self.cluster
         if cluster is not None:
             cluster.links.flush()
-            metrics = self.metrics
-            for batch in rd.events:
-                cluster.event_log.append(batch)
-                if metrics is not None:
-                    metrics.on_events(batch)
             if rd.member_changes:
                 cluster.apply_member_changes(rd.member_changes)
         errors = self.core.errors
@@ -233,6 +233,18 @@ class NodeRuntime:
             for what, exc in errors:
                 self.log.error("core_input_failed", what=what, error=repr(exc))
             errors.clear()
+
+    def _log_events(self, events: list[EventBuffer]) -> None:
+        """The lifecycle events of an applied Ready, into the event log and the metrics:
+        after the replies were written, so neither is on the path of a reply."""
+        cluster = self.cluster
+        if cluster is None:
+            return
+        metrics = self.metrics
+        for batch in events:
+            cluster.event_log.append(batch)
+            if metrics is not None:
+                metrics.on_events(batch)
 
     # ------------------------------------------------------------------ the one timer
     def check_timer(self, deadline_ms: int, now_ms: int) -> None:

@@ -245,9 +245,9 @@ def test_block_and_unblock_drop_and_restore_both_directions() -> None:
 
         a.links.block({B})
         a.links.send(B, GotJob("a->b blocked"))
-        b.links.send(A, GotJob("b->a blocked"))
-        await next_iterations()
+        a.links.flush()
         assert a.links.stats()["frames_blocked"] == 1  # outbound: dropped at the flush
+        b.links.send(A, GotJob("b->a blocked"))
         await until(lambda: a.links.stats()["frames_blocked"] == 2)  # inbound: at receipt
         st = a.links.stats()
         assert (st["frames_dropped"], st["frames_sent"], st["frames_received"]) == (2, 0, 0)
