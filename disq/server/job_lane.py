@@ -40,9 +40,9 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
-    "MAGIC",
     "HELLO_SIZE",
     "LANE_KEY",
+    "MAGIC",
     "MAX_BUFFERED_BYTES",
     "MAX_FRAME_BYTES",
     "LaneServer",

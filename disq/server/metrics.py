@@ -429,9 +429,16 @@ class NodeCollector(Collector):
             "a rolling restart mixes builds).",
             value=s.get("links_columnar", 0),
         )
+        yield GaugeMetricFamily(
+            "disq_peer_links_lane",
+            "Outbound peer links up whose job messages take a job lane (TCP beside the stream).",
+            value=s.get("links_lane", 0),
+        )
         for key, doc in (
             ("frames_sent", "Frames sent to peers."),
             ("frames_received", "Frames received from peers."),
+            ("lane_frames_sent", "Of the frames sent to peers, those written on a job lane."),
+            ("lane_frames_received", "Of the frames received, those read from a job lane."),
             ("messages_sent", "Messages sent to peers."),
             ("messages_received", "Messages received from peers."),
         ):

@@ -35,6 +35,13 @@ Handshake
     retried with capped exponential backoff (50 ms doubling to 1 s; reset once a link came
     up) for as long as the peer's address is set.
 
+Job lanes
+    A stream whose handshake announced a job lane (job_lane.py) carries only membership
+    messages: job messages go on the lane, a plain TCP connection whose round trip costs a
+    fifth of the stream's. The lane opens right after the handshake and lives inside the
+    stream; without one (``lane_port`` None here, an older build there, a lane that cannot
+    be opened) the stream carries everything, as before.
+
 Coalescing
     When the peer's writer falls behind, the frames waiting in its queue are written as one
     gRPC message: concatenated serialized protobuf messages parse as their merge, so the

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from test_peer_link import A, B, C, Node, run, until
+
 from disq.core.messages import GotJob, JobData, Ping, ReplJob
 from disq.server.job_lane import HELLO_SIZE, MAGIC, hello, parse_announcement
-from test_peer_link import A, B, C, Node, run, until
 
 
 def _job(i: int) -> ReplJob:

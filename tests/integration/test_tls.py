@@ -248,10 +248,15 @@ def test_peer_links_verify_each_other_both_ways(certs: Path) -> None:
     def tls(cert: str, ca: str) -> TlsConfig | None:
         return TlsConfig.for_node(certs / f"{cert}.pem", certs / f"{cert}.key", certs / ca)
 
+    from disq.core.messages import GotJob
+
     async def main() -> None:
         ids = {name: name[0] * 40 for name in ("good", "other", "rogue")}
+        got: asyncio.Queue[list[object]] = asyncio.Queue()
         links = {
-            "good": PeerLinks(ids["good"], lambda s, m: None, tls=tls("node", "ca.pem")),
+            "good": PeerLinks(
+                ids["good"], lambda s, m: got.put_nowait(m), tls=tls("node", "ca.pem")
+            ),
             "other": PeerLinks(ids["other"], lambda s, m: None, tls=tls("node", "ca.pem")),
             "rogue": PeerLinks(ids["rogue"], lambda s, m: None, tls=tls("rogue", "other-ca.pem")),
         }
@@ -263,6 +268,11 @@ def test_peer_links_verify_each_other_both_ways(certs: Path) -> None:
             assert await links["other"].wait_link_up(ids["good"], 10)
             assert not await links["rogue"].wait_link_up(ids["good"], 1)
             assert not await links["good"].wait_link_up(ids["rogue"], 1)
+            # The job lane runs over TLS with the same certificates: job messages take it.
+            assert links["other"].stats()["links_lane"] == 1
+            links["other"].send(ids["good"], GotJob("D-over-the-lane"))
+            assert await asyncio.wait_for(got.get(), 10) == [GotJob("D-over-the-lane")]
+            assert links["good"].stats()["lane_frames_received"] == 1
         finally:
             for link in links.values():
                 await link.close()

@@ -181,12 +181,13 @@ def test_args_are_disq_node_flags_and_match_the_ports() -> None:
     args = c["args"]
     assert c["command"] == ["disq-node"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert set(ports) == {"beanstalk", "resp", "grpc", "metrics"}
+    assert set(ports) == {"beanstalk", "resp", "grpc", "job-lane", "metrics"}
     assert flag_values(args, "-l") == ["$(POD_IP)"]
     assert flag_values(args, "-p") == [str(ports["beanstalk"])]
     assert flag_values(args, "--resp-port") == [str(ports["resp"])]
     assert flag_values(args, "--grpc-port") == [str(ports["grpc"])]
     assert flag_values(args, "--metrics-port") == [str(ports["metrics"])]
+    assert flag_values(args, "--job-lane-port") == [str(ports["job-lane"])]
     assert flag_values(args, "--data-dir") == ["/data"]
     assert flag_values(args, "--drain-timeout-s") == ["20"]
     env = {e["name"]: e for e in c["env"]}
