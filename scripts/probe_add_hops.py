@@ -9,8 +9,11 @@ jobs with REPLICATE 3, one at a time (pipeline 1), timing each from its send to 
 Every add's events are cut into the path's hops and the medians printed:
 
   client -> door       the client's write until node A's RESP protocol has the bytes
-  door -> flush        A ran the command; the flush is scheduled (call_soon)
-  flush -> frames out  A's flush: the Ready (core, AOF, messages) and the frames written
+  door: command        A parsed and ran the command (the core's add_job)
+  command -> flush     the flush was scheduled (call_soon) and the loop came round to it
+  flush -> frames out  A's flush: the Ready (core, AOF, messages) until the frames are
+                       handed to the links (the lane writes them there; a gRPC stream's
+                       writer task later, which the next hop then includes)
   wire -> peer core    A's frame until the first peer's runtime has the REPLJOB
   peer: core -> out    that peer registered the copy and wrote its GOTJOB
   wire -> A core       the first GOTJOB back at A's runtime
@@ -44,7 +47,8 @@ sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.pa
 
 HOPS = [
     "client -> door",
-    "door -> flush",
+    "door: command",
+    "command -> flush",
     "flush -> frames out",
     "wire -> peer core",
     "peer: core -> out",
@@ -69,23 +73,22 @@ def run_node(conf: str, out: Path) -> None:
     events: list[tuple[str, int]] = []
     add = events.append
 
-    def around(cls: Any, name: str, tag: str, at_exit: bool = False) -> None:
+    def around(cls: Any, name: str, tag: str) -> None:
         orig = getattr(cls, name)
 
         def wrapper(self: Any, *args: Any) -> Any:
-            if not at_exit:
-                add((tag, clock()))
-                return orig(self, *args)
-            result = orig(self, *args)
             add((tag, clock()))
-            return result
+            return orig(self, *args)
 
         setattr(cls, name, wrapper)
 
     around(RespProtocol, "data_received", "resp_in")
-    around(RespProtocol, "flush", "resp_out", at_exit=True)
+    around(RespProtocol, "_after_commands", "cmd_done")
+    # At entry: the write happens inside, and the reader may run (on the other core) before
+    # an exit stamp would be taken.
+    around(RespProtocol, "flush", "resp_out")
     around(NodeRuntime, "_flush", "flush_in")
-    around(PeerLinks, "_flush", "frames_out", at_exit=True)
+    around(PeerLinks, "_flush", "frames_out")
     orig_peer = NodeRuntime.on_peer_messages
 
     def on_peer(self: Any, sender: str, msgs: list[Any]) -> None:
@@ -149,9 +152,10 @@ def hops_of(span: tuple[int, int], nodes: list[list[tuple[str, int]]]) -> list[f
     resp_in = first(a, "resp_in", t0)
     if resp_in is None:
         return None
-    flush_in = first(a, "flush_in", resp_in)
+    cmd_done = first(a, "cmd_done", resp_in)
+    flush_in = first(a, "flush_in", cmd_done or t1)
     frames_out = first(a, "frames_out", flush_in or t1)
-    if flush_in is None or frames_out is None:
+    if cmd_done is None or flush_in is None or frames_out is None:
         return None
     # The peer whose REPLJOB arrived first, and its GOTJOB out.
     arrivals = []
@@ -173,7 +177,7 @@ def hops_of(span: tuple[int, int], nodes: list[list[tuple[str, int]]]) -> list[f
     reply_out = first(a, "resp_out", last_got)
     if reply_out is None:
         return None
-    points = [t0, resp_in, flush_in, frames_out, peer_in, peer_out, got1, last_got, reply_out, t1]
+    points = [t0, resp_in, cmd_done, flush_in, frames_out, peer_in, peer_out, got1, last_got, reply_out, t1]
     return [(b - a_) / 1000 for a_, b in itertools.pairwise(points)]
 
 
@@ -213,6 +217,11 @@ def main() -> None:
             for node in cluster.nodes:
                 node.stop()
     rows = [h for h in (hops_of(s, nodes) for s in spans) if h is not None]
+    if os.environ.get("HOPS_DEBUG"):
+        for s in spans[:3]:
+            t0 = s[0]
+            for i, evs in enumerate(nodes):
+                print(i, [(g, (t - t0) // 1000) for g, t in evs if s[0] <= t <= s[1]])
     total = statistics.median((t1 - t0) / 1000 for t0, t1 in spans)
     print(
         f"ADDJOB REPLICATE 3, 1 connection, pipeline 1, {len(spans)} adds "
