@@ -40,6 +40,8 @@ DEFAULT_MAX_BYTES = 256 << 20
 DEFAULT_MEMORY_MAX_BYTES = 32 << 20
 DEFAULT_RETENTION_MS = 7 * 86_400_000
 MAX_READ_EVENTS = 10_000
+# A deferred log writes at once past this much unwritten (memory and loss on kill -9 bounded).
+MAX_UNWRITTEN_BYTES = 256 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,7 @@ class EventLog:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         max_bytes: int | None = None,
         retention_ms: int = DEFAULT_RETENTION_MS,
+        deferred: bool = False,
     ) -> None:
         self.directory = directory
         self.segment_bytes = max(1024, segment_bytes)
@@ -171,6 +174,12 @@ class EventLog:
         self.write_errors = 0
         self._file: FileIO | None = None  # the last segment, open for appends
         self._file_path: Path | None = None
+        # ``deferred``: appends stay in memory until flush() (the node calls it a few
+        # milliseconds later, from a timer, and every read first), so the write of a
+        # busy node's events is one syscall for many flushes, off the path of a reply.
+        self.deferred = deferred
+        self._unwritten: list[bytes] = []
+        self._unwritten_bytes = 0
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._load()
@@ -221,32 +230,52 @@ class EventLog:
         data = encode(buf, self.next_seq)
         seg = self.segments[-1] if self.segments else None
         if seg is None or seg.size >= self.segment_bytes:
+            self.flush()  # what the last segment still owes goes to its own file first
             seg = self._new_segment(self.next_seq)
+        if seg.path is None:
+            seg.data += data
+        else:
+            self._unwritten.append(data)
+            self._unwritten_bytes += len(data)
+        seg.size += len(data)
+        seg.last_time_ms = buf.times[n - 1]
+        self.total_bytes += len(data)
+        self.next_seq += n
+        if not self.deferred or self._unwritten_bytes >= MAX_UNWRITTEN_BYTES:
+            self.flush()
+        self._enforce_bounds(buf.times[n - 1])
+
+    @property
+    def has_unwritten(self) -> bool:
+        """Appended events are waiting for :meth:`flush` (``deferred`` logs only)."""
+        return bool(self._unwritten)
+
+    def flush(self) -> None:
+        """Write the appended events still in memory to the last segment's file."""
+        if not self._unwritten:
+            return
+        data = b"".join(self._unwritten)
+        self._unwritten.clear()
+        self._unwritten_bytes = 0
+        seg = self.segments[-1]
+        assert seg.path is not None
         try:
-            if seg.path is not None:
-                f = self._file
-                if f is None or self._file_path != seg.path:
-                    # The last segment stays open (unbuffered, appending): one write per
-                    # flush on the reply path instead of an open, a seek and a close too.
-                    self._close_file()
-                    f = self._file = open(seg.path, "ab", buffering=0)
-                    self._file_path = seg.path
-                f.write(data)
-            else:
-                seg.data += data
+            f = self._file
+            if f is None or self._file_path != seg.path:
+                # The last segment stays open (unbuffered, appending): one write per flush
+                # instead of an open, a seek and a close too.
+                self._close_file()
+                f = self._file = open(seg.path, "ab", buffering=0)
+                self._file_path = seg.path
+            f.write(data)
         except OSError as exc:
             self._close_file()
             # Events are best effort: a full disk must not stop the node. The sequence
             # numbers of lost events are skipped, so readers can tell.
             self.write_errors += 1
-            self.log.warning("event_log_write_failed", error=str(exc), events=n)
-            self.next_seq += n
-            return
-        seg.size += len(data)
-        seg.last_time_ms = buf.times[n - 1]
-        self.total_bytes += len(data)
-        self.next_seq += n
-        self._enforce_bounds(buf.times[n - 1])
+            self.log.warning("event_log_write_failed", error=str(exc), bytes=len(data))
+            seg.size -= len(data)
+            self.total_bytes -= len(data)
 
     def _close_file(self) -> None:
         f, self._file = self._file, None
@@ -257,7 +286,8 @@ class EventLog:
                 self.log.warning("event_log_close_failed", error=str(exc))
 
     def close(self) -> None:
-        """Close the open segment file (appends reopen it)."""
+        """Write what is unwritten and close the open segment file (appends reopen it)."""
+        self.flush()
         self._close_file()
 
     def _new_segment(self, first_seq: int) -> _Segment:
@@ -289,6 +319,7 @@ class EventLog:
         """Up to ``max_events`` events with ``seq >= from_seq`` and ``time_ms >= since_ms``,
         in order. Events before ``first_seq`` are gone (retention)."""
         max_events = max(1, min(max_events, MAX_READ_EVENTS))
+        self.flush()
         out: list[Event] = []
         segs = self.segments
         for k, seg in enumerate(segs):

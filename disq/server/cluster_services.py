@@ -120,6 +120,7 @@ class ClusterServices:
             max_bytes=max_bytes,
             # A small bound gets small segments, so retention works in small steps.
             segment_bytes=min(4 << 20, max(1024, max_bytes // 4)) if max_bytes else 4 << 20,
+            deferred=True,  # the runtime writes it from a timer (EVENTS_WRITE_DELAY_S)
         )
         runtime.beanstalk.events.enabled = True  # drained into the log by every flush
         self.api = QueueApi(self.services)

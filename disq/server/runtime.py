@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
 DEFAULT_BACKLOG = 511  # Redis's and Disque's tcp-backlog default
+# Lifecycle events are written this long after the first of them (one write for many
+# flushes, none on the path of a reply); readers write them first (EventLog.read).
+EVENTS_WRITE_DELAY_S = 0.005
 
 
 async def start_server(
@@ -115,6 +118,7 @@ class NodeRuntime:
         self._held: Ready | None = None  # a Ready whose records could not be written yet
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms = -1
+        self._events_timer: asyncio.TimerHandle | None = None  # the event log's write
         self._stopping: asyncio.Future[None] | None = None
         self._draining: asyncio.Task[None] | None = None  # the SIGTERM drain (drain.py)
         self._uname = platform.uname()
@@ -241,10 +245,19 @@ class NodeRuntime:
         if cluster is None:
             return
         metrics = self.metrics
+        log = cluster.event_log
         for batch in events:
-            cluster.event_log.append(batch)
+            log.append(batch)
             if metrics is not None:
                 metrics.on_events(batch)
+        if log.has_unwritten and self._events_timer is None:
+            self._events_timer = self.loop.call_later(EVENTS_WRITE_DELAY_S, self._write_events)
+
+    def _write_events(self) -> None:
+        self._events_timer = None
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.event_log.flush()
 
     # ------------------------------------------------------------------ the one timer
     def check_timer(self, deadline_ms: int, now_ms: int) -> None:
@@ -455,6 +468,7 @@ class NodeRuntime:
             await self.admin.close()
         if self.cluster is not None:
             await self.cluster.close()
+            self.cluster.event_log.close()
         self.aof.close()
         if self.unix_path is not None:
             try:

@@ -88,3 +88,25 @@ def test_restart_keeps_sequence_and_cuts_a_torn_tail(tmp_path: Path) -> None:
     assert [e.seq for e in again.read(1, 100)] == list(range(1, 8))
     again.append(buf(2))
     assert [e.seq for e in EventLog(tmp_path).read(7, 100)] == [7, 8, 9]
+
+
+def test_a_deferred_log_writes_on_flush_and_readers_see_everything(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, segment_bytes=1024, deferred=True)
+    log.append(buf(3))
+    log.append(buf(2))
+    seg = log.segments[-1].path
+    assert seg is not None
+    assert log.has_unwritten and seg.read_bytes() == b""  # nothing written yet
+    assert EventLog(tmp_path).next_seq == 1  # another reader of the files sees none of it
+    assert [e.seq for e in log.read(1, 100)] == [1, 2, 3, 4, 5]  # a read writes them first
+    assert not log.has_unwritten
+    assert [e.seq for e in decode(seg.read_bytes())[0]] == [1, 2, 3, 4, 5]
+    # A segment that fills up writes what it owes before the next one starts.
+    for _ in range(30):
+        log.append(buf(5))
+    log.close()
+    assert not log.has_unwritten
+    again = EventLog(tmp_path)
+    assert again.next_seq == log.next_seq == 156
+    got = again.read(0, 10_000)
+    assert [e.seq for e in got] == list(range(1, 156))
