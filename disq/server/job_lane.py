@@ -62,6 +62,7 @@ MAX_FRAME_BYTES = 1 << 30
 # Frames to a peer whose socket does not drain are dropped past this (counted), as the gRPC
 # path drops past its queue bound: the protocols above retry, and memory stays bounded.
 MAX_BUFFERED_BYTES = 32 << 20
+HELLO_TIMEOUT_S = 5.0
 
 
 def hello(my_id: str, token: bytes) -> bytes:
@@ -91,13 +92,18 @@ class _InboundLane(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.sender = ""  # set by a valid hello
+        self.hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.server.inbound.add(self)
+        # A connection that does not say a valid hello soon is not a peer: it is closed.
+        self.hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self.close_lane)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.inbound.discard(self)
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
         if self.sender:
             self.server.on_down(self.sender)
 
@@ -112,6 +118,9 @@ class _InboundLane(asyncio.Protocol):
                 self.close_lane()
                 return
             self.sender = sender
+            if self.hello_timer is not None:
+                self.hello_timer.cancel()
+                self.hello_timer = None
             del buf[:HELLO_SIZE]
             self.server.on_up(sender)
         pos = 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
 from test_peer_link import A, B, C, Node, run, until
 
 from disq.core.messages import GotJob, JobData, Ping, ReplJob
+from disq.server import job_lane
 from disq.server.job_lane import HELLO_SIZE, MAGIC, hello, parse_announcement
 
 
@@ -85,6 +87,22 @@ def test_a_lane_connection_without_the_token_is_closed_and_delivers_nothing() ->
         assert await asyncio.to_thread(intruder, bad_magic) == b""
         st = a.links.stats()
         assert (st["frames_received"], st["lane_frames_received"]) == (0, 0)
+        assert a.received == []
+
+    run(main)
+
+
+def test_a_silent_connection_to_the_lane_port_is_closed_after_the_hello_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(job_lane, "HELLO_TIMEOUT_S", 0.2)
+
+    async def main() -> None:
+        a = await Node(A).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", a.links.lane_port)
+        writer.write(MAGIC)  # a start of a hello, and then nothing
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the lane
+        writer.close()
         assert a.received == []
 
     run(main)
