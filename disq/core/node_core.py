@@ -120,8 +120,10 @@ def apply_ready(
         send(peer, msgs)
     for token, result in rd.replies:
         reply(token, result)
-    for session, result in rd.wakeups:
-        wake(session, result)
+    # Not ``result`` again: compiled (mypyc), a loop variable keeps the type of its first
+    # loop, and a wake-up's result is no DeferredResult.
+    for session, woken in rd.wakeups:
+        wake(session, woken)
     return True
 
 
