@@ -439,6 +439,15 @@ class DisqueCore(
             self._push_wanted(q, now_ms)
         return True
 
+    # What the simulator's core (SimDisqueCore) and the tests' mutants override in Python.
+    # Defined here, not only in the parts: compiled, a Python override is called only for a
+    # method of the class itself (a method a trait gives it is called directly).
+    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+        AofMixin.restore(self, now_ms, records)
+
+    def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
+        return MemoryMixin.update_memory(self, now_ms, other_bytes)
+
     def _dequeue(self, j: DJob) -> bool:
         if j.state != QUEUED:
             return False
