@@ -3,16 +3,35 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The modules mypyc compiles (the list is disq/_native.py's), built in place beside their
+# sources. Make rebuilds them when any of them, the list or setup.py is newer than the last
+# build, so a test run after an edit runs fresh compiled code (disq/_native.py also refuses
+# stale ones at import). DISQ_PURE=1 make ...: no compiled modules.
+NATIVE_SRC := $(shell $(PY) -c "import runpy; print(' '.join(runpy.run_path('disq/_native.py')['compiled_sources']('.').values()))")
+COMPILED := $(VENV)/.compiled
 
-.PHONY: run test lint typecheck clean bench
+.PHONY: run test lint typecheck clean bench build
 
-$(STAMP): pyproject.toml
+# The editable install itself compiles nothing (DISQ_PURE=1): $(COMPILED) does, with the
+# venv's mypy, once.
+$(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	DISQ_PURE=1 $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+PURE := $(filter-out 0,$(DISQ_PURE))
+
+$(COMPILED): $(STAMP) setup.py $(NATIVE_SRC)
+	$(if $(PURE),,scripts/ensure_compiler.sh $(BIN)/python)
+	$(BIN)/python setup.py -q build_ext --inplace >$(VENV)/build.log 2>&1 \
+		|| { cat $(VENV)/build.log; exit 1; }
+	@grep '^disq setup.py' $(VENV)/build.log || true
+	$(if $(PURE),,touch $(COMPILED))
+
+build: $(COMPILED)
+
+run: $(COMPILED)
 	$(BIN)/disq-node
 
 lint: $(STAMP)
@@ -23,12 +42,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) lint typecheck
+# The whole suite against the compiled modules (DISQ_EXPECT_COMPILED: tests/unit/test_native.py
+# fails unless they loaded), then the unit tests once more against the pure Python sources.
+test: $(COMPILED) lint typecheck
 	scripts/ensure_redis_cli.sh
 	scripts/ensure_redis_py7.sh
 	scripts/ensure_java.sh
 	scripts/ensure_chromium.sh
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) $(BIN)/pytest -q -p no:cacheprovider tests
+	DISQ_PURE=1 $(BIN)/pytest -q -p no:cacheprovider tests/unit
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \
 		tests/integration/test_beanstalk_wire.py tests/integration/test_clients.py
@@ -37,4 +59,6 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_beanstalk.py
 
 clean:
-	rm -rf $(VENV) disq-data .mypy_cache .ruff_cache
+	rm -rf $(VENV) disq-data .mypy_cache .ruff_cache build disq/_native_build.json
+	find disq -name '*.so' -delete
+	rm -f disq__mypyc.*.so

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# First: decides whether the compiled (mypyc) modules may load, before any of them is imported.
+from disq import _native  # noqa: F401
+
 __version__ = "0.1.0"
 
 _LAZY = {

@@ -12,7 +12,6 @@ entries by destination and sends each peer one frame.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 # Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
 ALIVE = 1
@@ -59,6 +58,11 @@ BSTATE_READY = 0
 BSTATE_BURIED = 3
 
 
+# JobData's fields kept only in the AOF: they never travel (a module constant, not a ClassVar:
+# mypyc's dataclasses take a ClassVar with a value for a field with a default).
+AOF_ONLY_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 @dataclass(slots=True)
 class JobData:
     """A job as it travels: TTL relative (clocks differ between nodes), counters included.
@@ -66,8 +70,6 @@ class JobData:
     The same record is the AOF's LOADJOB payload, where one clock holds: there the expiry is
     absolute (``expire_ms``) and ``ttl_remaining_s`` is 0. ``expire_ms`` never travels.
     """
-
-    AOF_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("expire_ms",)
 
     id: str
     queue: str
@@ -86,6 +88,9 @@ class JobData:
     beanstalk_id: int = 0  # the owner's numeric alias
     idempotency_key: str = ""  # the ADDJOB's idempotency key: every copy answers a retried add
     expire_ms: int = 0  # in an AOF record: the absolute expiry (one clock); 0 on the wire
+
+
+AOF_ONLY_FIELDS[JobData] = ("expire_ms",)
 
 
 @dataclass(slots=True)

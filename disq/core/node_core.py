@@ -35,6 +35,8 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from disq.core.beanstalk.core import EV_DELETE, BeanstalkCore
 from disq.core.beanstalk.job import BURIED, ReplicaLink
 from disq.core.disque.api import DeferredResult, DisqueError
@@ -120,11 +122,15 @@ def apply_ready(
         send(peer, msgs)
     for token, result in rd.replies:
         reply(token, result)
-    for session, result in rd.wakeups:
-        wake(session, result)
+    # Not ``result`` again: compiled (mypyc), a loop variable keeps the type of its first
+    # loop, and a wake-up's result is no DeferredResult.
+    for session, woken in rd.wakeups:
+        wake(session, woken)
     return True
 
 
+# The simulator's tests subclass it in Python (mutants).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NodeCore:
     """The node's three state machines; ``disque`` and ``membership`` are None on a node
     without its cluster doors (beanstalkd-style flags)."""

@@ -276,10 +276,11 @@ class RespDoor:
                 break
             queue.popleft()
             self.queued_bytes -= _cost(cmd)
-            client.pending_token = client.deferred = None
+            client.unblock()
             r = execute(client, cmd, now_ms)
             if isinstance(r, Pending):
-                self.ahead.append(_Ahead(client.pending_token, client.deferred, None))
+                token, deferred = client.unblock()
+                self.ahead.append(_Ahead(token, deferred, None))
             else:
                 self.ahead.append(_Ahead(None, None, r))
         client.pending_token, client.deferred = head

@@ -146,7 +146,8 @@ def scan(buf: bytes, start: int, records: list[tuple[int, bytes]]) -> int:
 # Searching behind a bad record (see find_valid_record) is the only part of reading whose cost
 # is not linear in the file size, so it is bounded: past this many candidate offsets we stop and
 # let a human decide (repair) instead of stalling start-up for minutes.
-_SEARCH_BUDGET: Final = 300_000
+# Not Final: compiled (mypyc), a Final is inlined, and the tests lower this one.
+_SEARCH_BUDGET = 300_000
 # Candidates up to this length are checked by hashing their bytes; longer ones in O(1) with
 # _RangeCrc, because hashing every candidate costs O(R^3) behind a torn record of R random bytes.
 _DIRECT_CRC_MAX: Final = 16384

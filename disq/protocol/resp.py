@@ -39,6 +39,7 @@ from itertools import chain
 from typing import TypeAlias, cast
 
 import hiredis
+from mypy_extensions import mypyc_attr
 
 # server.h: PROTO_INLINE_MAX_SIZE, and the hard-coded limits in processMultibulkBuffer.
 MAX_INLINE_BYTES = 64 * 1024
@@ -531,12 +532,15 @@ class RespParser:
 
 
 # ------------------------------------------------------------------ replies
+# str subclasses stay Python classes: mypyc's native classes cannot subclass str.
+@mypyc_attr(native_class=False)
 class SimpleString(str):
     """A status reply (``+OK``) where :func:`encode` would otherwise send a bulk string."""
 
     __slots__ = ()
 
 
+@mypyc_attr(native_class=False)
 class ErrorString(str):
     """An error reply inside an array; the text includes the code word (``ERR ...``)."""
 

@@ -54,14 +54,20 @@ class Mesh:
     """``n`` nodes, each a :class:`NodeCore` over a real beanstalk core and Disque core."""
 
     def __init__(
-        self, n: int, seed: int = 1, *, now_ms: int = T0_MS, beanstalk_replicate: int = 1
+        self,
+        n: int,
+        seed: int = 1,
+        *,
+        now_ms: int = T0_MS,
+        beanstalk_replicate: int = 1,
+        core_class: type[DisqueCore] = DisqueCore,  # a test's mutant subclass
     ) -> None:
         self.now = now_ms
         self.ids = node_ids(n)
         self.views = {nid: StaticView(nid, [p for p in self.ids if p != nid]) for nid in self.ids}
         self.nodes: list[NodeCore] = []
         for k, nid in enumerate(self.ids):
-            disque = DisqueCore(self.views[nid], random.Random(seed + k), now_ms)
+            disque = core_class(self.views[nid], random.Random(seed + k), now_ms)
             self.nodes.append(
                 NodeCore(
                     BeanstalkCore(persist=True),

@@ -24,6 +24,7 @@ the mutant, then runs ``disq.node_main`` with the remaining arguments.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -82,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] not in MUTANTS:
         sys.stderr.write(f"usage: python -m disq.testing.mutants {{{','.join(MUTANTS)}}} ARGS...\n")
         return 2
+    from disq import _native
+
+    if _native.COMPILED_IN_USE:
+        # The node's compiled DisqueCore calls its own methods directly, past a patched one
+        # (the simulator's SimDisqueCore, a Python subclass, does see the patch): the mutant
+        # node runs the .py sources. Same process (exec), so the lab's pid stays right.
+        os.environ["DISQ_PURE"] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", "disq.testing.mutants", *args])
     apply(args[0])
     from disq import node_main
 

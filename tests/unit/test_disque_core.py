@@ -20,8 +20,15 @@ from disq.testing.mesh import Mesh
 class Cluster(Mesh):
     """Disque cores addressed by node id (``cores``) or index (``core(i)``)."""
 
-    def __init__(self, n: int, seed: int = 1, *, vote_keys: bool = True) -> None:
-        super().__init__(n, seed)
+    def __init__(
+        self,
+        n: int,
+        seed: int = 1,
+        *,
+        vote_keys: bool = True,
+        core_class: type[DisqueCore] = DisqueCore,
+    ) -> None:
+        super().__init__(n, seed, core_class=core_class)
         self.cores = {nid: self.disque(k) for k, nid in enumerate(self.ids)}
         for core in self.cores.values():
             # False: keys bound by announcements alone (idempotency.py), without the vote
@@ -634,12 +641,23 @@ def test_an_acked_jobs_gc_attempts_come_due_beside_other_jobs_timers() -> None:
     assert c.core(0).jobs[other].state == QUEUED and c.core(0).qlen("q") == 1
 
 
+_SCANNED: list[object] = []
+
+
+class _ScanCountingCore(DisqueCore):
+    """A mutant that records every heap entry a compaction scans (a subclass, not a patched
+    method: the compiled core's methods cannot be replaced on an instance)."""
+
+    def _awake_live(self, entry: tuple[int, int, str]) -> bool:
+        _SCANNED.append(entry)
+        return super()._awake_live(entry)
+
+
 def test_a_timer_heap_is_compacted_only_when_more_than_half_of_it_is_stale() -> None:
-    c = Cluster(1)
+    c = Cluster(1, core_class=_ScanCountingCore)
     core = c.core(0)
-    scanned: list[object] = []
-    live = core._awake_live
-    core._awake_live = lambda e: scanned.append(e) or live(e)  # type: ignore[method-assign]
+    scanned = _SCANNED
+    scanned.clear()
     job_ids = [
         core.add_job(c.now, k, "q", b"x", timeout_ms=0, repl=1, retry_s=60) for k in range(20_000)
     ]

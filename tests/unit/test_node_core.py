@@ -9,12 +9,14 @@ import pytest
 
 from disq.core.beanstalk.job import BURIED, READY
 from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.core import DisqueCore
 from disq.core.messages import (
     BSTATE_BURIED,
     BeanstalkUpdate,
     DelJob,
     GotJob,
     IdemKeys,
+    JobData,
     Message,
     ReplJob,
 )
@@ -77,7 +79,7 @@ def test_persist_before_send_nothing_leaves_when_the_write_fails() -> None:
     held.aof_records = [b"record"]
     held.messages = {"peer": [GotJob("D-x")]}
     held.replies = [(1, "D-x")]
-    held.wakeups = [(object(), 1)]  # type: ignore[list-item]
+    held.wakeups = [(node.beanstalk.open_session(), 1)]
     assert apply_ready(held, persist_fails, send, reply, wake) is False
     assert calls == ["persist"]
     calls.clear()
@@ -220,12 +222,23 @@ def test_next_deadline_is_the_earliest_of_the_cores_and_tick_runs_them() -> None
     assert job.state == READY
 
 
+class _BrokenCore(DisqueCore):
+    """A mutant core that fails on one message. The failure must come from the handler: an
+    ill-typed message (a REPLJOB without its job) cannot even be built against the compiled
+    message classes."""
+
+    def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
+        if isinstance(msg, ReplJob) and msg.job.id == "D-broken":
+            raise AttributeError("broken handler")
+        super().on_message(now_ms, sender, msg)
+
+
 def test_a_bad_peer_message_is_contained_and_counted() -> None:
-    mesh = Mesh(2)
+    mesh = Mesh(2, core_class=_BrokenCore)
     node = mesh.nodes[0]
     node.contain_errors = True
 
-    broken = ReplJob(None)  # type: ignore[arg-type]  # a REPLJOB without its job
+    broken = ReplJob(JobData("D-broken", "q", b"", 1, 1, 0, 0, 0))
     node.on_peer_messages(mesh.now, mesh.ids[1], [broken, GotJob("D-x")])
     assert node.message_errors == 1 and "ReplJob" in node.errors[0][0]
     node.contain_errors = False

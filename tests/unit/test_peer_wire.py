@@ -447,9 +447,11 @@ def test_unknown_and_empty_messages_are_skipped_and_counted() -> None:
 def test_unencodable_messages_are_skipped_and_the_rest_goes_out() -> None:
     bad_range = m.SetAck("D-1", may_have=2**32)  # uint32 overflow
     negative = m.NeedJobs("q", count=-1)
-    wrong_type = m.GotJob(job_id=123)  # type: ignore[arg-type]
-    not_a_message = "GOTJOB D-1"
-    bad_job = m.ReplJob(m.JobData("D-2", "q", "not bytes", 1, 1, 0, 0, 0))  # type: ignore[arg-type]
+    # Well-typed values protobuf refuses (ill-typed ones are refused earlier, by the compiled
+    # classes themselves): a lone surrogate is no UTF-8, a priority is a uint32.
+    wrong_type = m.GotJob(job_id="D-\ud800")
+    not_a_message = m.DelJob(["D-1", "D-\udc80"])
+    bad_job = m.ReplJob(m.JobData("D-2", "q", b"body", 1, 1, 0, 0, 0, priority=2**33))
     msgs: list[typing.Any] = [
         m.GotJob("D-0"),
         bad_range,

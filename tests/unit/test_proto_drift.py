@@ -61,8 +61,8 @@ NESTED = {"Job": m.JobData, "Member": m.Member}
 
 def _check_fields(descriptor: Descriptor, cls: type) -> None:
     proto_fields = {f.name: f for f in descriptor.fields}
-    # Fields a record keeps only in the AOF (named on the class) never travel.
-    local = getattr(cls, "AOF_ONLY_FIELDS", ())
+    # Fields a record keeps only in the AOF (disq.core.messages.AOF_ONLY_FIELDS) never travel.
+    local = m.AOF_ONLY_FIELDS.get(cls, ())
     class_fields = [f.name for f in dataclasses.fields(cls) if f.name not in local]
     assert sorted(class_fields) == sorted(proto_fields), f"{descriptor.name} vs {cls.__name__}"
     for f in proto_fields.values():

@@ -16,6 +16,7 @@ import pytest
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, DJob
+from disq.core.disque.queue import DQueue
 from disq.core.messages import DelJob, Enqueue, GotAck, Message, ReplJob
 from disq.core.node_core import NodeCore
 from disq.persistence.cluster_records import to_core_records
@@ -28,8 +29,10 @@ from disq.testing.sim import (
     SimResult,
     Simulation,
     run_seed,
+    simulation,
     sweep_config,
 )
+from disq.testing.sim.model import SimDisqueCore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -265,8 +268,20 @@ def test_fsync_lost_weakened_invariant(seed: int) -> None:
 
 
 # ---------------------------------------------------------------------------- the checker
+# Each checker test runs the simulation with a mutant core: a subclass of the simulator's own,
+# put where the simulation builds its nodes. Not a patched method: the compiled core (mypyc)
+# calls its own methods directly, so a method replaced on the class would not be called.
+def _mutate(monkeypatch: pytest.MonkeyPatch, name: str, mutant: type) -> None:
+    monkeypatch.setattr(simulation, name, mutant)
+
+
+class _ForgetsItsAof(SimDisqueCore):
+    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+        return None
+
+
 def test_checker_catches_a_core_that_forgets_its_aof(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(DisqueCore, "restore", lambda self, now_ms, records: None)
+    _mutate(monkeypatch, "SimDisqueCore", _ForgetsItsAof)
     with pytest.raises(InvariantViolation) as e:
         run(
             1,
@@ -281,34 +296,51 @@ def test_checker_catches_a_core_that_forgets_its_aof(monkeypatch: pytest.MonkeyP
     assert "history of D-" in str(e.value) and "NEMESIS crash" in str(e.value)
 
 
-def test_checker_catches_a_zombie_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+class _AcksButKeeps(SimDisqueCore):
     """A core that logs the ack but keeps the job deliverable."""
 
-    def ack_but_keep(self: DisqueCore, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
+    def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
         self._log_del(j.id)
 
-    monkeypatch.setattr(DisqueCore, "_acknowledge", ack_but_keep)
+
+def test_checker_catches_a_zombie_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
+    _mutate(monkeypatch, "SimDisqueCore", _AcksButKeeps)
     with pytest.raises(InvariantViolation) as e:
         run(1, nodes=3, repl=(1, 1), crashes=False, partitions=False, drain_max_ms=5000)
     assert e.value.invariant.startswith("2 ")
 
 
+class _NeverDequeues(SimDisqueCore):
+    """Its dequeue does nothing and its fetch leaves the job queued. Both: compiled, only the
+    calls the core's own class makes reach a Python override (docs in ARCHITECTURE.md,
+    "Compiled with mypyc"), and _fetch is one of those."""
+
+    def _dequeue(self, j: DJob) -> bool:
+        return True
+
+    def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
+        j = super()._fetch(q, now_ms)
+        if j is not None:
+            q.skiplist.add((j.ctime, j.id))
+        return j
+
+
 def test_checker_catches_queues_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(DisqueCore, "_dequeue", lambda self, j: True)
+    _mutate(monkeypatch, "SimDisqueCore", _NeverDequeues)
     with pytest.raises(InvariantViolation) as e:
         run(1, nodes=3, crashes=False, partitions=False)
     assert e.value.invariant.startswith("4 ")
 
 
-def test_checker_reports_core_exceptions_with_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = DisqueCore.on_message
-
-    def boom(self: DisqueCore, now_ms: int, sender: str, msg: object) -> None:
+class _FailsOnGotAck(SimDisqueCore):
+    def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
         if isinstance(msg, GotAck):
             raise KeyError("boom")
-        real(self, now_ms, sender, msg)  # type: ignore[arg-type]
+        super().on_message(now_ms, sender, msg)
 
-    monkeypatch.setattr(DisqueCore, "on_message", boom)
+
+def test_checker_reports_core_exceptions_with_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _mutate(monkeypatch, "SimDisqueCore", _FailsOnGotAck)
     with pytest.raises(InvariantViolation) as e:
         run(7, nodes=3, crashes=False, partitions=False)
     assert e.value.invariant.startswith("3 ")
@@ -665,16 +697,17 @@ def test_beanstalk_bridge_under_chaos(seed: int) -> None:
     assert res.stats["bput_ok"] > 0 and res.stats["bdeliveries"] > 0
 
 
-def test_checker_catches_a_bridge_that_drops_takeovers(monkeypatch: pytest.MonkeyPatch) -> None:
+class _DropsTakeovers(NodeCore):
     """A node core that never adopts taken-over jobs loses the owner's unsynced puts."""
-    real = NodeCore._settle
 
-    def settle(self: NodeCore, now_ms: int) -> None:
+    def _settle(self, now_ms: int) -> None:
         if self.disque is not None:
             self.disque.takeovers.clear()
-        real(self, now_ms)
+        super()._settle(now_ms)
 
-    monkeypatch.setattr(NodeCore, "_settle", settle)
+
+def test_checker_catches_a_bridge_that_drops_takeovers(monkeypatch: pytest.MonkeyPatch) -> None:
+    _mutate(monkeypatch, "NodeCore", _DropsTakeovers)
     with pytest.raises(InvariantViolation) as e:
         run_seed(1, _bridge())
     assert e.value.invariant.startswith("8 ")

@@ -6,11 +6,13 @@ doors map the same classes to Disque's error strings and to gRPC status codes.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class BeanstalkError(Exception):
     """Base class: ``code`` is stable and machine-readable."""
 
-    code = "INTERNAL_ERROR"
+    code: ClassVar[str] = "INTERNAL_ERROR"
 
 
 class NotFound(BeanstalkError):
@@ -50,4 +52,4 @@ class LimitExceeded(BeanstalkError):
 class PersistenceFailed(BeanstalkError):
     """The append-only file could not take the record; nothing was changed."""
 
-    code = "INTERNAL_ERROR"
+    code: ClassVar[str] = "INTERNAL_ERROR"

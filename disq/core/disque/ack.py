@@ -10,19 +10,13 @@ confirmation round: DELJOB to everybody at once. A deleted id is remembered for 
 
 from __future__ import annotations
 
-import random
-from collections import OrderedDict
-from typing import TYPE_CHECKING
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core import events as ev
 from disq.core import ids
 from disq.core.disque.job import ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
-from disq.core.messages import DelJob, GotAck, Message, SetAck
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView, DeferredResult
-    from disq.core.disque.blocked import _AddWait
-    from disq.core.events import EventBuffer
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import DelJob, GotAck, SetAck
 
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
@@ -34,33 +28,10 @@ TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recen
 TOMBSTONE_MAX = 200_000
 
 
-class AckMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class AckMixin(CoreParts):
     """The acks, GC and deletions of DisqueCore."""
-
-    view: ClusterView
-    rng: random.Random
-    jobs: dict[str, DJob]
-    events: EventBuffer
-    stats: dict[str, int]
-    _tombstones: OrderedDict[str, int]
-    _adds: dict[int, _AddWait]
-    _add_by_job: dict[str, int]
-
-    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
-
-        @property
-        def my_id(self) -> str: ...
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _unregister(self, j: DJob, now_ms: int) -> None: ...
-        def _dequeue(self, j: DJob) -> bool: ...
-        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
-        def _broadcast_del(self, j: DJob) -> None: ...
-        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _log_del(self, job_id: str) -> None: ...
-        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
-        def _forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
-        def _key_done(self, j: DJob, now_ms: int) -> None: ...
 
     # ------------------------------------------------------------------ commands
     def ack_job(self, now_ms: int, job_ids: list[str]) -> int:

@@ -8,8 +8,8 @@ deletion; acks themselves are not persisted (a restarted node re-learns them by 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
-from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core import ids
 from disq.core.disque.job import (
@@ -21,6 +21,7 @@ from disq.core.disque.job import (
     QUEUED,
     DJob,
 )
+from disq.core.disque.parts import CoreParts
 from disq.core.messages import JobData
 from disq.persistence.cluster_records import (
     REC_DELJOB,
@@ -33,36 +34,10 @@ from disq.persistence.cluster_records import (
 from disq.persistence.framing import frame
 
 
-class AofMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class AofMixin(CoreParts):
     """The AOF records of DisqueCore."""
-
-    jobs: dict[str, DJob]
-    aof_out: list[bytes]
-    persist: bool
-    aof_enqueue_once: bool
-    relinks: list[DJob]
-    _prev_ctime: int
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        @property
-        def my_id(self) -> str: ...
-        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
-        def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
-        def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None: ...
-        def key_records(self) -> list[bytes]: ...
-        def vote_records(self, now_ms: int) -> list[bytes]: ...
-        def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None: ...
-        def _kv_after_restore(self) -> None: ...
-
-        _idem_tentative: set[tuple[str, str]]
-        _idem: OrderedDict[tuple[str, str], tuple[str, int]]
-        vote_keys: bool
-
-        def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _enqueue(
-            self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
-        ) -> bool: ...
 
     def _log_job(self, j: DJob, now_ms: int) -> None:
         if self.persist:

@@ -6,7 +6,7 @@ written against it while the core evolves.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from disq.core.disque.job import DJob
 
@@ -48,7 +48,7 @@ LEAVING_MSG = "This node is leaving the cluster, please connect to a different o
 class Pending:
     """Returned by a command that blocks; its answer comes later through ``core.replies``."""
 
-    _instance: Pending | None = None
+    _instance: ClassVar[Pending | None] = None
 
     def __new__(cls) -> Pending:
         if cls._instance is None:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
 from disq.core.disque.idempotency import IDEM_TIMER
-from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
+from disq.core.disque.job import ACTIVE, WAIT_REPL
 from disq.core.disque.keyvote import KV_TIMER
+from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
 
 REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
@@ -52,41 +51,10 @@ class _GetWait:
     deadline_ms: int  # 0: forever
 
 
-class BlockedClientsMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class BlockedClientsMixin(CoreParts):
     """The blocked clients of DisqueCore."""
-
-    view: ClusterView
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-    stats: dict[str, int]
-    replies: list[tuple[int, DeferredResult]]
-    _adds: dict[int, _AddWait]  # token -> blocked ADDJOB
-    _add_by_job: dict[str, int]
-    _gets: dict[int, _GetWait]  # token -> blocked GETJOB
-    _client_timers: list[tuple[int, int]]  # (deadline_ms, token), lazy
-    _repl_timers: list[tuple[int, int]]  # (next_repl_ms, token), lazy
-    # The ADDJOBs that repeated a key while its first add still waits for its copies.
-    _followers: dict[int, list[int]]  # leader token -> follower tokens
-    _follower_of: dict[int, int]
-    _idem_timer_ms: int
-    _kv_timer_ms: int
-    _kv_prop: dict[tuple[str, str], Any]
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        @property
-        def my_id(self) -> str: ...
-        def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
-        def _forget(self, j: DJob) -> None: ...
-        def _forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
-        def _idem_cancel(self, token: int) -> bool: ...
-        def _idem_timer_fire(self, now_ms: int) -> None: ...
-        def _broadcast_del(self, j: DJob) -> None: ...
-        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
-        def _copies_needed(self, j: DJob) -> int: ...
-        def _kv_cancel(self, token: int) -> bool: ...
-        def _kv_timer_fire(self, now_ms: int) -> None: ...
 
     def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``

@@ -18,8 +18,7 @@ The node drains three outboxes of the core for its engine:
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core import ids
 from disq.core.disque.api import NOREPL_NODES, DisqueError
@@ -30,10 +29,8 @@ from disq.core.disque.job import (
     BEANSTALK_OWNED,
     DJob,
 )
-from disq.core.messages import BeanstalkUpdate, Message, Queued
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import BeanstalkUpdate, Queued
 
 # Beanstalk jobs have no TTL; their cluster records live "forever" (fits the u32 wire field).
 BEANSTALK_TTL_S = 100 * 365 * 86400
@@ -42,30 +39,10 @@ BEANSTALK_TTL_S = 100 * 365 * 86400
 BEANSTALK_MIN_RETRY_S = 5
 
 
-class BeanstalkBridgeMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class BeanstalkBridgeMixin(CoreParts):
     """The beanstalk side of DisqueCore."""
-
-    view: ClusterView
-    rng: random.Random
-    jobs: dict[str, DJob]
-    takeovers: list[DJob]
-    beanstalk_dropped: list[int]
-    relinks: list[DJob]
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        @property
-        def my_id(self) -> str: ...
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _new_ctime(self, now_ms: int) -> int: ...
-        def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
-        def _wait_for_copies(
-            self, token: int, job_id: str, deadline_ms: int, now_ms: int
-        ) -> None: ...
-        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _postpone(self, j: DJob, now_ms: int) -> None: ...
-        def _log_job(self, j: DJob, now_ms: int) -> None: ...
 
     def add_beanstalk(
         self,

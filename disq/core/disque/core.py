@@ -30,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from disq.core import events as ev
 from disq.core import ids
 from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANCE_MS
@@ -115,6 +117,8 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
     return (ka > kb) - (ka < kb)
 
 
+# The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
     HandoffMixin,  # first: it wraps ReplicationMixin's _on_gotjob (handoff.py)
     IdempotencyMixin,
@@ -188,6 +192,8 @@ class DisqueCore(
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         self.max_queues = MAX_QUEUES
+        self._handoffs = None  # handoff.py: no drain started
+        self._handoff_usable = None
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.takeovers: list[DJob] = []
         self.beanstalk_dropped: list[int] = []
@@ -432,6 +438,15 @@ class DisqueCore(
         elif q.wanted_by and not q.paused_out:
             self._push_wanted(q, now_ms)
         return True
+
+    # What the simulator's core (SimDisqueCore) and the tests' mutants override in Python.
+    # Defined here, not only in the parts: compiled, a Python override is called only for a
+    # method of the class itself (a method a trait gives it is called directly).
+    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+        AofMixin.restore(self, now_ms, records)
+
+    def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
+        return MemoryMixin.update_memory(self, now_ms, other_bytes)
 
     def _dequeue(self, j: DJob) -> bool:
         if j.state != QUEUED:

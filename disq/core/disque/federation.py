@@ -9,14 +9,12 @@ their next (backed off) broadcast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from mypy_extensions import mypyc_attr, trait
 
-from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
+from disq.core.disque.job import ACTIVE, BCAST_QUEUED
+from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
-from disq.core.messages import JobData, Message, NeedJobs, YourJobs
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
+from disq.core.messages import JobData, NeedJobs, YourJobs
 
 NEEDJOBS_BCAST_MIN_MS = 2000
 NEEDJOBS_BCAST_MAX_MS = 30_000
@@ -27,32 +25,10 @@ NEEDJOBS_MAX_REQUEST = 100
 WANTED_VALID_MS = 35_000  # longer than the longest NEEDJOBS broadcast gap
 
 
-class FederationMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class FederationMixin(CoreParts):
     """NEEDJOBS / YOURJOBS of DisqueCore."""
-
-    view: ClusterView
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-    max_queues: int
-    stats: dict[str, int]
-    _idem_tentative: set[tuple[str, str]]
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _queue(self, name: str, now_ms: int) -> DQueue: ...
-        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
-        def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
-        def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _unregister(self, j: DJob, now_ms: int) -> None: ...
-        def _enqueue(self, j: DJob, now_ms: int, nack: bool = False) -> bool: ...
-        def _postpone(self, j: DJob, now_ms: int) -> None: ...
-        def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
-        def _log_job(self, j: DJob, now_ms: int) -> None: ...
-        def _log_del(self, job_id: str) -> None: ...
-        def _merge_counters(
-            self, j: DJob, nacks: int, add_deliveries: int, now_ms: int
-        ) -> None: ...
 
     def _need_jobs(self, q: DQueue, now_ms: int, reached_zero: bool) -> None:
         """needJobsForQueue: a rare NEEDJOBS(1) broadcast to discover who has jobs, and

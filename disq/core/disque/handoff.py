@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.job import (
     ACKED,
@@ -48,9 +49,6 @@ from disq.core.disque.job import (
 )
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.messages import Enqueue, GotJob, ReplJob
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
@@ -66,21 +64,12 @@ class _Handoff:
         self.until = 0
 
 
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
 class HandoffMixin(ReplicationMixin):
     """The drain handoff of DisqueCore. A subclass of ReplicationMixin only to wrap its
     ``_on_gotjob`` (it comes first in DisqueCore's bases): a GOTJOB for a job being handed
     off confirms the handoff; every other one goes to replication."""
-
-    view: ClusterView
-    _handoffs: dict[str, _Handoff] | None = None  # None: no drain started
-    _handoff_usable: Callable[[str], bool] | None = None  # the runtime's link check
-
-    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
-
-        def _dequeue(self, j: DJob) -> bool: ...
-        def _unregister(self, j: DJob, now_ms: int) -> None: ...
-        def _log_del(self, job_id: str) -> None: ...
-        def _kv_decided_here(self, k: tuple[str, str]) -> str: ...
 
     def start_handoff(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
         """Begin handing this node's jobs to others (the node is leaving). Returns how many

@@ -38,19 +38,18 @@ The ADDJOBs that repeat a key while the first add still waits for its copies wai
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core import ids
 from disq.core.disque.api import NOREPL_TIMEOUT, PENDING, DisqueError, Pending
 from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
-from disq.core.messages import IdemKeys, Message
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import IdemKeys
 from disq.persistence.cluster_records import REC_IDEMKEY, IdemKeyEntry, encode_idemkeys
 from disq.persistence.framing import frame
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView, DeferredResult
 
 # Idempotent adds: a key is remembered this long after its add (node-wide), for at most
 # IDEM_MAX_KEYS keys (the oldest go first): a retry after that adds a second job.
@@ -96,63 +95,10 @@ class _HeldReply:
     waiting: set[str]
 
 
-class IdempotencyMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class IdempotencyMixin(CoreParts):
     """The idempotency keys of DisqueCore."""
-
-    view: ClusterView
-    jobs: dict[str, DJob]
-    aof_out: list[bytes]
-    persist: bool
-    replies: list[tuple[int, DeferredResult]]
-    stats: dict[str, int]
-    # (queue, idempotency key) -> (job id, until), insertion order = age.
-    _idem: OrderedDict[Key, tuple[str, int]]
-    _idem_tentative: set[Key]
-    _idem_shadow: dict[Key, list[str]]  # other tentative copies of a tentative key, older
-    _idem_unacked: dict[str, dict[Key, str]]  # peer -> keys it has not acknowledged
-    _idem_resend: dict[str, tuple[int, int]]  # peer -> (next resend, backoff)
-    _idem_timer_ms: int  # the armed idempotency timer (0: none)
-    _idem_reannounce: bool  # restored: announce the node's own keys again
-    _idem_live: set[str]  # the live peers the timer saw last (one that comes back: resend)
-    _held_retries: dict[Key, list[_HeldRetry]]
-    _held_retry_of: dict[int, Key]
-    _held_replies: dict[Key, _HeldReply]
-    _held_reply_of: dict[int, Key]
-    _idem_reruns: list[_HeldRetry]
-    idem_window_ms: int
-    idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
-    vote_keys: bool  # keyed adds on a cluster are decided by a vote (keyvote.py)
-    _add_by_job: dict[str, int]
-    _followers: dict[int, list[int]]
-    _follower_of: dict[int, int]
-    _client_timers: list[tuple[int, int]]
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        @property
-        def my_id(self) -> str: ...
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _log_del(self, job_id: str) -> None: ...
-        def _unregister(self, j: DJob, now_ms: int) -> None: ...
-        def _tombstone(self, job_id: str, now_ms: int) -> None: ...
-        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
-        def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None: ...
-        def add_job(
-            self,
-            now_ms: int,
-            token: int,
-            queue: str,
-            body: bytes,
-            *,
-            timeout_ms: int,
-            repl: int | None = None,
-            delay_s: int = 0,
-            retry_s: int | None = None,
-            ttl_s: int | None = None,
-            maxlen: int | None = None,
-            async_: bool = False,
-            idem_key: str = "",
-        ) -> str | Pending: ...
 
     # ------------------------------------------------------------------ the key table
     def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:

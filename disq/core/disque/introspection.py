@@ -4,29 +4,17 @@ also travels between nodes (the PAUSE message).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, STATE_NAMES, WAIT_REPL, DJob
-from disq.core.disque.queue import DQueue
-from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Message, Pause
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Pause
 
 
-class IntrospectionMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class IntrospectionMixin(CoreParts):
     """The read-only commands and PAUSE of DisqueCore."""
-
-    view: ClusterView
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _check_new_queue(self, name: str) -> None: ...
-        def _queue(self, name: str, now_ms: int) -> DQueue: ...
-        def _serve_blocked(self, q: DQueue, now_ms: int) -> None: ...
 
     def show(self, now_ms: int, job_id: str) -> list[tuple[str, object]] | None:
         j = self.jobs.get(job_id)

@@ -49,15 +49,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import random
-from collections import OrderedDict
 from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core.constants import WILLQUEUE_ADVANCE_MS
 from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
 from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
+from disq.core.disque.parts import CoreParts
 from disq.core.messages import (
     KV_ACCEPT,
     KV_ACCEPTED,
@@ -65,14 +66,12 @@ from disq.core.messages import (
     KV_PROMISE,
     KeyVote,
     KeyVotes,
-    Message,
 )
 from disq.persistence.cluster_records import REC_KEYVOTE, KeyVoteEntry, encode_keyvotes
 from disq.persistence.framing import frame
 
 if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView, DeferredResult
-    from disq.core.disque.idempotency import Key, _HeldRetry
+    from disq.core.disque.idempotency import Key
 
 Ballot = tuple[int, str]
 NO_BALLOT: Ballot = (0, "")
@@ -118,46 +117,10 @@ class _Proposal:
     holders: set[str] = field(default_factory=set)  # ADD: the confirmed copies
 
 
-class KeyVoteMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class KeyVoteMixin(CoreParts):
     """The votes on idempotency keys of DisqueCore."""
-
-    view: ClusterView
-    rng: random.Random
-    jobs: dict[str, DJob]
-    aof_out: list[bytes]
-    persist: bool
-    replies: list[tuple[int, DeferredResult]]
-    stats: dict[str, int]
-    _idem: OrderedDict[Key, tuple[str, int]]
-    _idem_tentative: set[Key]
-    _idem_shadow: dict[Key, list[str]]
-    _held_retries: dict[Key, list[_HeldRetry]]
-    _held_retry_of: dict[int, Key]
-    _client_timers: list[tuple[int, int]]
-    idem_window_ms: int
-    _kv_acc: dict[Key, _Acceptor]
-    _kv_prop: dict[Key, _Proposal]
-    _kv_timer_ms: int
-    _adds: dict[int, Any]
-    _add_by_job: dict[str, int]
-    vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        @property
-        def my_id(self) -> str: ...
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _log_job(self, j: DJob, now_ms: int) -> None: ...
-        def _log_keys(self, entries: list[tuple[str, str, str, int]]) -> None: ...
-        def _announce(self, k: Key, job_id: str, now: int) -> None: ...
-        def _trim_keys(self) -> None: ...
-        def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
-        def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
-        def _enqueue(
-            self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
-        ) -> bool: ...
-        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
-        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
 
     # ------------------------------------------------------------------ entry points
     def _kv_needed(self, j: DJob) -> bool:

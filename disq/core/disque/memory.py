@@ -5,13 +5,11 @@ beanstalk engine's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
-from disq.core.disque.job import ACKED, DJob
-
-if TYPE_CHECKING:
-    from disq.core.disque.queue import DQueue
+from disq.core.disque.job import ACKED
+from disq.core.disque.parts import CoreParts
 
 # What an empty queue record costs (DQueue, its SortedList and dicts, the name, the entry in
 # ``queues``), measured with tracemalloc on CPython 3.11: about 780 bytes. Queues are memory
@@ -26,18 +24,10 @@ QUEUE_IDLE_GC_WARN_MS = QUEUE_IDLE_GC_MS // 30
 QUEUE_IDLE_GC_PRESSURE_MS = 2000
 
 
-class MemoryMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class MemoryMixin(CoreParts):
     """The memory warning levels of DisqueCore."""
-
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-    memory_warning: int  # 0 ok, 1 >75%, 2 >95%, 3 full
-    max_memory_bytes: int  # 0: no limit
-    used_bytes: int
-
-    if TYPE_CHECKING:  # provided by DisqueCore
-
-        def _unregister(self, j: DJob, now_ms: int) -> None: ...
 
     def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
         """Disque's memory warning levels (getMemoryWarningLevel), from this core's estimate

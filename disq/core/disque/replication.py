@@ -16,9 +16,9 @@ back included).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Set
-from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr, trait
 
 from disq.core import events as ev
 from disq.core.disque.job import (
@@ -32,64 +32,14 @@ from disq.core.disque.job import (
     DJob,
 )
 from disq.core.disque.keyvote import ADD as KV_ADD
-from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
-
-if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView, DeferredResult
-    from disq.core.disque.blocked import _AddWait
-    from disq.core.disque.queue import DQueue
-    from disq.core.events import EventBuffer
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import Enqueue, GotJob, JobData, ReplJob
 
 
-class ReplicationMixin:
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class ReplicationMixin(CoreParts):
     """The replication of DisqueCore's jobs."""
-
-    view: ClusterView
-    rng: random.Random
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-    events: EventBuffer
-    memory_warning: int
-    _adds: dict[int, _AddWait]
-    _add_by_job: dict[str, int]
-    _followers: dict[int, list[int]]
-    _follower_of: dict[int, int]
-
-    if TYPE_CHECKING:  # provided by DisqueCore and its other parts
-
-        @property
-        def my_id(self) -> str: ...
-        def _send(self, node: str, msg: Message) -> None: ...
-        def _jitter(self) -> int: ...
-        def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
-        def _register(self, j: DJob, awake: bool = True) -> None: ...
-        def _forget(self, j: DJob) -> None: ...
-        def _enqueue(
-            self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False
-        ) -> bool: ...
-        def _update_awake(self, j: DJob, at: int = 0) -> None: ...
-        def _log_job(self, j: DJob, now_ms: int) -> None: ...
-        def _reply_add(self, token: int, result: DeferredResult) -> None: ...
-        def _announce_key(self, j: DJob, now_ms: int | None = None) -> None: ...
-        def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None: ...
-        def _hold_reply(
-            self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int
-        ) -> bool: ...
-        def _tombstoned(self, job_id: str, now_ms: int) -> bool: ...
-        def _kv_needed(self, j: DJob) -> bool: ...
-        def _kv_propose(
-            self,
-            j: DJob,
-            kind: int,
-            tokens: list[int],
-            deadline_ms: int,
-            now_ms: int,
-            holders: Set[str] | None = None,
-        ) -> None: ...
-        def _copies_needed(self, j: DJob) -> int: ...
-        def _merge_counters(
-            self, j: DJob, nacks: int, add_deliveries: int, now_ms: int
-        ) -> None: ...
 
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's

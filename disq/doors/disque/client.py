@@ -88,6 +88,16 @@ class Client:
         self.deferred = deferred
         return PENDING
 
+    def unblock(self) -> tuple[int | None, Deferred | None]:
+        """Forget the blocked command; its (token, deferred). A method, not two attribute
+        writes at the caller: there mypy narrows both attributes to None for the rest of the
+        function, and mypyc compiles what mypy believes (a command run in between blocks
+        again and sets them)."""
+        blocked = self.pending_token, self.deferred
+        self.pending_token = None
+        self.deferred = None
+        return blocked
+
     def take_deferred(self, result: DeferredResult) -> bytes:
         """The deferred reply of the blocked command, which unblocks the connection."""
         deferred = self.deferred

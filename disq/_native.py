@@ -1,0 +1,187 @@
+"""Which of disq's modules run compiled (mypyc), decided once, before any of them is imported.
+
+``setup.py`` compiles the modules listed here (``COMPILED``, the one list) into C extensions
+that sit beside their ``.py``; Python's own finder prefers the extension. This module, imported
+first by ``disq/__init__.py``, checks that preference is safe:
+
+- ``DISQ_PURE`` set (to anything but "" or "0"): the ``.py`` sources run, whatever was built.
+- nothing built (a pure install, no compiler): the sources run; nothing to say.
+- every listed module has its extension, and each extension is newer than its ``.py`` (or
+  the ``.py`` is byte for byte the one compiled: its digest is in the build's manifest,
+  ``_native_build.json``, which a wheel install's arbitrary file times need): compiled.
+- anything else (an edited ``.py``, a module added to the list and not built yet, a partial
+  build): stale. It is all or nothing: a compiled module checks the native classes of its
+  siblings, so a pure module among compiled ones breaks them. A meta-path finder then loads
+  every listed module from its ``.py``, and one warning says so.
+
+``COMPILED_IN_USE`` and ``compiled_modules()`` say what was decided (the test that proves
+the compiled build loaded reads them; so does ``disq-node --version``'s log line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+
+# The modules mypyc compiles (docs/benchmarks.md "Compiled with mypyc" says why these):
+# packages compiled whole (every module under them), then single modules.
+COMPILED_PACKAGES = ("disq.core", "disq.protocol", "disq.doors")
+COMPILED_SINGLE = (
+    "disq.server.peer_wire",
+    "disq.persistence.framing",
+    "disq.persistence.records",
+    "disq.persistence.cluster_records",
+)
+# mypyc's group: one shared library holds the modules' code, ``disq__mypyc.<ext>`` beside the
+# package directory (mypyc derives the compiled packages' __path__ from where it sits, so it
+# cannot live inside the package); each module's own extension is a shim importing it.
+GROUP_NAME = "disq"
+LIB_NAME = f"{GROUP_NAME}__mypyc"
+MANIFEST = "_native_build.json"  # {module: sha256 of the .py compiled}, beside this file
+
+_ROOT = os.path.dirname(os.path.abspath(__file__))  # the disq package directory
+_EXT = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+COMPILED_IN_USE = False
+STATE = "pure"  # "compiled", "pure" (nothing built), "disabled" (DISQ_PURE), "stale"
+REASON = ""
+_MODULES: dict[str, str] = {}  # module -> its .py, for every listed module
+
+
+def compiled_sources(root: str) -> dict[str, str]:
+    """module name -> path of its .py under ``root`` (the directory holding ``disq``)."""
+    out: dict[str, str] = {}
+    for pkg in COMPILED_PACKAGES:
+        base = os.path.join(root, *pkg.split("."))
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            rel = os.path.relpath(dirpath, root).replace(os.sep, ".")
+            for fn in sorted(filenames):
+                if fn.endswith(".py"):
+                    name = rel if fn == "__init__.py" else f"{rel}.{fn[:-3]}"
+                    out[name] = os.path.join(dirpath, fn)
+    for mod in COMPILED_SINGLE:
+        out[mod] = os.path.join(root, *mod.split(".")) + ".py"
+    return out
+
+
+def _lib_path() -> str:
+    return os.path.join(os.path.dirname(_ROOT), LIB_NAME + _EXT)
+
+
+def _ext_path(py: str) -> str:
+    return py[:-3] + _EXT
+
+
+def _digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _stale(modules: dict[str, str]) -> tuple[list[str], int]:
+    """(modules whose extension is missing or older than a changed .py, extensions found)."""
+    stale: list[str] = [] if os.path.exists(_lib_path()) else [LIB_NAME]
+    found = 0
+    manifest: dict[str, str] | None = None
+    for mod, py in modules.items():
+        try:
+            so_m = os.stat(_ext_path(py)).st_mtime_ns
+        except OSError:
+            stale.append(mod)
+            continue
+        found += 1
+        if os.stat(py).st_mtime_ns <= so_m:
+            continue
+        if manifest is None:  # only when a .py looks newer: a wheel's files, or an edit
+            try:
+                with open(os.path.join(_ROOT, MANIFEST)) as f:
+                    manifest = json.load(f)
+            except (OSError, ValueError):
+                manifest = {}
+        if manifest.get(mod) != _digest(py):
+            stale.append(mod)
+    return stale, found
+
+
+class _LibFinder:
+    """Finds the group's shared library where the build put it: beside the package, which
+    is on sys.path for an installed package but not always for an editable one."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != LIB_NAME:
+            return None
+        return importlib.util.spec_from_file_location(fullname, _lib_path())
+
+
+class _SourceFinder:
+    """Loads the listed modules from their .py (the compiled build is stale or disabled)."""
+
+    def __init__(self, modules: dict[str, str]) -> None:
+        self.modules = modules
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        py = self.modules.get(fullname)
+        if py is None:
+            return None
+        search = [os.path.dirname(py)] if py.endswith("__init__.py") else None
+        return importlib.util.spec_from_file_location(
+            fullname, py, submodule_search_locations=search
+        )
+
+
+def _decide() -> None:
+    global COMPILED_IN_USE, STATE, REASON
+    _MODULES.update(compiled_sources(os.path.dirname(_ROOT)))
+    if os.environ.get("DISQ_PURE", "") not in ("", "0"):
+        STATE, REASON = "disabled", "DISQ_PURE is set"
+    else:
+        stale, found = _stale(_MODULES)
+        if not stale:
+            COMPILED_IN_USE, STATE = True, "compiled"
+            if not any(isinstance(f, _LibFinder) for f in sys.meta_path):
+                sys.meta_path.append(_LibFinder())
+            return
+        if found == 0:
+            STATE, REASON = "pure", "no compiled modules were built"
+            return  # nothing to shadow the sources
+        STATE = "stale"
+        more = ", ..." if len(stale) > 3 else ""
+        REASON = (
+            f"{len(stale)} of {len(_MODULES)} modules not built or edited since the build"
+            f" ({', '.join(stale[:3])}{more})"
+        )
+        warnings.warn(
+            f"disq: compiled modules not used, running the .py sources: {REASON}; "
+            "rebuild them (make build, or pip install again)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFinder(dict(_MODULES)))
+
+
+def compiled_modules() -> list[str]:
+    """The modules running compiled now (imported or not yet)."""
+    return sorted(_MODULES) if COMPILED_IN_USE else []
+
+
+def describe() -> str:
+    """One line for logs: what runs."""
+    if COMPILED_IN_USE:
+        return f"compiled (mypyc): {len(_MODULES)} modules"
+    return f"pure Python ({STATE}{': ' + REASON if REASON else ''})"
+
+
+if __name__ == "disq._native":  # not when setup.py reads the list (runpy)
+    _decide()

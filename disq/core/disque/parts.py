@@ -1,0 +1,273 @@
+"""The one base of DisqueCore's parts: the state they share and the methods each calls on
+the others.
+
+DisqueCore is one class cut into parts, a module each (ack.py, replication.py, ...). mypyc
+compiles a class with several bases only when the bases are traits, so every part is a
+``@trait`` subclass of :class:`CoreParts`, and this trait declares what a part may use
+without defining it: the attributes (DisqueCore.__init__ sets them all) and the methods
+that DisqueCore or another part defines. A declaration here raises if nothing overrides it;
+DisqueCore overrides every one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Set
+from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr, trait
+
+if TYPE_CHECKING:
+    from disq.core.disque.api import ClusterView, DeferredResult, Pending
+    from disq.core.disque.blocked import _AddWait, _GetWait
+    from disq.core.disque.handoff import _Handoff
+    from disq.core.disque.idempotency import _HeldReply, _HeldRetry
+    from disq.core.disque.job import DJob
+    from disq.core.disque.keyvote import _Acceptor, _Proposal
+    from disq.core.disque.queue import DQueue
+    from disq.core.events import EventBuffer
+    from disq.core.messages import JobData, Message
+    from disq.persistence.cluster_records import IdemKeyEntry, KeyVoteEntry
+
+Key = tuple[str, str]  # (queue, idempotency key)
+
+
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class CoreParts:
+    """What DisqueCore's parts share (see the module's docstring)."""
+
+    # ------------------------------------------------------------------ state
+    view: ClusterView
+    rng: random.Random
+    jobs: dict[str, DJob]
+    queues: dict[str, DQueue]
+    events: EventBuffer
+    stats: dict[str, int]
+    replies: list[tuple[int, DeferredResult]]
+    aof_out: list[bytes]
+    persist: bool
+    aof_enqueue_once: bool
+    max_queues: int
+    takeovers: list[DJob]
+    beanstalk_dropped: list[int]
+    relinks: list[DJob]
+    _prev_ctime: int
+    _tombstones: OrderedDict[str, int]
+    # blocked.py: blocked clients and their timers
+    _adds: dict[int, _AddWait]  # token -> blocked ADDJOB
+    _add_by_job: dict[str, int]
+    _gets: dict[int, _GetWait]  # token -> blocked GETJOB
+    _client_timers: list[tuple[int, int]]  # (deadline_ms, token), lazy
+    _repl_timers: list[tuple[int, int]]  # (next_repl_ms, token), lazy
+    # The ADDJOBs that repeated a key while its first add still waits for its copies.
+    _followers: dict[int, list[int]]  # leader token -> follower tokens
+    _follower_of: dict[int, int]
+    # idempotency.py: (queue, idempotency key) -> (job id, until), insertion order = age.
+    _idem: OrderedDict[Key, tuple[str, int]]
+    _idem_tentative: set[Key]
+    _idem_shadow: dict[Key, list[str]]  # other tentative copies of a tentative key, older
+    _idem_unacked: dict[str, dict[Key, str]]  # peer -> keys it has not acknowledged
+    _idem_resend: dict[str, tuple[int, int]]  # peer -> (next resend, backoff)
+    _idem_timer_ms: int  # the armed idempotency timer (0: none)
+    _idem_reannounce: bool  # restored: announce the node's own keys again
+    _idem_live: set[str]  # the live peers the timer saw last (one that comes back: resend)
+    _held_retries: dict[Key, list[_HeldRetry]]
+    _held_retry_of: dict[int, Key]
+    _held_replies: dict[Key, _HeldReply]
+    _held_reply_of: dict[int, Key]
+    _idem_reruns: list[_HeldRetry]
+    idem_window_ms: int
+    idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
+    # keyvote.py
+    vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
+    _kv_acc: dict[Key, _Acceptor]
+    _kv_prop: dict[Key, _Proposal]
+    _kv_timer_ms: int
+    # handoff.py
+    _handoffs: dict[str, _Handoff] | None  # None: no drain started
+    _handoff_usable: Callable[[str], bool] | None  # the runtime's link check
+    # memory.py
+    memory_warning: int  # 0 ok, 1 >75%, 2 >95%, 3 full
+    max_memory_bytes: int  # 0: no limit
+    used_bytes: int
+
+    # ------------------------------------------------------------------ core.py's
+    @property
+    def my_id(self) -> str:
+        raise NotImplementedError
+
+    def _send(self, node: str, msg: Message) -> None:
+        raise NotImplementedError
+
+    def _jitter(self) -> int:
+        raise NotImplementedError
+
+    def _check_new_queue(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _queue(self, name: str, now_ms: int) -> DQueue:
+        raise NotImplementedError
+
+    def _new_ctime(self, now_ms: int) -> int:
+        raise NotImplementedError
+
+    def _register(self, j: DJob, awake: bool = True) -> None:
+        raise NotImplementedError
+
+    def _unregister(self, j: DJob, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _forget(self, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool:
+        raise NotImplementedError
+
+    def _dequeue(self, j: DJob) -> bool:
+        raise NotImplementedError
+
+    def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
+        raise NotImplementedError
+
+    def _postpone(self, j: DJob, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _update_awake(self, j: DJob, at: int = 0) -> None:
+        raise NotImplementedError
+
+    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
+        raise NotImplementedError
+
+    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
+        raise NotImplementedError
+
+    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _copies_needed(self, j: DJob) -> int:
+        raise NotImplementedError
+
+    def add_job(
+        self,
+        now_ms: int,
+        token: int,
+        queue: str,
+        body: bytes,
+        *,
+        timeout_ms: int,
+        repl: int | None = None,
+        delay_s: int = 0,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+        idem_key: str = "",
+    ) -> str | Pending:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the parts'
+    def _broadcast_del(self, j: DJob) -> None:  # ack.py
+        raise NotImplementedError
+
+    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _tombstone(self, job_id: str, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _tombstoned(self, job_id: str, now_ms: int) -> bool:
+        raise NotImplementedError
+
+    def _log_job(self, j: DJob, now_ms: int) -> None:  # aof.py
+        raise NotImplementedError
+
+    def _log_del(self, job_id: str) -> None:
+        raise NotImplementedError
+
+    def _reply_add(self, token: int, result: DeferredResult) -> None:  # blocked.py
+        raise NotImplementedError
+
+    def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
+        raise NotImplementedError  # replication.py
+
+    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:  # idempotency.py
+        raise NotImplementedError
+
+    def _key_done(self, j: DJob, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
+        raise NotImplementedError
+
+    def key_records(self) -> list[bytes]:
+        raise NotImplementedError
+
+    def _idem_cancel(self, token: int) -> bool:
+        raise NotImplementedError
+
+    def _idem_timer_fire(self, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _log_keys(self, entries: list[tuple[str, str, str, int]]) -> None:
+        raise NotImplementedError
+
+    def _announce(self, k: Key, job_id: str, now: int) -> None:
+        raise NotImplementedError
+
+    def _announce_key(self, j: DJob, now_ms: int | None = None) -> None:
+        raise NotImplementedError
+
+    def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
+        raise NotImplementedError
+
+    def _trim_keys(self) -> None:
+        raise NotImplementedError
+
+    def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
+        raise NotImplementedError
+
+    def vote_records(self, now_ms: int) -> list[bytes]:  # keyvote.py
+        raise NotImplementedError
+
+    def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
+        raise NotImplementedError
+
+    def _kv_after_restore(self) -> None:
+        raise NotImplementedError
+
+    def _kv_cancel(self, token: int) -> bool:
+        raise NotImplementedError
+
+    def _kv_timer_fire(self, now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _kv_decided_here(self, k: Key) -> str:
+        raise NotImplementedError
+
+    def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
+        raise NotImplementedError
+
+    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
+        raise NotImplementedError
+
+    def _kv_needed(self, j: DJob) -> bool:
+        raise NotImplementedError
+
+    def _kv_propose(
+        self,
+        j: DJob,
+        kind: int,
+        tokens: list[int],
+        deadline_ms: int,
+        now_ms: int,
+        holders: Set[str] | None = None,
+    ) -> None:
+        raise NotImplementedError
