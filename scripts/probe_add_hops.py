@@ -177,7 +177,8 @@ def hops_of(span: tuple[int, int], nodes: list[list[tuple[str, int]]]) -> list[f
     reply_out = first(a, "resp_out", last_got)
     if reply_out is None:
         return None
-    points = [t0, resp_in, cmd_done, flush_in, frames_out, peer_in, peer_out, got1, last_got, reply_out, t1]
+    points = [t0, resp_in, cmd_done, flush_in, frames_out]
+    points += [peer_in, peer_out, got1, last_got, reply_out, t1]
     return [(b - a_) / 1000 for a_, b in itertools.pairwise(points)]
 
 
@@ -217,11 +218,6 @@ def main() -> None:
             for node in cluster.nodes:
                 node.stop()
     rows = [h for h in (hops_of(s, nodes) for s in spans) if h is not None]
-    if os.environ.get("HOPS_DEBUG"):
-        for s in spans[:3]:
-            t0 = s[0]
-            for i, evs in enumerate(nodes):
-                print(i, [(g, (t - t0) // 1000) for g, t in evs if s[0] <= t <= s[1]])
     total = statistics.median((t1 - t0) / 1000 for t0, t1 in spans)
     print(
         f"ADDJOB REPLICATE 3, 1 connection, pipeline 1, {len(spans)} adds "

@@ -6,8 +6,10 @@ it, and the pinger sends the next one as soon as the answer arrives: the median 
 is what one hop of a replicated ADDJOB (REPLJOB out, GOTJOB back) costs at pipeline 1 before
 any core runs. Transports:
 
-  peerlinks   disq's real bus (disq/server/peer_link.py): grpc.aio, two one-way streams,
-              a ReplJob out and a GotJob back through the real codec
+  peerlinks   disq's real bus (disq/server/peer_link.py): two one-way links, a ReplJob out
+              and a GotJob back through the real codec; job messages take the job lanes
+              (disq/server/job_lane.py), or with --no-lane the gRPC streams (as before the
+              lanes)
   grpc-aio    one grpc.aio bidi stream, raw bytes both ways (no codec)
   grpc-sync   grpc's sync stack on threads, raw bytes: the loop hands a frame to a writer
               thread, a reader thread hands the answer back with call_soon_threadsafe
@@ -57,7 +59,7 @@ def _job(i: int) -> ReplJob:
 # ---- echo side (child process) -------------------------------------------------------------
 
 
-async def echo_peerlinks(pinger_port: int) -> None:
+async def echo_peerlinks(pinger_port: int, lane: bool) -> None:
     links: PeerLinks
 
     def on_messages(sender: str, msgs: list[Message]) -> None:
@@ -65,7 +67,7 @@ async def echo_peerlinks(pinger_port: int) -> None:
             if isinstance(m, ReplJob):
                 links.send(sender, GotJob(m.job.id))
 
-    links = PeerLinks(ECHOER, on_messages)
+    links = PeerLinks(ECHOER, on_messages, lane_port=0 if lane else None)
     port = await links.start()
     links.set_address(PINGER, "127.0.0.1", pinger_port)
     if not await links.wait_link_up(PINGER, 10):
@@ -170,11 +172,12 @@ def _spawn(transport: str, extra: list[str]) -> tuple[subprocess.Popen[str], int
     return child, int(child.stdout.readline())
 
 
-async def ping_peerlinks(count: int) -> list[float]:
+async def ping_peerlinks(count: int, lane: bool = True) -> list[float]:
     p = Pinger(count)
-    links = PeerLinks(PINGER, lambda _s, msgs: p.on_answer())
+    links = PeerLinks(PINGER, lambda _s, msgs: p.on_answer(), lane_port=0 if lane else None)
     port = await links.start()
-    child, echo_port = await asyncio.to_thread(_spawn, "peerlinks", ["--pinger-port", str(port)])
+    extra = ["--pinger-port", str(port)] + ([] if lane else ["--no-lane"])
+    child, echo_port = await asyncio.to_thread(_spawn, "peerlinks", extra)
     try:
         links.set_address(ECHOER, "127.0.0.1", echo_port)
         if not await links.wait_link_up(ECHOER, 10):
@@ -298,13 +301,14 @@ def main() -> None:
     p.add_argument("--transport", choices=[*PINGERS, "all"], default="all")
     p.add_argument("--role", choices=("ping", "echo"), default="ping", help=argparse.SUPPRESS)
     p.add_argument("--pinger-port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--no-lane", action="store_true", help="peerlinks: job messages on gRPC")
     args = p.parse_args()
     configure_logging()
     if args.role == "echo":
         if args.transport == "grpc-sync":
             echo_grpc_sync()
         elif args.transport == "peerlinks":
-            uvloop.run(echo_peerlinks(args.pinger_port))
+            uvloop.run(echo_peerlinks(args.pinger_port, not args.no_lane))
         elif args.transport == "grpc-aio":
             uvloop.run(echo_grpc_aio())
         else:
@@ -313,10 +317,14 @@ def main() -> None:
     names = list(PINGERS) if args.transport == "all" else [args.transport]
     print(f"round trip, one in flight, {args.count} per transport, two processes on uvloop")
     for name in names:
-        rtts = sorted(uvloop.run(PINGERS[name](args.count)))
+        if name == "peerlinks":
+            rtts = sorted(uvloop.run(ping_peerlinks(args.count, not args.no_lane)))
+            name += " (gRPC only)" if args.no_lane else ""
+        else:
+            rtts = sorted(uvloop.run(PINGERS[name](args.count)))
         p50 = statistics.median(rtts)
         p99 = rtts[int(len(rtts) * 0.99)]
-        print(f"  {name:<10} p50 {p50:7.1f} us   p99 {p99:7.1f} us")
+        print(f"  {name:<22} p50 {p50:7.1f} us   p99 {p99:7.1f} us")
 
 
 if __name__ == "__main__":
