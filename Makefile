@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py
 
 PURE := $(filter-out 0,$(DISQ_PURE))
 
-$(COMPILED): $(STAMP) setup.py $(NATIVE_SRC)
+$(COMPILED): $(STAMP) setup.py disq/_native.py $(NATIVE_SRC)
 	$(if $(PURE),,scripts/ensure_compiler.sh $(BIN)/python)
 	$(BIN)/python setup.py -q build_ext --inplace >$(VENV)/build.log 2>&1 \
 		|| { cat $(VENV)/build.log; exit 1; }

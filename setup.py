@@ -7,8 +7,8 @@ no C compiler runs, or when Python's headers (Python.h) are missing. The pure in
 behaves the same: mypyc compiles the same sources.
 
 mypyc runs (type-checks and writes C) only for the commands that build: metadata queries
-stay fast. The C is compiled in parallel (every core, or ``DISQ_BUILD_JOBS``); ``DISQ_MYPYC_OPT`` sets the
-optimisation level (3 unless told).
+stay fast. The C is compiled in parallel (every core, or ``DISQ_BUILD_JOBS``);
+``DISQ_MYPYC_OPT`` sets the optimisation level (3 unless told).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "instal
 
 
 def say(msg: str) -> None:
-    print(f"disq setup.py: {msg}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"disq setup.py: {msg}\n")
+    sys.stderr.flush()
 
 
 def why_pure() -> str | None:
@@ -94,9 +95,25 @@ class BuildExt(build_ext):
         super().run()
         if not MANIFEST:
             return  # a pure build
+        if self.inplace:
+            remove_leftovers()
         outdir = HERE if self.inplace else self.build_lib
         with open(os.path.join(outdir, "disq", NATIVE["MANIFEST"]), "w") as f:
             json.dump(MANIFEST, f, indent=0, sort_keys=True)
+
+
+def remove_leftovers() -> None:
+    """Delete the in-place extensions of modules no longer in the list: Python would import
+    such a module's old extension instead of its .py, which the stale guard cannot see."""
+    suffix = NATIVE["_EXT"]
+    listed = {p[: -len(".py")] + suffix for p in NATIVE["compiled_sources"](HERE).values()}
+    for dirpath, dirnames, filenames in os.walk(os.path.join(HERE, "disq")):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for fn in filenames:
+            path = os.path.join(dirpath, fn)
+            if fn.endswith(suffix) and path not in listed:
+                os.remove(path)
+                say(f"removed {os.path.relpath(path, HERE)}: no longer compiled")
 
 
 def ext_modules() -> list[object]:

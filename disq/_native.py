@@ -34,7 +34,6 @@ from types import ModuleType
 # packages compiled whole (every module under them), then single modules.
 COMPILED_PACKAGES = ("disq.core", "disq.protocol", "disq.doors")
 COMPILED_SINGLE = (
-    "disq.server.peer_wire",
     "disq.persistence.framing",
     "disq.persistence.records",
     "disq.persistence.cluster_records",

@@ -19,8 +19,8 @@ import pytest
 
 import disq.core.disque.core
 import disq.doors.resp_door
+import disq.persistence.framing
 import disq.protocol.resp
-import disq.server.peer_wire
 from disq import _native
 
 EXT = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -28,7 +28,7 @@ EXPECT_COMPILED = os.environ.get("DISQ_EXPECT_COMPILED", "") not in ("", "0")
 PURE = os.environ.get("DISQ_PURE", "") not in ("", "0")
 ROOT = Path(_native.__file__).resolve().parent.parent  # the directory holding disq/
 BUILT = (ROOT / (_native.LIB_NAME + EXT)).exists()
-HOT = [disq.core.disque.core, disq.doors.resp_door, disq.protocol.resp, disq.server.peer_wire]
+HOT = [disq.core.disque.core, disq.doors.resp_door, disq.protocol.resp, disq.persistence.framing]
 
 PROBE = (
     "import disq._native as n, disq.core.disque.core as c; "
