@@ -35,7 +35,7 @@ run: $(COMPILED)
 	$(BIN)/disq-node
 
 lint: $(STAMP)
-	$(BIN)/ruff check disq tests scripts cluster
+	$(BIN)/ruff check disq tests scripts cluster setup.py
 	$(BIN)/ruff format --check disq
 	$(BIN)/lint-imports --no-cache --no-logo
 
