@@ -292,6 +292,38 @@ def verdict(res: Result) -> tuple[str, str]:
     return f"{ratio:.3f}x", text
 
 
+# Issue 22's side-by-side run: disq at afdf44a beside Disque 1.0-rc1 (3 nodes from config
+# files, AOF off, 100-byte bodies): Disque's ops/s as a multiple of afdf44a's, per row. With
+# ``--base afdf44a`` the old side of a run is that anchor, measured in the same run, so the
+# Disque column is the old side's median times this ratio.
+DISQUE_ANCHOR = "afdf44a"
+DISQUE_PER_ANCHOR = {
+    "addjob-r3/c1/p1/mem": 5408 / 885,
+    "addjob-r3/c50/p16/mem": 47_400 / 24_800,
+    "addjob-r1/c50/p16/mem": 329_000 / 124_000,
+    "getjob-ackjob/c50/p16/mem": 47_700 / 29_800,
+}
+
+
+def render_disque(results: list[Result]) -> str:
+    """Disque calibrated on the anchor's side of this run, and the new side's share of it."""
+    out = [
+        "| row | afdf44a ops/s (this run) | Disque / afdf44a (issue 22) | Disque, calibrated "
+        "| new ops/s | new / Disque |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        factor = DISQUE_PER_ANCHOR.get(r.row)
+        if r.bench != "cluster" or factor is None or not r.ops["old"] or not r.ops["new"]:
+            continue
+        old, new = statistics.median(r.ops["old"]), statistics.median(r.ops["new"])
+        out.append(
+            f"| {r.row} | {fmt_int(old)} | {factor:.2f}x | {fmt_int(old * factor)} "
+            f"| {fmt_int(new)} | {new / (old * factor):.2f} |"
+        )
+    return "\n".join(out) + "\n" if len(out) > 2 else ""
+
+
 def render_cpu(results: list[Result]) -> str:
     """Node CPU per operation, old against new (rows that report it); empty if none do."""
     rows = [r for r in results if r.cpu_us["old"] and r.cpu_us["new"]]
@@ -480,6 +512,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table.rstrip("\n"),
     ]
+    if base_full == git("rev-parse", "--verify", f"{DISQUE_ANCHOR}^{{commit}}"):
+        disque = render_disque(ordered)
+        if disque:
+            lines += [
+                "",
+                "Disque calibrated on the anchor's side of this run (issue 22's ratios):",
+                "",
+                disque.rstrip("\n"),
+            ]
     cpu_table = render_cpu(ordered)
     if cpu_table:
         lines += [
