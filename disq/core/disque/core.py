@@ -78,6 +78,7 @@ from disq.core.disque.keyvote import KeyVoteMixin, _Acceptor, _Proposal
 from disq.core.disque.memory import MemoryMixin
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
+from disq.core.disque.requeue import RequeueMixin
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -108,15 +109,6 @@ CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked con
 CRON_IDLE_MS = 1000
 
 
-def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
-    """Disque's ``compareNodeIDsByJob``: node ids XORed with the job id, so which copy wins
-    a double requeue differs per job and the load spreads."""
-    key = job_id.encode()
-    ka = bytes(x ^ y for x, y in zip(a.encode(), key, strict=False))
-    kb = bytes(x ^ y for x, y in zip(b.encode(), key, strict=False))
-    return (ka > kb) - (ka < kb)
-
-
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
@@ -130,6 +122,7 @@ class DisqueCore(
     ReplicationMixin,
     BlockedClientsMixin,
     MemoryMixin,
+    RequeueMixin,
     AofMixin,
 ):
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
@@ -747,72 +740,6 @@ class DisqueCore(
         handler = self._handlers.get(type(msg))
         if handler is not None:
             handler(self, now_ms, sender, msg)
-
-    def _on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
-        j = self.jobs.get(msg.job_id)
-        if j is None or j.state != ACTIVE:
-            return
-        q = self.queues.get(j.queue)
-        if q is not None and q.paused_in:
-            return
-        if j.delay_s:
-            j.qtime_ms = now_ms + j.delay_s * 1000
-            j.flags &= ~BCAST_WILLQUEUE
-            self._update_awake(j)
-        else:
-            self._enqueue(j, now_ms, moved=True)  # a move, not a redelivery (_enqueue)
-
-    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
-        """Take a peer's counters: the larger of each wins. Counters only grow and every
-        change is broadcast, so the maximum is what the busiest copy saw; adding instead
-        would count twice a requeue two nodes did at once, or a repeated message. A copy
-        that changed is logged again (restarts keep the counters), never a job whose add
-        is still waiting (it is logged once done) nor an acked one (its DELJOB is)."""
-        changed = False
-        if nacks > j.nacks:
-            j.nacks = nacks
-            changed = True
-        if add_deliveries > j.add_deliveries:
-            j.add_deliveries = add_deliveries
-            changed = True
-        if changed and (j.state == ACTIVE or j.state == QUEUED):
-            self._log_job(j, now_ms)
-
-    def _on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
-        j = self.jobs.get(msg.job_id)
-        if j is None:
-            return
-        if msg.nacks or msg.additional_deliveries:
-            self._merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
-        elif msg.incr_nacks or msg.incr_deliveries:
-            # A peer that sends only Disque's flags: count by them, as Disque does.
-            self._merge_counters(
-                j, j.nacks + msg.incr_nacks, j.add_deliveries + msg.incr_deliveries, now_ms
-            )
-        if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
-            self._dequeue(j)  # two copies queued: the one whose node wins keeps it
-        j.flags |= BCAST_QUEUED
-        if j.state in (ACTIVE, QUEUED) and j.retry_s:
-            j.flags |= BCAST_WILLQUEUE
-            self._postpone(j, now_ms)
-
-    def _on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
-        j = self.jobs.get(msg.job_id)
-        if j is None:
-            return
-        if j.state == ACKED:
-            self._send(sender, SetAck(j.id, len(j.delivered)))
-        elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
-            # With the counters: the asker may have missed the QUEUED that counted them.
-            self._send(sender, Queued(j.id, False, False, j.nacks, j.add_deliveries))
-
-    def _on_working(self, now_ms: int, sender: str, msg: Working) -> None:
-        j = self.jobs.get(msg.job_id)
-        if j is None:
-            return
-        if j.state == QUEUED:
-            self._dequeue(j)
-        self._postpone(j, now_ms)
 
     _handlers: ClassVar[dict[type, Callable[[DisqueCore, int, str, Any], None]]] = {}
 

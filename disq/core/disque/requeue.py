@@ -1,0 +1,101 @@
+"""Requeue between the holders of a job's copies (Disque's job.c: ENQUEUE, QUEUED,
+WILLQUEUE, WORKING): who queues a copy, who pushes its timer, whose copy stays when two were
+queued at once, and the counters the copies share.
+"""
+
+from __future__ import annotations
+
+from mypy_extensions import mypyc_attr, trait
+
+from disq.core.disque.job import (
+    ACKED,
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    BEANSTALK_OWNED,
+    QUEUED,
+    DJob,
+)
+from disq.core.disque.parts import CoreParts
+from disq.core.messages import Enqueue, Queued, SetAck, WillQueue, Working
+
+
+def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
+    """Disque's ``compareNodeIDsByJob``: node ids XORed with the job id, so which copy wins
+    a double requeue differs per job and the load spreads."""
+    key = job_id.encode()
+    ka = bytes(x ^ y for x, y in zip(a.encode(), key, strict=False))
+    kb = bytes(x ^ y for x, y in zip(b.encode(), key, strict=False))
+    return (ka > kb) - (ka < kb)
+
+
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class RequeueMixin(CoreParts):
+    """The requeue messages of DisqueCore."""
+
+    def _on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None or j.state != ACTIVE:
+            return
+        q = self.queues.get(j.queue)
+        if q is not None and q.paused_in:
+            return
+        if j.delay_s:
+            j.qtime_ms = now_ms + j.delay_s * 1000
+            j.flags &= ~BCAST_WILLQUEUE
+            self._update_awake(j)
+        else:
+            self._enqueue(j, now_ms, moved=True)  # a move, not a redelivery (_enqueue)
+
+    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
+        """Take a peer's counters: the larger of each wins. Counters only grow and every
+        change is broadcast, so the maximum is what the busiest copy saw; adding instead
+        would count twice a requeue two nodes did at once, or a repeated message. A copy
+        that changed is logged again (restarts keep the counters), never a job whose add
+        is still waiting (it is logged once done) nor an acked one (its DELJOB is)."""
+        changed = False
+        if nacks > j.nacks:
+            j.nacks = nacks
+            changed = True
+        if add_deliveries > j.add_deliveries:
+            j.add_deliveries = add_deliveries
+            changed = True
+        if changed and (j.state == ACTIVE or j.state == QUEUED):
+            self._log_job(j, now_ms)
+
+    def _on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if msg.nacks or msg.additional_deliveries:
+            self._merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
+        elif msg.incr_nacks or msg.incr_deliveries:
+            # A peer that sends only Disque's flags: count by them, as Disque does.
+            self._merge_counters(
+                j, j.nacks + msg.incr_nacks, j.add_deliveries + msg.incr_deliveries, now_ms
+            )
+        if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
+            self._dequeue(j)  # two copies queued: the one whose node wins keeps it
+        j.flags |= BCAST_QUEUED
+        if j.state in (ACTIVE, QUEUED) and j.retry_s:
+            j.flags |= BCAST_WILLQUEUE
+            self._postpone(j, now_ms)
+
+    def _on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if j.state == ACKED:
+            self._send(sender, SetAck(j.id, len(j.delivered)))
+        elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
+            # With the counters: the asker may have missed the QUEUED that counted them.
+            self._send(sender, Queued(j.id, False, False, j.nacks, j.add_deliveries))
+
+    def _on_working(self, now_ms: int, sender: str, msg: Working) -> None:
+        j = self.jobs.get(msg.job_id)
+        if j is None:
+            return
+        if j.state == QUEUED:
+            self._dequeue(j)
+        self._postpone(j, now_ms)
