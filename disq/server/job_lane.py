@@ -125,20 +125,22 @@ class _InboundLane(asyncio.Protocol):
             self.server.on_up(sender)
         pos = 0
         end = len(buf)
-        deliver = self.server.deliver
-        sender = self.sender
+        frames: list[bytes] = []
         while end - pos >= 4:
             n = int.from_bytes(buf[pos : pos + 4], "big")
             if n > MAX_FRAME_BYTES:
-                self.server.on_bad_frame(sender, f"frame length {n}")
+                self.server.on_bad_frame(self.sender, f"frame length {n}")
                 self.close_lane()
-                return
+                break
             if end - pos - 4 < n:
                 break
-            deliver(bytes(buf[pos + 4 : pos + 4 + n]), sender)
+            frames.append(bytes(buf[pos + 4 : pos + 4 + n]))
             pos += 4 + n
         if pos:
             del buf[:pos]
+        if frames:
+            # Every frame of this read at once: the node answers them with one flush.
+            self.server.deliver(frames, self.sender)
 
     def close_lane(self) -> None:
         if self.transport is not None:
@@ -151,7 +153,7 @@ class LaneServer:
     def __init__(
         self,
         my_id: str,
-        deliver: Callable[[bytes, str], None],
+        deliver: Callable[[list[bytes], str], None],
         on_up: Callable[[str], None],
         on_down: Callable[[str], None],
         on_bad_frame: Callable[[str, str], None],

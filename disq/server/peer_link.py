@@ -280,7 +280,7 @@ class PeerLinks:
             self._lane_ssl = self.tls.ssl_contexts()
         lane = LaneServer(
             self.my_id,
-            self._receive_lane_frame,
+            self._receive_lane_frames,
             lambda sender: self._log.debug("peer_lane_inbound_up", peer=sender[:8]),
             lambda sender: self._log.debug("peer_lane_inbound_down", peer=sender[:8]),
             self._bad_lane_frame,
@@ -651,34 +651,58 @@ class PeerLinks:
             if sender:
                 self._log.info("peer_inbound_down", peer=sender[:8])
 
-    def _receive(self, raw: bytes, sender: str) -> str:
-        """Decode one inbound frame (from a stream or a lane) and hand it to ``on_messages``;
-        returns the node it came from ('' for a malformed frame or one of our own)."""
+    def _decode(self, raw: bytes, sender: str) -> tuple[str, list[Message]]:
+        """One inbound frame (from a stream or a lane), counted: (the node it came from, its
+        messages); no messages for a malformed or blocked frame or one of our own."""
         try:
             from_node, _seq, msgs = decode_frame(raw, self._wire)
         except FrameDecodeError as exc:
             self._frames_dropped += 1
             self._log.warning("peer_frame_malformed", peer=sender[:8], error=str(exc))
-            return ""
+            return "", []
         if from_node == self.my_id:
-            return ""  # ourselves, e.g. a join aimed at our own address
+            return "", []  # ourselves, e.g. a join aimed at our own address
         if from_node in self._blocked:
             self._frames_blocked += 1
             self._frames_dropped += 1
-            return from_node
+            return from_node, []
         self._frames_received += 1
         self._messages_received += len(msgs)
+        return from_node, msgs
+
+    def _hand_over(self, from_node: str, msgs: list[Message]) -> None:
         try:
             self.on_messages(from_node, msgs)
         except Exception:
             # A bug above must not take the link down with it (and every later frame of this
             # peer): log it and go on with the next frame.
             self._log.exception("peer_on_messages_failed", peer=from_node[:8])
+
+    def _receive(self, raw: bytes, sender: str) -> str:
+        """Decode one inbound frame and hand it to ``on_messages``; returns the node it came
+        from ('' for a malformed frame or one of our own)."""
+        from_node, msgs = self._decode(raw, sender)
+        if msgs:
+            self._hand_over(from_node, msgs)
         return from_node
 
-    def _receive_lane_frame(self, raw: bytes, sender: str) -> None:
-        self._lane_frames_received += 1
-        self._receive(raw, sender)
+    def _receive_lane_frames(self, raws: list[bytes], sender: str) -> None:
+        """The frames of one read of a lane: handed over together (one ``on_messages``, so
+        one flush of the node, for every frame the read held), in order."""
+        self._lane_frames_received += len(raws)
+        node = ""
+        batch: list[Message] = []
+        for raw in raws:
+            from_node, msgs = self._decode(raw, sender)
+            if not msgs:
+                continue
+            if from_node != node and batch:
+                self._hand_over(node, batch)
+                batch = []
+            node = from_node
+            batch = msgs if not batch else batch + msgs
+        if batch:
+            self._hand_over(node, batch)
 
     def _bad_lane_frame(self, sender: str, what: str) -> None:
         self._frames_dropped += 1
