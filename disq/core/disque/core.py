@@ -244,8 +244,10 @@ class DisqueCore(
 
     def _update_awake(self, j: DJob, at: int = 0) -> None:
         if at == 0:
-            # One second after expiry, so that when it runs the job is surely expired.
-            at = j.etime_ms + 1000
+            # At expiry: etime is in ms and _process_job expires a job once now >= etime (Disque
+            # adds a second because its etime is in whole seconds). A sync add waiting for its
+            # copies is answered NOREPL at its TTL, not a second later.
+            at = j.etime_ms
             if j.state == ACKED:
                 # For an acked job qtime_ms holds the next GC attempt.
                 if j.qtime_ms and j.qtime_ms < at:
