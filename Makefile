@@ -13,11 +13,16 @@ COMPILED := $(VENV)/.compiled
 .PHONY: run test lint typecheck clean bench build
 
 # The editable install itself compiles nothing (DISQ_PURE=1): $(COMPILED) does, with the
-# venv's mypy, once.
+# venv's mypy, once, and writes the bytecode of every module (a node's start reads it rather
+# than compiling its sources, even where PYTHONDONTWRITEBYTECODE is set). The editable
+# install is a plain path entry (compat mode): setuptools' default import hook costs every
+# Python start some 20 ms. setuptools calls compat mode transitional: once a release drops
+# it, the default mode is installed instead.
 $(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	DISQ_PURE=1 $(BIN)/pip install -q -e '.[dev]'
+	DISQ_PURE=1 $(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat \
+		|| DISQ_PURE=1 $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 PURE := $(filter-out 0,$(DISQ_PURE))
@@ -27,6 +32,7 @@ $(COMPILED): $(STAMP) setup.py disq/_native.py $(NATIVE_SRC)
 	$(BIN)/python setup.py -q build_ext --inplace >$(VENV)/build.log 2>&1 \
 		|| { cat $(VENV)/build.log; exit 1; }
 	@grep '^disq setup.py' $(VENV)/build.log || true
+	$(BIN)/python -m compileall -q -j0 disq >/dev/null
 	$(if $(PURE),,touch $(COMPILED))
 
 build: $(COMPILED)

@@ -20,10 +20,8 @@ the compiled build loaded reads them; so does ``disq-node --version``'s log line
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
-import json
 import os
 import sys
 import warnings
@@ -80,6 +78,8 @@ def _ext_path(py: str) -> str:
 
 
 def _digest(path: str) -> str:
+    import hashlib  # here, not at the top: hashlib initialises OpenSSL, a cost on every start
+
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
@@ -99,6 +99,8 @@ def _stale(modules: dict[str, str]) -> tuple[list[str], int]:
         if os.stat(py).st_mtime_ns <= so_m:
             continue
         if manifest is None:  # only when a .py looks newer: a wheel's files, or an edit
+            import json
+
             try:
                 with open(os.path.join(_ROOT, MANIFEST)) as f:
                     manifest = json.load(f)

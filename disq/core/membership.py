@@ -434,6 +434,24 @@ class Membership:
         else:
             self._on_ack(sender, msg)
 
+    def on_link_up(self, now_ms: int, node_id: str) -> None:
+        """The IO layer's link to ``node_id`` came up: ping it at once.
+
+        This is how a restart is noticed within a round trip, both ways. A restarted node's
+        links come up as its bus starts, so every peer hears from it at once (pings queued
+        before a link is up are dropped); a node that had it as SUSPECT or DEAD, whose link
+        keeps reconnecting, pings it as soon as it listens again, whether or not it spoke
+        first. The Ping carries the peer's own record when we suspect it or think it dead,
+        so the Ack comes back with its refutation (a raised incarnation), which clears it:
+        Disque's PONG clearing PFAIL, without waiting for the round-robin probe (up to a
+        round of the cluster) or the dead-member probe (every DEAD_PROBE_EVERY periods)."""
+        if self._me.state == LEFT or self._is_banned(node_id, now_ms):
+            return
+        e = self._members.get(node_id)
+        if e is None or e.rec.state == LEFT:
+            return
+        self._send(node_id, Ping(probe_id=self._new_probe_id(), gossip=self._gossip_for(node_id)))
+
     def _on_ping_req(self, now_ms: int, sender: str, msg: PingReq) -> None:
         target = msg.target
         if target == self._me.node_id:

@@ -175,6 +175,21 @@ class NodeCore:
                 self.message_errors += 1
                 self.errors.append((f"peer message {type(msg).__name__} from {sender}", exc))
 
+    def on_link_up(self, now_ms: int, node_id: str) -> None:
+        """The IO layer's link to peer ``node_id`` came up: membership pings it, and the
+        adds waiting for a copy there ask again (messages to a link that was down were
+        dropped)."""
+        membership, disque = self.membership, self.disque
+        try:
+            if membership is not None:
+                membership.on_link_up(now_ms, node_id)
+            if disque is not None:
+                disque.peer_link_up(now_ms, node_id)
+        except Exception as exc:
+            if not self.contain_errors:
+                raise
+            self.errors.append((f"link up {node_id}", exc))
+
     def tick(self, now_ms: int) -> None:
         """Run what is due in every core."""
         membership, disque = self.membership, self.disque

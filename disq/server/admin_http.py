@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import socket
 from typing import Any
 
 import structlog
@@ -87,15 +88,14 @@ class AdminServer:
         self._runner: web.AppRunner | None = None
         self.port = 0
 
-    async def start(self, bind: str, port: int) -> None:
+    async def start_on(self, sock: socket.socket) -> None:
         runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, bind, port, backlog=128)
+        site = web.SockSite(runner, sock)
         await site.start()
         self._runner = runner
-        server = getattr(site, "_server", None)
-        socks = getattr(server, "sockets", None) or []
-        self.port = socks[0].getsockname()[1] if socks else port
+        bind, port = sock.getsockname()[:2]
+        self.port = int(port)
         _log.info("metrics_listening", address=f"{bind}:{self.port}")
 
     async def close(self) -> None:
@@ -119,21 +119,15 @@ class AdminServer:
         return web.Response(text="ok\n")
 
 
-async def start_admin(host: MetricsHost) -> AdminServer | None:
-    """Serve the admin port the node's config asks for and count what the metrics need
-    counted (event drain, fsyncs). None if the port was a derived default and is busy."""
-    config = host.config
+async def start_admin(host: MetricsHost, sock: socket.socket) -> AdminServer:
+    """Serve the admin port on ``sock`` (bound and listening already: the runtime binds it
+    before the client ports serve, so a busy port fails the start as before, and imports
+    this module, aiohttp's weight, only afterwards) and count what the metrics need counted
+    (event drain, fsyncs)."""
     metrics = NodeMetrics()
     metrics.host = host
     server = AdminServer(host, metrics)
-    try:
-        await server.start(config.metrics_host, config.metrics_port)
-    except OSError as exc:
-        if config.metrics_port_required:
-            raise
-        _log.warning("metrics_port_unavailable", port=config.metrics_port, error=str(exc))
-        await server.close()
-        return None
+    await server.start_on(sock)
     host.metrics = metrics
     host.aof.on_fsync = metrics.on_fsync
     return server

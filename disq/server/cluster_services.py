@@ -40,6 +40,7 @@ VIEW_SAVE_DELAY_S = 1.0
 DISQUE_BUS_OFFSET = 10000  # Disque's bus port = client port + 10000
 MEET_RETRY_S = 0.5
 MEET_ATTEMPTS = 20
+CONTACT_TIMEOUT_S = 2.0  # readiness waits this long at most for the saved peers' first dial
 
 
 @dataclass
@@ -102,6 +103,7 @@ class ClusterServices:
             port=settings.grpc_port,
             tls=settings.tls,
             lane_port=settings.job_lane_port if settings.job_lane_port >= 0 else None,
+            on_link_change=self._on_link_change,
         )
         self._view_save: asyncio.TimerHandle | None = None
         self._meets: dict[tuple[str, int], int] = {}
@@ -182,8 +184,20 @@ class ClusterServices:
         # loaded by now; with --join, serving waits until the node knows a peer, or until
         # its join attempts ran out (a lone first pod, a scaled-down set) so it never hangs.
         self._joined = not self._meets or self._knows_a_peer()
-        await self.api.set_serving(self._joined)
         self.runtime.after_commands(None, self.runtime.now_ms())
+        await self.api.set_serving(False)
+        if self._joined:
+            # A node restarted on its view is ready once it has contacted the peers in it:
+            # each link came up (and its first message, a Ping, went out: on_link_up) or was
+            # refused. The client ports serve meanwhile; only the probe waits, and never
+            # longer than CONTACT_TIMEOUT_S (a silent peer).
+            self._serving_task = self.loop.create_task(self._serve_when_contacted())
+
+    async def _serve_when_contacted(self) -> None:
+        contacted = await self.links.wait_contacted(CONTACT_TIMEOUT_S)
+        if not contacted:
+            self.log.info("peers_not_all_contacted", timeout_s=CONTACT_TIMEOUT_S)
+        await self.api.set_serving(True)
 
     def _knows_a_peer(self) -> bool:
         me = self.membership.my_id
@@ -205,6 +219,15 @@ class ClusterServices:
             await self.api.set_serving(False)
         self.hub.close_all()
         await self.links.close()
+
+    def _on_link_change(self, node_id: str, up: bool) -> None:
+        """An outbound link came up: the cores greet the peer at once (node_core.on_link_up).
+        A link going down teaches nothing: failure detection is membership's probing."""
+        if up:
+            runtime = self.runtime
+            now = runtime.now_ms()
+            runtime.core.on_link_up(now, node_id)
+            runtime.after_commands(None, now)
 
     # ------------------------------------------------------------------ membership output
     def apply_member_changes(self, changes: list[tuple[str, int]]) -> None:

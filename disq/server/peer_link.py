@@ -84,7 +84,11 @@ WIRE_COLUMNAR = "columnar"  # ReplJobs, GotJobs, SetAcks, GotAcks (peer_wire.py)
 WIRE_FEATURES = (WIRE_COLUMNAR,)
 
 BACKOFF_MIN_S = 0.05
-BACKOFF_MAX_S = 1.0
+# A peer that is down is dialled again every 100 ms, as Disque's bus reconnects its links
+# (clusterCron): a restarted node is found within 100 ms of listening, whether or not it
+# speaks first. A refused connect on a live host costs microseconds; a silent one (SYN
+# dropped) is bounded by the handshake timeout, so the rate stays low there.
+BACKOFF_MAX_S = 0.1
 HANDSHAKE_TIMEOUT_S = 5.0  # a peer that accepts TCP but never answers (SIGSTOP) is retried
 ONESHOT_TIMEOUT_S = 5.0  # whole send_to_address exchange
 MAX_ONESHOTS = 64  # concurrent send_to_address exchanges; more are dropped
@@ -136,6 +140,7 @@ class _Peer:
 
     __slots__ = (
         "columnar",
+        "held_messages",
         "host",
         "lane",
         "node_id",
@@ -143,6 +148,7 @@ class _Peer:
         "queue",
         "seq",
         "task",
+        "tried",
         "up",
         "up_event",
         "wakeup",
@@ -159,6 +165,12 @@ class _Peer:
         self.up = False
         self.columnar = False  # this connection's handshake said the peer reads batch forms
         self.up_event = asyncio.Event()
+        # Set once the first connection attempt ended (up, refused, timed out): the node
+        # has contacted this peer, which is what its readiness waits for.
+        self.tried = asyncio.Event()
+        # Messages in ``queue`` held for the first dial (PeerLinks._hold): counted as sent
+        # when the link comes up, as dropped if the dial fails.
+        self.held_messages = 0
         self.wakeup: asyncio.Future[None] | None = None
         # The job lane of this connection (job_lane.py), None while it has none: then every
         # message goes on the stream.
@@ -324,6 +336,8 @@ class PeerLinks:
         if peer is not None:
             if (peer.host, peer.port) == (host, port):
                 return
+            if peer.held_messages:
+                self._frames_dropped += len(peer.queue)  # held for the old address
             self._stop_peer(peer, reason="address changed")
         peer = _Peer(node_id, host, port)
         self._peers[node_id] = peer
@@ -358,6 +372,21 @@ class PeerLinks:
         except TimeoutError:
             return False
         return peer.up
+
+    async def wait_contacted(self, timeout: float) -> bool:
+        """Wait until every known peer was dialled once (its link came up, or the attempt
+        failed); False if ``timeout`` passed first. A peer that accepts nothing is a
+        refused connect, over in a moment; only a silent one (SYN dropped) runs to the
+        timeout."""
+        waits = [p.tried.wait() for p in self._peers.values() if not p.tried.is_set()]
+        if not waits:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*waits)
+        except TimeoutError:
+            return False
+        return True
 
     def _link_changed(self, node_id: str, up: bool) -> None:
         if self.on_link_change is None:
@@ -417,8 +446,18 @@ class PeerLinks:
             if node_id in self._blocked:
                 self._frames_blocked += 1
                 self._frames_dropped += 1
-            elif self._closed or peer is None or not peer.up:
+            elif self._closed or peer is None:
                 self._frames_dropped += 1
+            elif not peer.up:
+                if peer.tried.is_set():
+                    self._frames_dropped += 1  # down: the protocol resends what matters
+                else:
+                    # The first dial is under way (a node just started, or just learned the
+                    # peer): hold the frames for it, as a socket being connected would. A
+                    # restarted node answering a REPLJOB that arrived before its own link to
+                    # the sender was up would otherwise lose the GOTJOB, and the add would
+                    # wait for its next resend. Dropped if that dial fails.
+                    self._hold(peer, msgs)
             else:
                 lane = peer.lane
                 if lane is not None:
@@ -439,6 +478,14 @@ class PeerLinks:
                             self._frames_dropped += 1
                 else:
                     self._enqueue(peer, msgs)
+
+    def _hold(self, peer: _Peer, msgs: list[Message]) -> None:
+        if len(peer.queue) >= self.max_queued_frames:
+            self._frames_dropped += 1
+            return
+        peer.seq += 1
+        peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire, False))
+        peer.held_messages += len(msgs)
 
     def _enqueue(self, peer: _Peer, msgs: list[Message]) -> None:
         if len(peer.queue) >= self.max_queued_frames:
@@ -545,7 +592,12 @@ class PeerLinks:
             peer.up = True
             peer.up_event.set()
             self._log.info("peer_link_up", peer=peer.node_id[:8], target=target)
+            if peer.held_messages:
+                self._frames_sent += len(peer.queue)
+                self._messages_sent += peer.held_messages
+                peer.held_messages = 0
             self._link_changed(peer.node_id, True)
+            peer.tried.set()
             call.add_done_callback(lambda _call: peer.wake())
             loop = asyncio.get_running_loop()
             queue = peer.queue
@@ -588,6 +640,11 @@ class PeerLinks:
                     error=_describe(exc),
                 )
         finally:
+            if not came_up and peer.held_messages:
+                self._frames_dropped += len(peer.queue)  # held for a first dial that failed
+                peer.queue.clear()
+                peer.held_messages = 0
+            peer.tried.set()
             peer.wakeup = None
             if peer.lane is not None:
                 peer.lane.close()
@@ -724,6 +781,8 @@ class PeerLinks:
             "messages_sent": self._messages_sent,
             "messages_received": self._messages_received,
             "frames_dropped": self._frames_dropped,
+            # Frames held for links being dialled for the first time (sent or dropped next).
+            "frames_held": sum(len(p.queue) for p in self._peers.values() if p.held_messages),
             # Breakdown and codec counters (see peer_wire.WireCounters).
             "frames_blocked": self._frames_blocked,
             "frames_malformed": self._wire.frames_malformed,

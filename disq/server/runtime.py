@@ -53,6 +53,15 @@ DEFAULT_BACKLOG = 511  # Redis's and Disque's tcp-backlog default
 # Lifecycle events are written this long after the first of them (one write for many
 # flushes, none on the path of a reply); readers write them first (EventLog.read).
 EVENTS_WRITE_DELAY_S = 0.005
+# A node restarted on its cluster view serves its client ports once it has dialled the peers
+# in it (each link up, its greeting Ping queued, or refused), so that a peer that had it as
+# failed hears of the restart before any client is answered: a client that restarts a node,
+# waits for PING and kills it again must not leave the others believing it never came back.
+# On one host or a LAN the dials take milliseconds; a silent peer costs at most this.
+CONTACT_BEFORE_SERVING_S = 0.1
+# Lifecycle events kept for the metrics while the admin port starts (its modules load in a
+# thread after the client ports serve); past this, counters started late miss the rest.
+METRICS_BACKLOG_MAX = 10_000
 
 
 async def start_server(
@@ -107,6 +116,8 @@ class NodeRuntime:
         self.instance_id = secrets.token_hex(8)
         self.metrics: NodeMetrics | None = None  # set with the admin port (metrics.py)
         self.admin: AdminServer | None = None
+        self._admin_task: asyncio.Task[None] | None = None  # the admin port's deferred start
+        self._metrics_backlog: list[EventBuffer] | None = None  # events until metrics exist
         self.started = time.monotonic()
         self.fatal = False  # stopped because the AOF can no longer be trusted
         self.servers: list[asyncio.AbstractServer] = []
@@ -246,10 +257,13 @@ class NodeRuntime:
             return
         metrics = self.metrics
         log = cluster.event_log
+        backlog = self._metrics_backlog
         for batch in events:
             log.append(batch)
             if metrics is not None:
                 metrics.on_events(batch)
+            elif backlog is not None and len(backlog) < METRICS_BACKLOG_MAX:
+                backlog.append(batch)
         if log.has_unwritten and self._events_timer is None:
             self._events_timer = self.loop.call_later(EVENTS_WRITE_DELAY_S, self._write_events)
 
@@ -381,6 +395,9 @@ class NodeRuntime:
         loop = self.loop
         tls_sockets, resp_tls_sockets = tls_sockets or [], resp_tls_sockets or []
         cluster = self.cluster
+        # The admin port is bound first (a busy port the config insists on fails the start
+        # before anything serves) and served last, from a task: see _start_admin.
+        admin_sock = self._bind_admin() if self.config.metrics_port else None
         if cluster is not None:
             self.apply_settings()
             settings = self.settings
@@ -402,14 +419,11 @@ class NodeRuntime:
                 self.unix_path = settings.unixsocket_path
                 self.servers.append(await start_server(loop, factory, unix_sock, backlog))
             await cluster.start()
+            await cluster.links.wait_contacted(CONTACT_BEFORE_SERVING_S)
             for sock in resp_sockets or []:
                 self.servers.append(await start_server(loop, factory, sock, backlog))
             for sock in resp_tls_sockets:
                 self.servers.append(await start_server(loop, factory, sock, backlog, ssl_context))
-        if self.config.metrics_port:
-            from disq.server.admin_http import start_admin
-
-            self.admin = await start_admin(self)
         for sock in sockets:
             if sock.family == socket.AF_UNIX:
                 server = await loop.create_unix_server(lambda: BeanstalkProtocol(self), sock=sock)
@@ -436,8 +450,57 @@ class NodeRuntime:
             data_dir=str(self.config.data_dir) if self.config.data_dir else None,
             jobs=len(self.beanstalk.jobs),
         )
+        if admin_sock is not None:
+            self._metrics_backlog = []
+            self._admin_task = loop.create_task(self._start_admin(admin_sock))
         await self._stopping
         await self.shutdown()
+
+    def _bind_admin(self) -> socket.socket | None:
+        cfg = self.config
+        family = socket.AF_INET6 if ":" in cfg.metrics_host else socket.AF_INET
+        try:
+            return socket.create_server(
+                (cfg.metrics_host, cfg.metrics_port), family=family, backlog=128
+            )
+        except OSError as exc:
+            if cfg.metrics_port_required:
+                raise
+            # A port derived from the client port (Disque's config has no such key): a
+            # clash with something else must not keep the node from serving jobs.
+            self.log.warning("metrics_port_unavailable", port=cfg.metrics_port, error=str(exc))
+            return None
+
+    async def _start_admin(self, sock: socket.socket) -> None:
+        """Serve the admin HTTP port (metrics, health, dashboard) once the job ports serve.
+
+        Its modules (aiohttp, which builds two TLS contexts at import, prometheus-client,
+        jinja2) take a few hundred milliseconds to import: on the loop that would hold
+        every client and every timer of a node's first moments. They load in a thread
+        instead, with a short GIL switch interval meanwhile so the loop's thread gets the
+        interpreter back within a millisecond; the port's connections wait in its backlog."""
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.001)
+        try:
+            await self.loop.run_in_executor(None, _import_admin)
+        except Exception:
+            self.log.exception("admin_import_failed")
+            sock.close()
+            return
+        finally:
+            sys.setswitchinterval(interval)
+        from disq.server.admin_http import start_admin
+
+        try:
+            self.admin = await start_admin(self, sock)
+        except Exception:
+            self.log.exception("admin_start_failed")
+            sock.close()
+            return
+        backlog, self._metrics_backlog = self._metrics_backlog, None
+        if backlog and self.metrics is not None:
+            for batch in backlog:
+                self.metrics.on_events(batch)
 
     def drain(self) -> None:
         self.beanstalk.draining = True
@@ -464,6 +527,12 @@ class NodeRuntime:
             server.close()
         if not self.fatal:
             self._flush()
+        if self._admin_task is not None and not self._admin_task.done():
+            self._admin_task.cancel()
+            try:
+                await self._admin_task
+            except (asyncio.CancelledError, Exception):  # cancelled mid-start
+                pass
         if self.admin is not None:
             await self.admin.close()
         if self.cluster is not None:
@@ -476,3 +545,9 @@ class NodeRuntime:
             except OSError:
                 pass
         self.log.info("stopped")
+
+
+def _import_admin() -> None:
+    import importlib
+
+    importlib.import_module("disq.server.admin_http")

@@ -338,6 +338,23 @@ def test_sync_add_whose_target_is_down_completes_when_it_comes_back() -> None:
     assert all(c.core(i).jobs[job_id].state in (QUEUED, ACTIVE) for i in range(3))
 
 
+def test_sync_add_asks_a_target_again_as_soon_as_its_link_is_up() -> None:
+    # Frames to a link that is down are dropped; the link coming up (the IO layer's
+    # peer_link_up) sends the waiting add's REPLJOB at once instead of at the next resend.
+    c = Cluster(3)
+    creator = c.core(0)
+    c.cut = {c.ids[2]}
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    c.advance(2100)  # resent at 250, 500, 1000 and 2000 ms; the next one is at 3000 ms
+    assert not c.replies[c.ids[0]]
+    c.cut = set()
+    creator.peer_link_up(c.now, c.ids[1])  # already has its copy: nothing to ask
+    creator.peer_link_up(c.now, c.ids[2])
+    c.pump()  # no time passes
+    [(token, job_id)] = c.replies[c.ids[0]]
+    assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
+
+
 def test_sync_add_keeps_asking_a_target_declared_dead_until_it_is_back() -> None:
     c = Cluster(3)
     creator = c.core(0)

@@ -611,3 +611,49 @@ def test_duplicated_and_stale_messages_are_harmless() -> None:
     # Gossip about unknown dead nodes is not news.
     a.on_message(net.now, nid(2), Ping(1, [Member(nid(8), "h", 1, 1, 4, DEAD)]))
     assert a.member(nid(8)) is None
+
+
+# -------------------------------------------------------------------- link up
+def test_link_up_to_a_dead_peer_at_its_own_incarnation_clears_it_in_one_round_trip() -> None:
+    # The restart the snapshot did not see: the node came back at the incarnation its peers
+    # had declared DEAD (its last life raised it and died before saving). Its peers' links
+    # come up and ping it; the Ping carries its DEAD record, it refutes in the Ack, and the
+    # peer takes it back within that round trip, without waiting for a probe round.
+    n, x = 4, 1
+    net = chain(n, seed=31)
+    xm = net.nodes[nid(x)]
+    xm.set_leaving(net.now, True)  # two raised incarnations, gossiped: its last life's
+    xm.set_leaving(net.now, False)
+    net.run_for(4 * n * P)
+    snap = json.loads(json.dumps(xm.snapshot()))
+    net.kill(x)
+    net.run_for(2 * n * P + T + P)
+    assert all(net.state(a, x) == DEAD for a in range(n) if a != x)
+    dead_inc = net.nodes[nid(0)].member(nid(x)).incarnation  # type: ignore[union-attr]
+    snap["me"]["incarnation"] = dead_inc - 1  # restore raises it to exactly dead_inc
+    r = Membership.restore(snap, member(x), random.Random(5), net.now)
+    r.outbox.clear()  # what a restarted node queues before its links are up (IO drops it)
+    net.nodes[r.my_id] = r
+    assert r.incarnation == dead_inc
+    before = net.nodes[nid(0)].stats["messages_sent"]
+    net.nodes[nid(0)].on_link_up(net.now, nid(x))
+    assert net.nodes[nid(0)].stats["messages_sent"] == before + 1
+    net._flush(nid(0))
+    net.run_for(2 * net.max_latency_ms)  # one round trip; no probe period has passed
+    assert net.state(0, x) == ALIVE
+    assert net.nodes[nid(0)].is_reachable(nid(x))
+    assert r.incarnation == dead_inc + 1  # it refuted
+
+
+def test_link_up_greets_known_peers_only() -> None:
+    net = chain(3, seed=41)
+    m = net.nodes[nid(0)]
+    sent = m.stats["messages_sent"]
+    m.on_link_up(net.now, nid(7))  # unknown: no record, no address
+    assert m.stats["messages_sent"] == sent
+    m.forget(net.now, nid(2))
+    m.on_link_up(net.now, nid(2))  # forgotten: banned, not greeted
+    assert m.stats["messages_sent"] == sent
+    m.on_link_up(net.now, nid(1))
+    assert m.stats["messages_sent"] == sent + 1
+    assert isinstance(m.outbox[-1][1], Ping) and m.outbox[-1][0] == nid(1)

@@ -20,6 +20,7 @@ from disq.core.disque.job import ACTIVE, WAIT_REPL
 from disq.core.disque.keyvote import KV_TIMER
 from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
+from disq.core.messages import ReplJob
 
 REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
@@ -138,6 +139,23 @@ class BlockedClientsMixin(CoreParts):
         return len(self._gets) + len(self._adds)
 
     # ------------------------------------------------------------------ time
+    def peer_link_up(self, now_ms: int, node_id: str) -> None:
+        """Our link to ``node_id`` came up (it restarted, or we did, or a partition healed).
+        Frames sent while it was down were dropped, so the waiting adds that count on a copy
+        there ask for it now: the add completes within a round trip of the node's return
+        rather than at the next resend, up to a second later (Disque's bus reconnects every
+        100 ms and its next REPLJOB goes out on the new link)."""
+        for a in self._adds.values():
+            j = self.jobs.get(a.job_id)
+            if (
+                j is None
+                or j.state != WAIT_REPL
+                or node_id not in j.delivered
+                or node_id in j.confirmed
+            ):
+                continue
+            self._send(node_id, ReplJob(self._job_data(j, now_ms)))
+
     def _process_clients(self, now_ms: int) -> None:
         timers = self._client_timers
         while timers and timers[0][0] <= now_ms:

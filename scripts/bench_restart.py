@@ -1,0 +1,215 @@
+"""Restart to first answer: disq-node on its config file and data dir against beanstalkd -b.
+
+A node is stopped and started again on its data dir; the time from spawning it to the first
+reply on each of its ports is what a client (or an orchestrator's probe) waits. Two data
+dirs: empty, and holding ``--jobs`` jobs (1M by default) that the restart replays. disq is
+timed on its three ports at once (RESP PING, beanstalk ``stats``, gRPC health Check), each
+polled by its own thread; beanstalkd on its one port (``stats``). Disque is not built here:
+the issue's own measurement of disque-server 1.0-rc1 (PING 0.01-0.05 s after a restart, an
+almost empty dir) is the comparison docs/benchmarks.md quotes.
+
+Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+DISQ_NODE = ROOT / ".venv" / "bin" / "disq-node"
+POLL_S = 0.001
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ask_tcp(port: int, request: bytes, until: bytes) -> bool:
+    """One connect, one request, the whole reply; False if refused or cut."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(request)
+            got = b""
+            while until not in got:
+                data = s.recv(65536)
+                if not data:
+                    return False
+                got += data
+            return True
+    except OSError:
+        return False
+
+
+def _grpc_probe(port: int) -> Callable[[], bool]:
+    """One channel, one health Check that waits for the server (no polling: the channel's
+    own reconnect attempts, every few ms, find the port as soon as it listens)."""
+    options = [
+        ("grpc.initial_reconnect_backoff_ms", 2),
+        ("grpc.min_reconnect_backoff_ms", 2),
+        ("grpc.max_reconnect_backoff_ms", 5),
+    ]
+
+    def probe() -> bool:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as ch:
+            try:
+                health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=60, wait_for_ready=True
+                )
+            except grpc.RpcError as exc:
+                # An answer (NOT_FOUND for an unknown service) is an answer.
+                return bool(exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED)
+            return True
+
+    return probe
+
+
+def _first_answers(
+    cmd: list[str], probes: dict[str, Callable[[], bool]], cwd: Path
+) -> dict[str, float]:
+    """Spawn ``cmd`` and return, per probe, the seconds until it first answered."""
+    out: dict[str, float] = {}
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def poll(name: str, probe: Callable[[], bool]) -> None:
+        while proc.poll() is None:
+            if probe():
+                out[name] = time.perf_counter() - start
+                return
+            time.sleep(POLL_S)
+
+    threads = [threading.Thread(target=poll, args=item) for item in probes.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if len(out) != len(probes):
+        raise RuntimeError(f"{cmd[0]}: no answer on {sorted(set(probes) - set(out))}")
+    return out
+
+
+def _fill(port: int, request: Callable[[int], bytes], reply_line: bytes, jobs: int) -> None:
+    """Pipeline ``jobs`` adds in batches and read every reply."""
+    batch = 10_000
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+        done = 0
+        while done < jobs:
+            n = min(batch, jobs - done)
+            s.sendall(b"".join(request(done + i) for i in range(n)))
+            seen = 0
+            buf = b""
+            while seen < n:
+                data = s.recv(1 << 20)
+                if not data:
+                    raise RuntimeError("connection closed while filling")
+                buf += data
+                seen += buf.count(reply_line)
+                buf = buf[buf.rfind(b"\n") + 1 :]
+            done += n
+
+
+def _disq(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
+    port, bport = _free_port(), _free_port()
+    conf = data_dir / "node.conf"
+    conf.write_text(
+        f"port {port}\nbeanstalk-port {bport}\ndir {data_dir}\nappendonly yes\n"
+        f"cluster-node-timeout 3000\nmetrics-port {_free_port()}\n"
+    )
+    grpc_port = port + 10000
+    cmd = [str(DISQ_NODE), str(conf)]
+    probes: dict[str, Callable[[], bool]] = {
+        "resp": lambda: _ask_tcp(port, b"PING\r\n", b"\r\n"),
+        "beanstalk": lambda: _ask_tcp(bport, b"stats\r\n", b"\r\n"),
+        "grpc": _grpc_probe(grpc_port),
+    }
+    if jobs:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while not _ask_tcp(port, b"PING\r\n", b"\r\n"):
+                time.sleep(0.01)
+            body = b"x" * 100
+            _fill(
+                port,
+                lambda i: b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$100\r\n" + body + b"\r\n$1\r\n0\r\n",
+                b"+D-",
+                jobs,
+            )
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(120)
+    return [_first_answers(cmd, probes, data_dir) for _ in range(runs)]
+
+
+def _beanstalkd(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
+    port = _free_port()
+    cmd = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port), "-b", str(data_dir)]
+    if jobs:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while not _ask_tcp(port, b"stats\r\n", b"\r\n"):
+                time.sleep(0.01)
+            body = b"x" * 100
+            _fill(port, lambda i: b"put 0 0 60 100\r\n" + body + b"\r\n", b"INSERTED", jobs)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+    probes: dict[str, Callable[[], bool]] = {
+        "beanstalk": lambda: _ask_tcp(port, b"stats\r\n", b"\r\n")
+    }
+    return [_first_answers(cmd, probes, data_dir) for _ in range(runs)]
+
+
+def _report(name: str, results: list[dict[str, float]]) -> None:
+    for port_name in results[0]:
+        times = [r[port_name] * 1000 for r in results]
+        shown = ", ".join(f"{t:.0f}" for t in times)
+        print(
+            f"{name:28s} {port_name:9s} median {statistics.median(times):7.0f} ms  ({shown})",
+            flush=True,
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--skip-large", action="store_true", help="only the empty data dir")
+    args = parser.parse_args()
+    if shutil.which("beanstalkd") is None:
+        print("beanstalkd not found (scripts/ensure_beanstalkd.sh installs it)", file=sys.stderr)
+        return 1
+    sizes = [0] if args.skip_large else [0, args.jobs]
+    for jobs in sizes:
+        for name, run in (("disq-node", _disq), ("beanstalkd", _beanstalkd)):
+            with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+                results = run(Path(tmp), jobs, args.runs)
+            _report(f"{name} ({jobs:,} jobs)", results)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
