@@ -12,6 +12,9 @@ directory ``<base_dir>/node-<i>/``::
 Faults, all driven from outside the node:
 
 * ``kill9(i)`` / ``restart(i)``: SIGKILL, then the same conf (same dir: same id, AOF replay).
+* ``move(i)`` (namespaces only): SIGKILL, a new namespace with a new address (the old one is
+  deleted), the conf rewritten for it, and a restart on the same data dir: a pod rescheduled
+  with a new IP.
 * ``pause(i)`` / ``resume(i)``: SIGSTOP / SIGCONT. A stopped node keeps its sockets open, so
   peers and clients see a node that accepts bytes and never answers.
 * ``partition(groups)`` / ``heal_partition()``, ``cut(i, j, one_way=...)`` / ``uncut(i, j)``,
@@ -28,6 +31,8 @@ possible, else in-process):
   sending node's egress (:mod:`cluster.netns`). The kernel drops the packets: TCP and gRPC
   streams stall, time out and reconnect as they would on a real network, one-way cuts are
   possible, and the rules live in the namespace, so they survive kill -9 and SIGSTOP.
+  With ``bind_any`` the nodes bind 0.0.0.0 and are told their address with
+  ``advertise-host``, as a container or a pod is.
 * ``in-process`` (fallback, or ``network="inprocess"``): ``DEBUG DROP-PEERS`` on the nodes;
   connections stay up and the node drops frames itself. A one-way cut becomes a two-way cut
   at the one node, and slow links are not possible. The lab remembers the wanted drop lists
@@ -225,6 +230,7 @@ class LabStats:
     slows: int = 0
     heals: int = 0
     remeets: int = 0
+    moves: int = 0
     crashes: int = 0
     id_changes: list[str] = field(default_factory=list)
 
@@ -234,7 +240,8 @@ class Lab:
 
     ``base_port`` 0 or None picks a free range. ``node_cmd`` replaces
     ``[python, "-m", "disq.node_main"]`` (the conf path is appended), e.g. to run another
-    Disque-compatible server under the same lab.
+    Disque-compatible server under the same lab. ``bind_any``: nodes bind 0.0.0.0 and
+    advertise their address (``advertise-host``) instead of binding it.
     """
 
     def __init__(
@@ -252,6 +259,7 @@ class Lab:
         form_timeout: float | None = None,
         extra_conf: Sequence[str] = (),
         network: str = "inprocess",
+        bind_any: bool = False,
     ) -> None:
         if n < 1:
             raise ValueError("a lab needs at least one node")
@@ -270,6 +278,7 @@ class Lab:
         # Forming needs a few gossip rounds; failure detection works in node timeouts.
         self.form_timeout = form_timeout or max(30.0, 10 * node_timeout_ms / 1000)
         self.extra_conf = list(extra_conf)
+        self.bind_any = bind_any
         self.nodes = [
             NodeHandle(i, self.base_port + i, self.base_dir / f"node-{i}", host) for i in range(n)
         ]
@@ -368,9 +377,16 @@ class Lab:
     def _write_conf(self, node: NodeHandle) -> None:
         node.dir.mkdir(parents=True, exist_ok=True)
         node.data_dir.mkdir(exist_ok=True)
+        # bind_any: a container's or a pod's way, every interface and the address to give
+        # out named apart; otherwise the node binds the address it gives out.
+        where = (
+            ["bind 0.0.0.0", f"advertise-host {node.host}"]
+            if self.bind_any
+            else [f"bind {node.host}"]
+        )
         lines = [
             f"port {node.port}",
-            f"bind {node.host}",
+            *where,
             # Absolute paths: Disque chdirs into ``dir`` while reading the file, so a relative
             # ``logfile`` after it would land in the data dir; absolute is unambiguous.
             f"dir {_conf_arg(node.data_dir)}",
@@ -650,6 +666,30 @@ class Lab:
             if self.net is None and self._drops().get(i):
                 self._apply_drops(i)
 
+    def move(self, i: int, timeout: float | None = None) -> str:
+        """Node ``i`` comes back at another address: SIGKILL, a new network namespace and
+        address (its old namespace is deleted: nothing answers at the old address), its conf
+        rewritten for the new address, then :meth:`restart` on the same data dir (same id,
+        same AOF and cluster view). Returns the new address. Needs namespaces."""
+        with self._lock:
+            if self.net is None:
+                raise LabError(f"moving a node needs network namespaces: {self.partitions}")
+            node = self.nodes[i]
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGKILL)
+                node.proc.wait()
+            node.state = KILLED
+            old = node.host
+            try:
+                node.host = self.net.move(i)
+            except netns.NetnsError as exc:
+                raise LabError(f"cannot move node {i}: {exc}") from exc
+            self._write_conf(node)
+            self.stats.moves += 1
+            self._note("move", node=i, old=old, new=node.host)
+            self.restart(i, timeout)
+            return node.host
+
     def pause(self, i: int) -> None:
         with self._lock:
             node = self.nodes[i]
@@ -880,6 +920,11 @@ def main(argv: list[str] | None = None) -> int:
         help="netns: a network namespace per node (root); inprocess: DEBUG DROP-PEERS; "
         "auto: netns if possible",
     )
+    p.add_argument(
+        "--bind-any",
+        action="store_true",
+        help="nodes bind 0.0.0.0 and are told their address with advertise-host",
+    )
     args = p.parse_args(argv)
     base_dir = args.dir or tempfile.mkdtemp(prefix="disq-lab-")
     lab = Lab(
@@ -890,6 +935,7 @@ def main(argv: list[str] | None = None) -> int:
         fsync=args.fsync,
         node_cmd=shlex.split(args.node_cmd) if args.node_cmd else None,
         network=args.net,
+        bind_any=args.bind_any,
     )
     print(f"starting {args.nodes} nodes in {lab.base_dir} ...", flush=True)
     # SIGTERM (e.g. from a supervisor) stops the cluster like Ctrl-C does.

@@ -12,8 +12,13 @@ Layout (one lab)::
 * ``S`` is the first /24 of 10.213.0.0/16 no address or route of the root namespace uses
   (chosen under a file lock, so two labs starting at once do not pick the same one).
 * Each node process runs under ``ip netns exec``, binds its namespace address (config
-  ``bind``) and advertises it to its peers; the lab's clients, in the root namespace, reach
+  ``bind``) and advertises it to its peers, or binds 0.0.0.0 and is told its address with
+  ``advertise-host`` (the lab's ``bind_any``); the lab's clients, in the root namespace, reach
   every node through the bridge.
+* :meth:`Network.move` gives a node a new namespace and address (a pod rescheduled with a new
+  IP): the next free slot ``10.213.S.<10+k>`` is made, the node's old namespace is deleted (so
+  nothing answers at the old address any more) and every rule naming the node is rebuilt for
+  its new address. Names and addresses come from the slot, so node i is slot i until moved.
 
 Faults are rules on a node's own egress (``eth0`` in its namespace), rebuilt whole whenever
 the wanted set changes:
@@ -55,7 +60,12 @@ from pathlib import Path
 PREFIX = "dql"
 SUBNET_BASE = "10.213"  # 10.213.S.0/24 per lab
 NODE_HOST_OFFSET = 10  # node i is 10.213.S.<10 + i>
-MAX_NODES = 99  # keeps the host-side veth name (dql + 7 + v + 2 digits) within 15 chars
+MAX_NODES = 99  # nodes of one lab
+# Namespace slots, moves included: 10.213.S.<10+k> stays a host address (at most .253), and
+# the host-side veth name (dql + 7 + v + 3 digits) stays within Linux's 15 characters.
+MAX_SLOTS = 244
+# The address of "a peer index no node has" (the kernel probe in _build): .254, never a node's.
+NO_SLOT = MAX_SLOTS
 IFACE = "eth0"  # the node's interface inside its namespace
 BLACKHOLE = "blackhole"  # an ifb device never brought up: mirred into it drops
 LOCK_PATH = Path("/run/lock/disq-lab-netns.lock")
@@ -205,6 +215,11 @@ class Network:
         self._rules: dict[int, Rules] = {i: Rules() for i in range(n)}
         self._made = False
         self._lock = threading.Lock()
+        # Node i lives in namespace slot _slot[i] (i until moved); _slots: every slot that
+        # exists now, so destroy() removes the moved nodes' namespaces too.
+        self._slot = list(range(n))
+        self._slots: set[int] = set()
+        self._next_slot = n
 
     # -- names and addresses --------------------------------------------------------------
 
@@ -213,10 +228,19 @@ class Network:
         return f"{PREFIX}{self.tag}b"
 
     def veth(self, i: int) -> str:
-        return f"{PREFIX}{self.tag}v{i}"
+        return self._veth_of(self._slot[i])
 
     def netns(self, i: int) -> str:
-        return f"{PREFIX}{self.tag}n{i}"
+        return self._netns_of(self._slot[i])
+
+    def _veth_of(self, slot: int) -> str:
+        return f"{PREFIX}{self.tag}v{slot}"
+
+    def _netns_of(self, slot: int) -> str:
+        return f"{PREFIX}{self.tag}n{slot}"
+
+    def _addr_of(self, slot: int) -> str:
+        return f"{SUBNET_BASE}.{self.subnet}.{NODE_HOST_OFFSET + slot}"
 
     @property
     def gateway(self) -> str:
@@ -227,7 +251,7 @@ class Network:
         return f"{SUBNET_BASE}.{self.subnet}.0/24"
 
     def addr(self, i: int) -> str:
-        return f"{SUBNET_BASE}.{self.subnet}.{NODE_HOST_OFFSET + i}"
+        return self._addr_of(self._slot[i] if 0 <= i < self.n else NO_SLOT)
 
     def exec_prefix(self, i: int) -> list[str]:
         """Prepend to a command to run it in node i's namespace."""
@@ -264,17 +288,7 @@ class Network:
         _run(["ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         for i in range(self.n):
-            ns = self.netns(i)
-            _run(["ip", "netns", "add", ns])
-            _run(["ip", "link", "add", self.veth(i), "type", "veth", "peer", "name", IFACE,
-                  "netns", ns])  # fmt: skip
-            _run(["ip", "link", "set", self.veth(i), "master", self.bridge])
-            _run(["ip", "link", "set", self.veth(i), "up"])
-            _run(["ip", "-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", IFACE])
-            _run(["ip", "-n", ns, "link", "set", IFACE, "up"])
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            _run(["ip", "-n", ns, "link", "add", BLACKHOLE, "type", "ifb"])  # stays down
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", IFACE, "clsact"])
+            self._make_slot(self._slot[i])
         # Probe what this kernel offers, on node 0, before anyone relies on it.
         probe = Rules(drop=frozenset({self.n}))  # a peer index no node has: harmless
         self._apply(0, probe)
@@ -293,16 +307,58 @@ class Network:
             except NetnsError:
                 self.slow_mode = "none"
 
+    def _make_slot(self, slot: int) -> None:
+        """Namespace, veth to the bridge, address and an empty clsact for slot ``slot``."""
+        ns, veth = self._netns_of(slot), self._veth_of(slot)
+        self._slots.add(slot)  # before anything exists: a half-made slot is removed too
+        _run(["ip", "netns", "add", ns])
+        _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", IFACE, "netns", ns])
+        _run(["ip", "link", "set", veth, "master", self.bridge])
+        _run(["ip", "link", "set", veth, "up"])
+        _run(["ip", "-n", ns, "addr", "add", f"{self._addr_of(slot)}/24", "dev", IFACE])
+        _run(["ip", "-n", ns, "link", "set", IFACE, "up"])
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        _run(["ip", "-n", ns, "link", "add", BLACKHOLE, "type", "ifb"])  # stays down
+        _run(["tc", "-n", ns, "qdisc", "add", "dev", IFACE, "clsact"])
+
+    def _remove_slot(self, slot: int) -> None:
+        ns = self._netns_of(slot)
+        _kill_netns_pids(ns)
+        _run(["ip", "netns", "delete", ns], check=False)
+        _run(["ip", "link", "delete", self._veth_of(slot)], check=False)
+        self._slots.discard(slot)
+
+    def move(self, i: int) -> str:
+        """Give node ``i`` a new namespace and address; returns the address. Whatever still
+        runs in its old namespace is killed and the namespace deleted, so the old address
+        answers nothing (a rescheduled pod's old IP). Rules naming node i are rebuilt."""
+        with self._lock:
+            if not self._made:
+                raise NetnsError("the network is not set up")
+            slot = self._next_slot
+            if slot >= MAX_SLOTS:
+                raise NetnsError(f"no namespace slot left (at most {MAX_SLOTS}, moves included)")
+            self._next_slot += 1
+            try:
+                self._make_slot(slot)
+            except NetnsError:
+                self._remove_slot(slot)
+                raise
+            old, self._slot[i] = self._slot[i], slot
+            self._remove_slot(old)
+            for k in range(self.n):
+                rules = self._rules[k]
+                if k == i or i in rules.drop or any(j == i for j, _ in rules.slow):
+                    self._apply(k, rules)
+            return self.addr(i)
+
     def destroy(self) -> None:
         """Kill anything left in the namespaces, delete them and the bridge. Idempotent."""
         with self._lock:
             if not self._made:
                 return
-            for i in range(self.n):
-                ns = self.netns(i)
-                _kill_netns_pids(ns)
-                _run(["ip", "netns", "delete", ns], check=False)
-                _run(["ip", "link", "delete", self.veth(i)], check=False)
+            for slot in sorted(self._slots):
+                self._remove_slot(slot)
             _run(["ip", "link", "delete", self.bridge], check=False)
             self._made = False
 

@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--join", action="append", default=[], metavar="HOST:PORT", help="a member's bus address"
     )
+    p.add_argument(
+        "--advertise-host",
+        metavar="HOST",
+        help="the address peers and clients are told to reach this node at (Redis's "
+        "cluster-announce-ip; config file: advertise-host); default: the listen address, or "
+        "a guess, logged, when that is 0.0.0.0 or ::",
+    )
     p.add_argument("--node-timeout-ms", type=int, default=15000, help="failure detection")
     p.add_argument(
         "--beanstalk-replicate", type=int, default=1, help="copies of each beanstalk put"
@@ -230,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"repaired: dropped {dropped} bytes\n")
         return 0
 
+    if args.advertise_host is not None:
+        from disq.config.options import advertise_host_problem
+
+        problem = advertise_host_problem(args.advertise_host)
+        if problem is not None:
+            sys.stderr.write(f"disq-node: --{problem}\n")
+            return 1
     if args.config:
         return _main_config_file(args)
     beanstalkd_style = any(getattr(args, f) not in (None, False) for f in BEANSTALKD_FLAGS)
@@ -273,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             "events_max_bytes": args.events_max_bytes,
             "tls_files": _tls_files(args),
             "job_lane_port": args.job_lane_port,
+            "advertise_host": args.advertise_host,
         }
 
     # The sockets listen: now the heavy imports.
@@ -326,7 +341,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
     args.drain_timeout_s = st.drain_timeout_s
     if st.maxmemory_bytes:
         args.max_memory = st.maxmemory_bytes
-    cluster = {
+    cluster: dict[str, Any] = {
         "host": binds[0],
         "resp_port": st.port,
         "grpc_port": st.grpc_port,
@@ -342,6 +357,8 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "syslog": (st.syslog_ident, st.syslog_facility) if st.syslog_enabled else None,
         "tls_files": _tls_files(args, st),
         "job_lane_port": st.job_lane_port,
+        # The flag over the file, as the TLS flags.
+        "advertise_host": args.advertise_host or st.advertise_host,
     }
     data_dir = str(st.dir) if st.appendonly else None
     return _run(

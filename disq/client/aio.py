@@ -6,7 +6,9 @@ How it chooses a node: the nodes Hello lists, best HELLO priority first (1 ok, 5
 and then the same one while it answers (Disque's queues are per node: a consumer that hopped
 between nodes would lean on federation for every job).
 A node whose transport fails is set aside for a backoff (0.5 s doubling to 10 s) and the call
-moves on. The view is refreshed every ``refresh_s`` and after failures.
+moves on. The view is refreshed every ``refresh_s`` and after failures; an address the
+cluster stops listing (a node restarted at a new address, a forgotten node) is dropped, seeds
+excepted.
 
 What it retries: every call whose effect is safe to repeat (reads, acks, nacks, WORKING,
 pause) moves to the next node when the transport fails. An add is retried only when it
@@ -293,8 +295,31 @@ class AsyncClient:
                     known = self._nodes[addr] = NodeAddr(addr)
                 known.node_id = info.id
                 known.priority = info.priority
+            self._forget_unlisted(seen)
             return
         # Nobody answered: keep the view; the calls will report it.
+
+    def _forget_unlisted(self, listed: set[str]) -> None:
+        """Drop the addresses the cluster no longer lists: a node restarted at a new address
+        (a new pod IP) is listed there, and its old address leads nowhere (or, later, to
+        another node). Seeds stay, since they are how the user reaches the cluster (a DNS
+        name, a Service), but a seed no longer listed is no longer taken for the node that
+        was there: routing by node id must find that node at its new address."""
+        moved_ids = {self._nodes[a].node_id for a in listed}
+        for addr in list(self._nodes):
+            if addr in listed:
+                continue
+            n = self._nodes[addr]
+            if addr in self.seeds:
+                if n.node_id in moved_ids:
+                    n.node_id = ""
+                continue
+            del self._nodes[addr]
+            if self.last_node == addr:
+                self.last_node = None
+            if n.channel is not None:
+                self._spawn(n.channel.close())
+                n.channel = n.stub = None
 
     # ------------------------------------------------------------------ calling
     def _error(self, exc: grpc.aio.AioRpcError, n: NodeAddr) -> DisqError | None:

@@ -51,7 +51,9 @@ Deviations from Disque (each on purpose):
 * disq extensions: ``beanstalk-port`` (default 0: no beanstalk door in config-file mode),
   ``grpc-port`` (default ``port + 10000``, Disque's cluster-bus offset) and
   ``beanstalk-replicate`` (default 1), ``metrics-port`` (the HTTP admin port with Prometheus
-  ``/metrics``, default ``port + 2000``; 0: off; docs/metrics.md).
+  ``/metrics``, default ``port + 2000``; 0: off; docs/metrics.md), ``job-lane-port`` and
+  ``advertise-host`` (the address peers and clients are told, Redis's
+  ``cluster-announce-ip``; default: the first ``bind`` address).
 
 The package, one job a module: :mod:`~disq.config.errors`, :mod:`~disq.config.syntax` (Redis's
 lexical helpers), :mod:`~disq.config.options` (the option table and value parsers),

@@ -173,6 +173,31 @@ def _slowlog_max_len(arg: str) -> str:
     return str(int(arg))
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "*")
+
+
+def advertise_host_problem(arg: str) -> str | None:
+    """Why ``arg`` cannot be the address a node gives its peers and clients (None: it can).
+    A host name is fine (peers resolve it when they dial); a wildcard is no one's address."""
+    if not arg or any(c.isspace() for c in arg):
+        return "advertise-host must be one address or host name"
+    if arg in WILDCARD_HOSTS:
+        return (
+            f"advertise-host {arg} is a wildcard: give the address peers and clients reach "
+            "this node at"
+        )
+    if arg.startswith("["):
+        return "advertise-host: write an IPv6 address without brackets"
+    return None
+
+
+def _advertise_host(arg: str) -> str:
+    problem = advertise_host_problem(arg)
+    if problem is not None:
+        raise _Invalid(problem)
+    return arg
+
+
 Kind = Literal["int", "bool", "enum", "memory", "string", "octal", "special"]
 
 
@@ -241,6 +266,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("beanstalk-port", "int", "0", _file_int(_PORT, 0, 65535), None),
     _O("grpc-port", "special", None, _file_int(_PORT, 0, 65535), None),
     _O("metrics-port", "special", None, _file_int(_PORT, 0, 65535), None),  # port + 2000
+    # disq: the address peers and clients are told (Redis's cluster-announce-ip); unset: the
+    # bind address, or a guess when that is a wildcard (disq.server.advertise)
+    _O("advertise-host", "string", None, _advertise_host, None),
     # disq: the job lane's port (disq.server.job_lane): 0 ephemeral, -1 off (gRPC only)
     _O("job-lane-port", "int", "0", _file_int(_LANE_PORT, -1, 65535), None),
     _O("beanstalk-replicate", "int", "1", _file_int(_REPLICATE, 1, 65535), _set_int(1, 65535)),
@@ -351,7 +379,7 @@ _REWRITE_ORDER = (
     "client-output-buffer-limit", "hz", "aof-rewrite-incremental-fsync", "aof-load-truncated",
     "aof-enqueue-jobs-once", "beanstalk-port", "grpc-port", "beanstalk-replicate", "drain-timeout",
     "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-auth-clients", "metrics-port",
-    "tls-port", "beanstalk-tls-port", "job-lane-port",
+    "tls-port", "beanstalk-tls-port", "job-lane-port", "advertise-host",
 )  # fmt: skip
 
 # The two options whose values are not one token: `dir` (a chdir) and

@@ -71,6 +71,8 @@ class DisqueSettings:
     tls_port: int = 0
     beanstalk_tls_port: int = 0
     job_lane_port: int = 0  # disq.server.job_lane: 0 ephemeral, -1 off
+    # The address peers and clients are told (None: the bind address; disq.server.advertise).
+    advertise_host: str | None = None
     # rename-command lines, in order, ASCII lower-cased: (command, new name); "" removes the
     # command. Applied to the RESP command table at start (disq.doors.disque.table).
     renamed_commands: tuple[tuple[str, str], ...] = ()
@@ -212,6 +214,7 @@ def _settings_from(state: _State, config_file: Path | None) -> DisqueSettings:
         tls_port=num("tls-port"),
         beanstalk_tls_port=num("beanstalk-tls-port"),
         job_lane_port=num("job-lane-port"),
+        advertise_host=v["advertise-host"] or None,
         renamed_commands=tuple(state.renames),
         config_file=config_file,
     )

@@ -28,6 +28,9 @@ Protocol (Das, Gupta, Motivala: "SWIM", 2002, with the usual memberlist refineme
 - Incarnations: only a node raises its own. Higher incarnation wins; at equal incarnation
   ALIVE < SUSPECT < DEAD < LEFT. A node told it is SUSPECT/DEAD/LEFT at its incarnation (or
   anything at a higher one, from an earlier life) raises its incarnation above it.
+- Addresses: a record carries the node's host and ports, so a node that restarts elsewhere
+  (a new pod IP) is found at its new address by the higher incarnation of its restart, and
+  its own Pings and Acks carry its current address even when that incarnation is behind.
 - DEAD members stay known (and counted in ``cluster_size``, like Disque's failing nodes) until
   CLUSTER FORGET; one of them is pinged every ``DEAD_PROBE_EVERY`` periods, so a restarted
   node, or the far side of a healed partition, is found again even if it does not call us.
@@ -134,8 +137,9 @@ class Membership:
     Outputs, drained by the IO layer:
 
     - ``outbox``: ``(destination node id, Ping | Ack | PingReq)``.
-    - ``events``: ``(node_id, state)`` whenever a peer's state changes (ALIVE, SUSPECT, DEAD,
-      LEFT), including a newly learned peer, and ``FORGOTTEN`` (0) when it is forgotten.
+    - ``events``: ``(node_id, state)`` whenever a peer's state or address changes (ALIVE,
+      SUSPECT, DEAD, LEFT), including a newly learned peer, and ``FORGOTTEN`` (0) when it is
+      forgotten.
     - ``stats``: message counters (``messages_sent``/``messages_received`` for CLUSTER INFO).
     """
 
@@ -419,6 +423,7 @@ class Membership:
         if not isinstance(msg, PingReq):
             for rec in msg.gossip:
                 self._merge(now_ms, rec)
+            self._sender_address(now_ms, sender, msg.gossip)
         e = self._members.get(sender)
         if e is not None and not e.confirmed:
             e.confirmed = True
@@ -627,6 +632,33 @@ class Membership:
             return
         self._set_record(now_ms, e, rec)
 
+    def _sender_address(self, now_ms: int, sender: str, gossip: list[Member]) -> None:
+        """The address a node gives in its own record, in a Ping or Ack it sent itself, is
+        its address now, whatever the incarnation says (Redis Cluster updates a node's
+        address from its own PING the same way).
+
+        A restarted node's incarnation outbids its saved one, but the saved one can be
+        behind what the peers hold (a refutation or CLUSTER LEAVING raised it less than
+        VIEW_SAVE_DELAY_S before a kill -9). Its new address would then lose to the old one
+        at the peers, whose answers and probes would keep going to an address nobody
+        listens on, so the node would never hear the record it has to outbid. Taking the
+        address from the node itself breaks that loop; the incarnation and state stay ours
+        until the node's refutation (or a restart's higher incarnation) replaces them."""
+        if not gossip or gossip[0].node_id != sender or not gossip[0].host:
+            return  # the sender's own record comes first (_gossip_for); else nothing to say
+        e = self._members.get(sender)
+        if e is None:
+            return
+        own = gossip[0]
+        cur = e.rec
+        if (own.host, own.grpc_port, own.client_port) == (cur.host, cur.grpc_port, cur.client_port):
+            return
+        self._set_record(
+            now_ms,
+            e,
+            replace(cur, host=own.host, grpc_port=own.grpc_port, client_port=own.client_port),
+        )
+
     def _about_me(self, rec: Member) -> None:
         me = self._me
         if me.state == LEFT:
@@ -657,6 +689,11 @@ class Membership:
                 e.rec.grpc_port,
                 e.rec.client_port,
             )
+        moved = (new.host, new.grpc_port, new.client_port) != (
+            e.rec.host,
+            e.rec.grpc_port,
+            e.rec.client_port,
+        )
         e.rec = new
         e.confirmed = True  # fresh news about it, not a snapshot guess any more
         if new.state != old_state:
@@ -665,6 +702,10 @@ class Membership:
             self.events.append((new.node_id, new.state))
             if new.state in (ALIVE, SUSPECT) and old_state in (DEAD, LEFT):
                 self._insert_in_round(new.node_id)
+        elif moved:
+            # Same state, new address (a node restarted elsewhere before it was suspected):
+            # an event all the same, so the IO layer re-points the node's link.
+            self.events.append((new.node_id, new.state))
         self._queue_gossip(new.node_id)
         self._invalidate()
 

@@ -24,6 +24,7 @@ from disq.core.membership import FORGOTTEN, Membership
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT, Member
 from disq.persistence.event_log import EventLog
 from disq.persistence.fs import replace_durably
+from disq.server.advertise import advertised_host
 from disq.server.api_service import QueueApi
 from disq.server.node_services import NodeServices
 from disq.server.peer_link import PeerLinks
@@ -58,6 +59,8 @@ class ClusterSettings:
     config_store: Any = None  # disq.config.ConfigStore in config-file mode
     tls: TlsConfig | None = None  # TLS on the gRPC port (None: plaintext)
     job_lane_port: int = 0  # disq.server.job_lane: 0 ephemeral, -1 off
+    # What peers and clients are told (None: the bind host, or a guess; disq.server.advertise)
+    advertise_host: str | None = None
 
 
 class ClusterServices:
@@ -68,9 +71,23 @@ class ClusterServices:
         self.log: Any = structlog.get_logger("disq.cluster").bind(node=my_id[:8])
         rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         now = runtime.now_ms()
+        # Our own record carries the advertised address: gossip spreads it, HELLO, CLUSTER
+        # NODES and the SDK's view read it, and peers dial it (links and job lanes alike).
+        self.advertised_host, guessed = advertised_host(settings.host, settings.advertise_host)
+        if guessed is not None:
+            self.log.warning(
+                "advertise_host_guessed",
+                bind=settings.host,
+                advertised=self.advertised_host,
+                why=guessed,
+                hint="set --advertise-host (config: advertise-host) to the address peers "
+                "and clients reach this node at",
+            )
+        else:
+            self.log.info("advertise_host", bind=settings.host, advertised=self.advertised_host)
         me = Member(
             node_id=my_id,
-            host=settings.host if settings.host not in ("0.0.0.0", "::") else "127.0.0.1",
+            host=self.advertised_host,
             grpc_port=settings.grpc_port,
             client_port=settings.resp_port,
             incarnation=0,
@@ -346,6 +363,7 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
         config_store=options.get("config_store"),
         tls=options.get("tls"),
         job_lane_port=int(options.get("job_lane_port") or 0),
+        advertise_host=options.get("advertise_host") or None,
     )
     if settings.config_store is None:
         # Flag mode: CONFIG GET shows what the flags chose; REWRITE has no file to write.
@@ -357,6 +375,8 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
         # Always given in flag mode: left unset, a RESP port above 55535 would fail the file
         # check "port + 10000 must be a port" and leave the node without a config store.
         lines.append(f"grpc-port {settings.grpc_port or 0}")
+        if settings.advertise_host:
+            lines.append(f"advertise-host {settings.advertise_host}")
         if runtime.config.data_dir is not None:
             lines += ["appendonly yes", f"appendfsync {runtime.config.fsync}"]
         try:

@@ -11,10 +11,14 @@ Why not the gRPC stream
     the gRPC stream, which also stays the handshake, the fallback and the one-shot path.
 
 How a lane comes up
-    A node listens on one lane port (ephemeral unless pinned) on the bus's host, and announces
-    ``<port>,<token>`` in the initial metadata of every Link stream it accepts (next to its
-    node id and wire features; docs in peer_link.py). The token is 16 random bytes drawn at
-    start: only a node that completed a Link handshake (over TLS, with client certificates
+    A node listens on one lane port (ephemeral unless pinned) on the bus's bind host, and
+    announces ``<port>,<token>`` in the initial metadata of every Link stream it accepts (next
+    to its node id and wire features; docs in peer_link.py). The announcement names no host on
+    purpose: the dialling node connects to the host it reached the Link at, which is the
+    peer's advertised host (its membership record; disq.server.advertise), so a node bound to
+    0.0.0.0 with ``--advertise-host`` is dialled at that address on both paths, and a node
+    that comes back at a new address is dialled at the new one. The token is 16 random bytes
+    drawn at start: only a node that completed a Link handshake (over TLS, with client certificates
     when the cluster uses them) learns it, so a connection to the lane port proves itself with
     the token instead of a certificate of its own. The dialling node opens a TCP connection (TLS
     with the bus's certificates when the bus has TLS) and sends a 64-byte hello: the magic,

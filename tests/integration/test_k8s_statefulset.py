@@ -2,8 +2,9 @@
 
 The pod template's command, args and env are read from the manifest (nothing copied by
 hand). Each pod gets a loopback address of its own (Linux routes all of 127/8 to lo):
-disq-N is 127.0.0.(N+2), which stands for its pod IP ($(POD_IP), the listen address) and for
-its DNS name disq-N.disq-peers.<ns>.svc.cluster.local in every --join; its /data volume is a
+disq-N is 127.0.0.(N+2), which stands for its pod IP ($(POD_IP), the advertised address;
+the manifest's 0.0.0.0 listen address becomes it too, as the pods share one network here) and
+for its DNS name disq-N.disq-peers.<ns>.svc.cluster.local in every --join; its /data volume is a
 temporary directory. Readiness is the manifest's probe: grpc.health.v1.Health on the gRPC
 port.
 
@@ -152,6 +153,7 @@ def make_pods(base: Path) -> list[Pod]:
         args = [expand(a, env) for a in container["args"]]
         args = [PEER_DNS.sub(lambda m: pod_ip(int(m.group(1))), a) for a in args]
         args = [str(data_dir) + a[len(mount) :] if a.startswith(mount) else a for a in args]
+        # The pods share this machine's ports: each binds its own address, not every one.
         args = [pod_ip(i) if a == "0.0.0.0" else a for a in args]
         proc_env = {**os.environ, **env}
         pods.append(Pod(i, [str(binary), *args], proc_env, data_dir, base / f"disq-{i}.log", ports))

@@ -115,3 +115,47 @@ def test_in_process_fallback_is_said(tmp_path: Path) -> None:
         assert lab.node(0).call("PING") == "PONG"
     log = (tmp_path / "lab" / "lab.log").read_text()
     assert "partitions=in-process why=asked for" in log
+
+
+def _egress_filters(ns: str) -> str:
+    out = subprocess.run(
+        ["tc", "-n", ns, "filter", "show", "dev", netns.IFACE, "egress"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def _u32_hex(addr: str) -> str:
+    """An IPv4 address as tc prints a u32 match on it."""
+    return "".join(f"{int(part):02x}" for part in addr.split("."))
+
+
+@needs_netns
+@pytest.mark.timeout(60)
+def test_a_moved_node_gets_a_new_namespace_and_the_cuts_follow_it() -> None:
+    net = netns.Network(2)
+    try:
+        net.create()
+        old_ns, old_addr = net.netns(1), net.addr(1)
+        net.set_rules({0: netns.Rules(drop=frozenset({1}))})  # node 0 must not reach node 1
+        assert _u32_hex(old_addr) in _egress_filters(net.netns(0))
+        new_addr = net.move(1)
+        assert new_addr != old_addr and new_addr == net.addr(1)
+        assert net.netns(1) != old_ns
+        names = _netns_names()
+        assert net.netns(1) in names and old_ns not in names  # nothing at the old address
+        # Node 0's cut now names node 1's new address, not the old one.
+        filters = _egress_filters(net.netns(0))
+        assert _u32_hex(new_addr) in filters and _u32_hex(old_addr) not in filters
+        shown = subprocess.run(
+            ["ip", "-n", net.netns(1), "-4", "addr", "show", "dev", netns.IFACE],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert f"inet {new_addr}/24" in shown.stdout
+    finally:
+        net.destroy()
+    assert not {net.netns(0), net.netns(1)} & _netns_names()

@@ -30,6 +30,10 @@ from disq.config import (
 )
 from disq.config.options import DAEMONIZE_REFUSED
 
+ADVERTISE_WILDCARD = (
+    "advertise-host {} is a wildcard: give the address peers and clients reach this node at"
+)
+
 
 def parse(text: str, cwd: Path) -> DisqueSettings:
     return parse_config(text, cwd=cwd).settings
@@ -222,6 +226,9 @@ def test_defaults(tmp_path: Path) -> None:
         ("beanstalk-replicate 3", "beanstalk_replicate", 3),
         ("job-lane-port 7709", "job_lane_port", 7709),
         ("job-lane-port -1", "job_lane_port", -1),
+        ("advertise-host 10.1.2.3", "advertise_host", "10.1.2.3"),
+        ("advertise-host fd00::7", "advertise_host", "fd00::7"),
+        ("advertise-host disq-0.disq-peers.q.svc", "advertise_host", "disq-0.disq-peers.q.svc"),
         ("maxclients 5", "maxclients", 5),
         ("unixsocket /tmp/d.sock", "unixsocket", "/tmp/d.sock"),
         ("unixsocketperm 700", "unixsocketperm", 0o700),
@@ -304,6 +311,11 @@ NO_DIR = "/nonexistent-disq-dir"
         ("beanstalk-replicate 65536", "beanstalk-replicate must be between 1 and 65535"),
         ("job-lane-port -2", "Invalid job-lane-port: 0 (any free port), -1 (off) or a port"),
         ("job-lane-port 65536", "Invalid job-lane-port: 0 (any free port), -1 (off) or a port"),
+        ("advertise-host 0.0.0.0", ADVERTISE_WILDCARD.format("0.0.0.0")),
+        ("advertise-host ::", ADVERTISE_WILDCARD.format("::")),
+        ("advertise-host [::1]", "advertise-host: write an IPv6 address without brackets"),
+        ('advertise-host ""', "advertise-host must be one address or host name"),
+        ("advertise-host a b", "Bad directive or wrong number of arguments"),
         ("unixsocketperm 999", "Invalid socket file permissions"),
         ("unixsocketperm 1777", "Invalid socket file permissions"),
         ("maxclients 0", "Invalid max clients limit"),
@@ -550,6 +562,24 @@ def test_get_exact_and_glob(tmp_path: Path) -> None:
     assert store.get("aof-load-truncated") == [("aof-load-truncated", "yes")]
     assert store.get("unixsocketperm") == [("unixsocketperm", "700")]
     assert store.get("nomatch") == []
+
+
+def test_advertise_host_get_rewrite_and_set(tmp_path: Path) -> None:
+    # Unset by default: CONFIG GET says "" (as Redis's cluster-announce-ip), and the node
+    # gives out its bind address (disq.server.advertise).
+    assert parse_config("", cwd=tmp_path).get("advertise-host") == [("advertise-host", "")]
+    assert parse("", tmp_path).advertise_host is None
+    conf = tmp_path / "disque.conf"
+    conf.write_text("bind 0.0.0.0\nadvertise-host 10.1.2.3\n")
+    store = load_config(conf)
+    assert store.get("advertise-*") == [("advertise-host", "10.1.2.3")]
+    # REWRITE keeps it (the next start gives out the same address) ...
+    rewritten = store.rewrite_content(conf.read_text())
+    assert parse(rewritten, tmp_path).advertise_host == "10.1.2.3"
+    # ... and CONFIG SET cannot change it: the address travels in the node's own gossip
+    # record, and peers follow an address change only through a restart's incarnation.
+    with pytest.raises(ConfigSetError, match="Unsupported CONFIG parameter"):
+        store.set("advertise-host", "10.9.9.9")
 
 
 def test_get_special_values(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from disq.core import events as ev
-from disq.persistence.event_log import EventLog, decode, encode
+from disq.persistence.event_log import EventLog, decode, encode, scan
 
 
 def buf(n: int, t0: int = 1_000, kind: int = ev.ENQUEUED, queue: str = "q") -> ev.EventBuffer:
@@ -110,3 +110,20 @@ def test_a_deferred_log_writes_on_flush_and_readers_see_everything(tmp_path: Pat
     assert again.next_seq == log.next_seq == 156
     got = again.read(0, 10_000)
     assert [e.seq for e in got] == list(range(1, 156))
+
+
+@pytest.mark.parametrize("cut", [0, 1, 7, 8, 20, -1])
+def test_scan_agrees_with_decode_on_whole_torn_and_corrupt_segments(cut: int) -> None:
+    # What a start-up reads of the last segment: the span of its whole frames, the next
+    # sequence number and the last event, the same as decoding it all would give.
+    data = encode(buf(5), 1) + encode(buf(4, t0=5_000), 6) + encode(buf(2, t0=9_000), 10)
+    if cut > 0:
+        data = data[:-cut]  # torn inside (or at the edge of) the last frame
+    elif cut < 0:
+        data = data[:-3] + b"\x00\x00\x00"  # its payload corrupt: the CRC fails
+    events, good = decode(data)
+    span, next_seq, last = scan(data)
+    assert span == good
+    assert next_seq == events[-1].seq + 1
+    assert last == events[-1:]
+    assert scan(b"") == (0, 0, [])

@@ -182,7 +182,9 @@ def test_args_are_disq_node_flags_and_match_the_ports() -> None:
     assert c["command"] == ["disq-node"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert set(ports) == {"beanstalk", "resp", "grpc", "job-lane", "metrics"}
-    assert flag_values(args, "-l") == ["$(POD_IP)"]
+    # Every interface, and the pod IP given out to peers and clients.
+    assert flag_values(args, "-l") == ["0.0.0.0"]
+    assert flag_values(args, "--advertise-host") == ["$(POD_IP)"]
     assert flag_values(args, "-p") == [str(ports["beanstalk"])]
     assert flag_values(args, "--resp-port") == [str(ports["resp"])]
     assert flag_values(args, "--grpc-port") == [str(ports["grpc"])]
