@@ -123,6 +123,8 @@ class ClusterServices:
             on_link_change=self._on_link_change,
         )
         self._view_save: asyncio.TimerHandle | None = None
+        # The peers and their addresses as the view file has them (what a restart reads).
+        self._saved_addresses = self._peer_addresses() if snapshot is not None else {}
         self._meets: dict[tuple[str, int], int] = {}
         self._joined = True  # set by start(): False while --join has found no peer yet
         self._serving_task: asyncio.Task[None] | None = None
@@ -258,8 +260,26 @@ class ClusterServices:
                 if m is not None:
                     self.links.set_address(node_id, m.host, m.grpc_port)
             self.log.info("member_state", peer=node_id[:8], state=state)
-        if self._view_save is None and self._view_path() is not None:
+        if self._view_path() is None:
+            return
+        if self._peer_addresses() != self._saved_addresses:
+            # Who the peers are, or where: saved at once, as Redis saves nodes.conf. A node
+            # killed a moment after a MEET or a peer's move must restart knowing them (at a
+            # new address of its own nobody could find it otherwise). State changes, which
+            # come and go with every suspicion, are batched.
+            if self._view_save is not None:
+                self._view_save.cancel()
+            self._save_view()
+        elif self._view_save is None:
             self._view_save = self.loop.call_later(VIEW_SAVE_DELAY_S, self._save_view)
+
+    def _peer_addresses(self) -> dict[str, tuple[str, int]]:
+        me = self.membership.my_id
+        return {
+            m.node_id: (m.host, m.grpc_port)
+            for m in self.membership.members()
+            if m.node_id != me and m.state != LEFT
+        }
 
     # ------------------------------------------------------------------ the view file
     def _view_path(self) -> Path | None:
@@ -294,6 +314,7 @@ class ClusterServices:
                 # A restart on this data dir rejoins, not leaving (CLUSTER LEAVING yes is kept).
                 snapshot["me"]["leaving"] = False
             replace_durably(path, json.dumps(snapshot).encode())
+            self._saved_addresses = self._peer_addresses()
 
     # ------------------------------------------------------------------ joins
     def meet_grpc(self, host: str, port: int) -> None:

@@ -10,6 +10,7 @@ answers PING. Disque 1.0-rc1 answers every add below; so must disq.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from pathlib import Path
@@ -135,3 +136,20 @@ def test_a_peer_that_gave_a_node_up_finds_it_again_even_if_it_does_not_speak_fir
         )
         reply = lab.nodes[0].call("ADDJOB", "q", "body", 5000, "REPLICATE", 3, timeout=10)
         assert _is_job_id(reply), reply
+
+
+@pytest.mark.timeout(120)
+def test_a_node_killed_right_after_a_meet_restarts_knowing_its_peer(tmp_path: Path) -> None:
+    # The view file is written as soon as the set of peers (or an address) changes, as
+    # Redis writes nodes.conf: killed the moment it learned its peer, the node reads it back.
+    with Lab(2, tmp_path / "lab", node_timeout_ms=NODE_TIMEOUT_MS) as lab:
+        for node in lab.nodes:
+            assert node.call("CLUSTER", "RESET", "HARD") == "OK"
+        a, b = lab.nodes
+        assert a.call("CLUSTER", "MEET", b.host, b.port) == "OK"
+        eventually(lambda: int(lab.cluster_info(1)["cluster_known_nodes"]) == 2, "B knows A")
+        lab.kill9(1)
+        view = json.loads((b.data_dir / "cluster.json").read_text())
+        assert [m["node_id"] for m in view["members"]] == [a.id]
+        lab.restart(1)
+        assert int(lab.cluster_info(1)["cluster_known_nodes"]) == 2
