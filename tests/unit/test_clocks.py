@@ -229,3 +229,55 @@ def test_disque_replay_takes_the_aof_wall_times_back_to_the_node_clock(step: int
     assert j.etime_ms == T0 + step + 100_000  # 90 s left, as on the wall clock
     # Still in its DELAY (20 s left on the wall clock): its first queueing is to come.
     assert j.qtime_ms > T0 + step + 10_000
+
+
+# ------------------------------------------------------------------ the runtime
+class _FakeLoop:
+    """What NodeRuntime's timer and flush use of a loop, run by hand."""
+
+    def __init__(self) -> None:
+        self.later: list[tuple[float, Any]] = []
+        self.soon: list[Any] = []
+
+    def call_later(self, delay: float, cb: Any) -> Any:
+        self.later.append((delay, cb))
+        return _Handle()
+
+    def call_soon(self, cb: Any) -> Any:
+        self.soon.append(cb)
+        return _Handle()
+
+
+class _Handle:
+    def cancel(self) -> None:
+        pass
+
+
+def test_runtime_follows_a_wall_clock_step_and_rearms_a_timer_that_ran_early() -> None:
+    from disq.server.node_config import NodeConfig
+    from disq.server.runtime import NodeRuntime
+
+    t = FakeTime()
+    loop = _FakeLoop()
+    rt = NodeRuntime(NodeConfig(), loop, NodeClock(lambda: t.mono, lambda: t.wall))  # type: ignore[arg-type]
+    e = rt.beanstalk
+    s = e.open_session()
+    e.put(s, 0, 1000, 60_000, b"x", rt.now_ms())  # delay 1 s from T0
+    rt.after_commands(None, rt.now_ms())
+    [(delay_s, on_timer)] = loop.later
+    assert delay_s == 1.001  # armed for the first millisecond past the delay's end
+    t.wall += HOUR_MS * 1_000_000  # the wall clock is stepped an hour ahead
+    loop.soon.pop()()  # the flush: it tells the cores the new offset
+    assert e.wall_offset_ms == HOUR_MS
+    [job] = e.jobs.values()
+    assert job.deadline_ms == T0 + 1000  # the delay did not move
+    loop.later.clear()
+    t.run(1000.2)  # the timer runs early (asyncio may): nothing is due at T0 + 1000
+    assert rt.now_ms() == T0 + 1000
+    on_timer()
+    assert job.state == DELAYED
+    [(delay_s, on_timer)] = loop.later  # re-armed, at least a millisecond on: no spinning
+    assert delay_s == 0.001
+    t.run(1)
+    on_timer()
+    assert job.state == READY
