@@ -511,7 +511,9 @@ class BeanstalkCore:
         soonest = s.soonest_ms
         if soonest == -2:
             soonest = s.soonest_deadline_ms()
-        if soonest >= 0 and now_ms > soonest - SAFETY_MARGIN_MS:
+        # beanstalkd's conndeadlinesoon: a deadline within the margin, inclusive (a job
+        # reserved with TTR 1 is "soon" at once). A condition, not a timer: not strict.
+        if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
             if not any(t.ready for t in s.watch):
                 raise errors.DeadlineSoon()
         watch = s.watch
@@ -718,7 +720,7 @@ class BeanstalkCore:
             if not s.waiting or s.wait_wake_ms != when:
                 continue
             soonest = s.soonest_deadline_ms()
-            if soonest >= 0 and now_ms > soonest - SAFETY_MARGIN_MS:
+            if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
                 self._stop_waiting(s)
                 self.wakeups.append((s, errors.DeadlineSoon.code))
             elif 0 <= s.wait_deadline_ms < now_ms:
