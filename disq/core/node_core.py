@@ -216,6 +216,13 @@ class NodeCore:
                     best = when
         return best
 
+    def set_wall_offset(self, ms: int) -> None:
+        """The wall clock is ``ms`` from the node clock ``now_ms`` reads (the node follows
+        it, disq/server/clock.py; a test steps it): the cores write absolute times with it."""
+        self.beanstalk.wall_offset_ms = ms
+        if self.disque is not None:
+            self.disque.wall_offset_ms = ms
+
     def cancel(self, token: int) -> None:
         """The client waiting on ``token`` went away."""
         bput = self._bputs.pop(token, None)

@@ -9,6 +9,18 @@ live count at the last rebuild. The slack keeps small heaps from ever being rebu
 
 Pushes stay inline (``heapq.heappush`` and a length check) in each core: the beanstalk core
 pushes on every put, reserve and release, where a helper call would cost.
+
+When a deadline is due. ``now_ms`` is whole milliseconds, truncated: an input read as ``t``
+happened anywhere in ``[t, t + 1)``. A duration ``d`` counted from it has surely run out only
+once the clock reads more than ``t + d``; at ``t + d`` itself up to a millisecond may be left,
+and a client measuring a TTR of 1 s saw its job back after 999.8 ms (issue 23). So every
+client-visible deadline (beanstalk TTR, delay, reserve-with-timeout, pause-tube, the wake-up
+of a blocked reserve at DEADLINE_SOON's margin; Disque RETRY, TTL, DELAY, GC, GETJOB and
+ADDJOB TIMEOUT) is due once ``now_ms > deadline``, and ``next_deadline_ms`` answers
+``deadline + 1``, the first time ``tick`` has work. Deadlines are stored as they are
+(``t + d``), so what is shown (time-left, TTL) is unchanged. Internal timers (the Disque
+cron, replication re-sends, membership) keep ``now_ms >= deadline``, and so does
+DEADLINE_SOON's test itself (beanstalkd's: a deadline within the margin, inclusive).
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ class BeanstalkDoor:
 
     def _stats_tube(self, name: str, now_ms: int) -> list[tuple[str, object]]:
         t = self.engine.tubes[name]
-        paused = t.pause_until_ms > now_ms
+        paused = t.pause_until_ms != 0 and t.pause_until_ms >= now_ms  # until passed, as the core
         return [
             ("name", t.name),
             ("current-jobs-urgent", t.urgent_count),

@@ -12,6 +12,10 @@ Layouts (little-endian):
   UPDATE  id u64 | pri u32 | delay_ms u64 | state u8 | deadline_ms i64 | 5*u32 counters
   DELETE  id u64
   META    next_id u64
+
+ctime_ms and deadline_ms are wall-clock milliseconds on disk (the file outlives the process
+and its monotonic clock); in memory they are on the node clock (disq/server/clock.py). The
+encoders add ``wall_offset_ms`` (wall minus node), the engine's replay subtracts it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ _DELETE = struct.Struct("<Q")
 _META = struct.Struct("<Q")
 
 
-def encode_put(job: Job) -> bytes:
+def encode_put(job: Job, wall_offset_ms: int = 0) -> bytes:
     name = job.tube.name.encode()
     return (
         _PUT.pack(
@@ -42,9 +46,9 @@ def encode_put(job: Job) -> bytes:
             job.pri,
             job.delay_ms,
             job.ttr_ms,
-            job.ctime_ms,
+            job.ctime_ms + wall_offset_ms,
             job.state,
-            job.deadline_ms,
+            job.deadline_ms + wall_offset_ms if job.deadline_ms else 0,
             job.reserves,
             job.timeouts,
             job.releases,
@@ -57,13 +61,13 @@ def encode_put(job: Job) -> bytes:
     )
 
 
-def encode_update(job: Job) -> bytes:
+def encode_update(job: Job, wall_offset_ms: int = 0) -> bytes:
     return _UPDATE.pack(
         job.id,
         job.pri,
         job.delay_ms,
         job.state,
-        job.deadline_ms,
+        job.deadline_ms + wall_offset_ms if job.deadline_ms else 0,
         job.reserves,
         job.timeouts,
         job.releases,

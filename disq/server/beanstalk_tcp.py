@@ -9,7 +9,6 @@ Backpressure and hang-ups: :mod:`disq.server.flow`.
 from __future__ import annotations
 
 import asyncio
-from time import time as _time
 from typing import TYPE_CHECKING, Protocol
 
 from disq.doors.beanstalk_door import BeanstalkDoor, Replicator
@@ -65,7 +64,7 @@ class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
         if door is None:
             return
         node = self.node
-        now_ms = int(_time() * 1000)
+        now_ms = node.now_ms()
         out = self.out
         door.receive(data, now_ms, out)
         beanstalk = node.beanstalk
@@ -100,7 +99,7 @@ class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
         return door.pending_bytes
 
     def _run_pending(self, door: BeanstalkDoor) -> None:
-        now_ms = int(_time() * 1000)
+        now_ms = self.node.now_ms()
         door.run_pending(now_ms, self.out)
         self.node.after_commands(self, now_ms)
 

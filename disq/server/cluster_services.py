@@ -109,6 +109,7 @@ class ClusterServices:
         self.disque.persist = runtime.aof.writer is not None  # the AOF turns it on when open
         core = runtime.core
         core.disque = self.disque
+        self.disque.wall_offset_ms = core.beanstalk.wall_offset_ms  # the node's (clock.py)
         core.membership = membership
         core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
         runtime.replicator = core

@@ -81,7 +81,9 @@ class NodeHost(Protocol):
     @property
     def aof_error(self) -> str | None: ...
 
-    def now_ms(self) -> int: ...
+    def now_ms(self) -> int: ...  # the node clock (monotonic, clock.py)
+
+    def wall_ms(self) -> int: ...  # the wall clock (Unix time)
 
     def after_commands(self, conn: Flushable | None, now_ms: int) -> None: ...
 

@@ -126,6 +126,9 @@ class NodeMetrics:
         disque = host.core.disque if host is not None else None
         bjobs = host.beanstalk.jobs if host is not None else {}
         djobs = disque.jobs if disque is not None else {}
+        # The events' times are wall-clock (the runtime converts them), as a Disque ctime is;
+        # a beanstalk job's ctime_ms is on the node clock (disq/server/clock.py).
+        boff = host.beanstalk.wall_offset_ms if host is not None else 0
         delivered = self._delivered
         for kind, t, queue, job_id in zip(
             buf.kinds, buf.times, buf.queues, buf.job_ids, strict=False
@@ -139,7 +142,7 @@ class NodeMetrics:
                     counts = per_queue[queue] = [0] * _N_KINDS
             counts[kind] += 1
             if kind == ev.DELIVERED or kind == ev.REPLICATED:
-                ctime_ms = _ctime_ms(job_id, djobs, bjobs)
+                ctime_ms = _ctime_ms(job_id, djobs, bjobs, boff)
                 if ctime_ms < 0:
                     continue
                 if kind == ev.DELIVERED:
@@ -154,7 +157,7 @@ class NodeMetrics:
                 # Disque's ACK; a beanstalk delete of a delivered (reserved) job.
                 ctime_ms = delivered.pop(job_id, -1)
                 if ctime_ms < 0 and kind == ev.ACKED:
-                    ctime_ms = _ctime_ms(job_id, djobs, bjobs)
+                    ctime_ms = _ctime_ms(job_id, djobs, bjobs, boff)
                 if ctime_ms >= 0:
                     self.ack.observe(max(0, t - ctime_ms))
 
@@ -162,13 +165,16 @@ class NodeMetrics:
         self.fsync.observe(seconds)
 
 
-def _ctime_ms(job_id: str | int, djobs: dict[str, Any], bjobs: dict[int, Any]) -> int:
-    """The job's creation time in ms, -1 if this node no longer holds it."""
+def _ctime_ms(
+    job_id: str | int, djobs: dict[str, Any], bjobs: dict[int, Any], boff: int = 0
+) -> int:
+    """The job's creation time in wall ms, -1 if this node no longer holds it (``boff``: the
+    beanstalk core's wall offset, its ctime_ms being on the node clock)."""
     if type(job_id) is str:
         dj = djobs.get(job_id)
         return -1 if dj is None else int(dj.ctime // 1_000_000)
     bj = bjobs.get(job_id)  # type: ignore[arg-type]
-    return -1 if bj is None else int(bj.ctime_ms)
+    return -1 if bj is None else int(bj.ctime_ms) + boff
 
 
 def _capped(items: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:

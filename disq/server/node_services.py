@@ -61,6 +61,9 @@ class NodeServices:
     def now_ms(self) -> int:
         return self.runtime.now_ms()
 
+    def wall_ms(self) -> int:
+        return self.runtime.wall_ms()
+
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         return self.runtime.loop

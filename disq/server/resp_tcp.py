@@ -169,7 +169,7 @@ class RespHub:
         self._pause_timer = None
         admin = self.admin
         now = self.node.now_ms()
-        if admin.paused(now):  # the loop's timer and the wall clock may disagree by a ms
+        if admin.paused(now):  # the loop's timer may run early (runtime.py's _on_timer)
             delay_s = max(1, admin.pause_end_ms - now) / 1000
             self._pause_timer = self.node.loop.call_later(delay_s, self._pause_check)
             return

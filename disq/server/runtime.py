@@ -22,6 +22,7 @@ import socket
 import stat
 import sys
 import time
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from disq.core.node_core import NodeCore, Ready, apply_ready
 from disq.protocol.beanstalk import OP_COUNT
 from disq.server.aof_service import AofService
 from disq.server.beanstalk_tcp import BeanstalkProtocol
+from disq.server.clock import NodeClock
 from disq.server.node_config import NodeConfig
 from disq.server.router import ReplyRouter
 
@@ -100,9 +102,14 @@ def bind_unix(path: Path, perm: int) -> socket.socket:
 
 
 class NodeRuntime:
-    def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, config: NodeConfig, loop: asyncio.AbstractEventLoop, clock: NodeClock | None = None
+    ) -> None:
         self.config = config
         self.loop = loop
+        # Deadlines on the monotonic node clock, absolute times on the wall clock (clock.py).
+        self.clock = clock if clock is not None else NodeClock()
+        self._wall_offset_ms = 0  # what the cores were last told (sync_wall)
         self.beanstalk = BeanstalkCore(config.limits, persist=False)
         self.core = NodeCore(self.beanstalk)
         self.router = ReplyRouter()
@@ -137,9 +144,24 @@ class NodeRuntime:
         self.log: Any = structlog.get_logger("disq.node")
 
     # ------------------------------------------------------------------ clock
-    @staticmethod
-    def now_ms() -> int:
-        return int(time.time() * 1000)
+    def now_ms(self) -> int:
+        """The node clock (monotonic): what every core input and deadline is in."""
+        return self.clock.now_ms()
+
+    def wall_ms(self) -> int:
+        """The wall clock, for what is shown as a date (TIME)."""
+        return self.clock.wall_ms()
+
+    def sync_wall(self) -> None:
+        """Tell the cores how far the wall clock is from the node clock, for the absolute
+        times they write (ctime, the AOF's expiries). Read once per flush and per timer: two
+        clock reads, and a step is followed within a loop iteration."""
+        off = self.clock.wall_offset_ms()
+        if off != self._wall_offset_ms:
+            if abs(off - self._wall_offset_ms) > 1:  # not NTP's slew: a step
+                self.log.warning("wall_clock_stepped", by_ms=off - self._wall_offset_ms)
+            self._wall_offset_ms = off
+            self.core.set_wall_offset(off)
 
     # ------------------------------------------------------------------ inputs
     def after_commands(self, conn: Flushable | None, now_ms: int) -> None:
@@ -178,6 +200,7 @@ class NodeRuntime:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self.sync_wall()
         core = self.core
         # Always a Ready, even an empty one: taking it also settles the bridge between the
         # cores and the memory level (CONFIG SET maxmemory 0 must clear a warning at once).
@@ -258,7 +281,12 @@ class NodeRuntime:
         metrics = self.metrics
         log = cluster.event_log
         backlog = self._metrics_backlog
+        off = self._wall_offset_ms
         for batch in events:
+            if off:
+                # The cores time events on the node clock; the log (and `disq events
+                # --since`, and the gRPC stream) keep wall-clock times.
+                batch.times = array("q", [t + off for t in batch.times])
             log.append(batch)
             if metrics is not None:
                 metrics.on_events(batch)
@@ -275,7 +303,9 @@ class NodeRuntime:
 
     # ------------------------------------------------------------------ the one timer
     def check_timer(self, deadline_ms: int, now_ms: int) -> None:
-        """Arm the one timer earlier if ``deadline_ms`` comes before it."""
+        """Arm the one timer earlier if ``deadline_ms`` comes before it. ``deadline_ms`` is
+        the first node-clock millisecond at which the core has work (its
+        ``next_deadline_ms``, already past the deadline itself: disq/core/timers.py)."""
         if self._timer_at_ms < 0 or deadline_ms < self._timer_at_ms:
             if self._timer is not None:
                 self._timer.cancel()
@@ -284,9 +314,16 @@ class NodeRuntime:
             self._timer = self.loop.call_later(delay_s, self._on_timer)
 
     def _on_timer(self) -> None:
+        at = self._timer_at_ms
         self._timer = None
         self._timer_at_ms = -1
         now_ms = self.now_ms()
+        if now_ms < at:
+            # Early: asyncio runs a timer up to its clock resolution early, uvloop by as much
+            # as its cached loop time is stale. Nothing is due yet; wait the rest (at least a
+            # millisecond, the clock's step, so this never spins).
+            self.check_timer(at, now_ms)
+            return
         self.core.tick(now_ms)
         self.beanstalk.timer_hint_ms = -1  # the flush re-arms for the next deadline
         self.after_commands(None, now_ms)
@@ -297,6 +334,7 @@ class NodeRuntime:
         disque = self.core.disque
         once = disque is not None and disque.aof_enqueue_once
         self.apply_settings()
+        self.sync_wall()  # the file's times are wall-clock: replay converts them with it
         self.loading = True
         try:
             self.aof.open()

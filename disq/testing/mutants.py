@@ -42,10 +42,10 @@ def _never_requeue() -> Callable[[], None]:
         if (
             j.state == ACTIVE
             and j.qtime_ms
-            and j.qtime_ms <= now_ms
+            and j.qtime_ms < now_ms  # the core's rule: due once passed (core/timers.py)
             and j.flags & DELIVERED
             and not j.flags & BEANSTALK_ORIGIN
-            and j.etime_ms > now_ms
+            and j.etime_ms >= now_ms
         ):
             j.qtime_ms = 0  # the bug: the requeue time is dropped, so RETRY never fires
         original(self, j, now_ms)

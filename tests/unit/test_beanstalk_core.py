@@ -46,10 +46,12 @@ def test_ttr_zero_becomes_one_second_and_expires_on_tick() -> None:
     e.put(s, 0, 0, 0, b"x", 0)
     job = e.reserve(s, 0, 0)
     assert job is not None and job.ttr_ms == 1000
-    assert e.next_deadline_ms() == 1000
-    e.tick(999)
-    assert job.state == RESERVED
+    # Due once passed (disq/core/timers.py): now_ms 1000 may be 999.1 ms after a reserve
+    # read as 0; at 1001 the second has surely run out.
+    assert job.deadline_ms == 1000 and e.next_deadline_ms() == 1001
     e.tick(1000)
+    assert job.state == RESERVED
+    e.tick(1001)
     assert job.state == READY and job.timeouts == 1 and e.job_timeouts == 1
     assert s.reserved == {}
 
@@ -70,10 +72,10 @@ def test_blocked_reserve_woken_by_deadline_soon() -> None:
     e.put(s, 0, 0, 5000, b"x", 0)
     e.reserve(s, 0, 0)  # deadline 5000
     assert e.reserve(s, -1, 0) is None
-    assert e.next_deadline_ms() == 4000
-    e.tick(3999)
-    assert e.wakeups == []
+    assert e.next_deadline_ms() == 4001  # the margin's start, once passed
     e.tick(4000)
+    assert e.wakeups == []
+    e.tick(4001)
     assert e.wakeups == [(s, "DEADLINE_SOON")]
     assert not s.waiting and e.waiting_count == 0
 
@@ -89,9 +91,9 @@ def test_blocked_reserve_woken_by_put_and_by_timeout() -> None:
     assert s is waiter and isinstance(job, Job) and job.state == RESERVED
     e.delete(waiter, job.id, 10)
     assert e.reserve(waiter, 2000, 10) is None
-    e.tick(2009)
-    assert e.wakeups == []
     e.tick(2010)
+    assert e.wakeups == []
+    e.tick(2011)
     assert e.wakeups == [(waiter, "TIMED_OUT")]
 
 
@@ -117,9 +119,9 @@ def test_delayed_job_becomes_ready_and_wakes_waiter() -> None:
     e.put(s, 0, 3000, 10, b"later", 0)
     assert e.delayed_count == 1
     assert e.reserve(other, -1, 0) is None
-    e.tick(2999)
-    assert e.wakeups == []
     e.tick(3000)
+    assert e.wakeups == []
+    e.tick(3001)
     assert len(e.wakeups) == 1 and e.delayed_count == 0
 
 
@@ -192,6 +194,8 @@ def test_release_with_delay_and_touch() -> None:
     job = e.jobs[job_id]
     assert job.state == DELAYED and job.pri == 7 and job.releases == 1
     e.tick(8000)
+    assert job.state == DELAYED
+    e.tick(8001)
     assert job.state == READY
 
 
@@ -200,9 +204,9 @@ def test_pause_tube_holds_reservations_until_unpaused() -> None:
     e.put(s, 0, 0, 10, b"x", 0)
     e.pause_tube("default", 2000, 0)
     assert e.reserve(s, -1, 0) is None
-    e.tick(1999)
-    assert e.wakeups == []
     e.tick(2000)
+    assert e.wakeups == []
+    e.tick(2001)
     assert len(e.wakeups) == 1
 
 
@@ -260,11 +264,11 @@ def test_mass_expiry_is_processed_in_bounded_batches() -> None:
     e, s = make()
     for _ in range(25_000):
         e.put(s, 0, 1000, 10, b"", 0)
-    e.tick(1000)
+    e.tick(1001)
     assert e.delayed_count == 15_000
-    assert e.next_deadline_ms() <= 1000
-    e.tick(1000)
-    e.tick(1000)
+    assert e.next_deadline_ms() <= 1001
+    e.tick(1001)
+    e.tick(1001)
     assert e.delayed_count == 0 and e.ready_count == 25_000
 
 

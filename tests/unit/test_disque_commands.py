@@ -61,6 +61,7 @@ class FakeNode:
     def __init__(self, view: StaticView | None = None) -> None:
         self.view = view or StaticView()
         self.clock = T0
+        self.wall_offset_ms = 0  # wall minus node clock, as the runtime's (server/clock.py)
         self.core = DisqueCore(self.view, random.Random(7), T0)
         self.requirepass: str | None = None
         self.aof_error: str | None = None
@@ -73,6 +74,9 @@ class FakeNode:
 
     def now_ms(self) -> int:
         return self.clock
+
+    def wall_ms(self) -> int:
+        return self.clock + self.wall_offset_ms
 
     def info_fields(self, section: str) -> list[tuple[str, str | int | float]]:
         if section == "server":
@@ -533,9 +537,9 @@ def test_blocked_getjob_withcounters_keeps_its_flag(node: FakeNode, tokens: Iter
 
 def test_blocked_getjob_times_out_with_null(door: RespDoor, node: FakeNode) -> None:
     assert door.feed(cmd("GETJOB", "TIMEOUT", 100, "FROM", "q") + cmd("PING")) == b""
-    node.core.tick(T0 + 50)
+    node.core.tick(T0 + 100)  # the timeout is over once passed (disq/core/timers.py)
     assert route(node, door) == {}
-    node.core.tick(T0 + 100)
+    node.core.tick(T0 + 101)
     assert route(node, door) == {0: b"*-1\r\n+PONG\r\n"}
 
 

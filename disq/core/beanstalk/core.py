@@ -1,7 +1,8 @@
 """The engine: a pure, deterministic state machine of jobs, tubes and sessions.
 
-Every entry point takes ``now_ms`` (wall-clock milliseconds, as beanstalkd and Disque use the
-wall clock for ages and deadlines) and never does IO. Work for the IO layer goes to outboxes:
+Every entry point takes ``now_ms`` (the node clock's milliseconds: monotonic, so no wall
+clock step moves a deadline; disq/server/clock.py) and never does IO. Work for the IO layer
+goes to outboxes:
 
 * ``aof_out``: framed AOF records, written by the server with one write per loop iteration;
 * ``wakeups``: ``(session, result)`` for blocked reservations answered later, where result is
@@ -81,6 +82,10 @@ class BeanstalkCore:
         # reserve+delete.
         self.timers: list[int] = []
         self._timers_rebuild_at = rebuild_bound(0)
+        # Wall clock minus ``now_ms``'s clock (the node's monotonic one): the AOF keeps
+        # ctime and a delay's end in wall time (records.py), memory in node time. The node
+        # keeps it current (disq/server/clock.py); 0 where both clocks are one (tests, sim).
+        self.wall_offset_ms = 0
         # The earliest time scheduled since the IO layer last looked (-1: nothing new), so
         # it can keep its one timer right without asking for the next deadline every read.
         self.timer_hint_ms = -1
@@ -239,7 +244,9 @@ class BeanstalkCore:
             if tube.waiting:
                 self._process_queue(now_ms)
         if self.persist:
-            self.aof_out.append(_frame(records.REC_PUT, records.encode_put(job)))
+            self.aof_out.append(
+                _frame(records.REC_PUT, records.encode_put(job, self.wall_offset_ms))
+            )
         self.events.add(ev.ENQUEUED, now_ms, tube.name, job_id, 0, len(body))
         return job_id
 
@@ -261,7 +268,9 @@ class BeanstalkCore:
         else:
             self._make_ready(job)
         if self.persist:
-            self.aof_out.append(_frame(records.REC_PUT, records.encode_put(job)))
+            self.aof_out.append(
+                _frame(records.REC_PUT, records.encode_put(job, self.wall_offset_ms))
+            )
         if not buried and tube.waiting:
             self._process_queue(now_ms)
         return job
@@ -355,9 +364,9 @@ class BeanstalkCore:
     def _push_timer(self, key: int) -> None:
         timers = self.timers
         heapq.heappush(timers, key)
-        when = key >> KEY_SHIFT
-        if when < self.timer_hint_ms or self.timer_hint_ms < 0:
-            self.timer_hint_ms = when
+        due = (key >> KEY_SHIFT) + 1  # a deadline is due once passed (disq/core/timers.py)
+        if due < self.timer_hint_ms or self.timer_hint_ms < 0:
+            self.timer_hint_ms = due
         if len(timers) > self._timers_rebuild_at:
             self._rebuild_timers()
 
@@ -383,7 +392,9 @@ class BeanstalkCore:
         if job.replica is not None:
             self.cluster_events.append((EV_UPDATE, job))
         if self.persist:
-            self.aof_out.append(_frame(records.REC_UPDATE, records.encode_update(job)))
+            self.aof_out.append(
+                _frame(records.REC_UPDATE, records.encode_update(job, self.wall_offset_ms))
+            )
 
     def delete(self, s: Session, job_id: int, now_ms: int) -> None:
         job = self.jobs.get(job_id)
@@ -500,6 +511,8 @@ class BeanstalkCore:
         soonest = s.soonest_ms
         if soonest == -2:
             soonest = s.soonest_deadline_ms()
+        # beanstalkd's conndeadlinesoon: a deadline within the margin, inclusive (a job
+        # reserved with TTR 1 is "soon" at once). A condition, not a timer: not strict.
         if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
             if not any(t.ready for t in s.watch):
                 raise errors.DeadlineSoon()
@@ -510,7 +523,7 @@ class BeanstalkCore:
             ready = tube.ready
             job = (
                 self.jobs[ready[0] & ID_MASK]
-                if ready and not tube.pause_until_ms > now_ms
+                if ready and (tube.pause_until_ms == 0 or tube.pause_until_ms < now_ms)
                 else None
             )
         else:
@@ -531,8 +544,8 @@ class BeanstalkCore:
         if wake >= 0:
             self._timer_seq += 1
             heapq.heappush(self.session_timers, (wake, self._timer_seq, s))
-            if wake < self.timer_hint_ms or self.timer_hint_ms < 0:
-                self.timer_hint_ms = wake
+            if wake + 1 < self.timer_hint_ms or self.timer_hint_ms < 0:
+                self.timer_hint_ms = wake + 1
         self.waiting_count += 1
         for tube in s.watch:
             tube.waiting[s] = None
@@ -561,7 +574,8 @@ class BeanstalkCore:
         best_tube: Tube | None = None
         for tube in watched:
             ready = tube.ready
-            if ready and not tube.pause_until_ms > now_ms:
+            # A pause ends once its end is passed (disq/core/timers.py); 0: not paused.
+            if ready and (tube.pause_until_ms == 0 or tube.pause_until_ms < now_ms):
                 key = ready[0]
                 if best_tube is None or key < best_key:
                     best_key = key
@@ -613,8 +627,8 @@ class BeanstalkCore:
         tube.pause_until_ms = now_ms + delay_ms if delay_ms else 0
         if delay_ms:
             heapq.heappush(self.pause_timers, (tube.pause_until_ms, name))
-            if tube.pause_until_ms < self.timer_hint_ms or self.timer_hint_ms < 0:
-                self.timer_hint_ms = tube.pause_until_ms
+            if tube.pause_until_ms + 1 < self.timer_hint_ms or self.timer_hint_ms < 0:
+                self.timer_hint_ms = tube.pause_until_ms + 1
         elif tube.waiting:
             self._process_queue(now_ms)
 
@@ -645,7 +659,9 @@ class BeanstalkCore:
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> int:
-        """When ``tick`` must next run, or -1 when nothing is scheduled."""
+        """When ``tick`` must next run, or -1 when nothing is scheduled: a millisecond after
+        the earliest deadline, since a deadline is due only once ``now_ms`` has passed it
+        (disq/core/timers.py)."""
         best = -1
         if self.timers:
             best = self.timers[0] >> KEY_SHIFT
@@ -654,7 +670,7 @@ class BeanstalkCore:
                 when = heap[0][0]
                 if best < 0 or when < best:
                     best = when
-        return best
+        return best + 1 if best >= 0 else -1
 
     def tick(self, now_ms: int) -> None:
         """Process what is due: delayed ends, TTR ends, unpauses, waiter time-outs."""
@@ -666,8 +682,8 @@ class BeanstalkCore:
         while timers and budget:
             key = timers[0]
             when = key >> KEY_SHIFT
-            if when > now_ms:
-                break
+            if when >= now_ms:
+                break  # due only once passed (timers.py): ``now_ms`` is truncated
             budget -= 1
             heappop(timers)
             job = jobs.get(key & ID_MASK)
@@ -689,7 +705,7 @@ class BeanstalkCore:
                 self._make_ready(job)
                 woke = True
         pauses = self.pause_timers
-        while pauses and pauses[0][0] <= now_ms:
+        while pauses and pauses[0][0] < now_ms:
             when, name = heapq.heappop(pauses)
             tube = self.tubes.get(name)
             if tube is not None and tube.pause_until_ms == when:
@@ -699,7 +715,7 @@ class BeanstalkCore:
         if woke:
             self._process_queue(now_ms)
         waits = self.session_timers
-        while waits and waits[0][0] <= now_ms:
+        while waits and waits[0][0] < now_ms:
             when, _, s = heapq.heappop(waits)
             if not s.waiting or s.wait_wake_ms != when:
                 continue
@@ -707,7 +723,7 @@ class BeanstalkCore:
             if soonest >= 0 and now_ms >= soonest - SAFETY_MARGIN_MS:
                 self._stop_waiting(s)
                 self.wakeups.append((s, errors.DeadlineSoon.code))
-            elif 0 <= s.wait_deadline_ms <= now_ms:
+            elif 0 <= s.wait_deadline_ms < now_ms:
                 self._stop_waiting(s)
                 self.wakeups.append((s, errors.TimedOut.code))
 
@@ -718,8 +734,10 @@ class BeanstalkCore:
         Two passes, because replay time is restart time: first the final state of every job
         (plain dict work, records applied in file order), then every index built at once (one
         sort per tube instead of a million sorted inserts). Reserved jobs come back ready,
-        as in beanstalkd.
+        as in beanstalkd. The file's times are wall-clock: ``wall_offset_ms`` takes them
+        back to the node clock (set it first).
         """
+        off = self.wall_offset_ms
         unpack_put, put_size = records.PUT_STRUCT.unpack_from, records.PUT_STRUCT.size
         decode_update = records.decode_update_fields
         decode_delete, decode_meta = records.decode_delete, records.decode_meta
@@ -738,7 +756,7 @@ class BeanstalkCore:
                 if tube is None:
                     tube = tube_by_raw[raw_name] = self._tube(raw_name.decode())
                 job_id = f[0]
-                job = Job(job_id, tube, payload[name_end:], f[1], f[2], f[3], f[4])
+                job = Job(job_id, tube, payload[name_end:], f[1], f[2], f[3], f[4] - off)
                 if f[7] or f[8] or f[9] or f[10] or f[11]:
                     job.reserves, job.timeouts, job.releases, job.buries, job.kicks = f[7:12]
                 final[job_id] = (job, f[5], f[6])
@@ -771,7 +789,7 @@ class BeanstalkCore:
             tube = job.tube
             if state == DELAYED:
                 job.state = DELAYED
-                job.deadline_ms = deadline_ms
+                job.deadline_ms = deadline_ms = deadline_ms - off
                 delayed.setdefault(tube, []).append((deadline_ms << KEY_SHIFT) | job_id)
                 self.delayed_count += 1
             elif state == BURIED:
@@ -803,7 +821,7 @@ class BeanstalkCore:
         for job_id in job_ids:
             job = jobs.get(job_id)
             if job is not None:
-                out.append(_frame(records.REC_PUT, records.encode_put(job)))
+                out.append(_frame(records.REC_PUT, records.encode_put(job, self.wall_offset_ms)))
         return out
 
     def meta_record(self) -> bytes:

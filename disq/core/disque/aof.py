@@ -73,18 +73,21 @@ class AofMixin(CoreParts):
                 assert isinstance(payload, list)
                 votes.extend(payload)
         persist, self.persist = self.persist, False  # what is replayed is logged already
+        # The file's times (expiry, ctime) are wall-clock; in memory, node-clock.
+        off = self.wall_offset_ms
         for d in loaded.values():
-            if d.expire_ms <= now_ms:
+            etime_ms = d.expire_ms - off
+            if etime_ms < now_ms:  # passed: expired (a deadline is due once passed)
                 continue
             rel = dataclasses.replace(d)
-            rel.ttl_remaining_s = max(1, (d.expire_ms - now_ms) // 1000)
+            rel.ttl_remaining_s = max(1, (etime_ms - now_ms) // 1000)
             # This node's own jobs were logged once their add was done; a keyed one may
             # still be a candidate in its key's vote (keyvote.py): its key is done only if
             # an IDEMKEY record says so (restored below).
             own = ids.node_prefix(d.id) == mine
             j = self._job_from_data(rel, now_ms, key_done=own and not d.idempotency_key)
-            j.etime_ms = d.expire_ms
-            if j.delay_s and now_ms < j.ctime // 1_000_000 + j.delay_s * 1000:
+            j.etime_ms = etime_ms
+            if j.delay_s and now_ms <= j.ctime // 1_000_000 - off + j.delay_s * 1000:
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
                 j.flags &= ~BCAST_QUEUED
             if d.beanstalk and d.beanstalk_id:

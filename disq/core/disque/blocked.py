@@ -158,7 +158,7 @@ class BlockedClientsMixin(CoreParts):
 
     def _process_clients(self, now_ms: int) -> None:
         timers = self._client_timers
-        while timers and timers[0][0] <= now_ms:
+        while timers and timers[0][0] < now_ms:  # due once passed (disq/core/timers.py)
             at, token = heapq.heappop(timers)
             if token == IDEM_TIMER:
                 if at == self._idem_timer_ms:

@@ -178,6 +178,10 @@ class DisqueCore(
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
+        # Wall minus node clock (disq/server/clock.py), kept current by the node: a job's
+        # ctime and the AOF's absolute expiry are wall-clock, as in Disque (they travel and
+        # outlive the process); etime, qtime and every other deadline here are node-clock.
+        self.wall_offset_ms = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
         self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (update_memory)
         self.max_memory_bytes = 0  # 0: no limit
@@ -244,9 +248,10 @@ class DisqueCore(
 
     def _update_awake(self, j: DJob, at: int = 0) -> None:
         if at == 0:
-            # At expiry: etime is in ms and _process_job expires a job once now >= etime (Disque
-            # adds a second because its etime is in whole seconds). A sync add waiting for its
-            # copies is answered NOREPL at its TTL, not a second later.
+            # At expiry: etime is in ms and _process_job expires a job once now > etime (Disque
+            # adds a second because its etime is in whole seconds; disq a millisecond, since
+            # now_ms is truncated, disq/core/timers.py). A sync add waiting for its copies is
+            # answered NOREPL at its TTL, not a second later.
             at = j.etime_ms
             if j.state == ACKED:
                 # For an acked job qtime_ms holds the next GC attempt.
@@ -291,8 +296,9 @@ class DisqueCore(
         return j is not None and j.awake_ms == entry[0]
 
     def _new_ctime(self, now_ms: int) -> int:
-        """A creation time (ms * 1e6) strictly greater than every one this node gave."""
-        ctime = now_ms * 1_000_000
+        """A creation time (wall ms * 1e6) strictly greater than every one this node gave
+        (also after the wall clock was stepped back)."""
+        ctime = (now_ms + self.wall_offset_ms) * 1_000_000
         if ctime <= self._prev_ctime:
             ctime = self._prev_ctime + 1
         self._prev_ctime = ctime
@@ -300,9 +306,9 @@ class DisqueCore(
 
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
         """The job as it travels (TTL in seconds left), or with ``absolute`` as the AOF
-        keeps it (the absolute expiry in ``expire_ms``)."""
+        keeps it (the absolute expiry in ``expire_ms``, wall-clock)."""
         if absolute:
-            ttl, expire_ms = 0, j.etime_ms
+            ttl, expire_ms = 0, j.etime_ms + self.wall_offset_ms
         else:
             ttl, expire_ms = max(1, (j.etime_ms - now_ms + 999) // 1000), 0
         return JobData(
@@ -662,7 +668,7 @@ class DisqueCore(
         j = self.jobs.get(job_id)
         if j is None:
             raise DisqueError("NOJOB", "Job not known in the context of this node.")
-        created_ms = j.ctime // 1_000_000
+        created_ms = j.ctime // 1_000_000 - self.wall_offset_ms  # on the node clock
         ttl_ms = j.etime_ms - created_ms
         if ttl_ms > 0 and now_ms - created_ms > ttl_ms // 2:
             raise DisqueError(
@@ -747,13 +753,16 @@ class DisqueCore(
 
     # ================================================================== time
     def next_deadline_ms(self) -> int:
+        """When ``tick`` must next run. A job's times and a client's timeout are due a
+        millisecond after they (once ``now_ms`` has passed them, disq/core/timers.py); the
+        cron and the replication re-sends, internal, at their time."""
         nxt = self._next_cron_ms
         if self._awake and self._awake[0][0] < nxt:
-            nxt = self._awake[0][0]
+            nxt = self._awake[0][0] + 1
         if self._awake_acked and self._awake_acked[0][0] < nxt:
-            nxt = self._awake_acked[0][0]
+            nxt = self._awake_acked[0][0] + 1
         if self._client_timers and self._client_timers[0][0] < nxt:
-            nxt = self._client_timers[0][0]
+            nxt = self._client_timers[0][0] + 1
         if self._repl_timers and self._repl_timers[0][0] < nxt:
             nxt = self._repl_timers[0][0]
         return nxt
@@ -775,8 +784,8 @@ class DisqueCore(
                 src = heap
             else:
                 break
-            if src[0][0] > now_ms:
-                break
+            if src[0][0] >= now_ms:
+                break  # due only once passed (timers.py)
             at, _, job_id = heapq.heappop(src)
             j = self.jobs.get(job_id)
             if j is None or j.awake_ms != at:
@@ -786,7 +795,7 @@ class DisqueCore(
             self._process_job(j, now_ms)
 
     def _process_job(self, j: DJob, now_ms: int) -> None:
-        if j.etime_ms <= now_ms:
+        if j.etime_ms < now_ms:
             self.stats["jobs_expired"] += 1
             if j.state != ACKED:
                 self.events.add(ev.EXPIRED, now_ms, j.queue, j.id, j.nacks, len(j.body))
@@ -798,13 +807,13 @@ class DisqueCore(
             j.state in (ACTIVE, QUEUED)
             and j.flags & BCAST_WILLQUEUE
             and j.qtime_ms
-            and j.qtime_ms - WILLQUEUE_ADVANCE_MS <= now_ms
+            and j.qtime_ms - WILLQUEUE_ADVANCE_MS < now_ms
         ):
             if j.state != QUEUED:
                 for node in j.delivered:
                     self._send(node, WillQueue(j.id))
             j.flags &= ~BCAST_WILLQUEUE
-        if j.state == ACTIVE and j.qtime_ms and j.qtime_ms <= now_ms:
+        if j.state == ACTIVE and j.qtime_ms and j.qtime_ms < now_ms:
             q = self.queues.get(j.queue)
             if j.flags & BEANSTALK_ORIGIN:
                 if not j.flags & BEANSTALK_OWNED:
@@ -818,7 +827,7 @@ class DisqueCore(
             elif self._enqueue(j, now_ms):
                 self.stats["jobs_requeued"] += 1
                 self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))
-        if j.state == QUEUED and j.qtime_ms and j.qtime_ms <= now_ms and j.retry_s:
+        if j.state == QUEUED and j.qtime_ms and j.qtime_ms < now_ms and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
             j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
         if j.state == ACKED:

@@ -179,7 +179,15 @@ class IdempotencyMixin(CoreParts):
 
     def _log_keys(self, entries: list[IdemKeyEntry]) -> None:
         if self.persist and entries:
-            self.aof_out.append(frame(REC_IDEMKEY, encode_idemkeys(entries)))
+            self.aof_out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(entries))))
+
+    def _wall_keys(self, entries: list[IdemKeyEntry]) -> list[IdemKeyEntry]:
+        """The entries with their window's end on the wall clock, as the AOF keeps it
+        (in memory it is on the node clock, disq/server/clock.py)."""
+        off = self.wall_offset_ms
+        if not off:
+            return entries
+        return [(q, k, job_id, until + off) for q, k, job_id, until in entries]
 
     def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:
         """``j`` was deleted before its add was known done (NOREPL, cancelled, a copy
@@ -196,7 +204,7 @@ class IdempotencyMixin(CoreParts):
         if j.state == WAIT_REPL and ids.node_prefix(j.id) == self.my_id[:8]:
             # This node's add failed: its copies must not outlive it (a lost DELJOB would
             # leave a copy that is requeued and delivered beside the job a retry adds).
-            now = now_ms if now_ms is not None else j.ctime // 1_000_000
+            now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.wall_offset_ms
             self._announce(k, FAILED + j.id, now)
         shadow = self._idem_shadow.pop(k, None)
         while shadow:  # an older unfinished add's copy is here still: the key names it
@@ -362,7 +370,7 @@ class IdempotencyMixin(CoreParts):
         that may still fail must not leave peers answering the id of a job that never was."""
         if not j.idem_key:
             return
-        now = now_ms if now_ms is not None else j.ctime // 1_000_000
+        now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.wall_offset_ms
         k = (j.queue, j.idem_key)
         hit = self._idem.get(k)
         until = hit[1] if hit is not None and hit[0] == j.id else now + self.idem_window_ms
@@ -565,8 +573,11 @@ class IdempotencyMixin(CoreParts):
 
     # ------------------------------------------------------------------ AOF
     def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
-        """IDEMKEY records at start: those keys are done (later records win)."""
-        for queue, key, job_id, until in entries:
+        """IDEMKEY records at start: those keys are done (later records win). Their
+        windows' ends are wall-clock in the file."""
+        off = self.wall_offset_ms
+        for queue, key, job_id, wall_until in entries:
+            until = wall_until - off
             if until <= now_ms:
                 continue
             k = (queue, key)
@@ -588,8 +599,8 @@ class IdempotencyMixin(CoreParts):
                 continue
             batch.append((queue, key, job_id, until))
             if len(batch) >= IDEM_RECORD_KEYS:
-                out.append(frame(REC_IDEMKEY, encode_idemkeys(batch)))
+                out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(batch))))
                 batch = []
         if batch:
-            out.append(frame(REC_IDEMKEY, encode_idemkeys(batch)))
+            out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(batch))))
         return out

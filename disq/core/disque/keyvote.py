@@ -278,7 +278,7 @@ class KeyVoteMixin(CoreParts):
                 acc.accepted[0],
                 acc.accepted[1],
                 acc.job_id,
-                acc.until,
+                acc.until + self.wall_offset_ms,  # wall-clock on disk (server/clock.py)
             )
             self.aof_out.append(frame(REC_KEYVOTE, encode_keyvotes([entry])))
 
@@ -445,7 +445,9 @@ class KeyVoteMixin(CoreParts):
 
     # ------------------------------------------------------------------ AOF
     def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
-        for queue, key, pn, pnode, an, anode, job_id, until in entries:
+        off = self.wall_offset_ms  # the file's times are wall-clock, memory's node-clock
+        for queue, key, pn, pnode, an, anode, job_id, wall_until in entries:
+            until = wall_until - off
             if until <= now_ms:
                 continue
             self._kv_acc[(queue, key)] = _Acceptor((pn, pnode), (an, anode), job_id, until)
@@ -465,7 +467,8 @@ class KeyVoteMixin(CoreParts):
                 continue
             pn, pnode = acc.promised
             an, anode = acc.accepted
-            batch.append((k[0], k[1], pn, pnode, an, anode, acc.job_id, acc.until))
+            wall_until = acc.until + self.wall_offset_ms
+            batch.append((k[0], k[1], pn, pnode, an, anode, acc.job_id, wall_until))
             if len(batch) >= KV_RECORD_KEYS:
                 out.append(frame(REC_KEYVOTE, encode_keyvotes(batch)))
                 batch = []

@@ -54,6 +54,9 @@ class CoreParts:
     beanstalk_dropped: list[int]
     relinks: list[DJob]
     _prev_ctime: int
+    # Wall clock minus now_ms's (node, monotonic) clock: ctime, and what the AOF keeps as an
+    # absolute time, are wall-clock; every deadline in memory is on the node clock.
+    wall_offset_ms: int
     _tombstones: OrderedDict[str, int]
     # blocked.py: blocked clients and their timers
     _adds: dict[int, _AddWait]  # token -> blocked ADDJOB

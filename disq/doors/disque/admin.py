@@ -442,7 +442,7 @@ class AdminState:
 
     def paused(self, now_ms: int) -> bool:
         end = self.pause_end_ms
-        if end and now_ms >= end:
+        if end and now_ms > end:  # over once passed: now_ms is truncated (core/timers.py)
             self.pause_end_ms = 0
             return False
         return end != 0

@@ -152,7 +152,11 @@ class NodeApi(Protocol):
         ...
 
     def now_ms(self) -> int:
-        """Wall clock in ms: passed to the core (TTL, ctime) and used by TIME."""
+        """The node clock in ms (monotonic, disq/server/clock.py): passed to the core."""
+        ...
+
+    def wall_ms(self) -> int:
+        """The wall clock in ms (Unix time): TIME's answer."""
         ...
 
     def info_fields(self, section: str) -> list[tuple[str, str | int | float]]:

@@ -43,8 +43,8 @@ def _echo(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 
 
 def _time(c: Client, argv: list[bytes], now_ms: int) -> bytes:
-    # The node's clock is in ms (the door is sans-IO): microseconds are a multiple of 1000.
-    now = c.node.now_ms()
+    # The wall clock, in ms (the door is sans-IO): microseconds are a multiple of 1000.
+    now = c.node.wall_ms()
     return b"*2\r\n" + _bulk(b"%d" % (now // 1000)) + _bulk(b"%d" % (now % 1000 * 1000))
 
 
