@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import sys
 from collections.abc import MutableMapping
@@ -21,10 +20,10 @@ LEVELS = {
 # Where syslog(3) writes on Linux; DISQ_SYSLOG_SOCKET points elsewhere (a container without
 # /dev/log that has a syslog daemon on another socket, or a test reading the datagrams).
 SYSLOG_SOCKET = "/dev/log"
-_FACILITIES = {
-    "user": logging.handlers.SysLogHandler.LOG_USER,
-    **{f"local{i}": getattr(logging.handlers.SysLogHandler, f"LOG_LOCAL{i}") for i in range(8)},
-}
+# syslog(3)'s facility codes (LOG_USER, LOG_LOCAL0..7), as logging.handlers.SysLogHandler
+# names them; that module is imported only when syslog is on (pickle, socketserver: a cost of
+# every node's start otherwise).
+_FACILITIES = {"user": 1, **{f"local{i}": 16 + i for i in range(8)}}
 
 # The level in force: a list so that set_level changes it for every logger already bound
 # (structlog caches bound loggers on first use, so its wrapper class cannot change later).
@@ -98,6 +97,8 @@ def syslog_logger(ident: str, facility: str, address: str | None = None) -> logg
     """A stdlib logger whose one handler sends to syslog as ``openlog(ident, LOG_PID, ...)``
     would: ``ident[pid]: message`` with the facility's priority. As openlog, a missing syslog
     socket is not an error (the stdlib handler ignores it and retries on each line)."""
+    import logging.handlers
+
     handler = logging.handlers.SysLogHandler(
         address=address or os.environ.get("DISQ_SYSLOG_SOCKET", SYSLOG_SOCKET),
         facility=_FACILITIES[facility],

@@ -371,6 +371,14 @@ def _main_config_file(args: argparse.Namespace) -> int:
     )
 
 
+def _without_rich() -> None:
+    """structlog's dev module imports rich whenever it is installed (here a development tool
+    brings it), and rich pulls in pygments: 40 ms or more of every start, for exception
+    rendering the node never does with it. The node process does without."""
+    if "rich" not in sys.modules:
+        sys.modules["rich"] = None  # type: ignore[assignment]
+
+
 def _run(
     args: argparse.Namespace,
     socks: list[socket.socket],
@@ -385,11 +393,7 @@ def _run(
     ),
 ) -> int:
     """``tls_ports``: the bound beanstalk and RESP TLS sockets, and the node's TLS files."""
-    # structlog's dev module imports rich whenever it is installed (here a development tool
-    # brings it), and rich pulls in pygments: 40 ms or more of every start, for exception
-    # rendering the node never does with it. The node process does without.
-    if "rich" not in sys.modules:
-        sys.modules["rich"] = None  # type: ignore[assignment]
+    _without_rich()
     import asyncio
 
     from disq.core.beanstalk.core import Limits

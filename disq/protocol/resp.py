@@ -239,7 +239,11 @@ _EMPTY: dict[bytes, int] = {}
 #   attribute "|"): a body that holds such a sequence only sends its read the slow way;
 # - every result is a non-empty list whose items are all bytes (one C join over them all:
 #   an integer, a null, an error object or a nested list makes it raise), and hiredis
-#   ends the read between requests (a probe request fed after it comes back alone).
+#   ends the read between requests (a probe request fed after it comes back alone);
+# - a read that holds one of those type bytes anywhere (hiredis skips the two bytes after a
+#   body unread, so a bad terminator can put one where a "*" or "$" belongs) must also end
+#   every bulk with CRLF: counted with C calls, its CRLFs are one per header and per body
+#   end plus the bodies' own. A read without any of them needs no such count.
 # Under these checks the read is exactly a run of "*N" arrays of "$L" bulks with canonical
 # lengths (hiredis refuses leading zeros, signs and bad terminators), which the loop parses
 # the same way.
@@ -247,6 +251,20 @@ FAST_MAX_BYTES = 1024 * 1024
 _FAST_RISKY = re.compile(rb"\r\n[+=(~>%|]")
 _FAST_PROBE = b"*1\r\n$1\r\n\x00\r\n"
 _FAST_PROBE_ARGS = [b"\x00"]
+
+
+def _has_risky_byte(data: bytes) -> bool:
+    """A byte hiredis reads as a type the loop refuses (status, verbatim, big number, set,
+    push, map, attribute), anywhere: seven memchr scans, cheaper than a regex's class."""
+    return (
+        b"+" in data
+        or b"=" in data
+        or b"(" in data
+        or b"~" in data
+        or b">" in data
+        or b"%" in data
+        or b"|" in data
+    )
 
 
 class RespParser:
@@ -331,9 +349,13 @@ class RespParser:
                 and data[0] == 0x2A
                 and data.endswith(b"\r\n")
                 and len(data) <= fast[1]
-                and _FAST_RISKY.search(data) is None
             ):
-                whole = self._fast_parse(fast[0], data)
+                risky = _has_risky_byte(data)
+                whole = (
+                    self._fast_parse(fast[0], data, risky)
+                    if not risky or _FAST_RISKY.search(data) is None
+                    else None
+                )
                 if whole is not None:
                     return whole
             return self._parse(data, 0, [])
@@ -379,21 +401,36 @@ class RespParser:
         return self._parse(data, need - have, out)
 
     # -------------------------------------------------------------- internals
-    def _fast_parse(self, reader: hiredis.Reader, data: bytes) -> list[Command] | None:
-        """``data`` parsed whole by hiredis, or None (nothing consumed): the loop's turn."""
+    def _fast_parse(self, reader: hiredis.Reader, data: bytes, risky: bool) -> list[Command] | None:
+        """``data`` parsed whole by hiredis, or None (nothing consumed): the loop's turn.
+        ``risky``: the read holds a byte that hiredis takes for a type the loop refuses."""
         reader.feed(data)
         out: list[list[bytes]] = []
         gets = reader.gets
         try:
             while (cmd := gets()) is not False:
                 out.append(cmd)
-            # Every item bytes: the join raises on anything else, a nested list too.
-            b"".join(chain.from_iterable(out))
+            if not risky:
+                # Every item bytes: the join raises on anything else, a nested list too.
+                b"".join(chain.from_iterable(out))
+                whole = True
+            else:
+                args = list(chain.from_iterable(out))  # the join below checks them as well
+                in_bodies = b"\r\n".join(args).count(b"\r\n") - len(args) + 1
+                # hiredis (like Redis) skips the two bytes after a body unread, so with a
+                # risky byte about, "<body>XY~1..." would parse on as a set where the loop
+                # sees an inline command: every bulk must end with CRLF. So the read's CRLFs
+                # are exactly one per header, one per body's end and the bodies' own, and no
+                # body but the last ends with CR (CR + a skipped "\nX" would pass for one).
+                whole = (
+                    data.count(b"\r\n") == len(out) + 2 * len(args) + in_bodies
+                    and b"\n".join(args).count(b"\r\n") == in_bodies
+                )
             # Nothing left half-parsed inside hiredis (an array still waiting for its items
             # leaves no unread bytes, so has_data() cannot tell): a probe request fed now
             # comes back whole and alone only if hiredis was between requests.
             reader.feed(_FAST_PROBE)
-            whole = gets() == _FAST_PROBE_ARGS and gets() is False and all(out)
+            whole = whole and gets() == _FAST_PROBE_ARGS and gets() is False and all(out)
         except (hiredis.ProtocolError, TypeError):
             whole = False
         if whole:

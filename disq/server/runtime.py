@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
-import secrets
 import signal
 import socket
 import stat
@@ -120,7 +118,7 @@ class NodeRuntime:
         # Set with the cluster half: the node core replicates beanstalk puts. None on a
         # standalone node, so its put path makes no call for it.
         self.replicator: Replicator | None = None
-        self.instance_id = secrets.token_hex(8)
+        self.instance_id = os.urandom(8).hex()
         self.metrics: NodeMetrics | None = None  # set with the admin port (metrics.py)
         self.admin: AdminServer | None = None
         self._admin_task: asyncio.Task[None] | None = None  # the admin port's deferred start
@@ -139,7 +137,7 @@ class NodeRuntime:
         self._events_timer: asyncio.TimerHandle | None = None  # the event log's write
         self._stopping: asyncio.Future[None] | None = None
         self._draining: asyncio.Task[None] | None = None  # the SIGTERM drain (drain.py)
-        self._uname = platform.uname()
+        self._uname = os.uname()
         self._hostname = socket.gethostname()
         self.log: Any = structlog.get_logger("disq.node")
 

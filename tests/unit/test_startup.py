@@ -36,3 +36,44 @@ def test_version_flag() -> None:
         timeout=30,
     )
     assert out.stdout.startswith("disq-node ")
+
+
+def _imported_after(code: str, names: tuple[str, ...]) -> list[str]:
+    probe = textwrap.dedent(code) + textwrap.dedent(
+        f"""
+        import sys
+        print(",".join(n for n in {names!r} if sys.modules.get(n) is not None))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return [n for n in out.stdout.strip().split(",") if n]
+
+
+def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> None:
+    # What a node imports before its job ports serve (issue 23: a restarted node answers
+    # within tens of milliseconds). The admin HTTP app (aiohttp builds TLS contexts at import,
+    # prometheus-client, jinja2, the dashboard) loads in a thread once they serve; hashlib,
+    # secrets and logging.handlers are not needed for a standalone node's first answer.
+    deferred = ("aiohttp", "prometheus_client", "jinja2", "disq.server.admin_http", "rich")
+    cluster = _imported_after(
+        """
+        import disq.node_main
+        disq.node_main._without_rich()  # as the node's _run does first
+        import disq.logging, disq.config
+        import disq.server.runtime, disq.server.cluster_services
+        """,
+        deferred,
+    )
+    assert cluster == []
+    standalone = _imported_after(
+        """
+        import disq.node_main
+        disq.node_main._without_rich()
+        import disq.logging
+        import disq.server.runtime
+        """,
+        (*deferred, "hashlib", "secrets", "logging.handlers"),
+    )
+    assert standalone == []
