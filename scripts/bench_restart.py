@@ -14,7 +14,9 @@ Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-lar
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -58,23 +60,15 @@ def _ask_tcp(port: int, request: bytes, until: bytes) -> bool:
 
 
 def _grpc_probe(port: int) -> Callable[[], bool]:
-    """One channel, one health Check that waits for the server (no polling: the channel's
-    own reconnect attempts, every few ms, find the port as soon as it listens)."""
-    options = [
-        ("grpc.initial_reconnect_backoff_ms", 2),
-        ("grpc.min_reconnect_backoff_ms", 2),
-        ("grpc.max_reconnect_backoff_ms", 5),
-    ]
+    """A health Check on a fresh channel per attempt: an answer (even NOT_SERVING) counts.
+    A channel kept across attempts would wait out gRPC's reconnect backoff instead."""
 
     def probe() -> bool:
-        with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as ch:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             try:
-                health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(), timeout=60, wait_for_ready=True
-                )
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=0.5)
             except grpc.RpcError as exc:
-                # An answer (NOT_FOUND for an unknown service) is an answer.
-                return bool(exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED)
+                return bool(exc.code() != grpc.StatusCode.UNAVAILABLE)
             return True
 
     return probe
@@ -86,7 +80,8 @@ def _first_answers(
     """Spawn ``cmd`` and return, per probe, the seconds until it first answered."""
     out: dict[str, float] = {}
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    errors = open(cwd / "node.err", "w+")  # read back if the node fails
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors)
 
     def poll(name: str, probe: Callable[[], bool]) -> None:
         while proc.poll() is None:
@@ -106,8 +101,12 @@ def _first_answers(
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    errors.seek(0)
+    tail = errors.read()[-2000:]
+    errors.close()
     if len(out) != len(probes):
-        raise RuntimeError(f"{cmd[0]}: no answer on {sorted(set(probes) - set(out))}")
+        missing = sorted(set(probes) - set(out))
+        raise RuntimeError(f"{cmd[0]}: no answer on {missing}; its stderr ends:\n{tail}")
     return out
 
 
@@ -131,15 +130,29 @@ def _fill(port: int, request: Callable[[int], bytes], reply_line: bytes, jobs: i
             done += n
 
 
-def _disq(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
-    port, bport = _free_port(), _free_port()
+def _bus_pair_port() -> int:
+    """A free client port whose bus port (port + 10000, Disque's rule) is free too."""
+    for _ in range(100):
+        port = random.randint(20000, 50000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def _disq(data_dir: Path, jobs: int, runs: int, node: Path = DISQ_NODE) -> list[dict[str, float]]:
+    port, bport = _bus_pair_port(), _free_port()
     conf = data_dir / "node.conf"
     conf.write_text(
         f"port {port}\nbeanstalk-port {bport}\ndir {data_dir}\nappendonly yes\n"
         f"cluster-node-timeout 3000\nmetrics-port {_free_port()}\n"
     )
     grpc_port = port + 10000
-    cmd = [str(DISQ_NODE), str(conf)]
+    cmd = [str(node), str(conf)]
     probes: dict[str, Callable[[], bool]] = {
         "resp": lambda: _ask_tcp(port, b"PING\r\n", b"\r\n"),
         "beanstalk": lambda: _ask_tcp(bport, b"stats\r\n", b"\r\n"),
@@ -197,13 +210,24 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--skip-large", action="store_true", help="only the empty data dir")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout's disq-node (e.g. ../wt-before/.venv/bin/disq-node), timed too",
+    )
     args = parser.parse_args()
     if shutil.which("beanstalkd") is None:
         print("beanstalkd not found (scripts/ensure_beanstalkd.sh installs it)", file=sys.stderr)
         return 1
     sizes = [0] if args.skip_large else [0, args.jobs]
     for jobs in sizes:
-        for name, run in (("disq-node", _disq), ("beanstalkd", _beanstalkd)):
+        runs: list[tuple[str, Callable[[Path, int, int], list[dict[str, float]]]]] = [
+            ("disq-node", _disq),
+            ("beanstalkd", _beanstalkd),
+        ]
+        if args.before is not None:
+            runs.insert(1, ("disq-node before", functools.partial(_disq, node=args.before)))
+        for name, run in runs:
             with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
                 results = run(Path(tmp), jobs, args.runs)
             _report(f"{name} ({jobs:,} jobs)", results)

@@ -62,6 +62,7 @@ CONTACT_BEFORE_SERVING_S = 0.1
 # Lifecycle events kept for the metrics while the admin port starts (its modules load in a
 # thread after the client ports serve); past this, counters started late miss the rest.
 METRICS_BACKLOG_MAX = 10_000
+ADMIN_IMPORT_DELAY_S = 0.2  # the admin port's modules load this long after the ports serve
 
 
 async def start_server(
@@ -514,7 +515,11 @@ class NodeRuntime:
         jinja2) take a few hundred milliseconds to import: on the loop that would hold
         every client and every timer of a node's first moments. They load in a thread
         instead, with a short GIL switch interval meanwhile so the loop's thread gets the
-        interpreter back within a millisecond; the port's connections wait in its backlog."""
+        interpreter back within a millisecond; the port's connections wait in its backlog.
+        They start ADMIN_IMPORT_DELAY_S after the ports serve: a node's first answers (the
+        gRPC port's go through grpc's own threads, which wait for the interpreter too) are
+        not shared with them."""
+        await asyncio.sleep(ADMIN_IMPORT_DELAY_S)
         interval = sys.getswitchinterval()
         sys.setswitchinterval(0.001)
         try:
