@@ -125,6 +125,8 @@ class DisqBroker(dramatiq.Broker):
             self.emit_after("declare_queue", queue_name)
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
+        if isinstance(message, MessageProxy):  # Retries sends the delivered proxy again
+            message = message._message
         queue_name = message.queue_name
         if _JOB_ID in message.options:  # a delivered message sent again (a retry)
             options = {k: v for k, v in message.options.items() if k != _JOB_ID}

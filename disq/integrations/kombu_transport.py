@@ -385,6 +385,16 @@ class Transport(virtual.Transport):
                 continue
             return
 
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        """The URL as given (kombu's own rendering cannot parse several hosts), with the
+        password masked unless asked for."""
+        if include_password or "@" not in uri.partition("?")[0]:
+            return uri
+        scheme, _, rest = uri.partition("://")
+        userinfo, _, hosts = rest.partition("@")
+        user = userinfo.split(":", 1)[0]
+        return f"{scheme}://{user}:{mask}@{hosts}"
+
     def verify_connection(self, connection: Any) -> bool:
         return self._disq is not None
 
