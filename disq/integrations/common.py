@@ -28,6 +28,7 @@ _CLIENT_OPTIONS = {
     "password": str,
     "timeout_s": float,
     "connect_timeout_s": float,
+    "discover": bool,  # off: only the URL's nodes are used (HELLO's others are not)
     "tls": bool,
     "tls_ca": str,
     "tls_cert": str,
