@@ -278,7 +278,8 @@ class _DisqConsumer(Consumer):
             if message is None:
                 # Not a Dramatiq message: dead-lettered as its raw bytes, never lost.
                 self.broker._add(xq_name(self.queue_name), job.body, 0)
-                self.broker.client.ack(job.id)
+                with _broker_errors("ack of an undecodable message"):
+                    self.broker.client.ack(job.id)
                 continue
             message.options[_JOB_ID] = job.id
             self._cache.append(MessageProxy(message))
