@@ -183,3 +183,18 @@ def test_a_dead_node_in_the_url_is_skipped_for_a_live_one(grpc_addr: str) -> Non
 def test_a_bad_url_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="unknown disq option 'colour'"):
         kombu.Connection("disq://127.0.0.1:1?colour=red").transport  # noqa: B018
+
+
+def test_the_password_goes_in_the_url(server_factory: ServerFactory) -> None:
+    port = free_port()
+    server_factory.new("--grpc-port", str(port), "--requirepass", "s3cret")
+    with kombu.Connection(f"disq://:s3cret@127.0.0.1:{port}?replicate=1") as c:
+        assert ":s3cret@" not in c.as_uri() and ":**@" in c.as_uri()
+        q = c.SimpleQueue("kq-auth")
+        q.put("let me in")
+        q.get(timeout=5).ack()
+        q.close()
+    wrong = kombu.Connection(f"disq://:nope@127.0.0.1:{port}")
+    with pytest.raises(OperationalError, match=r"NOAUTH|password|Authentication|invalid"):
+        wrong.ensure_connection(max_retries=1)
+    wrong.release()
