@@ -32,7 +32,7 @@ $(COMPILED): $(STAMP) setup.py disq/_native.py $(NATIVE_SRC)
 	$(BIN)/python setup.py -q build_ext --inplace >$(VENV)/build.log 2>&1 \
 		|| { cat $(VENV)/build.log; exit 1; }
 	@grep '^disq setup.py' $(VENV)/build.log || true
-	$(BIN)/python -m compileall -q -j0 disq >/dev/null
+	$(BIN)/python -m compileall -q -j0 disq disq_kombu_alias.py >/dev/null
 	$(if $(PURE),,touch $(COMPILED))
 
 build: $(COMPILED)
@@ -41,8 +41,8 @@ run: $(COMPILED)
 	$(BIN)/disq-node
 
 lint: $(STAMP)
-	$(BIN)/ruff check disq tests scripts cluster setup.py
-	$(BIN)/ruff format --check disq
+	$(BIN)/ruff check disq tests scripts cluster setup.py disq_kombu_alias.py
+	$(BIN)/ruff format --check disq disq_kombu_alias.py
 	$(BIN)/lint-imports --no-cache --no-logo
 
 typecheck: $(STAMP)

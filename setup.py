@@ -27,6 +27,8 @@ from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = runpy.run_path(os.path.join(HERE, "disq", "_native.py"))
@@ -109,6 +111,57 @@ class BuildExt(build_ext):
             json.dump(MANIFEST, f, indent=0, sort_keys=True)
 
 
+# kombu's `disq` transport alias (disq_kombu_alias.py): this .pth, at the root of
+# site-packages, imports the hook at interpreter start. Its one line, and its file name.
+KOMBU_PTH = "disq-kombu.pth"
+KOMBU_PTH_LINE = "import disq_kombu_alias\n"
+
+
+class BuildPy(build_py):
+    """build_py, plus the .pth at the root of the build (the wheel's root: site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.editable_mode:
+            with open(os.path.join(self.build_lib, KOMBU_PTH), "w") as f:
+                f.write(KOMBU_PTH_LINE)
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        outputs = list(super().get_outputs(include_bytecode))
+        if not self.editable_mode:
+            outputs.append(os.path.join(self.build_lib, KOMBU_PTH))
+        return outputs
+
+
+class _WithKombuPth:
+    """An editable install's strategy (it writes the wheel's own .pth), writing ours too:
+    an editable wheel holds no build_lib files, only what its strategy writes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __call__(self, wheel: Any, files: list[str], mapping: dict[str, str]) -> None:
+        self._inner(wheel, files, mapping)
+        wheel.writestr(KOMBU_PTH, KOMBU_PTH_LINE.encode())
+
+    def __enter__(self) -> _WithKombuPth:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._inner.__exit__(*exc)
+
+
+class EditableWheel(editable_wheel):
+    """``pip install -e``: the strategy setuptools picks, wrapped to add the .pth. It
+    overrides a private method (setuptools has no hook for extra root files); if a release
+    renames it, the editable install loses the alias and tests/unit/test_kombu_alias.py,
+    which checks the running environment, fails."""
+
+    def _select_strategy(self, *args: Any, **kwargs: Any) -> Any:
+        return _WithKombuPth(super()._select_strategy(*args, **kwargs))
+
+
 def remove_leftovers() -> None:
     """Delete the in-place extensions of modules no longer in the list: Python would import
     such a module's old extension instead of its .py, which the stale guard cannot see."""
@@ -148,4 +201,7 @@ def ext_modules() -> list[object]:
     return exts
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": BuildExt})
+setup(
+    ext_modules=ext_modules(),
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy, "editable_wheel": EditableWheel},
+)

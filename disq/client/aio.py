@@ -678,8 +678,11 @@ class AsyncClient:
         }
         return d
 
-    async def qlen(self, queue: str) -> int:
-        r = await self._call("QLen", api_pb2.QueueName(queue=queue))
+    async def qlen(self, queue: str, *, node: str | None = None) -> int:
+        """QLEN: the jobs queued on one node (``node``: its gRPC address; default: any).
+        Queues are per node, so a cluster's total is the sum over its nodes."""
+        req = api_pb2.QueueName(queue=queue)
+        r = await (self._call_node(node, "QLen", req) if node else self._call("QLen", req))
         return int(r.count)
 
     async def qstat(self, queue: str) -> dict[str, Any] | None:

@@ -98,8 +98,8 @@ class Client:
     def show(self, job_id: str) -> dict[str, Any] | None:
         return self._run(self._aio.show(job_id))
 
-    def qlen(self, queue: str) -> int:
-        return self._run(self._aio.qlen(queue))
+    def qlen(self, queue: str, *, node: str | None = None) -> int:
+        return self._run(self._aio.qlen(queue, node=node))
 
     def qstat(self, queue: str) -> dict[str, Any] | None:
         return self._run(self._aio.qstat(queue))
@@ -120,6 +120,19 @@ class Client:
         self, node: str, *, queue: str = "", states: Sequence[str] = (), page: int = 1000
     ) -> list[api_pb2.JobInfo]:
         return self._run(self._aio.scan_jobs(node, queue=queue, states=states, page=page))
+
+    def scan_page(
+        self,
+        cursor: int = 0,
+        *,
+        queue: str = "",
+        states: Sequence[str] = (),
+        count: int = 100,
+        node: str | None = None,
+    ) -> tuple[int, list[api_pb2.JobInfo]]:
+        return self._run(
+            self._aio.scan_page(cursor, queue=queue, states=states, count=count, node=node)
+        )
 
     def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0

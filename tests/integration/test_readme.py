@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import signal
@@ -66,3 +68,33 @@ def test_readme_sdk_producer_and_worker_run(server_factory: ServerFactory) -> No
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_readme_celery_line_switches_an_app_to_disq(server_factory: ServerFactory) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("the kombu transport is disq's")
+    grpc_port = free_port()
+    server_factory.new("--grpc-port", str(grpc_port))
+    line = _sdk_block("app.conf.broker_url").strip()
+    addresses = f"127.0.0.1:{grpc_port},127.0.0.1:{free_port()}"  # a live seed, a dead one
+    line = line.replace("10.0.0.1:7710,10.0.0.2:7710", addresses)
+    # An app that never imports disq: the line alone routes its tasks through the cluster.
+    code = (
+        "import sys\nfrom celery import Celery\napp = Celery('readme')\n"
+        + line
+        + "\napp.send_task('readme.add', args=(2, 3))\n"
+        "print('disq' in sys.modules and 'kombu' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "True"
+    from disq.client import Client
+
+    with Client(f"127.0.0.1:{grpc_port}") as c:
+        jobs = c.get_jobs("celery", count=10, timeout_s=5)
+        assert len(jobs) == 1
+        message = json.loads(jobs[0].body)  # kombu's message, kept whole
+        assert message["headers"]["task"] == "readme.add"
+        assert json.loads(base64.b64decode(message["body"]))[0] == [2, 3]
+        c.ack(jobs[0].id)

@@ -278,3 +278,26 @@ def test_peer_links_verify_each_other_both_ways(certs: Path) -> None:
                 await link.close()
 
     asyncio.run(main())
+
+
+def test_kombu_transport_over_tls_with_celerys_broker_use_ssl(lab3: Lab, certs: Path) -> None:
+    import kombu
+    from kombu.exceptions import OperationalError
+
+    ssl = {
+        "ca_certs": str(certs / "ca.pem"),
+        "certfile": str(certs / "client.pem"),
+        "keyfile": str(certs / "client.key"),
+    }
+    with kombu.Connection(f"disq://{all_addrs(lab3)}", ssl=ssl) as conn:
+        q = conn.SimpleQueue("tls-kombu")
+        q.put({"secret": 1})
+        m = q.get(timeout=5)
+        assert m.payload == {"secret": 1}
+        m.ack()
+        q.close()
+    # The same URL with no certificate: the nodes refuse it, a kombu error says so.
+    plain = kombu.Connection(f"disq://{all_addrs(lab3)}?connect_timeout_s=1")
+    with pytest.raises(OperationalError):
+        plain.ensure_connection(max_retries=1)
+    plain.release()

@@ -1,0 +1,193 @@
+"""What the kombu transport and the Dramatiq broker share: the ``disq://`` URL, the options
+that become the SDK client's arguments and each ADDJOB's, and the checks on them.
+
+``disq://[:password@]host:port[,host:port...][?name=value&...]``: the hosts are the gRPC
+ports of one or more nodes (seeds: the SDK learns the rest of the cluster with HELLO and
+fails over between them). Query parameters and the integration's own options
+(``broker_transport_options`` in Celery, keyword arguments of ``DisqBroker``) take the same
+names; explicit options win over the URL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+DEFAULT_PORT = 7710
+SCHEME = "disq"
+# The SDK's gRPC channels carry up to 64 MiB per call, and adds are batched: a message is
+# refused before it leaves above this (an option), so an oversized one is a clear error and
+# never an add of unknown outcome.
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+
+# Options given to disq.client.Client as they are.
+_CLIENT_OPTIONS = {
+    "password": str,
+    "timeout_s": float,
+    "connect_timeout_s": float,
+    "discover": bool,  # off: only the URL's nodes are used (HELLO's others are not)
+    "tls": bool,
+    "tls_ca": str,
+    "tls_cert": str,
+    "tls_key": str,
+    "tls_server_name": str,
+}
+# Options of every ADDJOB, and of the consumers.
+_JOB_OPTIONS = {
+    "replicate": int,
+    "retry_s": int,
+    "visibility_timeout": int,  # Celery's name (Redis, SQS transports) for RETRY
+    "ttl_s": int,
+    "async": bool,
+    "repl_timeout_ms": int,
+    "max_message_bytes": int,
+    "prefetch": int,
+    "wait_s": float,
+    "dead_message_ttl_s": int,
+}
+
+
+class OptionError(ValueError):
+    """A URL or an option the integration cannot use (named in the message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A parsed ``disq://`` URL with its options applied."""
+
+    addresses: list[str]
+    client_options: dict[str, Any] = field(default_factory=dict)
+    replicate: int | None = None  # None: the node's default, min(3, cluster size)
+    retry_s: int | None = None  # None: the node's default, min(TTL / 10, 300 s)
+    ttl_s: int | None = None  # None: the node's default, 1 day
+    async_: bool = False
+    repl_timeout_ms: int = 5000
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    prefetch: int = 0  # 0: the consumer's own count (kombu's QoS, Dramatiq's prefetch)
+    wait_s: float = 1.0  # the longest one blocking GETJOB waits on the node
+    dead_message_ttl_s: int = 7 * 86400  # Dramatiq's dead letters live as long as Redis's
+
+    def add_options(self, delay_s: int = 0) -> dict[str, Any]:
+        """The keyword arguments of ``Client.add_job`` for a message delayed ``delay_s``.
+
+        Disque refuses a DELAY not shorter than the TTL, so a delayed job's TTL counts from
+        the end of its delay: it lives as long after it becomes ready as any other job."""
+        opts: dict[str, Any] = {"repl_timeout_ms": self.repl_timeout_ms}
+        if self.replicate is not None:
+            opts["replicate"] = self.replicate
+        if self.retry_s is not None:
+            opts["retry_s"] = self.retry_s
+        if self.async_:
+            opts["async_"] = True
+        if delay_s > 0:
+            opts["delay_s"] = delay_s
+            opts["ttl_s"] = (self.ttl_s or 86400) + delay_s
+        elif self.ttl_s is not None:
+            opts["ttl_s"] = self.ttl_s
+        return opts
+
+
+def delay_from_seconds(seconds: float) -> int:
+    """DELAY is whole seconds: round up, so a job never runs before its time."""
+    return max(0, math.ceil(seconds - 1e-6))
+
+
+def _convert(name: str, kind: type, value: Any) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise OptionError(f"disq option {name}: expected a boolean, got {value!r}")
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"disq option {name}: expected {kind.__name__}, got {value!r}") from None
+    if kind in (int, float) and out < 0:
+        raise OptionError(f"disq option {name}: must not be negative, got {value!r}")
+    return out
+
+
+def parse_url(url: str) -> tuple[list[str], dict[str, str]]:
+    """``disq://[:password@]h1:p1,h2:p2[/][?k=v...]`` -> (addresses, raw options)."""
+    parts = urlsplit(url)
+    if parts.scheme != SCHEME:
+        raise OptionError(f"not a disq URL (scheme {parts.scheme!r}, expected 'disq'): {url!r}")
+    netloc = parts.netloc
+    raw: dict[str, str] = dict(parse_qsl(parts.query))
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        password = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
+        if password:
+            raw.setdefault("password", unquote(password))
+    addresses = [host_port(h) for h in netloc.split(",") if h.strip()]
+    if parts.path not in ("", "/"):
+        raise OptionError(f"a disq URL has no path (virtual hosts do not exist): {url!r}")
+    return addresses, raw
+
+
+def host_port(text: str, default_port: int = DEFAULT_PORT) -> str:
+    """``host[:port]`` (IPv6 in brackets) with the default port filled in, checked."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        host = f"[{host}]"
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise OptionError(f"disq address without a host: {text!r}")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise OptionError(f"disq address with a bad port: {text!r}")
+        port = int(port_text)
+    else:
+        port = default_port
+    return f"{host}:{port}"
+
+
+def settings(
+    addresses: list[str], raw: Mapping[str, Any], *, ignore: frozenset[str] = frozenset()
+) -> Settings:
+    """Settings from addresses and options (URL query and explicit options merged)."""
+    client: dict[str, Any] = {}
+    job: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in ignore:
+            continue
+        if name in _CLIENT_OPTIONS:
+            client[name] = _convert(name, _CLIENT_OPTIONS[name], value)
+        elif name in _JOB_OPTIONS:
+            job[name] = _convert(name, _JOB_OPTIONS[name], value)
+        else:
+            known = ", ".join(sorted({*_CLIENT_OPTIONS, *_JOB_OPTIONS}))
+            raise OptionError(f"unknown disq option {name!r} (known: {known})")
+    if not addresses:
+        raise OptionError("a disq URL needs at least one node: disq://host:7710[,host:port]")
+    retry_s = job.get("retry_s", job.get("visibility_timeout"))
+    replicate = job.get("replicate")
+    if replicate is not None and replicate < 1:
+        raise OptionError("disq option replicate: at least 1")
+    if job.get("max_message_bytes", 1) < 1:
+        raise OptionError("disq option max_message_bytes: at least 1")
+    return Settings(
+        addresses=addresses,
+        client_options=client,
+        replicate=replicate,
+        retry_s=retry_s,
+        ttl_s=job.get("ttl_s"),
+        async_=job.get("async", False),
+        repl_timeout_ms=job.get("repl_timeout_ms", 5000),
+        max_message_bytes=job.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        prefetch=job.get("prefetch", 0),
+        wait_s=job.get("wait_s", 1.0) or 1.0,
+        dead_message_ttl_s=job.get("dead_message_ttl_s", 7 * 86400),
+    )

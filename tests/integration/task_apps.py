@@ -1,0 +1,224 @@
+"""Real Celery and Dramatiq worker processes for the integration tests: the apps' sources
+(written into the test's directory), a worker process handle, and the run records the
+tasks leave behind.
+
+Every task run appends one line ``<event> <k> <pid> <unix time> <attempt>`` to a file of its
+own process (``runs/<pid>.log``, O_APPEND, one write per line): the test reads what ran,
+where, when and how often, whatever process ran it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from eventually import eventually
+
+BIN = Path(sys.executable).parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+_RECORD = """
+def record(event, k, attempt=0):
+    line = f"{event} {k} {os.getpid()} {time.time():.6f} {attempt}\\n".encode()
+    fd = os.open(os.path.join(OUT, f"{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+"""
+
+CELERY_APP = (
+    '''"""A Celery app on disq, configured from the environment; no import of disq."""
+import os
+import time
+
+from celery import Celery
+
+OUT = os.environ["RUNS_DIR"]
+app = Celery("capp", broker=os.environ["BROKER_URL"])
+app.conf.task_acks_late = os.environ.get("ACKS_LATE") == "1"
+app.conf.worker_prefetch_multiplier = 4
+app.conf.broker_connection_retry_on_startup = True
+'''
+    + _RECORD
+    + """
+
+@app.task(bind=True, max_retries=5)
+def rec(self, k, sleep_s=0.0, fail_times=0):
+    record("start", k, self.request.retries)
+    if self.request.retries < fail_times:
+        raise self.retry(countdown=0)
+    if sleep_s:
+        time.sleep(sleep_s)
+    record("done", k, self.request.retries)
+"""
+)
+
+DRAMATIQ_APP = (
+    '''"""A Dramatiq app on disq."""
+import os
+import time
+
+import dramatiq
+
+from disq.dramatiq import DisqBroker
+
+OUT = os.environ["RUNS_DIR"]
+dramatiq.set_broker(DisqBroker(os.environ["BROKER_URL"]))
+'''
+    + _RECORD
+    + """
+
+@dramatiq.actor(queue_name=os.environ.get("QUEUE", "default"), max_retries=1,
+                min_backoff=100, max_backoff=200)
+def rec(k, sleep_s=0.0, fail=False):
+    record("start", k)
+    if fail:
+        raise RuntimeError(f"task {k} fails for good")
+    if sleep_s:
+        time.sleep(sleep_s)
+    record("done", k)
+"""
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    event: str
+    k: int
+    pid: int
+    at: float
+    attempt: int
+
+
+def write_app(where: Path, name: str, source: str) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    (where / f"{name}.py").write_text(source)
+    (where / "runs").mkdir(exist_ok=True)
+    return where
+
+
+def runs(app_dir: Path) -> list[Run]:
+    out: list[Run] = []
+    for f in sorted((app_dir / "runs").glob("*.log")):
+        for line in f.read_text().splitlines():
+            event, k, pid, at, attempt = line.split()
+            out.append(Run(event, int(k), int(pid), float(at), int(attempt)))
+    return out
+
+
+def done_counts(app_dir: Path) -> Counter[int]:
+    return Counter(r.k for r in runs(app_dir) if r.event == "done")
+
+
+def wait_all_done(app_dir: Path, keys: set[int], timeout: float = 120.0) -> Counter[int]:
+    def all_done() -> Counter[int] | None:
+        counts = done_counts(app_dir)
+        return counts if keys <= set(counts) else None
+
+    return eventually(all_done, f"all {len(keys)} tasks done", timeout=timeout)
+
+
+class WorkerProcess:
+    """One worker command (``celery -A app worker`` or ``dramatiq app``) in its own
+    session, so that a kill reaches the pool's processes too."""
+
+    def __init__(self, app_dir: Path, argv: list[str], env: dict[str, str], name: str) -> None:
+        self.app_dir = app_dir
+        self.log_path = app_dir / f"{name}.log"
+        full_env = dict(os.environ)
+        full_env.update(env)
+        full_env["RUNS_DIR"] = str(app_dir / "runs")
+        # The app imports this checkout's disq like the nodes do; no disq import in the app
+        # is needed for Celery (the .pth hook registers the transport).
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(app_dir), str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
+        )
+        full_env["PYTHONUNBUFFERED"] = "1"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=app_dir,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 60.0) -> None:
+        def seen() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"worker exited with {self.proc.returncode}:\n" + self.log_text()[-3000:]
+                )
+            return text in self.log_text()
+
+        eventually(seen, f"worker log to show {text!r}", timeout=timeout)
+
+    def kill9(self) -> None:
+        """SIGKILL the worker and every process of its session (the pool's children)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill9()
+
+
+def celery_worker(
+    app_dir: Path,
+    broker_url: str,
+    queue: str,
+    name: str,
+    *,
+    acks_late: bool = False,
+    concurrency: int = 2,
+) -> WorkerProcess:
+    return WorkerProcess(
+        app_dir,
+        [
+            str(BIN / "celery"),
+            "-A",
+            "capp",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-Q",
+            queue,
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+        ],
+        {"BROKER_URL": broker_url, "ACKS_LATE": "1" if acks_late else "0"},
+        name,
+    )
+
+
+def dramatiq_worker(
+    app_dir: Path, broker_url: str, queue: str, name: str, *, threads: int = 4
+) -> WorkerProcess:
+    return WorkerProcess(
+        app_dir,
+        [str(BIN / "dramatiq"), "dapp", "-p", "1", "-t", str(threads), "-Q", queue],
+        {"BROKER_URL": broker_url, "QUEUE": queue},
+        name,
+    )

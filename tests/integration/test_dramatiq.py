@@ -1,0 +1,119 @@
+"""Dramatiq on a real 3-node disq cluster: `dramatiq dapp` worker processes with
+``DisqBroker`` set in the app module, messages sent from this process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+from eventually import eventually
+from task_apps import (
+    DRAMATIQ_APP,
+    done_counts,
+    dramatiq_worker,
+    runs,
+    wait_all_done,
+    write_app,
+)
+
+from cluster.lab import Lab
+from disq.dramatiq import DisqBroker
+
+
+def url(lab: Lab, **options: object) -> str:
+    nodes = ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"disq://{nodes}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with Lab(3, tmp_path_factory.mktemp("dramatiq3"), node_timeout_ms=1500) as lab:
+        yield lab
+
+
+def send(
+    broker: DisqBroker, queue: str, k: int, *, delay_ms: int | None = None, **kw: object
+) -> None:
+    message = dramatiq.Message(
+        queue_name=queue, actor_name="rec", args=(k,), kwargs=dict(kw), options={}
+    )
+    broker.enqueue(message, delay=delay_ms)
+
+
+def test_a_thousand_messages_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
+    app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
+    broker_url = url(lab3)
+    w = dramatiq_worker(app_dir, broker_url, "thousand", "w1")
+    broker = DisqBroker(broker_url)
+    try:
+        w.wait_for_log("Worker process is ready for action.")
+        for k in range(1000):
+            send(broker, "thousand", k)
+        counts = wait_all_done(app_dir, set(range(1000)))
+        assert counts == {k: 1 for k in range(1000)}
+        assert broker.qsize("thousand") == 0
+    finally:
+        w.stop()
+        broker.close()
+    assert done_counts(app_dir) == {k: 1 for k in range(1000)}
+
+
+def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_queue(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
+    broker_url = url(lab3)
+    w = dramatiq_worker(app_dir, broker_url, "timing", "w1")
+    broker = DisqBroker(broker_url)
+    try:
+        w.wait_for_log("Worker process is ready for action.")
+        sent_at = time.time()
+        send(broker, "timing", 1, delay_ms=3000)
+        send(broker, "timing", 2, fail=True)  # max_retries=1: two attempts, then dead
+        wait_all_done(app_dir, {1})
+        done = {r.k: r for r in runs(app_dir) if r.event == "done"}
+        assert done[1].at - sent_at >= 3.0
+        eventually(lambda: broker.qsize("timing.XQ") == 1, "the failed message dead-lettered")
+        starts = [r for r in runs(app_dir) if r.k == 2 and r.event == "start"]
+        assert len(starts) == 2  # the first run and Dramatiq's one retry
+        assert broker.qsize("timing") == 0
+        broker.flush("timing")
+        assert broker.qsize("timing.XQ") == 0
+    finally:
+        w.stop()
+        broker.close()
+
+
+@pytest.mark.slow
+def test_a_killed_workers_messages_are_redelivered(lab3: Lab, tmp_path: Path) -> None:
+    app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
+    broker_url = url(lab3, retry_s=3)  # the visibility timeout
+    a = dramatiq_worker(app_dir, broker_url, "killed", "wa", threads=2)
+    b = None
+    broker = DisqBroker(broker_url)
+    try:
+        a.wait_for_log("Worker process is ready for action.")
+        for k in range(20):
+            send(broker, "killed", k, sleep_s=0.5)
+        eventually(
+            lambda: len({r.k for r in runs(app_dir) if r.event == "start"}) >= 4,
+            "four messages started",
+        )
+        a.kill9()
+        killed_pids = {r.pid for r in runs(app_dir)}
+        unfinished = {r.k for r in runs(app_dir) if r.event == "start"} - set(done_counts(app_dir))
+        assert unfinished, "the kill came after every started message was done"
+        b = dramatiq_worker(app_dir, broker_url, "killed", "wb", threads=2)
+        counts = wait_all_done(app_dir, set(range(20)), timeout=60)
+        assert set(counts) == set(range(20))  # none lost
+        by_b = {r.k for r in runs(app_dir) if r.event == "done" and r.pid not in killed_pids}
+        assert unfinished <= by_b
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+        broker.close()

@@ -1,0 +1,200 @@
+"""The kombu transport against a real node, through kombu's public API only (Connection,
+SimpleQueue, Consumer, Producer), as kombu's own transport tests drive theirs."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import kombu
+import pytest
+from conftest import ServerFactory, free_port
+from kombu.exceptions import ChannelError, OperationalError
+
+from disq.client import Client
+
+
+@pytest.fixture(scope="module")
+def grpc_addr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    factory = ServerFactory(tmp_path_factory.mktemp("kombu"))
+    port = free_port()
+    factory.new("--grpc-port", str(port))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def conn(grpc_addr: str) -> Iterator[kombu.Connection]:
+    # RETRY 2: an unacked message is back after 2 s (the visibility timeout).
+    with kombu.Connection(f"disq://{grpc_addr}?retry_s=2&replicate=1") as c:
+        yield c
+
+
+def test_simple_queue_put_get_ack_and_size(conn: kombu.Connection, grpc_addr: str) -> None:
+    q = conn.SimpleQueue("kq-simple")
+    q.put({"n": 1, "text": "héllo"}, headers={"h": "v"})
+    q.put(b"\x00\xffraw", serializer=None, content_type="application/data")
+    assert q.qsize() == 2
+    m = q.get(timeout=5)
+    assert m.payload == {"n": 1, "text": "héllo"} and m.headers["h"] == "v"
+    m.ack()
+    raw = q.get(timeout=5)
+    assert raw.body == b"\x00\xffraw"
+    raw.ack()
+    assert q.qsize() == 0
+    # Acked: the jobs are gone from the node, and nothing comes back after RETRY.
+    with Client(grpc_addr) as c:
+        assert c.qlen("kq-simple") == 0
+    with pytest.raises(q.Empty):
+        q.get(timeout=3)
+    q.close()
+
+
+def test_an_empty_queue_times_out_with_kombus_empty(conn: kombu.Connection) -> None:
+    q = conn.SimpleQueue("kq-empty")
+    start = time.monotonic()
+    with pytest.raises(q.Empty):
+        q.get(timeout=0.5)
+    assert time.monotonic() - start >= 0.5
+    with pytest.raises(q.Empty):
+        q.get_nowait()
+    # drain_events itself raises socket.timeout, as kombu's other transports do.
+    with pytest.raises(socket.timeout):
+        conn.drain_events(timeout=0.2)
+    q.close()
+
+
+def test_unacked_message_comes_back_after_retry(conn: kombu.Connection) -> None:
+    q = conn.SimpleQueue("kq-visibility")
+    q.put("once")
+    first = q.get(timeout=5)
+    assert first.payload == "once" and not first.delivery_info.get("redelivered")
+    sent_back = time.monotonic()
+    again = q.get(timeout=10)  # not acked: the node queues it again after RETRY (2 s)
+    assert again.payload == "once"
+    assert time.monotonic() - sent_back >= 1.0
+    assert again.delivery_info["disq_job_id"] == first.delivery_info["disq_job_id"]
+    again.ack()
+    q.close()
+
+
+def test_reject_with_and_without_requeue(conn: kombu.Connection, grpc_addr: str) -> None:
+    q = conn.SimpleQueue("kq-reject")
+    q.put("again")
+    m = q.get(timeout=5)
+    m.reject(requeue=True)  # NACK: back at once, not after RETRY
+    back = q.get(timeout=1)
+    assert back.payload == "again"
+    with Client(grpc_addr) as c:
+        shown = c.show(back.delivery_info["disq_job_id"])
+        assert shown is not None and shown["nacks"] == 1
+    back.reject(requeue=False)  # dropped: acked
+    with pytest.raises(q.Empty):
+        q.get(timeout=3)  # past RETRY: it did not come back
+    q.close()
+
+
+def test_consumer_with_prefetch_gets_no_more_than_the_prefetch(conn: kombu.Connection) -> None:
+    queue = kombu.Queue("kq-prefetch", kombu.Exchange("kq-prefetch", "direct"), "kq-prefetch")
+    with conn.Producer() as producer:
+        for k in range(10):
+            producer.publish(
+                {"k": k}, exchange=queue.exchange, routing_key="kq-prefetch", declare=[queue]
+            )
+    got: list[kombu.Message] = []
+    with conn.Consumer(queue, callbacks=[lambda body, msg: got.append(msg)], prefetch_count=3):
+        for _ in range(5):
+            try:
+                conn.drain_events(timeout=0.5)
+            except TimeoutError:
+                break
+        assert len(got) == 3  # the QoS holds the rest back until acks free slots
+        for m in got:
+            m.ack()
+        while len(got) < 10:
+            conn.drain_events(timeout=5)
+            for m in got[-1:]:
+                if not m.acknowledged:
+                    m.ack()
+    assert sorted(m.payload["k"] for m in got) == list(range(10))
+
+
+def test_purge_deletes_the_queued_messages(conn: kombu.Connection) -> None:
+    q = conn.SimpleQueue("kq-purge")
+    for k in range(25):
+        q.put(k)
+    assert q.qsize() == 25
+    assert q.clear() == 25
+    assert q.qsize() == 0
+    with pytest.raises(q.Empty):
+        q.get(timeout=0.3)
+    q.close()
+
+
+def test_countdown_headers_become_delay(conn: kombu.Connection) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    q = conn.SimpleQueue("kq-eta")
+    sent = time.time()
+    q.put("later", headers={"eta": (datetime.now(UTC) + timedelta(seconds=2)).isoformat()})
+    with pytest.raises(q.Empty):
+        q.get(timeout=1)  # held by the node, not by this consumer
+    m = q.get(timeout=10)
+    assert m.payload == "later" and time.time() - sent >= 2.0
+    m.ack()
+    q.close()
+
+
+def test_a_message_over_the_limit_is_a_channel_error_and_nothing_is_added(
+    grpc_addr: str,
+) -> None:
+    with kombu.Connection(f"disq://{grpc_addr}?max_message_bytes=1000") as c:
+        q = c.SimpleQueue("kq-big")
+        with pytest.raises(ChannelError, match="over the limit of 1000 bytes"):
+            q.put("x" * 5000)
+        q.put("small")  # the connection still works
+        assert q.qsize() == 1
+        q.get(timeout=5).ack()
+        q.close()
+
+
+def test_a_dead_address_fails_with_kombus_errors() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    conn = kombu.Connection(f"disq://{dead}", connect_timeout=1)
+    with pytest.raises(OperationalError, match="no node answered"):
+        conn.ensure_connection(max_retries=1)
+    with pytest.raises(conn.connection_errors):
+        conn.connect()
+    conn.release()
+
+
+def test_a_dead_node_in_the_url_is_skipped_for_a_live_one(grpc_addr: str) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    with kombu.Connection(f"disq://{dead},{grpc_addr}?replicate=1") as c:
+        q = c.SimpleQueue("kq-failover")
+        q.put("via the live node")
+        assert q.get(timeout=5).payload == "via the live node"
+        q.close()
+
+
+def test_a_bad_url_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="unknown disq option 'colour'"):
+        kombu.Connection("disq://127.0.0.1:1?colour=red").transport  # noqa: B018
+
+
+def test_the_password_goes_in_the_url(server_factory: ServerFactory) -> None:
+    port = free_port()
+    server_factory.new("--grpc-port", str(port), "--requirepass", "s3cret")
+    with kombu.Connection(f"disq://:s3cret@127.0.0.1:{port}?replicate=1") as c:
+        assert ":s3cret@" not in c.as_uri() and ":**@" in c.as_uri()
+        q = c.SimpleQueue("kq-auth")
+        q.put("let me in")
+        q.get(timeout=5).ack()
+        q.close()
+    wrong = kombu.Connection(f"disq://:nope@127.0.0.1:{port}")
+    with pytest.raises(OperationalError, match=r"NOAUTH|password|Authentication|invalid"):
+        wrong.ensure_connection(max_retries=1)
+    wrong.release()
