@@ -140,7 +140,7 @@ class _Peer:
 
     __slots__ = (
         "columnar",
-        "held_messages",
+        "held",
         "host",
         "lane",
         "node_id",
@@ -168,9 +168,10 @@ class _Peer:
         # Set once the first connection attempt ended (up, refused, timed out): the node
         # has contacted this peer, which is what its readiness waits for.
         self.tried = asyncio.Event()
-        # Messages in ``queue`` held for the first dial (PeerLinks._hold): counted as sent
-        # when the link comes up, as dropped if the dial fails.
-        self.held_messages = 0
+        # Messages held for the first dial (PeerLinks._hold), one list per flush: sent, in
+        # order and before anything newer, as the link comes up (its lane or its stream, as
+        # any message); dropped if the dial fails.
+        self.held: list[list[Message]] = []
         self.wakeup: asyncio.Future[None] | None = None
         # The job lane of this connection (job_lane.py), None while it has none: then every
         # message goes on the stream.
@@ -336,8 +337,8 @@ class PeerLinks:
         if peer is not None:
             if (peer.host, peer.port) == (host, port):
                 return
-            if peer.held_messages:
-                self._frames_dropped += len(peer.queue)  # held for the old address
+            if peer.held:
+                self._frames_dropped += len(peer.held)  # held for the old address
             self._stop_peer(peer, reason="address changed")
         peer = _Peer(node_id, host, port)
         self._peers[node_id] = peer
@@ -459,33 +460,35 @@ class PeerLinks:
                     # wait for its next resend. Dropped if that dial fails.
                     self._hold(peer, msgs)
             else:
-                lane = peer.lane
-                if lane is not None:
-                    # Job messages take the lane; membership (rare: a few per probe period)
-                    # stays on the stream.
-                    gossip = [m for m in msgs if type(m) in MEMBERSHIP_TYPES]
-                    if gossip:
-                        msgs = [m for m in msgs if type(m) not in MEMBERSHIP_TYPES]
-                        self._enqueue(peer, gossip)
-                    if msgs:
-                        peer.seq += 1
-                        frame = encode_frame(self.my_id, peer.seq, msgs, self._wire, True)
-                        if lane.send(frame):
-                            self._frames_sent += 1
-                            self._lane_frames_sent += 1
-                            self._messages_sent += len(msgs)
-                        else:
-                            self._frames_dropped += 1
-                else:
-                    self._enqueue(peer, msgs)
+                self._dispatch(peer, msgs)
+
+    def _dispatch(self, peer: _Peer, msgs: list[Message]) -> None:
+        """One flush's messages to a peer whose link is up."""
+        lane = peer.lane
+        if lane is None:
+            self._enqueue(peer, msgs)
+            return
+        # Job messages take the lane; membership (rare: a few per probe period) stays on the
+        # stream.
+        gossip = [m for m in msgs if type(m) in MEMBERSHIP_TYPES]
+        if gossip:
+            msgs = [m for m in msgs if type(m) not in MEMBERSHIP_TYPES]
+            self._enqueue(peer, gossip)
+        if msgs:
+            peer.seq += 1
+            frame = encode_frame(self.my_id, peer.seq, msgs, self._wire, True)
+            if lane.send(frame):
+                self._frames_sent += 1
+                self._lane_frames_sent += 1
+                self._messages_sent += len(msgs)
+            else:
+                self._frames_dropped += 1
 
     def _hold(self, peer: _Peer, msgs: list[Message]) -> None:
-        if len(peer.queue) >= self.max_queued_frames:
+        if len(peer.held) >= self.max_queued_frames:
             self._frames_dropped += 1
             return
-        peer.seq += 1
-        peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire, False))
-        peer.held_messages += len(msgs)
+        peer.held.append(list(msgs))
 
     def _enqueue(self, peer: _Peer, msgs: list[Message]) -> None:
         if len(peer.queue) >= self.max_queued_frames:
@@ -592,10 +595,9 @@ class PeerLinks:
             peer.up = True
             peer.up_event.set()
             self._log.info("peer_link_up", peer=peer.node_id[:8], target=target)
-            if peer.held_messages:
-                self._frames_sent += len(peer.queue)
-                self._messages_sent += peer.held_messages
-                peer.held_messages = 0
+            held, peer.held = peer.held, []
+            for msgs in held:  # before the link-up greeting and anything sent after it
+                self._dispatch(peer, msgs)
             self._link_changed(peer.node_id, True)
             peer.tried.set()
             call.add_done_callback(lambda _call: peer.wake())
@@ -640,10 +642,9 @@ class PeerLinks:
                     error=_describe(exc),
                 )
         finally:
-            if not came_up and peer.held_messages:
-                self._frames_dropped += len(peer.queue)  # held for a first dial that failed
-                peer.queue.clear()
-                peer.held_messages = 0
+            if not came_up and peer.held:
+                self._frames_dropped += len(peer.held)  # held for a first dial that failed
+                peer.held = []
             peer.tried.set()
             peer.wakeup = None
             if peer.lane is not None:
@@ -782,7 +783,7 @@ class PeerLinks:
             "messages_received": self._messages_received,
             "frames_dropped": self._frames_dropped,
             # Frames held for links being dialled for the first time (sent or dropped next).
-            "frames_held": sum(len(p.queue) for p in self._peers.values() if p.held_messages),
+            "frames_held": sum(len(p.held) for p in self._peers.values()),
             # Breakdown and codec counters (see peer_wire.WireCounters).
             "frames_blocked": self._frames_blocked,
             "frames_malformed": self._wire.frames_malformed,
