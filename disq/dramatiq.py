@@ -50,13 +50,18 @@ from disq.client import (
     NoReplError,
     UnavailableError,
 )
-from disq.integrations.common import Settings, delay_from_seconds, parse_url, settings
+from disq.integrations.common import (
+    Settings,
+    ack_queued,
+    delay_from_seconds,
+    parse_url,
+    settings,
+)
 
 log = structlog.get_logger("disq.dramatiq")
 
 _JOB_ID = "disq_job_id"  # where a delivered message keeps its job's id (not re-sent)
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
-_FLUSH_PAGE = 1000
 
 
 class DisqBrokerError(BrokerError):
@@ -170,25 +175,8 @@ class DisqBroker(dramatiq.Broker):
     def flush(self, queue_name: str) -> None:
         """Ack every queued job of the queue and of its dead-letter queue, on every node."""
         for name in (queue_name, xq_name(queue_name)):
-            for node in self.client.nodes():
-                cursor = 0
-                while True:
-                    try:
-                        cursor, jobs = self.client.scan_page(
-                            cursor,
-                            queue=name,
-                            states=("queued",),
-                            node=node.addr,
-                            count=_FLUSH_PAGE,
-                        )
-                    except UnavailableError:
-                        break
-                    ids = [j.id for j in jobs if j.queue == name]
-                    if ids:
-                        with _broker_errors(f"flush {name!r}"):
-                            self.client.ack(*ids)
-                    if cursor == 0:
-                        break
+            with _broker_errors(f"flush {name!r}"):
+                ack_queued(self.client, name)
 
     def flush_all(self) -> None:
         for queue_name in self.queues:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from disq.client import Client, UnavailableError
+
 DEFAULT_PORT = 7710
 SCHEME = "disq"
 # The SDK's gRPC channels carry up to 64 MiB per call, and adds are batched: a message is
@@ -191,3 +193,30 @@ def settings(
         wait_s=job.get("wait_s", 1.0) or 1.0,
         dead_message_ttl_s=job.get("dead_message_ttl_s", 7 * 86400),
     )
+
+
+SCAN_PAGE = 1000  # jobs per JSCAN page when a queue is emptied
+
+
+def ack_queued(client: Client, queue: str) -> int:
+    """Ack every queued job of ``queue`` on every node the client knows (Disque's queues are
+    per node), a JSCAN page at a time; a node that does not answer is skipped. The number
+    acked. kombu's purge and Dramatiq's flush: the ready messages, not the ones delivered or
+    waiting out a delay."""
+    acked = 0
+    for node in client.nodes():
+        cursor = 0
+        while True:
+            try:
+                cursor, jobs = client.scan_page(
+                    cursor, queue=queue, states=("queued",), node=node.addr, count=SCAN_PAGE
+                )
+            except UnavailableError:
+                break
+            ids = [j.id for j in jobs if j.queue == queue]
+            if ids:
+                client.ack(*ids)
+                acked += len(ids)
+            if cursor == 0:
+                break
+    return acked

@@ -63,6 +63,7 @@ from disq.client import (
 from disq.integrations.common import (
     DEFAULT_PORT,
     Settings,
+    ack_queued,
     delay_from_seconds,
     host_port,
     parse_url,
@@ -86,7 +87,6 @@ _KOMBU_OPTIONS = frozenset(
     }
 )
 _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per GETJOB
-_PURGE_PAGE = 1000
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -257,28 +257,8 @@ class Channel(virtual.Channel):
     def _purge(self, queue: str) -> int:
         """Ack every queued job of the queue on every node (kombu's purge: the ready
         messages; delivered and delayed ones are not ready)."""
-        purged = 0
         with _kombu_errors(f"purge {queue!r}"):
-            for node in self._client.nodes():
-                cursor = 0
-                while True:
-                    try:
-                        cursor, jobs = self._client.scan_page(
-                            cursor,
-                            queue=queue,
-                            states=("queued",),
-                            node=node.addr,
-                            count=_PURGE_PAGE,
-                        )
-                    except UnavailableError:
-                        break
-                    ids = [j.id for j in jobs if j.queue == queue]
-                    if ids:
-                        self._client.ack(*ids)
-                        purged += len(ids)
-                    if cursor == 0:
-                        break
-        return purged
+            return ack_queued(self._client, queue)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # Disque queues exist from their first job: every name is a queue
