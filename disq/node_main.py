@@ -313,6 +313,8 @@ def _main_config_file(args: argparse.Namespace) -> int:
     except OSError as exc:
         sys.stderr.write(f"disq-node: cannot read {args.config}: {exc}\n")
         return 1
+    if args.advertise_host is not None:
+        store.override("advertise-host", args.advertise_host)  # the flag over the file
     st = store.settings
     binds = list(st.effective_bind) or [DEFAULT_ADDR]
     try:
@@ -357,8 +359,7 @@ def _main_config_file(args: argparse.Namespace) -> int:
         "syslog": (st.syslog_ident, st.syslog_facility) if st.syslog_enabled else None,
         "tls_files": _tls_files(args, st),
         "job_lane_port": st.job_lane_port,
-        # The flag over the file, as the TLS flags.
-        "advertise_host": args.advertise_host or st.advertise_host,
+        "advertise_host": st.advertise_host,  # the flag's value, if given (override above)
     }
     data_dir = str(st.dir) if st.appendonly else None
     return _run(

@@ -130,6 +130,14 @@ class ConfigStore:
         self._state, self._settings = new, settings
         self._log().info("config_set", name=name, value=_loggable(name, canonical))
 
+    def override(self, name: str, value: str) -> None:
+        """A command-line flag over the file's line for ``name`` (already validated by the
+        flag's own parser): CONFIG GET shows it and CONFIG REWRITE writes it, as Redis treats
+        arguments given after the config file."""
+        new = self._state.copy()
+        new.values[name.lower()] = value
+        self._state, self._settings = new, _settings_from(new, self.config_file)
+
     @staticmethod
     def _set_client_limits(new: _State, value: str) -> str:
         # Disque: the whole value, split on single spaces, in groups of four; all checked first

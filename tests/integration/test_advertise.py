@@ -226,3 +226,30 @@ def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_flag_over_the_config_file_is_what_config_get_shows(tmp_path: Path) -> None:
+    # Redis treats arguments after the config file as config lines: CONFIG GET (and REWRITE)
+    # see the flag's value, not the file's.
+    resp = free_port()
+    while resp + 10000 > 65535:
+        resp = free_port()
+    conf = tmp_path / "node.conf"
+    conf.write_text(f"port {resp}\ndir {tmp_path}\nadvertise-host from-file.example\n")
+    argv = [sys.executable, "-m", "disq.node_main", str(conf)]
+    argv += ["--advertise-host", "from-flag.example"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
+    )
+    try:
+        with eventually(
+            lambda: RespClient("127.0.0.1", resp, timeout=2.0), "the node answers", 30
+        ) as c:
+            eventually(lambda: c.call("PING") == "PONG", "PING", 30)
+            hello = c.call("HELLO")
+            assert isinstance(hello, list)
+            assert _text(hello[2][1]) == "from-flag.example"
+            assert _text(c.call("CONFIG", "GET", "advertise-host")[1]) == "from-flag.example"
+    finally:
+        proc.kill()
+        proc.wait()
