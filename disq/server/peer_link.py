@@ -111,7 +111,7 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.http2.max_pings_without_data", 0),  # links can be idle for long: keep pinging
     ("grpc.keepalive_permit_without_calls", 1),
     # Our own loop retries; the channel's reconnect backoff (default up to 120 s) must not
-    # stretch the 50 ms .. 1 s we promise.
+    # stretch the 50 ms .. 100 ms we promise.
     ("grpc.initial_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
     ("grpc.min_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
     ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
@@ -187,8 +187,9 @@ class PeerLinks:
     """The gRPC server for inbound streams plus one outbound stream per known peer.
 
     Addresses may be set before ``start()`` (e.g. from a saved cluster view): the links open
-    when it runs. Everything else must be called on the event loop that ran ``start()``, and
-    ``send``/``send_to_address`` before it are dropped (counted). ``on_messages`` is called on
+    when it runs. Everything else must be called on the event loop that ran ``start()``;
+    ``send`` before it is held for the link's first dial (``send_to_address`` is dropped,
+    counted). ``on_messages`` is called on
     that loop, once per received frame, in order per link.
     """
 
