@@ -22,6 +22,11 @@ EXPIRED = 7  # TTL reached
 BURIED = 8
 KICKED = 9
 DELETED = 10  # DELJOB / beanstalk delete
+# Schedules (disq/core/schedule/): the tick's job id (TICK_SKIPPED: the key of the last tick
+# dropped), attempt = seconds late (TICK_SKIPPED: ticks dropped), size = the tick (Unix s).
+TICK_FIRED = 11  # a schedule's tick added its job here
+TICK_LATE = 12  # ... more than 2 s after its time (a misfire caught up, or a slow cluster)
+TICK_SKIPPED = 13  # ticks dropped by the misfire policy (SKIP, or past CATCHUP n)
 
 KIND_NAMES = {
     ENQUEUED: "enqueued",
@@ -34,6 +39,9 @@ KIND_NAMES = {
     BURIED: "buried",
     KICKED: "kicked",
     DELETED: "deleted",
+    TICK_FIRED: "tick-fired",
+    TICK_LATE: "tick-late",
+    TICK_SKIPPED: "tick-skipped",
 }
 KIND_BY_NAME = {v: k for k, v in KIND_NAMES.items()}
 

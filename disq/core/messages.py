@@ -268,6 +268,50 @@ class Pause:
     flags: int  # PAUSE_IN | PAUSE_OUT
 
 
+MISFIRE_CATCHUP = 0
+MISFIRE_SKIP = 1
+
+
+@dataclass(slots=True)
+class ScheduleDef:
+    """A recurring job as the cluster keeps it (disq/core/schedule/): one per name, the
+    highest ``(version_ms, version_node)`` wins on every node (an update, a pause, a delete
+    are new versions; a delete is a tombstone). ``repl`` 0, ``retry_s``/``ttl_s`` -1: the
+    add's defaults. ``catchup``: MISFIRE_CATCHUP's bound on ticks fired late."""
+
+    name: str
+    spec: str
+    zone: str
+    queue: str
+    body: bytes
+    repl: int = 0
+    retry_s: int = -1
+    ttl_s: int = -1
+    async_: bool = False
+    misfire: int = MISFIRE_CATCHUP
+    catchup: int = 1
+    paused: bool = False
+    deleted: bool = False
+    version_ms: int = 0
+    version_node: str = ""
+
+
+@dataclass(slots=True)
+class SchedSync:
+    """Schedules between nodes: definitions (``entries``) and the last tick each schedule's
+    job was bound to (entry i: tick_names[i], tick_s[i], tick_jobs[i]), pushed on a change;
+    ``digest`` of the sender's definitions, sent alone now and then (anti-entropy): a
+    receiver whose digest differs answers with all its entries and ``want`` set, and the
+    sender answers that with all of its own."""
+
+    entries: list[ScheduleDef] = field(default_factory=list)
+    tick_names: list[str] = field(default_factory=list)
+    tick_s: list[int] = field(default_factory=list)
+    tick_jobs: list[str] = field(default_factory=list)
+    digest: int = 0
+    want: bool = False
+
+
 MembershipMessage = Ping | Ack | PingReq
 JobMessage = (
     ReplJob
@@ -286,6 +330,7 @@ JobMessage = (
     | IdemKeys
     | KeyVote
     | KeyVotes
+    | SchedSync
 )
 Message = MembershipMessage | JobMessage
 

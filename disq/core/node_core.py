@@ -50,8 +50,11 @@ from disq.core.messages import (
     KeyVote,
     KeyVotes,
     Message,
+    SchedSync,
 )
+from disq.core.schedule.scheduler import Scheduler
 from disq.persistence.cluster_records import to_core_records
+from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
 if TYPE_CHECKING:
     from disq.core.beanstalk.session import Session
@@ -158,6 +161,13 @@ class NodeCore:
         self.new_token: Callable[[], int] = itertools.count(1).__next__
         self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, beanstalk id)
         self._in_flight: Ready | None = None
+        # Recurring schedules ride on the Disque core's keyed adds (disq/core/schedule/).
+        self.scheduler: Scheduler | None = (
+            Scheduler(disque.view, disque, self._next_token) if disque is not None else None
+        )
+
+    def _next_token(self) -> int:
+        return self.new_token()  # the simulator swaps ``new_token`` for its own counter
 
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
@@ -167,6 +177,9 @@ class NodeCore:
                 if isinstance(msg, MEMBERSHIP_TYPES):
                     if membership is not None:
                         membership.on_message(now_ms, sender, msg)
+                elif isinstance(msg, SchedSync):
+                    if self.scheduler is not None:
+                        self.scheduler.on_message(now_ms, sender, msg)
                 elif disque is not None:
                     disque.on_message(now_ms, sender, msg)
             except Exception as exc:
@@ -185,6 +198,8 @@ class NodeCore:
                 membership.on_link_up(now_ms, node_id)
             if disque is not None:
                 disque.peer_link_up(now_ms, node_id)
+            if self.scheduler is not None:
+                self.scheduler.on_link_up(now_ms, node_id)
         except Exception as exc:
             if not self.contain_errors:
                 raise
@@ -198,6 +213,9 @@ class NodeCore:
                 membership.tick(now_ms)
             if disque is not None and 0 <= disque.next_deadline_ms() <= now_ms:
                 disque.tick(now_ms)
+            sched = self.scheduler
+            if sched is not None and 0 <= sched.next_deadline_ms() <= now_ms:
+                sched.tick(now_ms)
         except Exception as exc:
             if not self.contain_errors:
                 raise
@@ -209,7 +227,7 @@ class NodeCore:
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work, or -1 when nothing is scheduled."""
         best = self.beanstalk.next_deadline_ms()
-        for core in (self.disque, self.membership):
+        for core in (self.disque, self.membership, self.scheduler):
             if core is not None:
                 when = core.next_deadline_ms()
                 if when >= 0 and (best < 0 or when < best):
@@ -222,6 +240,8 @@ class NodeCore:
         self.beanstalk.wall_offset_ms = ms
         if self.disque is not None:
             self.disque.wall_offset_ms = ms
+        if self.scheduler is not None:
+            self.scheduler.set_wall_offset(ms)
 
     def cancel(self, token: int) -> None:
         """The client waiting on ``token`` went away."""
@@ -237,6 +257,8 @@ class NodeCore:
         self.beanstalk.persist = on
         if self.disque is not None:
             self.disque.persist = on
+        if self.scheduler is not None:
+            self.scheduler.persist = on
 
     # ------------------------------------------------------------------ the bridge
     def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
@@ -343,6 +365,9 @@ class NodeCore:
             or d.relinks
         ):
             return True
+        sched = self.scheduler
+        if sched is not None and sched.has_output():
+            return True
         m = self.membership
         return m is not None and bool(m.outbox or m.events)
 
@@ -354,6 +379,9 @@ class NodeCore:
         self._settle(now_ms)
         rd = Ready()
         beanstalk, disque, membership = self.beanstalk, self.disque, self.membership
+        sched = self.scheduler
+        if sched is not None and sched.tokens and disque is not None and disque.replies:
+            self._schedule_replies(now_ms, sched, disque)
         # Records: the beanstalk core's first. The Disque core's records of a replicated
         # beanstalk job follow the beanstalk PUT they describe (replay relinks them).
         if beanstalk.aof_out:
@@ -361,6 +389,9 @@ class NodeCore:
         if disque is not None and disque.aof_out:
             rd.aof_records.extend(disque.aof_out)
             disque.aof_out.clear()
+        if sched is not None and sched.aof_out:
+            rd.aof_records.extend(sched.aof_out)
+            sched.aof_out.clear()
         if membership is not None:
             if membership.outbox:
                 self._add_messages(rd, membership.outbox)
@@ -377,6 +408,12 @@ class NodeCore:
                 rd.events.append(disque.events.take())
         if len(beanstalk.events):
             rd.events.append(beanstalk.events.take())
+        if sched is not None:
+            if sched.outbox:
+                self._add_messages(rd, sched.outbox)
+                sched.outbox.clear()
+            if len(sched.events):
+                rd.events.append(sched.events.take())
         if beanstalk.wakeups:
             rd.wakeups, beanstalk.wakeups = beanstalk.wakeups, []
         self._in_flight = rd
@@ -423,6 +460,18 @@ class NodeCore:
                 per_peer[dest] = msgs = []
             msgs.append(batch)
 
+    @staticmethod
+    def _schedule_replies(now_ms: int, sched: Scheduler, disque: DisqueCore) -> None:
+        """The answers to the scheduler's own adds go to it, not to the IO layer."""
+        tokens = sched.tokens
+        keep: list[tuple[int, DeferredResult]] = []
+        for token, result in disque.replies:
+            if token in tokens:
+                sched.on_reply(now_ms, token, result)
+            else:
+                keep.append((token, result))
+        disque.replies = keep
+
     def _route_replies(self, rd: Ready, disque: DisqueCore) -> None:
         replies, disque.replies = disque.replies, []
         bputs = self._bputs
@@ -448,6 +497,9 @@ class NodeCore:
         if self.disque is not None:
             self.disque.restore(now_ms, to_core_records(records))
             jobs += len(self.disque.jobs)
+        if self.scheduler is not None:
+            kinds = SCHEDULE_RECORD_TYPES
+            self.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
         return jobs
 
     def live_bytes(self) -> int:

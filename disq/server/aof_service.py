@@ -331,10 +331,14 @@ class AofService:
         writer.commit_rewrite()
 
     def _disque_snapshot(self) -> bytes:
-        disque = self.runtime.core.disque
+        core = self.runtime.core
+        disque = core.disque
         if disque is None:
             return b""
-        return b"".join(disque.snapshot_records(self.runtime.now_ms()))
+        records = disque.snapshot_records(self.runtime.now_ms())
+        if core.scheduler is not None:
+            records.extend(core.scheduler.snapshot_records())
+        return b"".join(records)
 
     def _start_rewrite(self) -> None:
         """Snapshot records in chunks, one chunk per loop iteration. The writer copies every

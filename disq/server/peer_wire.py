@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from disq.core import messages as m
+from disq.persistence.schedule_records import ScheduleRecordError, decode_def, encode_def
 from disq.proto_gen import cluster_pb2 as pb
 
 __all__ = [
@@ -237,6 +238,16 @@ def _enc_pause(t: pb.Message, x: m.Pause) -> None:
     s.flags = x.flags
 
 
+def _enc_sched_sync(t: pb.Message, x: m.SchedSync) -> None:
+    s = t.sched_sync
+    s.entries.extend([encode_def(d) for d in x.entries])
+    s.tick_names.extend(x.tick_names)
+    s.tick_s.extend(x.tick_s)
+    s.tick_jobs.extend(x.tick_jobs)
+    s.digest = x.digest
+    s.want = x.want
+
+
 _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.Ping: _enc_ping,
     m.Ack: _enc_ack,
@@ -257,6 +268,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.Working: _enc_working,
     m.Pause: _enc_pause,
     m.BeanstalkUpdate: _enc_beanstalk_update,
+    m.SchedSync: _enc_sched_sync,
 }
 
 
@@ -623,6 +635,24 @@ def _dec_pause(t: pb.Message) -> m.Pause:
     return m.Pause(s.queue, s.flags)
 
 
+def _dec_sched_sync(t: pb.Message) -> m.SchedSync:
+    s = t.sched_sync
+    entries = []
+    for raw in s.entries:
+        try:
+            entries.append(decode_def(raw))
+        except ScheduleRecordError:
+            COUNTERS.messages_skipped += 1  # one bad entry, not the whole sync
+    return m.SchedSync(
+        entries,
+        list(s.tick_names),
+        list(s.tick_s),
+        list(s.tick_jobs),
+        s.digest,
+        s.want,
+    )
+
+
 _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "ping": _dec_ping,
     "ack": _dec_ack,
@@ -643,6 +673,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "working": _dec_working,
     "pause": _dec_pause,
     "beanstalk_update": _dec_beanstalk_update,
+    "sched_sync": _dec_sched_sync,
 }
 
 ONEOF_CLASSES: dict[str, type] = {
@@ -665,6 +696,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "idem_keys": m.IdemKeys,
     "key_vote": m.KeyVote,
     "key_votes": m.KeyVotes,
+    "sched_sync": m.SchedSync,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

@@ -148,6 +148,33 @@ ONE_OF_EACH: list[m.Message] = [
     m.ReplJob(
         m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3, beanstalk_id=42)
     ),
+    m.SchedSync(
+        [
+            m.ScheduleDef("nightly", "30 2 * * *", "Europe/Berlin", "reports", b"\x00run"),
+            m.ScheduleDef(
+                "s\u00e9c",
+                "@every 5s",
+                "UTC",
+                "q",
+                b"",
+                repl=2,
+                retry_s=0,
+                ttl_s=60,
+                async_=True,
+                misfire=m.MISFIRE_SKIP,
+                catchup=0,
+                paused=True,
+                deleted=True,
+                version_ms=1_700_000_000_000,
+                version_node="a" * 40,
+            ),
+        ],
+        ["nightly"],
+        [1_700_000_000],
+        ["D-15"],
+        digest=0xFFFFFFFF,
+        want=True,
+    ),
 ]
 
 # Every field at its proto3 default: the oneof must still say which message it is.
@@ -171,6 +198,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.Working(""),
     m.Pause("", 0),
     m.BeanstalkUpdate("", 0, 0),
+    m.SchedSync(),
 ]
 
 

@@ -167,6 +167,14 @@ class IdempotencyMixin(CoreParts):
         hit = self._idem.get((queue, key))
         return hit[0] if hit is not None else None
 
+    def decided_key(self, queue: str, key: str, now_ms: int) -> str:
+        """The job a key is bound to here, done (not tentative), or "" (the scheduler asks
+        before it fires a tick another node may have bound already)."""
+        first = self._known_key(queue, key, now_ms)
+        if first is None or (queue, key) in self._idem_tentative:
+            return ""
+        return first
+
     def _expire_keys(self, now_ms: int) -> None:
         idem = self._idem
         while idem:

@@ -1,0 +1,636 @@
+"""Schedules the cluster keeps: recurring jobs, one job per tick, no scheduler process.
+
+What a schedule is: a name, a spec (spec.py: cron or ``@every``) in a time zone, the queue
+and the body of the job each tick adds, and the add's options. What keeps it:
+
+- **Every node holds every schedule.** A definition is versioned ``(wall ms, node id)``; an
+  add, update, pause, resume or delete is a new version, and the highest wins on every node
+  (last writer wins), so two concurrent updates of one schedule end the same everywhere. A
+  delete is a tombstone, kept a week so that a node that missed it cannot bring the schedule
+  back. A change is pushed to every peer at once (SchedSync); every ``SYNC_MS`` each node
+  sends each reachable peer a digest of its definitions, and two nodes whose digests differ
+  swap their whole tables; a link that comes up gets the whole table. A node that joins late
+  learns everything that way. Definitions and the last bound tick of each schedule are AOF
+  records (SCHEDULE, SCHEDTICK), written before anything that depends on them leaves, and a
+  rewrite keeps them.
+- **One job per tick: the key vote.** A tick's job is a keyed add (idempotency key
+  ``schedule:<name>:<tick as Unix seconds>``), and the Disque core binds a key to one job by
+  a majority vote (disq/core/disque/keyvote.py). So whichever nodes fire a tick, and however
+  many times, the tick has one job; a node that fires a tick already bound gets the bound
+  job's id back and its own job is deleted. This is what makes firing from several nodes
+  safe, and it is also the price: a tick needs a majority, like any keyed add.
+- **Who fires.** One node owns each schedule: the highest rendezvous hash of (name, node)
+  over the live nodes as this node sees them, so ownership moves when the owner dies and
+  every node agrees once their views do. The owner fires at the tick; every other node fires
+  ``GRACE_MS`` later unless it already knows the tick's key bound. So a dead owner costs a
+  tick a second of delay, not the tick, and views that disagree cost a vote, not a job.
+- **Misfires.** A tick more than ``MISFIRE_MS`` overdue (the cluster, or a majority of it, was
+  down at its time) follows the schedule's policy: SKIP drops every such tick and waits for
+  the next one; CATCHUP n fires the last n of them, late, and drops the older ones. Every
+  tick fired here is a TICK_FIRED event (``attempt``: seconds late), a late one also
+  TICK_LATE; dropped ticks are one TICK_SKIPPED event (``attempt``: how many) on the owner.
+- **Ticks never repeat.** The last bound tick of each schedule travels with the syncs and is
+  a SCHEDTICK record, and a node never fires a tick at or before it, nor before the
+  version of the definition (a schedule added or resumed now does not fire its past). So a
+  tick whose key has left the key window (1 h) is not fired again.
+
+Pure, as the other cores: ``now_ms`` is the node clock, ``wall_offset_ms`` turns it into the
+wall clock the ticks are in; the node core routes the add replies back here by token.
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol
+
+from disq.core import events as ev
+from disq.core import ids
+from disq.core.disque.api import DisqueError
+from disq.core.disque.job import STATE_NAMES
+from disq.core.events import EventBuffer
+from disq.core.messages import (
+    MISFIRE_CATCHUP,
+    MISFIRE_SKIP,
+    Message,
+    SchedSync,
+    ScheduleDef,
+)
+from disq.core.schedule.spec import Spec, SpecError
+from disq.persistence.framing import frame
+from disq.persistence.schedule_records import (
+    REC_SCHEDTICK,
+    REC_SCHEDULE,
+    decode_def,
+    decode_tick,
+    encode_def,
+    encode_tick,
+)
+
+GRACE_MS: Final = 1000  # non-owners fire a tick this long after it, if still unbound
+MISFIRE_MS: Final = 5000  # a tick more overdue than this is a misfire (its policy applies)
+LATE_MS: Final = 2000  # a tick fired more than this after its time counts as late
+FIRE_TIMEOUT_MS: Final = 3000  # a tick's add: NOREPL after this, then fired again
+FIRE_RETRY_MS: Final = 300  # after a failed add
+SYNC_MS: Final = 2000  # digest to every reachable peer
+STARTUP_SYNC_MS: Final = 1500  # a node fires nothing before a peer's table, or this long
+TOMBSTONE_KEEP_MS: Final = 7 * 86400 * 1000
+SYNC_CHUNK_BYTES: Final = 1 << 20  # a full table travels in messages of about this size
+
+SCHEDULES_MAX: Final = 10_000
+NAME_MAX_BYTES: Final = 200  # the key schedule:<name>:<tick> stays within 256 bytes
+BODY_MAX_BYTES: Final = 1 << 20
+CATCHUP_MAX: Final = 1000
+UPCOMING_SHOWN: Final = 5
+
+KEY_PREFIX: Final = "schedule:"
+
+if TYPE_CHECKING:
+    from disq.core.disque.core import DisqueCore
+
+
+class ScheduleError(Exception):
+    """A SCHEDULE command failed: ``code`` is the RESP error prefix (ERR)."""
+
+    def __init__(self, message: str, code: str = "ERR") -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message
+
+
+class View(Protocol):
+    @property
+    def my_id(self) -> str: ...
+    def cluster_size(self) -> int: ...
+    def reachable_peers(self) -> list[str]: ...
+    def all_peers(self) -> list[str]: ...
+
+
+def tick_key(name: str, tick_s: int) -> str:
+    return f"{KEY_PREFIX}{name}:{tick_s}"
+
+
+def _owner_hash(name: str, node: str) -> int:
+    return zlib.crc32(f"{name}\0{node}".encode("utf-8", "surrogateescape"))
+
+
+@dataclass(slots=True)
+class _Run:
+    """This node's firing state of one live schedule (not kept: rebuilt at start)."""
+
+    spec: Spec
+    floor_s: int  # ticks at or before it never fire here (version time, skipped ticks)
+    due_ms: int = 0  # node clock: when this schedule next needs a look (0: now)
+    token: int = 0  # the tick's add in flight
+    tick_s: int = 0  # ... and its tick
+    fired_ms: int = 0  # when that add started
+
+
+class Scheduler:
+    """Every schedule of the cluster, and the firing of this node's share of them."""
+
+    def __init__(
+        self,
+        view: View,
+        disque: DisqueCore,
+        new_token: Callable[[], int],
+    ) -> None:
+        self.view = view
+        self.disque = disque  # DisqueCore: add_job, decided_key, jobs
+        self.new_token = new_token
+        self.wall_offset_ms = 0
+        self.persist = False
+        self.aof_out: list[bytes] = []
+        self.outbox: list[tuple[str, Message]] = []
+        self.events = EventBuffer()
+        self.table: dict[str, ScheduleDef] = {}
+        self.last: dict[str, tuple[int, str]] = {}  # name -> (last bound tick, its job)
+        self.runs: dict[str, _Run] = {}
+        self.tokens: dict[int, str] = {}  # token of a tick's add -> schedule name
+        self.last_error: dict[str, str] = {}  # name -> why its last add failed here
+        self.stats: dict[str, int] = {
+            "ticks_fired": 0,
+            "ticks_late": 0,
+            "ticks_skipped": 0,
+            "ticks_bound_elsewhere": 0,
+            "fire_errors": 0,
+            "syncs_sent": 0,
+            "syncs_merged": 0,
+        }
+        self._heap: list[tuple[int, str]] = []  # (due_ms, name), stale entries skipped
+        self._started_ms = -1  # the first tick's time (the cores are built before a clock)
+        self.synced = False
+        self._sync_at_ms = 0
+        self._digest = 0  # 0: stale
+
+    # ------------------------------------------------------------------ clocks
+    def _wall(self, now_ms: int) -> int:
+        return now_ms + self.wall_offset_ms
+
+    def set_wall_offset(self, ms: int) -> None:
+        if ms == self.wall_offset_ms:
+            return
+        self.wall_offset_ms = ms
+        for run in self.runs.values():  # every due time is a wall time: look again now
+            run.due_ms = 0
+        self._rebuild_heap()
+
+    # ------------------------------------------------------------------ commands
+    def add(self, now_ms: int, d: ScheduleDef) -> None:
+        """SCHEDULE ADD: check, version, store, push. Raises ScheduleError, nothing stored."""
+        name_bytes = len(d.name.encode("utf-8", "surrogateescape"))
+        if not d.name or name_bytes > NAME_MAX_BYTES:
+            raise ScheduleError(f"schedule name must be 1 to {NAME_MAX_BYTES} bytes")
+        if len(d.body) > BODY_MAX_BYTES:
+            raise ScheduleError(f"schedule body is longer than {BODY_MAX_BYTES} bytes")
+        if not d.queue:
+            raise ScheduleError("schedule queue name is empty")
+        if not 0 <= d.catchup <= CATCHUP_MAX:
+            raise ScheduleError(f"CATCHUP takes 0 to {CATCHUP_MAX} ticks")
+        try:
+            Spec(d.spec, d.zone)
+        except SpecError as exc:
+            raise ScheduleError(str(exc)) from None
+        self._check_add_options(d)
+        live = sum(1 for x in self.table.values() if not x.deleted)
+        if d.name not in self.table and live >= SCHEDULES_MAX:
+            raise ScheduleError(f"too many schedules (at most {SCHEDULES_MAX})")
+        self._local_change(now_ms, d)
+
+    def _check_add_options(self, d: ScheduleDef) -> None:
+        size = self.view.cluster_size()
+        if d.repl < 0 or d.repl > size:
+            raise ScheduleError(
+                f"REPLICATE {d.repl} is more than the {size} node(s) of the cluster"
+                if d.repl > 0
+                else "REPLICATE must be positive"
+            )
+        if d.ttl_s == 0 or d.ttl_s < -1:
+            raise ScheduleError("TTL must be a positive number of seconds")
+        if d.retry_s < -1:
+            raise ScheduleError("RETRY must be 0 or more seconds")
+        if d.retry_s == 0 and d.repl != 1:
+            raise ScheduleError(
+                "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+            )
+
+    def delete(self, now_ms: int, name: str) -> bool:
+        return self._change(now_ms, name, deleted=True)
+
+    def pause(self, now_ms: int, name: str) -> bool:
+        return self._change(now_ms, name, paused=True)
+
+    def resume(self, now_ms: int, name: str) -> bool:
+        return self._change(now_ms, name, paused=False)
+
+    def _change(self, now_ms: int, name: str, **fields: bool) -> bool:
+        cur = self.table.get(name)
+        if cur is None or cur.deleted:
+            return False
+        d = ScheduleDef(
+            cur.name,
+            cur.spec,
+            cur.zone,
+            cur.queue,
+            cur.body,
+            cur.repl,
+            cur.retry_s,
+            cur.ttl_s,
+            cur.async_,
+            cur.misfire,
+            cur.catchup,
+            fields.get("paused", cur.paused),
+            fields.get("deleted", False),
+        )
+        self._local_change(now_ms, d)
+        return True
+
+    def _local_change(self, now_ms: int, d: ScheduleDef) -> None:
+        cur = self.table.get(d.name)
+        d.version_ms = self._wall(now_ms)
+        if cur is not None and d.version_ms <= cur.version_ms:
+            d.version_ms = cur.version_ms + 1  # a later change here is always a newer version
+        d.version_node = self.view.my_id
+        self._apply(now_ms, d)
+        for peer in self.view.all_peers():
+            self.outbox.append((peer, SchedSync(entries=[d])))
+        self.stats["syncs_sent"] += len(self.view.all_peers())
+
+    def names(self) -> list[str]:
+        return sorted(n for n, d in self.table.items() if not d.deleted)
+
+    def get(self, name: str) -> ScheduleDef | None:
+        d = self.table.get(name)
+        return None if d is None or d.deleted else d
+
+    def upcoming(self, name: str, now_ms: int, count: int = UPCOMING_SHOWN) -> list[int]:
+        """The next ticks (Unix s) that will fire (none while paused)."""
+        d = self.get(name)
+        run = self.runs.get(name)
+        if d is None or run is None or d.paused:
+            return []
+        after = max(self._after(name, run), self._wall(now_ms) // 1000 - 1)
+        return run.spec.ticks_between(after, 1 << 40, count)
+
+    def owner(self, name: str) -> str:
+        live = [self.view.my_id, *self.view.reachable_peers()]
+        return max(live, key=lambda node: (_owner_hash(name, node), node))
+
+    # ------------------------------------------------------------------ the table
+    def _apply(self, now_ms: int, d: ScheduleDef) -> bool:
+        """Take ``d`` if it is newer than what is held; log it. True: taken."""
+        cur = self.table.get(d.name)
+        if cur is not None and (cur.version_ms, cur.version_node) >= (
+            d.version_ms,
+            d.version_node,
+        ):
+            return False
+        self.table[d.name] = d
+        self._digest = 0
+        if self.persist:
+            self.aof_out.append(frame(REC_SCHEDULE, encode_def(d)))
+        self._reset_run(d)
+        return True
+
+    def _reset_run(self, d: ScheduleDef) -> None:
+        old = self.runs.pop(d.name, None)
+        if old is not None and old.token:
+            self.tokens.pop(old.token, None)  # its reply is ignored; the tick's key holds
+        if d.deleted:
+            return
+        try:
+            spec = Spec(d.spec, d.zone)
+        except SpecError:
+            return  # a peer's zone this node's tzdata lacks: held and synced, not fired
+        # A definition fires only ticks after its version: adding, updating or resuming a
+        # schedule does not fire its past.
+        floor = d.version_ms // 1000
+        if old is not None and old.floor_s > floor:
+            floor = old.floor_s
+        run = _Run(spec, floor)
+        self.runs[d.name] = run
+        heapq.heappush(self._heap, (0, d.name))
+
+    def digest(self) -> int:
+        if not self._digest:
+            acc = 1
+            for name in sorted(self.table):
+                d = self.table[name]
+                acc = zlib.crc32(f"{name}\0{d.version_ms}\0{d.version_node}".encode(), acc)
+            self._digest = acc or 1
+        return self._digest
+
+    def _bind(self, now_ms: int, name: str, tick_s: int, job_id: str, push: bool) -> bool:
+        """Tick ``tick_s`` of ``name`` is bound to ``job_id``. True: a newer last tick."""
+        cur = self.last.get(name)
+        if cur is not None and cur[0] >= tick_s:
+            return False
+        self.last[name] = (tick_s, job_id)
+        self.last_error.pop(name, None)
+        if self.persist:
+            self.aof_out.append(frame(REC_SCHEDTICK, encode_tick(name, tick_s, job_id)))
+        if push:
+            msg = SchedSync(tick_names=[name], tick_s=[tick_s], tick_jobs=[job_id])
+            for peer in self.view.reachable_peers():
+                self.outbox.append((peer, msg))
+        run = self.runs.get(name)
+        if run is not None:
+            run.due_ms = 0
+            heapq.heappush(self._heap, (0, name))
+        return True
+
+    # ------------------------------------------------------------------ peers
+    def on_message(self, now_ms: int, sender: str, msg: SchedSync) -> None:
+        took = False
+        for d in msg.entries:
+            if d.name and self._apply(now_ms, d):
+                took = True
+        for name, tick_s, job_id in zip(msg.tick_names, msg.tick_s, msg.tick_jobs, strict=False):
+            if self._bind(now_ms, name, tick_s, job_id, push=False):
+                took = True
+        if msg.entries or msg.tick_names or msg.want:
+            self.synced = True
+        if took:
+            self.stats["syncs_merged"] += 1
+        if msg.want:
+            self._send_all(sender, want=False)
+        elif msg.digest and not msg.entries and msg.digest != self.digest():
+            self._send_all(sender, want=True)
+        elif msg.digest and not msg.entries:
+            self.synced = True  # the same table: nothing to learn from this peer
+
+    def on_link_up(self, now_ms: int, peer: str) -> None:
+        """A link came up (a node joined or came back): it gets the whole table."""
+        self._send_all(peer, want=False)
+
+    def _send_all(self, peer: str, want: bool) -> None:
+        entries = list(self.table.values())
+        names = list(self.last)
+        chunk: list[ScheduleDef] = []
+        size = 0
+        first = True
+        for d in entries:
+            chunk.append(d)
+            size += len(d.body) + len(d.spec) + len(d.name) + 64
+            if size >= SYNC_CHUNK_BYTES:
+                self.outbox.append((peer, SchedSync(entries=chunk, want=want and first)))
+                first = False
+                chunk, size = [], 0
+        self.outbox.append(
+            (
+                peer,
+                SchedSync(
+                    entries=chunk,
+                    tick_names=names,
+                    tick_s=[self.last[n][0] for n in names],
+                    tick_jobs=[self.last[n][1] for n in names],
+                    want=want and first,
+                    # An empty table still says so: the peer then knows it is in sync.
+                    digest=self.digest() if not chunk and not names else 0,
+                ),
+            )
+        )
+        self.stats["syncs_sent"] += 1
+
+    # ------------------------------------------------------------------ time
+    def next_deadline_ms(self) -> int:
+        if not self.table:
+            # Nothing to fire or to compare: a peer with schedules probes this node, and its
+            # empty answer brings them all.
+            return -1
+        heap = self._heap
+        while heap:
+            due, name = heap[0]
+            run = self.runs.get(name)
+            if run is None or run.due_ms != due:
+                heapq.heappop(heap)
+                continue
+            return min(due, self._sync_at_ms)
+        return self._sync_at_ms
+
+    def tick(self, now_ms: int) -> None:
+        if self._started_ms < 0:
+            self._started_ms = now_ms
+            self._sync_at_ms = now_ms + SYNC_MS
+        if now_ms >= self._sync_at_ms:
+            self._sync_at_ms = now_ms + SYNC_MS
+            peers = self.view.reachable_peers()
+            if peers:
+                digest = self.digest()
+                for peer in peers:
+                    self.outbox.append((peer, SchedSync(digest=digest)))
+            self._prune(now_ms)
+        if not self.synced:
+            if self.view.cluster_size() <= 1 or now_ms - self._started_ms >= STARTUP_SYNC_MS:
+                self.synced = True
+            else:
+                return
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            due, name = heapq.heappop(heap)
+            run = self.runs.get(name)
+            if run is None or run.due_ms != due:
+                continue
+            run.due_ms = self._look(now_ms, name, run)
+            if run.due_ms >= 0:
+                heapq.heappush(heap, (run.due_ms, name))
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(r.due_ms, n) for n, r in self.runs.items() if r.due_ms >= 0]
+        heapq.heapify(self._heap)
+
+    def _after(self, name: str, run: _Run) -> int:
+        last = self.last.get(name)
+        return max(run.floor_s, last[0] if last is not None else 0)
+
+    def _look(self, now_ms: int, name: str, run: _Run) -> int:
+        """Fire what is due of one schedule; when to look again (node clock; -1: never,
+        until something changes)."""
+        d = self.table.get(name)
+        if d is None or d.deleted or d.paused:
+            return -1
+        if run.token:
+            # In flight: its reply brings us back; its timeout (the add's) bounds that.
+            return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
+        wall = self._wall(now_ms)
+        spec = run.spec
+        for _ in range(64):  # ticks bound elsewhere are stepped over here, a few per look
+            after = self._after(name, run)
+            tick = spec.next_after(after)
+            if tick is None:
+                return -1
+            mine = self.owner(name) == self.view.my_id
+            fire_at = tick * 1000 + (0 if mine else GRACE_MS)
+            if wall < fire_at:
+                return fire_at - self.wall_offset_ms
+            key = tick_key(name, tick)
+            bound = self.disque.decided_key(d.queue, key, now_ms)
+            if bound:
+                self._bind(now_ms, name, tick, bound, push=False)
+                self.stats["ticks_bound_elsewhere"] += 1
+                continue
+            if wall - tick * 1000 > MISFIRE_MS and self._misfire(now_ms, name, d, run, after):
+                continue  # skipped some: look at what is left
+            if not self._fire(now_ms, name, d, run, tick):
+                return now_ms + FIRE_RETRY_MS  # refused (NOREPL, PAUSED, OOM...): again soon
+            if run.token:
+                return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
+            # Bound at once (a single node, or a key known here): the next tick.
+        return now_ms
+
+    def _misfire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, after: int) -> bool:
+        """Ticks after ``after`` more than MISFIRE_MS overdue: apply the policy. True: the
+        floor moved (some were skipped)."""
+        spec = run.spec
+        edge_ms = self._wall(now_ms) - MISFIRE_MS
+        last_missed = spec.prev_at_or_before((edge_ms - 1) // 1000)
+        if last_missed is None or last_missed <= after:
+            return False
+        keep: list[int] = []
+        if d.misfire == MISFIRE_CATCHUP and d.catchup > 0:
+            t: int | None = last_missed
+            while t is not None and t > after and len(keep) < d.catchup:
+                keep.append(t)
+                t = spec.prev_at_or_before(t - 1)
+            keep.reverse()
+            skip_to = spec.prev_at_or_before(keep[0] - 1)
+        else:
+            skip_to = last_missed
+        if skip_to is None or skip_to <= after:
+            return False
+        count = spec.count_between(after, skip_to)
+        run.floor_s = skip_to
+        if self.owner(name) == self.view.my_id:
+            self.stats["ticks_skipped"] += count
+            self.events.add(ev.TICK_SKIPPED, now_ms, d.queue, tick_key(name, skip_to), count, 0)
+        return True
+
+    def _fire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, tick: int) -> bool:
+        """Add the tick's job. False: refused now (tried again after FIRE_RETRY_MS)."""
+        token = self.new_token()
+        try:
+            res = self.disque.add_job(
+                now_ms,
+                token,
+                d.queue,
+                d.body,
+                timeout_ms=FIRE_TIMEOUT_MS,
+                repl=d.repl or None,
+                retry_s=None if d.retry_s < 0 else d.retry_s,
+                ttl_s=None if d.ttl_s < 0 else d.ttl_s,
+                async_=d.async_,
+                idem_key=tick_key(name, tick),
+            )
+        except DisqueError as exc:  # NOREPL, PAUSED, OOM, LEAVING, MAXLEN...
+            self.stats["fire_errors"] += 1
+            self.last_error[name] = str(exc)
+            return False
+        if isinstance(res, str):
+            self._fired(now_ms, name, tick, res, now_ms)
+            return True
+        run.token, run.tick_s, run.fired_ms = token, tick, now_ms
+        self.tokens[token] = name
+        return True
+
+    def on_reply(self, now_ms: int, token: int, result: object) -> None:
+        """The Disque core answered a tick's add: the bound job's id, or an error."""
+        name = self.tokens.pop(token, None)
+        run = self.runs.get(name) if name is not None else None
+        if name is None or run is None or run.token != token:
+            return
+        run.token = 0
+        if isinstance(result, str):
+            self._fired(now_ms, name, run.tick_s, result, run.fired_ms)
+        else:
+            self.stats["fire_errors"] += 1
+            self.last_error[name] = str(result)
+            run.due_ms = now_ms + FIRE_RETRY_MS
+            heapq.heappush(self._heap, (run.due_ms, name))
+
+    def _fired(self, now_ms: int, name: str, tick: int, job_id: str, started_ms: int) -> None:
+        mine = ids.node_prefix(job_id) == self.view.my_id[:8]
+        self._bind(now_ms, name, tick, job_id, push=True)
+        if not mine:
+            self.stats["ticks_bound_elsewhere"] += 1
+            return
+        d = self.table.get(name)
+        queue = d.queue if d is not None else ""
+        late_ms = max(0, self._wall(started_ms) - tick * 1000)
+        self.stats["ticks_fired"] += 1
+        self.events.add(ev.TICK_FIRED, now_ms, queue, job_id, late_ms // 1000, tick)
+        if late_ms > LATE_MS:
+            self.stats["ticks_late"] += 1
+            self.events.add(ev.TICK_LATE, now_ms, queue, job_id, late_ms // 1000, tick)
+
+    def cancel_all(self) -> None:
+        self.tokens.clear()
+        for run in self.runs.values():
+            run.token = 0
+
+    def _prune(self, now_ms: int) -> None:
+        edge = self._wall(now_ms) - TOMBSTONE_KEEP_MS
+        gone = [n for n, d in self.table.items() if d.deleted and d.version_ms < edge]
+        for n in gone:
+            del self.table[n]
+            self.last.pop(n, None)
+        if gone:
+            self._digest = 0
+
+    # ------------------------------------------------------------------ persistence
+    def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
+        if self._started_ms < 0:
+            self._started_ms = now_ms
+            self._sync_at_ms = now_ms + SYNC_MS
+        persist, self.persist = self.persist, False
+        for rtype, payload in records:
+            if rtype == REC_SCHEDULE:
+                self._apply(now_ms, decode_def(payload))
+            elif rtype == REC_SCHEDTICK:
+                name, tick, job_id = decode_tick(payload)
+                self._bind(now_ms, name, tick, job_id, push=False)
+        self.persist = persist
+
+    def snapshot_records(self) -> list[bytes]:
+        out = [frame(REC_SCHEDULE, encode_def(d)) for d in self.table.values()]
+        out.extend(
+            frame(REC_SCHEDTICK, encode_tick(n, tick, job)) for n, (tick, job) in self.last.items()
+        )
+        return out
+
+    def has_output(self) -> bool:
+        return bool(self.aof_out or self.outbox or len(self.events))
+
+    # ------------------------------------------------------------------ introspection
+    def describe(self, name: str, now_ms: int) -> list[tuple[str, object]] | None:
+        """SCHEDULE SHOW's fields, in order."""
+        d = self.get(name)
+        if d is None:
+            return None
+        last = self.last.get(name)
+        last_job = last[1] if last is not None else ""
+        state = ""
+        if last_job:
+            j = self.disque.jobs.get(last_job)
+            state = STATE_NAMES[j.state] if j is not None else "gone"
+        return [
+            ("name", d.name),
+            ("spec", d.spec),
+            ("tz", d.zone),
+            ("queue", d.queue),
+            ("body", d.body),
+            ("replicate", d.repl),
+            ("retry", d.retry_s),
+            ("ttl", d.ttl_s),
+            ("async", int(d.async_)),
+            ("misfire", "skip" if d.misfire == MISFIRE_SKIP else f"catchup {d.catchup}"),
+            ("paused", int(d.paused)),
+            ("next", list(self.upcoming(name, now_ms))),
+            ("last-tick", last[0] if last is not None else 0),
+            ("last-job-id", last_job),
+            ("last-job-state", state),
+            ("last-error", self.last_error.get(name, "")),
+            ("owner", self.owner(name)),
+            ("version", f"{d.version_ms}-{d.version_node}"),
+        ]
