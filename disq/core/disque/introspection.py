@@ -41,6 +41,10 @@ class IntrospectionMixin(CoreParts):
             ("next-awake-within", awake),
             ("body", j.body if j.state != ACKED or j.body else None),
         ]
+        if j.idem_key:
+            # disq's addition, only for a keyed job: its key (a schedule's tick job carries
+            # schedule:<name>:<tick>, which tells the ticks apart).
+            pairs.append(("idempotency-key", j.idem_key))
         if j.flags & BEANSTALK_ORIGIN:
             # disq's addition, only for jobs put through a beanstalk door: the state the
             # owner last reported, which a takeover restores.
