@@ -620,9 +620,10 @@ class Scheduler:
             ("tz", d.zone),
             ("queue", d.queue),
             ("body", d.body),
-            ("replicate", d.repl),
-            ("retry", d.retry_s),
-            ("ttl", d.ttl_s),
+            # None: the add's default (REPLICATE min(3, nodes), RETRY TTL/10, TTL 1 day).
+            ("replicate", d.repl or None),
+            ("retry", None if d.retry_s < 0 else d.retry_s),
+            ("ttl", None if d.ttl_s < 0 else d.ttl_s),
             ("async", int(d.async_)),
             ("misfire", "skip" if d.misfire == MISFIRE_SKIP else f"catchup {d.catchup}"),
             ("paused", int(d.paused)),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from disq.core.disque.core import DisqueCore
+    from disq.core.schedule.scheduler import Scheduler
 
 DISQUE_VERSION = "1.0-rc1"  # the Disque release whose protocol the RESP port speaks
 
@@ -126,6 +127,11 @@ class NodeApi(Protocol):
     @property
     def core(self) -> DisqueCore:
         """The job core. Its ``view`` gives this node's id (HELLO, CLUSTER MYID)."""
+        ...
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The recurring schedules (SCHEDULE); None on a node without its cluster core."""
         ...
 
     @property

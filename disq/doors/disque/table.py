@@ -33,6 +33,7 @@ from disq.doors.disque.replies import (
     _err,
     _err_arg,
 )
+from disq.doors.disque.schedules import _schedule
 from disq.doors.disque.server import (
     _auth,
     _bgrewriteaof,
@@ -203,6 +204,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("dequeue", _ids_command(DisqueCore.dequeue), -1, "wF"),
         CommandSpec("working", _working, 2, "wF"),
         CommandSpec("pause", _pause, -3, "rF"),
+        CommandSpec("schedule", _schedule, -2, "w"),  # disq's: recurring jobs
         # Not in Disque: Redis commands that Redis clients send.
         CommandSpec("echo", _echo, 2, "rF"),
         CommandSpec("select", _select, 2, "rlF"),
