@@ -166,6 +166,16 @@ class NodeCore:
             Scheduler(disque.view, disque, self._next_token) if disque is not None else None
         )
 
+    def attach_cluster(self, disque: DisqueCore, membership: Membership | None) -> None:
+        """The node's cluster half, built after the node core (the server attaches it once
+        its view and AOF are known): the Disque core, membership and the scheduler."""
+        self.disque = disque
+        self.membership = membership
+        sched = Scheduler(disque.view, disque, self._next_token)
+        sched.persist = disque.persist
+        sched.wall_offset_ms = disque.wall_offset_ms
+        self.scheduler = sched
+
     def _next_token(self) -> int:
         return self.new_token()  # the simulator swaps ``new_token`` for its own counter
 

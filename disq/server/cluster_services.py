@@ -108,9 +108,8 @@ class ClusterServices:
         self.disque.max_memory_bytes = runtime.config.limits.max_memory_bytes
         self.disque.persist = runtime.aof.writer is not None  # the AOF turns it on when open
         core = runtime.core
-        core.disque = self.disque
         self.disque.wall_offset_ms = core.beanstalk.wall_offset_ms  # the node's (clock.py)
-        core.membership = membership
+        core.attach_cluster(self.disque, membership)
         core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
         runtime.replicator = core
         core.beanstalk_repl_timeout_ms = settings.beanstalk_repl_timeout_ms
