@@ -172,8 +172,9 @@ def iso_utc(unix_s: float) -> str:
 
 
 def fmt_relative(delta_s: float) -> str:
-    """``in 42s``, ``3m05s ago``, ``now`` (``delta_s``: the time minus now)."""
-    d = int(delta_s)
+    """``in 42s``, ``3m05s ago``, ``now`` (``delta_s``: the time minus now, to the nearest
+    second)."""
+    d = round(delta_s)
     if d == 0:
         return "now"
     return f"in {fmt_age(d)}" if d > 0 else f"{fmt_age(-d)} ago"
