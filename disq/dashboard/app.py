@@ -2,9 +2,10 @@
 
 Pages (GET, HTML from the Jinja2 templates, autoescaped): ``/dashboard/`` (cluster),
 ``/dashboard/queues``, ``/dashboard/queue?name=Q[&node=N&state=S&cursor=C]``,
-``/dashboard/job?id=ID``, ``/dashboard/dead``; ``/dashboard/login`` (GET, POST),
-``/dashboard/logout`` (POST). Live data: ``/dashboard/api/queues`` (JSON, with the charts'
-history) and ``/dashboard/stream`` (server-sent events, one sample every two seconds).
+``/dashboard/job?id=ID``, ``/dashboard/dead``, ``/dashboard/schedules``; ``/dashboard/login``
+(GET, POST), ``/dashboard/logout`` (POST). Live data: ``/dashboard/api/queues`` (JSON, with
+the charts' history) and ``/dashboard/stream`` (server-sent events, one sample every two
+seconds).
 Actions: ``POST /dashboard/action`` (``action`` = pause, requeue, requeue_all, delete,
 delete_all, kick, leaving), each with the CSRF token, each answered first with a confirmation
 page and done only when that page's form comes back with ``confirm=yes``; each logged
@@ -36,6 +37,7 @@ from disq.dashboard.render import (
     dead_letter_origin,
     fmt_age,
     is_job_id,
+    iso_utc,
     render_body,
     sparkline_points,
 )
@@ -104,6 +106,7 @@ class Dashboard:
         r.add_get(PREFIX + "/queue", self._queue)
         r.add_get(PREFIX + "/job", self._job)
         r.add_get(PREFIX + "/dead", self._dead)
+        r.add_get(PREFIX + "/schedules", self._schedules)
         r.add_get(PREFIX + "/login", self._login_form)
         r.add_post(PREFIX + "/login", self._login)
         r.add_post(PREFIX + "/logout", self._logout)
@@ -322,6 +325,15 @@ class Dashboard:
             jobs = await self.gather.dead_letter_jobs(name, PAGE_DEFAULT)
             groups.append({"name": name, "origin": origin, "jobs": jobs})
         return self._render(request, "dead.html", session=s, page="dead", groups=groups)
+
+    async def _schedules(self, request: web.Request) -> web.Response:
+        s = self._viewer(request)
+        got = await self.gather.schedules()
+        rows, total = got if got is not None else ([], 0)
+        return self._render(
+            request, "schedules.html", session=s, page="schedules", schedules=rows,
+            total=total, has_scheduler=got is not None, now_iso=iso_utc(self.host.wall_ms() / 1000),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ live data
     async def _api_queues(self, request: web.Request) -> web.Response:

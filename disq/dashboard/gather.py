@@ -12,13 +12,19 @@ the node's own state in the process (its Disque core's queues), never through it
 port: a sample then costs a few attribute reads per queue instead of a round of RPCs that
 would compete with the node's clients.
 
+Schedules (:meth:`Gatherer.schedules`) are read from this node's scheduler in the process too:
+every node holds every schedule. Only the state of a schedule's last job, when this node holds
+no copy of it, is asked of the node that created it (SHOW through the SDK).
+
 Every fan-out is bounded: :data:`MAX_NODES` nodes, :data:`MAX_QUEUES` queues sampled per node,
-:data:`MAX_EVENTS_SCANNED` events read per node for a timeline, :data:`PAGE_MAX` jobs a page.
+:data:`MAX_EVENTS_SCANNED` events read per node for a timeline, :data:`PAGE_MAX` jobs a page,
+:data:`MAX_SCHEDULES` schedules a page, :data:`MAX_JOB_LOOKUPS` last jobs asked elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,7 +36,7 @@ import structlog
 from disq.client.aio import AsyncClient
 from disq.client.errors import DisqError
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT
-from disq.dashboard.render import TimelineEvent, merge_timeline
+from disq.dashboard.render import ScheduleRow, TimelineEvent, merge_timeline, schedule_row
 from disq.doors.disque import info_dict, queue_bytes
 from disq.proto_gen import api_pb2
 
@@ -47,6 +53,8 @@ PAGE_DEFAULT = 50
 PAGE_MAX = 200
 MAX_BULK = 1000  # jobs one "requeue all" / "delete all" acts on
 CALL_TIMEOUT_S = 2.0
+MAX_SCHEDULES = 500  # schedules listed (by name; the page says when there are more)
+MAX_JOB_LOOKUPS = 50  # last jobs of schedules whose state is asked of another node
 JOB_STATES = ("wait-repl", "active", "queued", "acked")
 
 _STATE_NAMES = {ALIVE: "ok", SUSPECT: "suspect", DEAD: "failing", LEFT: "left"}
@@ -265,6 +273,46 @@ class Gatherer:
                 }
             )
         return out, len(queues)
+
+    async def schedules(self, cap: int = MAX_SCHEDULES) -> tuple[list[ScheduleRow], int] | None:
+        """Every schedule (the first ``cap`` by name) and how many there are, from this node's
+        scheduler; None on a node without one (no cluster core). A last job this node holds
+        no copy of gets its state from the node that created it (its id says which)."""
+        sched = self.host.core.scheduler
+        if sched is None:
+            return None
+        now_ms = self.host.now_ms()
+        now_s = self.host.wall_ms() / 1000
+        me = self.self_id()
+        names = sched.names()
+        rows = []
+        for name in names[:cap]:
+            fields = sched.describe(name, now_ms)
+            if fields is not None:
+                rows.append(schedule_row(fields, now_s, me[:8]))
+        elsewhere = [
+            i
+            for i, r in enumerate(rows)
+            if r.last_job_state == "gone" and r.last_job_id[2:10] != me[:8]
+        ][:MAX_JOB_LOOKUPS]
+        if elsewhere:
+            found = await asyncio.gather(*(self._job_state(rows[i].last_job_id) for i in elsewhere))
+            for i, (state, node) in zip(elsewhere, found, strict=True):
+                rows[i] = dataclasses.replace(rows[i], last_job_state=state, last_job_node=node)
+        return rows, len(names)
+
+    async def _job_state(self, job_id: str) -> tuple[str, str]:
+        """The job's state on the node that created it, and that node's short id: ``gone``
+        when it no longer holds the job, ``unknown`` when it cannot be asked."""
+        creator = self.member(job_id[2:10])
+        if creator is None or creator.state not in ("ok", "suspect", "leaving"):
+            return "unknown", job_id[2:10]
+        try:
+            info = await self.client(creator.addr).show(job_id)
+        except (DisqError, OSError, TimeoutError) as exc:
+            _log.debug("dashboard_job_state_failed", job=job_id, error=str(exc))
+            return "unknown", creator.short
+        return ("gone" if info is None else str(info["state"])), creator.short
 
     async def _info(self, node: NodeView) -> dict[str, str]:
         """INFO of a node: this node's read in the process, the others' through the SDK."""

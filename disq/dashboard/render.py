@@ -1,6 +1,6 @@
 """Pure helpers of the dashboard: how a body is shown, how a job's timeline is merged from the
-event logs of several nodes, dead-letter queue names, ages. No IO; unit-tested on their own
-(tests/unit/test_dashboard.py).
+event logs of several nodes, dead-letter queue names, ages, a schedule's row. No IO;
+unit-tested on their own (tests/unit/test_dashboard.py).
 
 Nothing here escapes HTML: the templates do (Jinja2 with autoescaping on), so every string
 these helpers return is plain text, whatever bytes it came from.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 # A body is shown up to this many bytes; the page says how many more there were.
@@ -162,4 +163,85 @@ def sparkline_points(values: Sequence[float], width: int = 120, height: int = 24
     step = width / max(1, n - 1)
     return " ".join(
         f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
+    )
+
+
+def iso_utc(unix_s: float) -> str:
+    """``2026-05-01T12:00:00Z``."""
+    return datetime.fromtimestamp(int(unix_s), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fmt_relative(delta_s: float) -> str:
+    """``in 42s``, ``3m05s ago``, ``now`` (``delta_s``: the time minus now, to the nearest
+    second)."""
+    d = round(delta_s)
+    if d == 0:
+        return "now"
+    return f"in {fmt_age(d)}" if d > 0 else f"{fmt_age(-d)} ago"
+
+
+def plain(value: object) -> str:
+    """Text of a name or queue from the core (``str`` that may hold surrogate escapes of bytes
+    that were not UTF-8, or bytes): valid UTF-8, undecodable bytes as U+FFFD."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """One schedule as the Schedules page shows it. Times are Unix seconds (None: none yet),
+    with their UTC ISO form and their distance from the page's now; ``last_job_state`` is
+    the job's state (``queued``, ``active``, ``acked``, ``wait-repl``), ``gone`` when no node
+    asked holds it, "" before the first tick; ``last_job_node``: the node that said so."""
+
+    name: str
+    spec: str
+    zone: str
+    queue: str
+    paused: bool
+    misfire: str
+    next_s: int | None
+    next_iso: str
+    next_rel: str
+    later_iso: tuple[str, ...]  # the ticks after the next one
+    last_tick_s: int | None
+    last_tick_iso: str
+    last_tick_rel: str
+    last_job_id: str
+    last_job_state: str
+    last_job_node: str
+    owner: str
+    last_error: str
+
+
+def schedule_row(fields: Sequence[tuple[str, object]], now_s: float, node: str = "") -> ScheduleRow:
+    """A row from the Scheduler's ``describe`` (SCHEDULE SHOW's field/value pairs) read at
+    ``now_s`` (wall clock, Unix s) on ``node`` (whose view the job state is)."""
+    f = dict(fields)
+    got = f.get("next")
+    upcoming = [int(t) for t in got] if isinstance(got, list | tuple) else []
+    nxt = upcoming[0] if upcoming else None
+    got = f.get("last-tick")
+    last = int(got) if isinstance(got, int) and got > 0 else None
+    job = plain(f.get("last-job-id") or "")
+    return ScheduleRow(
+        name=plain(f.get("name", "")),
+        spec=plain(f.get("spec", "")),
+        zone=plain(f.get("tz", "")),
+        queue=plain(f.get("queue", "")),
+        paused=bool(f.get("paused")),
+        misfire=plain(f.get("misfire", "")),
+        next_s=nxt,
+        next_iso=iso_utc(nxt) if nxt is not None else "",
+        next_rel=fmt_relative(nxt - now_s) if nxt is not None else "",
+        later_iso=tuple(iso_utc(t) for t in upcoming[1:]),
+        last_tick_s=last,
+        last_tick_iso=iso_utc(last) if last is not None else "",
+        last_tick_rel=fmt_relative(last - now_s) if last is not None else "",
+        last_job_id=job,
+        last_job_state=plain(f.get("last-job-state") or ""),
+        last_job_node=node if job else "",
+        owner=plain(f.get("owner", "")),
+        last_error=plain(f.get("last-error") or ""),
     )

@@ -4,8 +4,9 @@ Nothing here runs on a hot path but :meth:`NodeMetrics.on_events` (once per flus
 lifecycle events the runtime drains into the event log anyway) and
 :meth:`LatencyHistogram.observe` (one ``bisect`` and one increment of a plain list of ints).
 No prometheus_client object is touched before a scrape: :class:`NodeCollector` turns the
-counters the node already keeps (DisqueCore.stats, queue lengths, PeerLinks.stats(), the AOF
-writer, RespStats, beanstalk tube counters) into metric families when ``/metrics`` is read.
+counters the node already keeps (DisqueCore.stats, Scheduler.stats, queue lengths,
+PeerLinks.stats(), the AOF writer, RespStats, beanstalk tube counters) into metric families
+when ``/metrics`` is read.
 
 The metric names, types and labels are listed in docs/metrics.md.
 """
@@ -200,6 +201,8 @@ class NodeCollector(Collector):
         yield from self._beanstalk()
         yield from self._aof()
         yield from self._latencies()
+        if self.host.core.scheduler is not None:
+            yield from self._schedules()
         if self.host.cluster is not None:
             yield from self._cluster()
 
@@ -336,6 +339,25 @@ class NodeCollector(Collector):
             "Time from a job's creation to this node taking its copy (replica side).",
         )
         yield m.fsync.family("disq_aof_fsync_seconds", "Duration of AOF fsyncs.")
+
+    # ------------------------------------------------------------------ schedules
+    def _schedules(self) -> Iterator[Metric]:
+        sched = self.host.core.scheduler
+        assert sched is not None
+        st = sched.stats
+        for key, doc in (
+            ("ticks_fired", "Schedule ticks this node fired whose job it got bound."),
+            ("ticks_late", "Of the ticks fired here, those fired more than 2 s after their time."),
+            ("ticks_skipped", "Misfired ticks dropped here (policy SKIP, or CATCHUP's older)."),
+            ("fire_errors", "Adds of a tick's job that failed here (fired again later)."),
+        ):
+            name = "disq_schedule_" + key
+            yield CounterMetricFamily(name, doc, value=st.get(key, 0))
+        yield GaugeMetricFamily(
+            "disq_schedules",
+            "Schedules the cluster keeps, as this node holds them (deleted ones not counted).",
+            value=len(sched.names()),
+        )
 
     # ------------------------------------------------------------------ cluster half
     def _cluster(self) -> Iterator[Metric]:

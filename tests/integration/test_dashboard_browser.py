@@ -1,10 +1,10 @@
 """The dashboard in a real browser: headless Chromium (Debian's chromium and chromium-driver,
 installed by scripts/ensure_chromium.sh) driven by Selenium against a real 3-node cluster.
 
-Logs in, sees the three nodes, watches a queue's depth and chart move without a reload, reads
-a job's timeline with events from more than one node, requeues a job the worker dead-lettered,
-pauses a queue and sees adds refused. Every wait is a WebDriverWait on a condition; each page
-is saved to docs/screenshots/ under a fixed name.
+Logs in, sees the three nodes, opens the Schedules page from the nav, watches a queue's depth
+and chart move without a reload, reads a job's timeline with events from more than one node,
+requeues a job the worker dead-lettered, pauses a queue and sees adds refused. Every wait is a
+WebDriverWait on a condition; each page is saved to docs/screenshots/ under a fixed name.
 """
 
 from __future__ import annotations
@@ -122,6 +122,10 @@ def test_dashboard_in_a_browser(server_factory: ServerFactory, driver: Any) -> N
 
         wait(driver, three_ok, "three nodes, all ok")
         shot(driver, "cluster")
+
+        # -- schedules: linked from the nav; none yet
+        driver.find_element(By.ID, "nav-schedules").click()
+        wait(driver, lambda d: d.find_elements(By.ID, "no-schedules"), "the Schedules page")
 
         # -- queues: depth and chart move live, the page is not reloaded
         client.add_job("orders", "first", replicate=3)

@@ -1,16 +1,21 @@
-"""The dashboard's pure helpers: body rendering, timeline merge, sessions and CSRF tokens."""
+"""The dashboard's pure helpers: body rendering, timeline merge, sessions and CSRF tokens; the
+Schedules page gathered from an in-process node core and rendered."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from disq.dashboard import auth
 from disq.dashboard.render import (
     body_preview,
     dead_letter_origin,
     fmt_age,
+    fmt_relative,
     is_job_id,
+    iso_utc,
     merge_timeline,
+    plain,
     render_body,
 )
 
@@ -175,3 +180,82 @@ def test_sampler_reads_this_node_in_process_and_shares_its_json() -> None:
         assert s.frame() is not frame
 
     asyncio.run(run())
+
+
+# ---------------------------------------------------------------------- schedules
+T0_S = 1_777_636_800  # 2026-05-01 12:00:00 UTC
+
+
+def test_times_and_plain_text() -> None:
+    assert iso_utc(T0_S) == "2026-05-01T12:00:00Z"
+    assert fmt_relative(42) == "in 42s" and fmt_relative(-185) == "3m05s ago"
+    assert fmt_relative(0.4) == "now"
+    assert plain("caf\udcc3") == "caf\ufffd" and plain(b"\xff<b>") == "\ufffd<b>"
+
+
+def _schedule_host(mesh: Any) -> SimpleNamespace:
+    """A runtime as the Gatherer reads schedules: the node core, its clocks, no cluster half."""
+    return SimpleNamespace(
+        core=mesh.nodes[0],
+        cluster=None,
+        instance_id=mesh.ids[0],
+        now_ms=lambda: mesh.now,
+        wall_ms=lambda: mesh.now,
+    )
+
+
+def _env() -> Any:
+    from disq.dashboard.app import _env
+
+    return _env()
+
+
+def _page(schedules: list[Any], total: int, has_scheduler: bool = True, node: str = "") -> str:
+    ctx = {"prefix": "/dashboard", "csrf": "t", "node_id": node, "page": "schedules"}
+    ctx |= {"schedules": schedules, "total": total, "has_scheduler": has_scheduler}
+    html: str = _env().get_template("schedules.html").render(now_iso="2026-05-01T12:00:02Z", **ctx)
+    return html
+
+
+def test_schedules_gathered_in_process_and_rendered_escaped() -> None:
+    import asyncio
+
+    from disq.core.messages import ScheduleDef
+    from disq.dashboard.gather import Gatherer
+    from disq.testing.mesh import Mesh
+
+    mesh = Mesh(1, now_ms=T0_S * 1000 + 500)
+    sched = mesh.nodes[0].scheduler
+    assert sched is not None
+    sched.add(mesh.now, ScheduleDef("<b>s</b>", "@every 1s", "UTC", "<i>q</i>", b"x", repl=1))
+    sched.add(mesh.now, ScheduleDef("nightly", "0 3 * * *", "Europe/Berlin", "n", b"y"))
+    sched.pause(mesh.now, "nightly")
+    mesh.advance(2_000)  # ticks T0+1 and T0+2 fired here
+
+    g = Gatherer(_schedule_host(mesh), lambda: None)  # type: ignore[arg-type]
+    got = asyncio.run(g.schedules())
+    assert got is not None
+    rows, total = got
+    assert total == 2 and [r.name for r in rows] == ["<b>s</b>", "nightly"]
+    s, nightly = rows
+    assert (s.spec, s.zone, s.queue, s.paused) == ("@every 1s", "UTC", "<i>q</i>", False)
+    assert s.next_iso == "2026-05-01T12:00:03Z" and s.next_rel == "now"  # 0.5 s away
+    assert s.last_tick_iso == "2026-05-01T12:00:02Z" and s.last_tick_rel == "now"
+    assert s.last_job_id.startswith("D-" + mesh.ids[0][:8]) and s.last_job_state == "queued"
+    assert s.owner == mesh.ids[0] and s.last_error == "" and len(s.later_iso) >= 1
+    assert nightly.paused and nightly.next_s is None and nightly.last_job_id == ""
+
+    html = _page(rows, total, node=mesh.ids[0])
+    assert 'id="schedules"' in html and 'id="nav-schedules"' in html
+    assert "<b>s</b>" not in html and "&lt;b&gt;s&lt;/b&gt;" in html
+    assert "<i>q</i>" not in html and "&lt;i&gt;q&lt;/i&gt;" in html
+    assert s.last_job_id in html and "(this node)" in html and "2026-05-01T12:00:03Z" in html
+    assert "schedules-capped" not in html
+    assert "schedules-capped" in _page(rows, 600)
+
+
+def test_no_schedules_page() -> None:
+    assert "No schedules." in _page([], 0)
+    html = _page([], 0, has_scheduler=False)
+    assert 'id="no-schedules"' in html and "without its cluster core" in html
+    assert 'id="schedules"' not in html
