@@ -22,6 +22,7 @@ import structlog
 from disq.core.disque.core import DisqueCore
 from disq.core.membership import FORGOTTEN, Membership
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT, Member
+from disq.core.schedule.scheduler import Scheduler
 from disq.persistence.event_log import EventLog
 from disq.persistence.fs import replace_durably
 from disq.server.advertise import advertised_host
@@ -110,6 +111,11 @@ class ClusterServices:
         core = runtime.core
         core.disque = self.disque
         self.disque.wall_offset_ms = core.beanstalk.wall_offset_ms  # the node's (clock.py)
+        # The schedules ride on the Disque core: the runtime's NodeCore was built before it,
+        # without them. Tokens come from the core's counter, as its own scheduler's do.
+        core.scheduler = Scheduler(membership, self.disque, lambda: core.new_token())
+        core.scheduler.set_wall_offset(core.beanstalk.wall_offset_ms)
+        core.scheduler.persist = self.disque.persist
         core.membership = membership
         core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
         runtime.replicator = core
