@@ -22,6 +22,7 @@ from disq.core.messages import LEFT, MEMBER_STATE_NAMES
 from disq.doors.disque import DISQUE_VERSION, NodeEntry, RespStats
 
 if TYPE_CHECKING:
+    from disq.core.schedule.scheduler import Scheduler
     from disq.persistence.event_log import EventLog
     from disq.server.flow import Flushable
     from disq.server.host import ClusterPart, NodeHost
@@ -41,6 +42,10 @@ class NodeServices:
     @property
     def core(self) -> DisqueCore:
         return self.cluster.disque
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.runtime.core.scheduler
 
     @property
     def requirepass(self) -> str | None:
