@@ -25,6 +25,8 @@ from disq.cli.format import (
     job_row,
     key_values,
     node_state,
+    schedule_fields,
+    schedule_json,
     show_json,
     table,
 )
@@ -104,8 +106,10 @@ def cmd_show(args: argparse.Namespace, c: Client, out: Out) -> int:
     fields = c.show(args.id)
     if fields is None:
         raise NoJobError(f"no job {args.id}")
-    human = key_values({**fields, "body": body_text(fields["body"])})
-    out.emit(show_json(fields), human)
+    human_fields = {**fields, "body": body_text(fields["body"])}
+    if human_fields.get("idempotency_key") is None:
+        human_fields.pop("idempotency_key", None)  # shown for keyed jobs only, as SHOW does
+    out.emit(show_json(fields), key_values(human_fields))
     return 0
 
 
@@ -238,6 +242,46 @@ def cmd_events(args: argparse.Namespace, c: Client, out: Out) -> int:
     return 0
 
 
+def cmd_schedule(args: argparse.Namespace, c: Client, out: Out) -> int:
+    action = args.action
+    if action == "add":
+        body = sys.stdin.buffer.read() if args.body == "-" else os.fsencode(args.body)
+        replaced = c.add_schedule(
+            args.name,
+            args.spec,
+            args.queue,
+            body,
+            tz=args.tz,
+            replicate=args.replicate,
+            retry_s=args.retry,
+            ttl_s=args.ttl,
+            async_=args.async_,
+            misfire=args.misfire,
+            catchup=args.catchup,
+        )
+        word = "replaced" if replaced else "added"
+        out.emit({"name": args.name, "replaced": replaced}, word + "\n")
+    elif action in SCHEDULE_CHANGES:
+        found = getattr(c, SCHEDULE_CHANGES[action])(args.name)
+        out.emit({"name": args.name, "found": found}, f"{int(found)}\n")
+    elif action == "list":
+        names = c.list_schedules()
+        out.emit(names, "".join(n + "\n" for n in names))
+    else:
+        sched = c.show_schedule(args.name)
+        if sched is None:
+            raise CliError("NOSCHEDULE", f"no schedule {args.name}")
+        out.emit(schedule_json(sched), key_values(schedule_fields(sched)))
+    return 0
+
+
+SCHEDULE_CHANGES = {
+    "del": "delete_schedule",
+    "pause": "pause_schedule",
+    "resume": "resume_schedule",
+}
+
+
 COMMANDS: dict[str, Command] = {
     "events": cmd_events,
     "put": cmd_put,
@@ -251,6 +295,7 @@ COMMANDS: dict[str, Command] = {
     "pause": cmd_pause,
     "nodes": cmd_nodes,
     "stats": cmd_stats,
+    "schedule": cmd_schedule,
 }
 
 
@@ -356,7 +401,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=_seconds, default=1.0, help="seconds between frames")
     s.add_argument("--iterations", type=_positive, help="frames to show (default: until ^C)")
     events.add_parser(sub, common)
+    _schedule_parser(sub, common)
     return p
+
+
+def _schedule_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    help_ = "recurring jobs the cluster keeps (SCHEDULE)"
+    s = sub.add_parser("schedule", help=help_, description=help_, parents=[common])
+    actions = s.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help_: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, help=help_, description=help_, parents=[common]
+        )
+        return parser
+
+    a = action("add", "add or replace a schedule: each tick of SPEC adds a job to QUEUE")
+    a.add_argument("name")
+    a.add_argument("spec", help="cron (5 or 6 fields), @daily, @hourly, ..., '@every 30s'")
+    a.add_argument("queue")
+    a.add_argument("body", help="each job's body; - reads it from stdin")
+    a.add_argument("--tz", default="UTC", help="IANA zone of the cron fields (%(default)s)")
+    a.add_argument("--replicate", type=_positive, help="copies (default min(3, nodes))")
+    a.add_argument("--retry", type=_non_negative, help="seconds before redelivery; 0: once")
+    a.add_argument("--ttl", type=_positive, help="seconds each job lives (default 1 day)")
+    a.add_argument("--async", dest="async_", action="store_true", help="replicate later")
+    a.add_argument(
+        "--misfire",
+        choices=("catchup", "skip"),
+        default="catchup",
+        help="ticks missed while the cluster was down: fire the last --catchup, or none",
+    )
+    a.add_argument("--catchup", type=_non_negative, default=1, help="with catchup (1)")
+    action("del", "delete a schedule; prints 1, or 0 if there was none").add_argument("name")
+    action("pause", "stop firing; prints 1, or 0 if no such schedule").add_argument("name")
+    action("resume", "fire again from the next tick; prints 1 or 0").add_argument("name")
+    action("list", "every schedule's name")
+    action("show", "a schedule: its definition, next ticks, last job").add_argument("name")
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from disq.client import Job
+from disq.client import Job, Schedule
 
 GAP = "  "
 
@@ -104,3 +106,44 @@ NODE_STATES = {1: "ok", 5: "no-link", 10: "suspect", 100: "down"}
 def node_state(priority: int) -> str:
     """HELLO's priority in words: 1 ok, 5 no link, 10 suspect, 100 dead or leaving."""
     return NODE_STATES.get(priority, f"priority-{priority}")
+
+
+def unix_time(t_s: int) -> str:
+    """Unix seconds as an ISO 8601 UTC time (``2026-11-27T06:30:00Z``); 0 is ``-``."""
+    if not t_s:
+        return "-"
+    return datetime.fromtimestamp(t_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def schedule_json(s: Schedule) -> dict[str, Any]:
+    """A schedule as JSON: the SDK's fields (times as Unix seconds), the body JSON-safe."""
+    doc = dataclasses.asdict(s)
+    del doc["body"]
+    doc["async"] = doc.pop("async_")
+    doc["next_fire_times"] = list(s.next_fire_times)
+    doc.update(body_json(s.body))
+    return doc
+
+
+def schedule_fields(s: Schedule) -> dict[str, Any]:
+    """A schedule for people: ``key value`` lines, times in UTC."""
+    return {
+        "name": s.name,
+        "spec": s.spec,
+        "tz": s.tz,
+        "queue": s.queue,
+        "body": body_text(s.body),
+        "replicate": s.replicate,
+        "retry_s": s.retry_s,
+        "ttl_s": s.ttl_s,
+        "async": int(s.async_),
+        "misfire": s.misfire if s.misfire == "skip" else f"catchup {s.catchup}",
+        "paused": int(s.paused),
+        "next": [unix_time(t) for t in s.next_fire_times],
+        "last_tick": f"{s.last_tick} ({unix_time(s.last_tick)})" if s.last_tick else None,
+        "last_job_id": s.last_job_id or None,
+        "last_job_state": s.last_job_state or None,
+        "last_error": s.last_error or None,
+        "owner": s.owner,
+        "version": s.version,
+    }

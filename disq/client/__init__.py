@@ -1,7 +1,7 @@
 """The disq SDK: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), the same
 methods; errors in :mod:`disq.client.errors`. See docs/sdk.md."""
 
-from disq.client.aio import AsyncClient, Job, NodeAddr
+from disq.client.aio import AsyncClient, Job, NodeAddr, Schedule
 from disq.client.errors import (
     AuthError,
     BadIdError,
@@ -35,6 +35,7 @@ __all__ = [
     "NodeAddr",
     "OutOfMemoryError",
     "PausedError",
+    "Schedule",
     "TooLateError",
     "UnavailableError",
 ]

@@ -81,6 +81,33 @@ class Job:
         return self.id[2:10]
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A recurring schedule as ShowSchedule gives it: its definition, then how the node
+    that answered sees its firing. ``replicate``, ``retry_s``, ``ttl_s`` None: the add's
+    defaults. Times are Unix seconds; ``last_tick`` 0: no tick bound yet."""
+
+    name: str
+    spec: str
+    tz: str
+    queue: str
+    body: bytes
+    replicate: int | None = None
+    retry_s: int | None = None
+    ttl_s: int | None = None
+    async_: bool = False
+    misfire: str = "catchup"  # or "skip"
+    catchup: int = 1
+    paused: bool = False
+    next_fire_times: tuple[int, ...] = ()
+    last_tick: int = 0
+    last_job_id: str = ""
+    last_job_state: str = ""
+    last_error: str = ""
+    owner: str = ""
+    version: str = ""
+
+
 @dataclass(slots=True)
 class NodeAddr:
     """A node as the client knows it."""
@@ -115,6 +142,30 @@ def _split(addresses: str | Sequence[str]) -> list[str]:
 
 def _job(j: api_pb2.QueuedJob) -> Job:
     return Job(j.id, j.queue, j.body, j.nacks, j.additional_deliveries, j.retry_s)
+
+
+def _schedule(s: api_pb2.Schedule) -> Schedule:
+    return Schedule(
+        name=s.name,
+        spec=s.spec,
+        tz=s.zone,
+        queue=s.queue,
+        body=s.body,
+        replicate=s.replicate or None,
+        retry_s=s.retry_s if s.HasField("retry_s") else None,
+        ttl_s=s.ttl_s if s.HasField("ttl_s") else None,
+        async_=getattr(s, "async"),
+        misfire=s.misfire,
+        catchup=s.catchup,
+        paused=s.paused,
+        next_fire_times=tuple(s.next_fire_times),
+        last_tick=s.last_tick,
+        last_job_id=s.last_job_id,
+        last_job_state=s.last_job_state,
+        last_error=s.last_error,
+        owner=s.owner,
+        version=s.version,
+    )
 
 
 def _fill_add(
@@ -675,8 +726,79 @@ class AsyncClient:
                 r.next_awake_within_ms if r.HasField("next_awake_within_ms") else None
             ),
             "body": r.body,
+            # A keyed job's key; a schedule's tick job: schedule:<name>:<tick>.
+            "idempotency_key": r.idempotency_key if r.HasField("idempotency_key") else None,
         }
         return d
+
+    # ------------------------------------------------------------------ schedules
+    async def add_schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        body: bytes | str,
+        *,
+        tz: str = "UTC",
+        replicate: int | None = None,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        async_: bool = False,
+        misfire: str = "catchup",
+        catchup: int = 1,
+    ) -> bool:
+        """SCHEDULE ADD: every tick of ``spec`` (cron, ``@daily``..., ``@every 30s``) in
+        zone ``tz`` adds one job to ``queue`` (key ``schedule:<name>:<tick>``) with the add's
+        options. ``misfire``: ``"catchup"`` fires the last ``catchup`` ticks missed while the
+        cluster was down, ``"skip"`` none. Replaces a schedule of the same name (True then).
+        A bad spec, zone or option raises InvalidArgumentError and stores nothing."""
+        req = api_pb2.AddScheduleRequest(
+            name=name,
+            spec=spec,
+            zone=tz,
+            queue=queue,
+            body=body.encode() if isinstance(body, str) else body,
+            misfire=misfire,
+        )
+        if replicate:
+            req.replicate = replicate
+        if retry_s is not None:
+            req.retry_s = retry_s
+        if ttl_s is not None:
+            req.ttl_s = ttl_s
+        if async_:
+            setattr(req, "async", True)  # a Python keyword
+        if misfire.lower() == "catchup":
+            req.catchup = catchup
+        r = await self._call("AddSchedule", req)
+        return bool(r.replaced)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """SCHEDULE DEL; False when there was no such schedule."""
+        return await self._schedule_change("DeleteSchedule", name)
+
+    async def pause_schedule(self, name: str) -> bool:
+        """SCHEDULE PAUSE: no tick fires until resumed; False when no such schedule."""
+        return await self._schedule_change("PauseSchedule", name)
+
+    async def resume_schedule(self, name: str) -> bool:
+        """SCHEDULE RESUME: fires again from the next tick (the paused ones are not fired);
+        False when no such schedule."""
+        return await self._schedule_change("ResumeSchedule", name)
+
+    async def _schedule_change(self, method: str, name: str) -> bool:
+        r = await self._call(method, api_pb2.ScheduleName(name=name))
+        return bool(r.found)
+
+    async def list_schedules(self) -> list[str]:
+        """SCHEDULE LIST: every schedule's name, sorted (every node holds every one)."""
+        r = await self._call("ListSchedules", api_pb2.ListSchedulesRequest())
+        return list(r.names)
+
+    async def show_schedule(self, name: str) -> Schedule | None:
+        """SCHEDULE SHOW; None when there is no such schedule."""
+        r = await self._call("ShowSchedule", api_pb2.ScheduleName(name=name))
+        return _schedule(r.schedule) if r.found else None
 
     async def qlen(self, queue: str, *, node: str | None = None) -> int:
         """QLEN: the jobs queued on one node (``node``: its gRPC address; default: any).

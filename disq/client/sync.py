@@ -12,7 +12,7 @@ import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr
+from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr, Schedule
 from disq.client.errors import DisqError
 from disq.proto_gen import api_pb2
 
@@ -97,6 +97,26 @@ class Client:
 
     def show(self, job_id: str) -> dict[str, Any] | None:
         return self._run(self._aio.show(job_id))
+
+    def add_schedule(
+        self, name: str, spec: str, queue: str, body: bytes | str, **options: Any
+    ) -> bool:
+        return self._run(self._aio.add_schedule(name, spec, queue, body, **options))
+
+    def delete_schedule(self, name: str) -> bool:
+        return self._run(self._aio.delete_schedule(name))
+
+    def pause_schedule(self, name: str) -> bool:
+        return self._run(self._aio.pause_schedule(name))
+
+    def resume_schedule(self, name: str) -> bool:
+        return self._run(self._aio.resume_schedule(name))
+
+    def list_schedules(self) -> list[str]:
+        return self._run(self._aio.list_schedules())
+
+    def show_schedule(self, name: str) -> Schedule | None:
+        return self._run(self._aio.show_schedule(name))
 
     def qlen(self, queue: str, *, node: str | None = None) -> int:
         return self._run(self._aio.qlen(queue, node=node))

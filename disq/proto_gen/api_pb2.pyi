@@ -156,7 +156,7 @@ class WorkingResponse(_message.Message):
     def __init__(self, retry_s: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body")
+    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,7 @@ class JobInfo(_message.Message):
     NEXT_REQUEUE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_AWAKE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     found: bool
     id: str
     queue: str
@@ -189,7 +190,8 @@ class JobInfo(_message.Message):
     next_requeue_within_ms: int
     next_awake_within_ms: int
     body: bytes
-    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class QueueName(_message.Message):
     __slots__ = ("queue",)
@@ -377,3 +379,105 @@ class ReadEventsResponse(_message.Message):
     next_seq: int
     events: _containers.RepeatedCompositeFieldContainer[Event]
     def __init__(self, node_id: _Optional[str] = ..., first_seq: _Optional[int] = ..., next_seq: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class AddScheduleRequest(_message.Message):
+    __slots__ = ("name", "spec", "zone", "queue", "body", "replicate", "retry_s", "ttl_s", "misfire", "catchup")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    spec: str
+    zone: str
+    queue: str
+    body: bytes
+    replicate: int
+    retry_s: int
+    ttl_s: int
+    misfire: str
+    catchup: int
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[str] = ..., zone: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., replicate: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., misfire: _Optional[str] = ..., catchup: _Optional[int] = ..., **kwargs) -> None: ...
+
+class AddScheduleResponse(_message.Message):
+    __slots__ = ("replaced",)
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    replaced: bool
+    def __init__(self, replaced: _Optional[bool] = ...) -> None: ...
+
+class ScheduleName(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ScheduleChangeResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("name", "spec", "zone", "queue", "body", "replicate", "retry_s", "ttl_s", "misfire", "catchup", "paused", "next_fire_times", "last_tick", "last_job_id", "last_job_state", "last_error", "owner", "version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    LAST_TICK_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOB_STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    spec: str
+    zone: str
+    queue: str
+    body: bytes
+    replicate: int
+    retry_s: int
+    ttl_s: int
+    misfire: str
+    catchup: int
+    paused: bool
+    next_fire_times: _containers.RepeatedScalarFieldContainer[int]
+    last_tick: int
+    last_job_id: str
+    last_job_state: str
+    last_error: str
+    owner: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[str] = ..., zone: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., replicate: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., misfire: _Optional[str] = ..., catchup: _Optional[int] = ..., paused: _Optional[bool] = ..., next_fire_times: _Optional[_Iterable[int]] = ..., last_tick: _Optional[int] = ..., last_job_id: _Optional[str] = ..., last_job_state: _Optional[str] = ..., last_error: _Optional[str] = ..., owner: _Optional[str] = ..., version: _Optional[str] = ..., **kwargs) -> None: ...
+
+class ShowScheduleResponse(_message.Message):
+    __slots__ = ("found", "schedule")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    schedule: Schedule
+    def __init__(self, found: _Optional[bool] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...

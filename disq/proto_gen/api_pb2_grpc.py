@@ -124,6 +124,36 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.ReadEventsRequest.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.ReadEventsResponse.FromString,
                 _registered_method=True)
+        self.AddSchedule = channel.unary_unary(
+                '/disq.v1.Queue/AddSchedule',
+                request_serializer=disq_dot_v1_dot_api__pb2.AddScheduleRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.AddScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/disq.v1.Queue/DeleteSchedule',
+                request_serializer=disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/disq.v1.Queue/PauseSchedule',
+                request_serializer=disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/disq.v1.Queue/ResumeSchedule',
+                request_serializer=disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/disq.v1.Queue/ListSchedules',
+                request_serializer=disq_dot_v1_dot_api__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.ShowSchedule = channel.unary_unary(
+                '/disq.v1.Queue/ShowSchedule',
+                request_serializer=disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ShowScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -240,6 +270,46 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddSchedule(self, request, context):
+        """Recurring schedules the cluster keeps (SCHEDULE over RESP): any node takes a change and
+        every node holds every schedule. Each tick adds one job, keyed schedule:<name>:<tick>.
+        Adds or replaces the schedule of that name; a bad spec, zone or option is
+        INVALID_ARGUMENT (SYNTAX) and stores nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShowSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +402,36 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.ReadEvents,
                     request_deserializer=disq_dot_v1_dot_api__pb2.ReadEventsRequest.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.ReadEventsResponse.SerializeToString,
+            ),
+            'AddSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddSchedule,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.AddScheduleRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.AddScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ScheduleName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ScheduleName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ScheduleName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'ShowSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShowSchedule,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ScheduleName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ShowScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -820,6 +920,168 @@ class Queue:
             '/disq.v1.Queue/ReadEvents',
             disq_dot_v1_dot_api__pb2.ReadEventsRequest.SerializeToString,
             disq_dot_v1_dot_api__pb2.ReadEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/AddSchedule',
+            disq_dot_v1_dot_api__pb2.AddScheduleRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.AddScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeleteSchedule',
+            disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/PauseSchedule',
+            disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ResumeSchedule',
+            disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ScheduleChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ListSchedules',
+            disq_dot_v1_dot_api__pb2.ListSchedulesRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShowSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ShowSchedule',
+            disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ShowScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,11 +29,13 @@ import structlog
 from disq.core.disque.api import PENDING, DeferredResult, DisqueError, Pending
 from disq.core.disque.job import STATE_BY_NAME, DJob
 from disq.core.ids import BadJobId, validate_job_id
-from disq.core.messages import PAUSE_IN, PAUSE_OUT
+from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, PAUSE_IN, PAUSE_OUT, ScheduleDef
+from disq.core.schedule.scheduler import ScheduleError
 from disq.doors.disque import NodeApi, info_dict, queue_bytes, queue_name
 from disq.proto_gen import api_pb2, api_pb2_grpc
 
 if TYPE_CHECKING:
+    from disq.core.schedule.scheduler import Scheduler
     from disq.persistence.event_log import EventLog
     from disq.server.router import Waiter
 
@@ -80,6 +82,9 @@ class ApiNode(NodeApi, Protocol):
     @property
     def event_log(self) -> EventLog: ...
 
+    @property
+    def scheduler(self) -> Scheduler | None: ...
+
     def member_grpc_port(self, node_id: str) -> int: ...
 
     def new_token(self) -> int: ...
@@ -105,6 +110,12 @@ class ApiError(Exception):
         reason, code = REASONS.get(
             exc.code, (api_pb2.ERROR_REASON_UNSPECIFIED, grpc.StatusCode.INTERNAL)
         )
+        return cls(reason, code, f"{exc.code} {exc.message}")
+
+    @classmethod
+    def from_schedule(cls, exc: ScheduleError) -> ApiError:
+        """A SCHEDULE refusal (its code is ERR: the argument named in the message)."""
+        reason, code = REASONS.get(exc.code, (api_pb2.SYNTAX, grpc.StatusCode.INVALID_ARGUMENT))
         return cls(reason, code, f"{exc.code} {exc.message}")
 
     def info(self) -> api_pb2.ErrorInfo:
@@ -218,7 +229,64 @@ def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
         info.next_requeue_within_ms = int(d["next-requeue-within"])  # type: ignore[call-overload]
     if d["next-awake-within"] is not None:
         info.next_awake_within_ms = int(d["next-awake-within"])  # type: ignore[call-overload]
+    key = d.get("idempotency-key")
+    if key:
+        info.idempotency_key = _api_queue(str(key))
     return info
+
+
+_MISFIRE = {"": MISFIRE_CATCHUP, "catchup": MISFIRE_CATCHUP, "skip": MISFIRE_SKIP}
+
+
+def _schedule_def(req: api_pb2.AddScheduleRequest) -> ScheduleDef:
+    """AddSchedule's definition as SCHEDULE ADD would build it; the scheduler checks the
+    rest (name, spec, zone, options against the cluster)."""
+    misfire = _MISFIRE.get(req.misfire.lower())
+    if misfire is None:
+        raise syntax(f"MISFIRE must be skip or catchup, not {req.misfire!r}")
+    has = req.HasField
+    return ScheduleDef(
+        req.name,
+        req.spec,
+        req.zone or "UTC",
+        _queue(req.queue),
+        req.body,
+        repl=req.replicate,
+        retry_s=req.retry_s if has("retry_s") else -1,
+        ttl_s=req.ttl_s if has("ttl_s") else -1,
+        async_=getattr(req, "async"),
+        misfire=misfire,
+        catchup=req.catchup if has("catchup") else 1,
+    )
+
+
+def _schedule(d: ScheduleDef, pairs: list[tuple[str, object]]) -> api_pb2.Schedule:
+    """SCHEDULE SHOW as a message: the definition, then this node's view of its firing."""
+    shown: dict[str, Any] = dict(pairs)
+    out = api_pb2.Schedule(
+        name=_api_queue(d.name),
+        spec=d.spec,
+        zone=d.zone,
+        queue=_api_queue(d.queue),
+        body=d.body,
+        replicate=d.repl,
+        misfire="skip" if d.misfire == MISFIRE_SKIP else "catchup",
+        catchup=d.catchup,
+        paused=d.paused,
+        next_fire_times=[int(t) for t in shown["next"]],
+        last_tick=int(shown["last-tick"]),
+        last_job_id=str(shown["last-job-id"]),
+        last_job_state=str(shown["last-job-state"]),
+        last_error=str(shown["last-error"]),
+        owner=str(shown["owner"]),
+        version=str(shown["version"]),
+    )
+    setattr(out, "async", d.async_)  # a Python keyword
+    if d.retry_s >= 0:
+        out.retry_s = d.retry_s
+    if d.ttl_s >= 0:
+        out.ttl_s = d.ttl_s
+    return out
 
 
 class QueueApi(api_pb2_grpc.QueueServicer):
@@ -606,6 +674,80 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             r = self.node.core.pause(self._now(), _queue(request.queue), flags, request.bcast)
             self._done()
             return api_pb2.PauseResponse(state=_PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)])
+
+        return await self._call(context, body)
+
+    # ------------------------------------------------------------------ schedules
+    def _scheduler(self) -> Scheduler:
+        sched = self.node.scheduler
+        if sched is None:
+            raise ApiError(
+                api_pb2.ERROR_REASON_UNSPECIFIED,
+                grpc.StatusCode.UNIMPLEMENTED,
+                "ERR this node keeps no schedules",
+            )
+        return sched
+
+    async def AddSchedule(self, request: api_pb2.AddScheduleRequest, context: Any) -> Any:
+        async def body() -> api_pb2.AddScheduleResponse:
+            full = self.node.disk_full
+            if full is not None:
+                raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
+            sched = self._scheduler()
+            d = _schedule_def(request)
+            replaced = sched.get(d.name) is not None
+            try:
+                sched.add(self._now(), d)
+            except ScheduleError as exc:
+                raise ApiError.from_schedule(exc) from None
+            self._done()  # the SCHEDULE record, then the change to every peer
+            return api_pb2.AddScheduleResponse(replaced=replaced)
+
+        return await self._call(context, body)
+
+    def _schedule_change(self, change: Callable[[Scheduler], bool]) -> Callable[..., Any]:
+        async def handler(request: api_pb2.ScheduleName, context: Any) -> Any:
+            async def body() -> api_pb2.ScheduleChangeResponse:
+                found = change(self._scheduler())
+                if found:
+                    self._done()
+                return api_pb2.ScheduleChangeResponse(found=found)
+
+            return await self._call(context, body)
+
+        return handler
+
+    async def DeleteSchedule(self, request: api_pb2.ScheduleName, context: Any) -> Any:
+        return await self._schedule_change(lambda s: s.delete(self._now(), request.name))(
+            request, context
+        )
+
+    async def PauseSchedule(self, request: api_pb2.ScheduleName, context: Any) -> Any:
+        return await self._schedule_change(lambda s: s.pause(self._now(), request.name))(
+            request, context
+        )
+
+    async def ResumeSchedule(self, request: api_pb2.ScheduleName, context: Any) -> Any:
+        return await self._schedule_change(lambda s: s.resume(self._now(), request.name))(
+            request, context
+        )
+
+    async def ListSchedules(self, request: api_pb2.ListSchedulesRequest, context: Any) -> Any:
+        async def body() -> api_pb2.ListSchedulesResponse:
+            return api_pb2.ListSchedulesResponse(
+                names=[_api_queue(n) for n in self._scheduler().names()]
+            )
+
+        return await self._call(context, body)
+
+    async def ShowSchedule(self, request: api_pb2.ScheduleName, context: Any) -> Any:
+        async def body() -> api_pb2.ShowScheduleResponse:
+            sched = self._scheduler()
+            d = sched.get(request.name)
+            pairs = sched.describe(request.name, self._now())
+            if d is None or pairs is None:
+                return api_pb2.ShowScheduleResponse(found=False)
+            return api_pb2.ShowScheduleResponse(found=True, schedule=_schedule(d, pairs))
 
         return await self._call(context, body)
 

@@ -7,6 +7,9 @@ from disq.proto_gen import api_pb2
 REQUIRED_RPCS = {
     "AddJob", "AddJobs", "GetJobs", "StreamJobs", "Ack", "FastAck", "Nack", "Working",
     "Show", "QLen", "QStat", "QPeek", "QScan", "JScan", "Pause", "Hello", "Info", "ReadEvents",
+    # issue 25: schedules
+    "AddSchedule", "DeleteSchedule", "PauseSchedule", "ResumeSchedule", "ListSchedules",
+    "ShowSchedule",
 }  # fmt: skip
 REQUIRED_REASONS = {"NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING"}
 
