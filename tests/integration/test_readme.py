@@ -6,6 +6,8 @@ import base64
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,3 +100,35 @@ def test_readme_celery_line_switches_an_app_to_disq(server_factory: ServerFactor
         assert message["headers"]["task"] == "readme.add"
         assert json.loads(base64.b64decode(message["body"]))[0] == [2, 3]
         c.ack(jobs[0].id)
+
+
+def test_readme_recurring_jobs_commands_run(server_factory: ServerFactory) -> None:
+    """The "Recurring jobs" block, line by line through redis-cli against a real node: each
+    answer is the one its comment gives (where it gives one)."""
+    if server_factory.kind != "disq":
+        pytest.skip("SCHEDULE is disq's")
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli not installed (scripts/ensure_redis_cli.sh installs it)")
+    resp_port = free_port()
+    server_factory.new("--resp-port", str(resp_port))
+    text = README.read_text()
+    section = text[text.index("## Recurring jobs") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = [ln for ln in block.group(1).splitlines() if ln.startswith("redis-cli")]
+    assert len(lines) == 5
+    outputs = []
+    for line in lines:
+        command = line.partition("#")[0]
+        argv = shlex.split(command.replace("7711", str(resp_port)))
+        out = subprocess.run(
+            [cli, *argv[1:]], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+        assert "ERR" not in out, (line, out)
+        outputs.append(out.split())
+    assert outputs[0] == ["OK"] and outputs[1] == ["OK"]
+    assert outputs[2] == ["heartbeat", "nightly"]
+    shown = dict(zip(outputs[3][::2], outputs[3][1::2], strict=False))
+    assert shown["queue"] == "reports" and shown["tz"] == "Europe/Berlin"
+    assert outputs[4] == ["(integer)", "1"] or outputs[4] == ["1"]
