@@ -7,6 +7,7 @@ clock the test moves); the RESP command through a real RespDoor over a real core
 from __future__ import annotations
 
 import itertools
+import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,8 @@ from test_disque_commands import FakeNode, cmd, make_door
 
 from disq.core import events as ev
 from disq.core import ids
+from disq.core.beanstalk.core import BeanstalkCore
+from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import QUEUED
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, ScheduleDef
 from disq.core.node_core import NodeCore
@@ -472,3 +475,26 @@ def test_node_core_routes_the_scheduler_replies_and_nothing_else() -> None:
     mesh.advance(1_500)
     # Its adds' answers went to the scheduler, not to the IO layer's router.
     assert all(not replies for replies in mesh.replies.values())
+
+
+def test_a_restarted_node_waits_for_a_peer_table_without_spinning() -> None:
+    """Restored from its AOF, a node of a cluster fires nothing until a peer's table came (or
+    1.5 s): its deadline meanwhile is in the future, not a busy loop on overdue ticks."""
+    t0 = _utc(2026, 5, 1, 12, 0, 0)
+    mesh = _mesh(3, t0)
+    _sched(mesh).add(mesh.now, ScheduleDef("s", "@every 1s", "UTC", "q", b"", repl=2))
+    mesh.advance(3_000)
+    records = [(rtype, bytes(p)) for rtype, p in iter_frames(b"".join(mesh.aof[mesh.ids[1]]))]
+    later = mesh.now + 5_000
+    restarted = NodeCore(BeanstalkCore(persist=True))
+    view = mesh.views[mesh.ids[1]]
+    restarted.attach_cluster(DisqueCore(view, random.Random(3), later), None)
+    restarted.restore(mesh.now + 5_000, records)
+    sched = restarted.scheduler
+    assert sched is not None and sched.names() == ["s"] and not sched.synced
+    assert restarted.next_deadline_ms() > mesh.now + 5_000
+    # A peer's whole table (what a link coming up sends) ends the wait.
+    _sched(mesh, 0).on_link_up(mesh.now, mesh.ids[1])
+    msgs = [m for dest, m in _sched(mesh, 0).outbox if dest == mesh.ids[1]]
+    restarted.on_peer_messages(mesh.now + 5_000, mesh.ids[0], msgs)
+    assert sched.synced and sched.last["s"] == _sched(mesh, 0).last["s"]

@@ -400,6 +400,10 @@ class Scheduler:
             # Nothing to fire or to compare: a peer with schedules probes this node, and its
             # empty answer brings them all.
             return -1
+        if not self.synced and self._started_ms >= 0 and self.view.cluster_size() > 1:
+            # Nothing fires before a peer's table (on_message sets synced; the IO layer asks
+            # for the deadline again after that message) or the start-up bound.
+            return min(self._sync_at_ms, self._started_ms + STARTUP_SYNC_MS)
         heap = self._heap
         while heap:
             due, name = heap[0]
@@ -452,8 +456,12 @@ class Scheduler:
         if d is None or d.deleted or d.paused:
             return -1
         if run.token:
-            # In flight: its reply brings us back; its timeout (the add's) bounds that.
-            return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
+            if now_ms - run.fired_ms <= FIRE_TIMEOUT_MS + FIRE_RETRY_MS:
+                # In flight: its reply brings us back; the add's timeout bounds that.
+                return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
+            # No answer past the add's own timeout (its waiter was dropped): fire again.
+            self.tokens.pop(run.token, None)
+            run.token = 0
         wall = self._wall(now_ms)
         spec = run.spec
         for _ in range(64):  # ticks bound elsewhere are stepped over here, a few per look
