@@ -126,6 +126,8 @@ class _Run:
     token: int = 0  # the tick's add in flight
     tick_s: int = 0  # ... and its tick
     fired_ms: int = 0  # when that add started
+    seen_tick: int = 0  # the next tick to fire, as last looked at ...
+    seen_ms: int = 0  # ... and the wall time it was first looked at here
 
 
 class Scheduler:
@@ -296,8 +298,9 @@ class Scheduler:
 
     def _reset_run(self, d: ScheduleDef) -> None:
         old = self.runs.pop(d.name, None)
-        if old is not None and old.token:
-            self.tokens.pop(old.token, None)  # its reply is ignored; the tick's key holds
+        # An add in flight keeps its token here: its reply still comes to on_reply, which
+        # ignores it (the new run's token differs; the tick's key holds). Dropping it let the
+        # reply out to the IO layer as a client's (the simulator's "reply for unknown token").
         if d.deleted:
             return
         try:
@@ -401,8 +404,10 @@ class Scheduler:
             # empty answer brings them all.
             return -1
         if not self.synced and self._started_ms >= 0 and self.view.cluster_size() > 1:
-            # Nothing fires before a peer's table (on_message sets synced; the IO layer asks
-            # for the deadline again after that message) or the start-up bound.
+            # tick() fires nothing before the first sync: wake for the digest and for the end
+            # of STARTUP_SYNC_MS, not for the runs already due (their due time, 0 for a
+            # restored schedule, kept the loop spinning until then). A single node has no
+            # peer to wait for: its first tick marks it synced.
             return min(self._sync_at_ms, self._started_ms + STARTUP_SYNC_MS)
         heap = self._heap
         while heap:
@@ -469,8 +474,16 @@ class Scheduler:
             tick = spec.next_after(after)
             if tick is None:
                 return -1
+            if run.seen_tick != tick:
+                run.seen_tick, run.seen_ms = tick, wall
             mine = self.owner(name) == self.view.my_id
-            fire_at = tick * 1000 + (0 if mine else GRACE_MS)
+            # Non-owners give the owner GRACE_MS from when the tick became the next one here,
+            # not from its time: when the cluster is behind (catching up after an outage)
+            # every tick is already past its grace, and every node firing every late tick at
+            # once made their key votes duel, each tick took longer than the period and the
+            # schedule never caught up (ticks lost with the whole cluster up; found by the
+            # simulator, invariant 10). On time, this is the tick's time plus GRACE_MS.
+            fire_at = tick * 1000 if mine else max(tick * 1000, run.seen_ms) + GRACE_MS
             if wall < fire_at:
                 return fire_at - self.wall_offset_ms
             key = tick_key(name, tick)

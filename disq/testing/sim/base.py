@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from disq.core.beanstalk.session import Session
 from disq.core.disque.api import DeferredResult, DisqueError
+from disq.core.disque.job import DJob
 from disq.core.messages import MEMBER_STATE_NAMES, Message
 from disq.core.node_core import apply_ready
 from disq.persistence.cluster_records import to_core_records
@@ -91,6 +92,7 @@ class SimBase:
     t_heal: int
     t_drain: int
     t_give_up: int
+    queues_all: tuple[str, ...]  # what consumers and the drain read (schedules' queues too)
     # idempotency keys: key -> its adds in order; (node, key) pairs the node must know
     idem_adds: dict[str, list[AddRec]]
     # the beanstalk door: puts by body, deliveries by body
@@ -113,6 +115,21 @@ class SimBase:
         raise NotImplementedError
 
     def _check_structure(self, nd: SimNode) -> None:
+        raise NotImplementedError
+
+    def _track_sched(self, nd: SimNode, frames: list[tuple[int, bytes]]) -> None:
+        raise NotImplementedError
+
+    def _sched_delivery(self, d: Delivery, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _avail_note(self) -> None:
+        raise NotImplementedError
+
+    def _check_schedules(self) -> None:
+        raise NotImplementedError
+
+    def _sched_waiting(self) -> bool:
         raise NotImplementedError
 
     def _check_delivery(self, d: Delivery) -> None:
@@ -223,6 +240,8 @@ class SimBase:
         nd.aof.extend(frames)
         for rec in to_core_records(frames):
             self._track_aof(nd, rec)
+        if self.cfg.schedules:
+            self._track_sched(nd, frames)
         return True
 
     def _send_all(self, nd: SimNode, peer: str, msgs: list[Message]) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 T0_MS = 1_700_000_000_000  # a realistic epoch: ctime = ms * 1e6 must stay within 63 bits
 INF = 1 << 62
+SCHED_SKIP_QUEUE = "sq"  # the SKIP schedules' queue: the nemesis pauses only ``queues``
+SCHED_SHARE = 0.2  # share of the sweep's seeds with schedules
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,13 @@ class SimConfig:
     beanstalk_jobs: int = 0
     beanstalk_repl: tuple[int, int] = (2, 3)
     beanstalk_ttr_ms: tuple[int, int] = (1000, 3000)
+    # Recurring schedules (disq/core/schedule/): this many are added through a random live
+    # node's scheduler as the clients start ("@every 1s", "*/2 * * * * *", "@every 3s"),
+    # each on one of ``queues`` (CATCHUP) or on ``SCHED_SKIP_QUEUE`` (SKIP, a queue the
+    # nemesis never pauses); the consumers and the drain read them all. Invariant 10.
+    schedules: int = 0
+    # One schedule is paused from one node and resumed from another during the chaos phase.
+    schedule_changes: bool = False
     trace: bool = False
 
 
@@ -131,6 +140,18 @@ def sweep_config(seed: int, **overrides: Any) -> SimConfig:
     # Freezes: drawn last of all, so every field above keeps its value for each seed.
     if r.random() < 0.25:
         cfg = dataclasses.replace(cfg, freezes=True)
+    # Schedules: drawn after the freezes, so every field above keeps its value for each seed.
+    # Their seeds get clock skew of seconds between nodes and a longer chaos phase (more
+    # ticks under the faults).
+    if r.random() < SCHED_SHARE:
+        cfg = dataclasses.replace(
+            cfg,
+            schedules=r.randint(1, 3),
+            schedule_changes=r.random() < 0.3,
+            clock_skew_ms=r.choice((500, 1000, 2000, 3000)),
+            duration_ms=r.randint(3000, 6000),
+            settle_ms=r.randint(8000, 12000),  # healthy ticks after the heal, SKIP's too
+        )
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 

@@ -36,6 +36,17 @@ replayed with tracing, the job's history and its messages):
    at-least-once allows) is excused only if no node holds it live at the end. And no node
    ends holding such a job WAIT_REPL, QUEUED or ACTIVE unless some node has it ACKED (its ack
    may still be being collected). Checked after invariants 1 and 2.
+10. Schedules (``schedules``, disq/testing/sim/schedules.py): one tick, one job, none lost.
+   None twice: for every tick key ``schedule:<name>:<tick>``, the jobs delivered for it and
+   the jobs any node recorded as its decided job (IDEMKEY records of the key vote, SCHEDTICK
+   records of the schedulers) are one job id, checked as each shows up, whatever the faults.
+   None lost: by the end (the drain waits for them), a job was delivered for every tick of a
+   schedule whose CATCHUP covers the run, after its (last) version up to the ticks due on
+   every clock before the drain; and for every other tick (SKIP, CATCHUP 1-2, ticks before
+   a pause) during which a majority of the nodes, ``repl`` of them taking copies, knew the
+   definition and stayed up, unfrozen, not leaving and on one side of any partition from
+   ``LEAD_MS`` before the fastest clock reached the tick until the slowest clock's misfire
+   edge (tick + MISFIRE_MS), with no change of the schedule in that time.
 """
 
 from __future__ import annotations
@@ -161,6 +172,7 @@ class InvariantsMixin(SimBase):
     def _check_final(self) -> None:
         cfg = self.cfg
         self._check_idem()
+        self._check_schedules()
         self._check_beanstalk()
         # Invariant 1: acknowledged ADDJOBs are delivered.
         for rec in self.adds.values():

@@ -142,6 +142,7 @@ class NemesisMixin(SimBase):
         for g, members in enumerate(groups):
             for i in members:
                 self.side[i] = g
+        self._avail_note()
         if len(groups) > 1:
             self.stats["partitions"] += 1
         else:
@@ -175,6 +176,7 @@ class NemesisMixin(SimBase):
         for token, op in list(nd.pending.items()):
             self._client_lost(nd, token, op)
         nd.pending.clear()
+        self._avail_note()
         for rec in nd.bprod.values():
             self._bput_done(rec, "indeterminate", why=f"{nd.name} crashed")
         nd.bprod.clear()
@@ -211,6 +213,7 @@ class NemesisMixin(SimBase):
             self._t(f"NEMESIS restart {nd.name}")
         nd.synced = len(nd.aof)
         self._start_node(nd, fresh=False)
+        self._avail_note()
 
     def _freeze(self, nd: SimNode) -> None:
         """SIGSTOP: the node takes no steps and runs no timers; what reaches it (messages,
@@ -218,6 +221,7 @@ class NemesisMixin(SimBase):
         wait. Messages it sent before are already on the wire and arrive."""
         self.stats["freezes"] += 1
         nd.frozen = True
+        self._avail_note()
         if self._tr:
             self._t(f"NEMESIS freeze {nd.name}")
 
@@ -225,6 +229,7 @@ class NemesisMixin(SimBase):
         """SIGCONT: the node reads what waited for it, in arrival order, then its timers
         (late: its clock moved on) run."""
         nd.frozen = False
+        self._avail_note()
         held, nd.held = nd.held, []
         if self._tr:
             self._t(f"NEMESIS thaw {nd.name}: {len(held)} inputs waited")
@@ -241,6 +246,8 @@ class NemesisMixin(SimBase):
         b = nc.beanstalk
         framed = [b.meta_record(), *b.snapshot_records(list(b.jobs))]
         framed += self._guard(nd, nc.disque.snapshot_records, now)
+        if nc.scheduler is not None:  # as aof_service does: schedules and last ticks stay
+            framed += nc.scheduler.snapshot_records()
         records = list(iter_frames(b"".join(framed)))
         nd.aof = records
         nd.synced = len(records)  # written, fsynced, renamed
@@ -252,6 +259,7 @@ class NemesisMixin(SimBase):
         self.stats["pressure"] += level
         core = self._core(nd)
         core.forced_warning = core.memory_warning = level
+        self._avail_note()
         if self._tr:
             self._t(f"NEMESIS memory-warning {nd.name} {level}")
 
@@ -261,6 +269,7 @@ class NemesisMixin(SimBase):
             self.leaving.add(nd.id)
         else:
             self.leaving.discard(nd.id)
+        self._avail_note()
         if nd.member is not None:
             self._guard(nd, nd.member.set_leaving, self.now + nd.skew, leaving)
         if self._tr:

@@ -53,8 +53,9 @@ from disq.core.disque.job import ACKED, ACTIVE, BEANSTALK_ORIGIN, QUEUED, STATE_
 from disq.core.membership import Membership
 from disq.core.messages import ALIVE, Member
 from disq.core.node_core import NodeCore
+from disq.core.schedule.scheduler import KEY_PREFIX
 from disq.testing.sim.beanstalk_load import BEAN_STATES, BeanstalkMixin
-from disq.testing.sim.config import INF, T0_MS, SimConfig, sweep_config
+from disq.testing.sim.config import INF, SCHED_SKIP_QUEUE, T0_MS, SimConfig, sweep_config
 from disq.testing.sim.invariants import InvariantsMixin
 from disq.testing.sim.model import (
     AddRec,
@@ -68,12 +69,15 @@ from disq.testing.sim.model import (
 )
 from disq.testing.sim.nemesis import NemesisMixin
 from disq.testing.sim.network import NetworkMixin
+from disq.testing.sim.schedules import SchedulesMixin
 from disq.testing.sim.workload import WorkloadMixin
 
 MEET_RETRY_MS = 500  # as cluster_services.MEET_RETRY_S
 
 
-class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, InvariantsMixin):
+class Simulation(
+    NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, SchedulesMixin, InvariantsMixin
+):
     def __init__(self, seed: int, nodes: int = 3, **overrides: Any) -> None:
         self._init(seed, SimConfig(nodes=nodes, **overrides))
 
@@ -203,6 +207,9 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             settle = 3 * self.max_retry_s * 1000 + 2000
         self.t_drain = self.t_heal + settle
         self.t_give_up = self.t_drain + cfg.drain_max_ms
+        self.queues_all = cfg.queues
+        if cfg.schedules and SCHED_SKIP_QUEUE not in cfg.queues:
+            self.queues_all = (*cfg.queues, SCHED_SKIP_QUEUE)
 
         for nd in self.nodes:
             self._start_node(nd, fresh=True)
@@ -246,6 +253,7 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             self._at(self.t_clients + self._nemesis_gap(), self._nemesis, None)
         if cfg.fsync_lost:
             self._at(T0_MS + self.rng.randint(0, 999), self._fsync, None)
+        self._sched_init()
         self._at(self.t_heal, self._heal_all, None)
         self._at(self.t_drain, self._drain_round, True)
 
@@ -294,6 +302,7 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             contain_errors=False,
         )
         nc.new_token = self._new_token
+        nc.set_persist(True)  # as the server does: the scheduler logs SCHEDULE/SCHEDTICK too
         nd.nc, nd.core = nc, core
         if not fresh:
             records = list(nd.aof)
@@ -350,7 +359,7 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
         rng = self.rng
         if first:
             self._normalise()  # a PAUSE sent before the heal may have landed after it
-        queues = list(cfg.queues)
+        queues = list(self.queues_all)
         if cfg.drain == "consumers" and cfg.consumer_nodes is not None:
             # Federation must bring the jobs here: block, do not poll.
             for idx in cfg.consumer_nodes:
@@ -372,7 +381,8 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
                     self._flush(nd)
                 if self.bputs:
                     self._bdrain(nd)
-        if not self._live_jobs() or self.now >= self.t_give_up:
+        busy = self._live_jobs() or self._sched_waiting()
+        if not busy or self.now >= self.t_give_up:
             if self._tr:
                 self._t("END drain")
             if cfg.final_gc_ms:
@@ -391,6 +401,8 @@ class Simulation(NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, Inva
             for j in nd.core.jobs.values():
                 if j.flags & BEANSTALK_ORIGIN:
                     continue  # the beanstalk core's job (above)
+                if j.idem_key.startswith(KEY_PREFIX):
+                    continue  # a schedule's tick: it makes more; _sched_waiting covers them
                 if j.state == QUEUED or j.state == WAIT_REPL:
                     return True
                 if j.state == ACTIVE and j.qtime_ms:

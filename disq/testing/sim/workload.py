@@ -8,6 +8,7 @@ from functools import partial
 
 from disq.core.disque.api import PENDING, DeferredResult, DisqueError
 from disq.core.disque.job import ACKED, WAIT_REPL, DJob
+from disq.core.schedule.scheduler import KEY_PREFIX
 from disq.testing.sim.base import GONE, HOLDS, WAITING, SimBase
 from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, Op, SimNode
 
@@ -245,7 +246,7 @@ class WorkloadMixin(SimBase):
             self._at(self.now + 100, self._consume, c)
             return
         nd = rng.choice(up)
-        queues = list(cfg.queues)
+        queues = list(self.queues_all)
         rng.shuffle(queues)
         nohang = rng.random() < 0.4
         timeout = rng.randint(50, 1000)
@@ -303,7 +304,10 @@ class WorkloadMixin(SimBase):
             self._body_of.setdefault(j.id, j.body)
             if self._tr:
                 self._t(f"DELIVERED {nd.name} c{c} {j.id} {j.body!r}")
-            self._check_delivery(d)
+            if j.idem_key.startswith(KEY_PREFIX):
+                self._sched_delivery(d, j)  # a schedule's tick (invariant 10)
+            else:
+                self._check_delivery(d)
             if c < 0:
                 # The drainer acks everything at once where it got it.
                 self._at(self.now, self._drain_ack, (nd.idx, nd.gen, j.id))
