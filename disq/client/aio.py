@@ -74,6 +74,9 @@ class Job:
     nacks: int = 0
     additional_deliveries: int = 0
     retry_s: int = 0
+    # A keyed job's idempotency key, None for one added without: a schedule's tick job
+    # carries schedule:<name>:<tick as Unix seconds>, which tells the ticks apart.
+    idempotency_key: str | None = None
 
     @property
     def node_prefix(self) -> str:
@@ -141,7 +144,15 @@ def _split(addresses: str | Sequence[str]) -> list[str]:
 
 
 def _job(j: api_pb2.QueuedJob) -> Job:
-    return Job(j.id, j.queue, j.body, j.nacks, j.additional_deliveries, j.retry_s)
+    return Job(
+        j.id,
+        j.queue,
+        j.body,
+        j.nacks,
+        j.additional_deliveries,
+        j.retry_s,
+        j.idempotency_key or None,
+    )
 
 
 def _schedule(s: api_pb2.Schedule) -> Schedule:

@@ -104,20 +104,22 @@ class GetJobsRequest(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ...) -> None: ...
 
 class QueuedJob(_message.Message):
-    __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s")
+    __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s", "idempotency_key")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     NACKS_FIELD_NUMBER: _ClassVar[int]
     ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     RETRY_S_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     body: bytes
     nacks: int
     additional_deliveries: int
     retry_s: int
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., retry_s: _Optional[int] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., retry_s: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class GetJobsResponse(_message.Message):
     __slots__ = ("jobs",)

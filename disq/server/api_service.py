@@ -195,7 +195,7 @@ def _add_jobs(out: Any, jobs: list[DJob], with_counters: bool) -> None:
     add = out.add
     for j in jobs:
         if with_counters:
-            add(
+            q = add(
                 id=j.id,
                 queue=_api_queue(j.queue),
                 body=j.body,
@@ -204,7 +204,9 @@ def _add_jobs(out: Any, jobs: list[DJob], with_counters: bool) -> None:
                 retry_s=j.retry_s,
             )
         else:
-            add(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
+            q = add(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
+        if j.idem_key:  # rare: a keyed job (a schedule's tick, a Spark row)
+            q.idempotency_key = j.idem_key
 
 
 def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:

@@ -115,6 +115,7 @@ def test_a_schedule_added_on_one_node_fires_and_is_seen_on_the_other(
     info = c.show(job.id)
     assert info is not None and info["queue"] == "sched-q"
     key = info["idempotency_key"]
+    assert job.idempotency_key == key  # the SDK's job carries it, no SHOW needed
     m = re.fullmatch(rf"schedule:{name}:(\d+)", key or "")
     assert m is not None, key
     tick = int(m.group(1))

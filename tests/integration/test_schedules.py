@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -143,3 +144,29 @@ def test_nemesis_every_tick_of_60_s_has_exactly_one_job(tmp_path: Path) -> None:
         assert not twice, f"ticks with two jobs: {twice}"
         assert not missing, f"{len(missing)} ticks of {len(window)} without a job: {missing}"
         assert kills >= 10
+
+
+@pytest.mark.timeout(120)
+def test_a_node_that_joins_later_learns_every_schedule(tmp_path: Path) -> None:
+    with Lab(3, tmp_path / "lab", node_timeout_ms=3000) as lab:
+        a, _, c = lab.nodes
+        assert a.call("SCHEDULE", "ADD", "beat", "@every 1s", "ticks", "x", "REPLICATE", 2) == "OK"
+        assert a.call("SCHEDULE", "ADD", "nightly", "0 3 * * *", "reports", "y") == "OK"
+        assert a.call("SCHEDULE", "DEL", "nightly") == 1
+        assert a.call("SCHEDULE", "ADD", "hourly", "@hourly", "reports", "z") == "OK"
+        eventually(
+            lambda: _pairs(a.call("SCHEDULE", "SHOW", "beat"))["last-tick"], "a first tick", 10
+        )
+        # Node 2 is replaced by a new, empty node (new data dir, new id) that meets node 0.
+        old_id = c.id
+        lab.kill9(2)
+        shutil.rmtree(c.data_dir)
+        c.data_dir.mkdir()  # as a new volume would be: empty
+        lab.restart(2)
+        assert c.id != old_id and c.call("SCHEDULE", "LIST") == []
+        assert c.call("CLUSTER", "MEET", a.host, a.port) == "OK"
+        eventually(
+            lambda: c.call("SCHEDULE", "LIST") == [b"beat", b"hourly"], "the joiner learns them"
+        )
+        shown = _pairs(c.call("SCHEDULE", "SHOW", "beat"))
+        assert shown["last-tick"] > 0 and str(shown["last-job-id"]).startswith("D-")
