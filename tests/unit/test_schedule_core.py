@@ -20,7 +20,7 @@ from disq.core import ids
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import QUEUED
-from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, ScheduleDef
+from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, KeyVote, KeyVotes, ScheduleDef
 from disq.core.node_core import NodeCore
 from disq.core.schedule.scheduler import GRACE_MS, MISFIRE_MS, Scheduler, tick_key
 from disq.core.schedule.spec import Spec, SpecError
@@ -498,3 +498,36 @@ def test_a_restarted_node_waits_for_a_peer_table_without_spinning() -> None:
     msgs = [m for dest, m in _sched(mesh, 0).outbox if dest == mesh.ids[1]]
     restarted.on_peer_messages(mesh.now + 5_000, mesh.ids[0], msgs)
     assert sched.synced and sched.last["s"] == _sched(mesh, 0).last["s"]
+
+
+def test_a_slow_tick_does_not_hold_the_next_ones_back() -> None:
+    """Tick 3's vote messages are lost for 3.5 s: ticks 4-6 are fired and bound meanwhile
+    (up to PIPELINE_MAX in flight), but the last tick stays at 2 until 3 is bound, so no node
+    takes tick 3 as done before it is."""
+    t0 = _utc(2026, 5, 1, 12, 0, 0)
+    mesh = _mesh(3, t0)
+    s = _sched(mesh)
+    s.add(mesh.now, ScheduleDef("s", "@every 1s", "UTC", "q", b"", repl=2))
+    slow = tick_key("s", t0 + 3)
+    lossy = True
+
+    def drop(_src: int, _dst: int, msg: object) -> bool:
+        if not lossy:
+            return False
+        if isinstance(msg, KeyVotes):
+            return slow in msg.key
+        return isinstance(msg, KeyVote) and msg.key == slow
+
+    mesh.drop = drop
+    mesh.advance(6_600)
+    owner = mesh.ids.index(s.owner("s"))
+    bound = sorted(_tick_jobs(mesh, "s"))
+    assert {t0 + 4, t0 + 5, t0 + 6} <= set(bound)
+    assert all(_sched(mesh, i).last["s"][0] == t0 + 2 for i in range(3))
+    assert set(_sched(mesh, owner).runs["s"].ahead) >= {t0 + 4, t0 + 5, t0 + 6}
+    lossy = False
+    mesh.advance(4_000)
+    assert all(_sched(mesh, i).last["s"][0] >= t0 + 9 for i in range(3))
+    jobs = _tick_jobs(mesh, "s")
+    assert all(len(ids) == 1 for ids in jobs.values())
+    assert set(range(t0 + 1, t0 + 10)) <= set(jobs)

@@ -23,7 +23,9 @@ and the body of the job each tick adds, and the add's options. What keeps it:
   over the live nodes as this node sees them, so ownership moves when the owner dies and
   every node agrees once their views do. The owner fires at the tick; every other node fires
   ``GRACE_MS`` later unless it already knows the tick's key bound. So a dead owner costs a
-  tick a second of delay, not the tick, and views that disagree cost a vote, not a job.
+  tick a second of delay, not the tick, and views that disagree cost a vote, not a job. A
+  tick that was already late when it became due here gets its grace from then (a cluster
+  catching up after an outage does not fire every late tick from every node at once).
 - **Misfires.** A tick more than ``MISFIRE_MS`` overdue (the cluster, or a majority of it, was
   down at its time) follows the schedule's policy: SKIP drops every such tick and waits for
   the next one; CATCHUP n fires the last n of them, late, and drops the older ones. Every
@@ -33,6 +35,11 @@ and the body of the job each tick adds, and the add's options. What keeps it:
   a SCHEDTICK record, and a node never fires a tick at or before it, nor before the
   version of the definition (a schedule added or resumed now does not fire its past). So a
   tick whose key has left the key window (1 h) is not fired again.
+- **A slow tick does not hold the next ones back.** Up to ``PIPELINE_MAX`` ticks of a
+  schedule may have their adds in flight at once (a vote slowed by lost messages can take
+  longer than a 1 s period). The last bound tick moves only over contiguous ticks: one bound
+  while an earlier one is still in flight waits in the run's ``ahead``, so no node learns a
+  tick as done that nobody bound.
 
 Pure, as the other cores: ``now_ms`` is the node clock, ``wall_offset_ms`` turns it into the
 wall clock the ticks are in; the node core routes the add replies back here by token.
@@ -43,7 +50,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from disq.core import events as ev
@@ -74,6 +81,7 @@ MISFIRE_MS: Final = 5000  # a tick more overdue than this is a misfire (its poli
 LATE_MS: Final = 2000  # a tick fired more than this after its time counts as late
 FIRE_TIMEOUT_MS: Final = 3000  # a tick's add: NOREPL after this, then fired again
 FIRE_RETRY_MS: Final = 300  # after a failed add
+PIPELINE_MAX: Final = 8  # ticks of one schedule whose adds may be in flight at once
 SYNC_MS: Final = 2000  # digest to every reachable peer
 STARTUP_SYNC_MS: Final = 1500  # a node fires nothing before a peer's table, or this long
 TOMBSTONE_KEEP_MS: Final = 7 * 86400 * 1000
@@ -100,6 +108,11 @@ class ScheduleError(Exception):
         self.message = message
 
 
+def _earlier(a: int, b: int) -> int:
+    """The earlier of two deadlines, -1 being none."""
+    return b if a < 0 or (0 <= b < a) else a
+
+
 class View(Protocol):
     @property
     def my_id(self) -> str: ...
@@ -123,11 +136,14 @@ class _Run:
     spec: Spec
     floor_s: int  # ticks at or before it never fire here (version time, skipped ticks)
     due_ms: int = 0  # node clock: when this schedule next needs a look (0: now)
-    token: int = 0  # the tick's add in flight
-    tick_s: int = 0  # ... and its tick
-    fired_ms: int = 0  # when that add started
-    seen_tick: int = 0  # the next tick to fire, as last looked at ...
-    seen_ms: int = 0  # ... and the wall time it was first looked at here
+    # Ticks whose add is in flight: tick -> (token, when it started). Up to PIPELINE_MAX at
+    # once, so a tick whose vote is slow (lost messages) does not hold the next ones back.
+    inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Ticks bound here past the last contiguous one (an earlier tick still in flight): they
+    # join ``Scheduler.last`` once every tick before them is bound.
+    ahead: dict[int, str] = field(default_factory=dict)
+    # Tick -> the wall time it first was due here (a non-owner's grace counts from then).
+    seen: dict[int, int] = field(default_factory=dict)
 
 
 class Scheduler:
@@ -150,7 +166,7 @@ class Scheduler:
         self.table: dict[str, ScheduleDef] = {}
         self.last: dict[str, tuple[int, str]] = {}  # name -> (last bound tick, its job)
         self.runs: dict[str, _Run] = {}
-        self.tokens: dict[int, str] = {}  # token of a tick's add -> schedule name
+        self.tokens: dict[int, tuple[str, int]] = {}  # a tick's add -> (schedule, tick)
         self.last_error: dict[str, str] = {}  # name -> why its last add failed here
         self.stats: dict[str, int] = {
             "ticks_fired": 0,
@@ -326,7 +342,8 @@ class Scheduler:
         return self._digest
 
     def _bind(self, now_ms: int, name: str, tick_s: int, job_id: str, push: bool) -> bool:
-        """Tick ``tick_s`` of ``name`` is bound to ``job_id``. True: a newer last tick."""
+        """Every tick of ``name`` up to ``tick_s`` is bound (or skipped), the last to
+        ``job_id``: what a peer's sync and the AOF say. True: a newer last tick."""
         cur = self.last.get(name)
         if cur is not None and cur[0] >= tick_s:
             return False
@@ -340,9 +357,36 @@ class Scheduler:
                 self.outbox.append((peer, msg))
         run = self.runs.get(name)
         if run is not None:
+            for old in [t for t in run.ahead if t <= tick_s]:
+                del run.ahead[old]
+            for old in [t for t in run.seen if t <= tick_s]:
+                del run.seen[old]
             run.due_ms = 0
             heapq.heappush(self._heap, (0, name))
         return True
+
+    def _bound_here(self, now_ms: int, name: str, tick_s: int, job_id: str) -> None:
+        """This node learned that tick ``tick_s`` is bound to ``job_id`` (its add's answer,
+        or the key known here). The last tick moves only over contiguous ticks: a tick
+        bound while an earlier one is still in flight waits in ``ahead``, so no node ever
+        takes a tick as done that nobody bound."""
+        run = self.runs.get(name)
+        if run is None:
+            self._bind(now_ms, name, tick_s, job_id, push=True)
+            return
+        after = self._after(name, run)
+        if tick_s <= after:
+            return
+        if run.spec.next_after(after) != tick_s:
+            run.ahead[tick_s] = job_id
+            return
+        last_tick, last_job = tick_s, job_id
+        while True:
+            nxt = run.spec.next_after(last_tick)
+            if nxt is None or nxt not in run.ahead:
+                break
+            last_tick, last_job = nxt, run.ahead.pop(nxt)
+        self._bind(now_ms, name, last_tick, last_job, push=True)
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: SchedSync) -> None:
@@ -460,46 +504,54 @@ class Scheduler:
         d = self.table.get(name)
         if d is None or d.deleted or d.paused:
             return -1
-        if run.token:
-            if now_ms - run.fired_ms <= FIRE_TIMEOUT_MS + FIRE_RETRY_MS:
-                # In flight: its reply brings us back; the add's timeout bounds that.
-                return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
-            # No answer past the add's own timeout (its waiter was dropped): fire again.
-            self.tokens.pop(run.token, None)
-            run.token = 0
+        wake = -1
+        for waiting, (token, started) in list(run.inflight.items()):
+            if now_ms - started > FIRE_TIMEOUT_MS + FIRE_RETRY_MS:
+                # No answer past the add's own timeout (its waiter was dropped): again.
+                self.tokens.pop(token, None)
+                del run.inflight[waiting]
+            else:
+                wake = _earlier(wake, started + FIRE_TIMEOUT_MS + FIRE_RETRY_MS + 1)
         wall = self._wall(now_ms)
         spec = run.spec
+        after = self._after(name, run)
+        t = after
         for _ in range(64):  # ticks bound elsewhere are stepped over here, a few per look
-            after = self._after(name, run)
-            tick = spec.next_after(after)
+            tick = spec.next_after(t)
             if tick is None:
-                return -1
-            if run.seen_tick != tick:
-                run.seen_tick, run.seen_ms = tick, wall
+                break
+            t = tick
+            if tick in run.inflight or tick in run.ahead:
+                continue
+            seen = run.seen.setdefault(tick, wall)
             mine = self.owner(name) == self.view.my_id
-            # Non-owners give the owner GRACE_MS from when the tick became the next one here,
-            # not from its time: when the cluster is behind (catching up after an outage)
-            # every tick is already past its grace, and every node firing every late tick at
-            # once made their key votes duel, each tick took longer than the period and the
+            # Non-owners give the owner GRACE_MS from when the tick became due here, not
+            # from its time: when the cluster is behind (catching up after an outage) every
+            # tick is already past its grace, and every node firing every late tick at once
+            # made their key votes duel, each tick took longer than the period and the
             # schedule never caught up (ticks lost with the whole cluster up; found by the
             # simulator, invariant 10). On time, this is the tick's time plus GRACE_MS.
-            fire_at = tick * 1000 if mine else max(tick * 1000, run.seen_ms) + GRACE_MS
+            fire_at = tick * 1000 if mine else max(tick * 1000, seen) + GRACE_MS
             if wall < fire_at:
-                return fire_at - self.wall_offset_ms
+                return _earlier(wake, fire_at - self.wall_offset_ms)
             key = tick_key(name, tick)
             bound = self.disque.decided_key(d.queue, key, now_ms)
             if bound:
-                self._bind(now_ms, name, tick, bound, push=False)
+                self._bound_here(now_ms, name, tick, bound)
                 self.stats["ticks_bound_elsewhere"] += 1
                 continue
             if wall - tick * 1000 > MISFIRE_MS and self._misfire(now_ms, name, d, run, after):
-                continue  # skipped some: look at what is left
+                t = after = self._after(name, run)  # skipped some: look at what is left
+                continue
+            if len(run.inflight) >= PIPELINE_MAX:
+                return wake  # an answer brings us back (or the oldest add's timeout)
             if not self._fire(now_ms, name, d, run, tick):
-                return now_ms + FIRE_RETRY_MS  # refused (NOREPL, PAUSED, OOM...): again soon
-            if run.token:
-                return now_ms + FIRE_TIMEOUT_MS + FIRE_RETRY_MS
-            # Bound at once (a single node, or a key known here): the next tick.
-        return now_ms
+                return _earlier(wake, now_ms + FIRE_RETRY_MS)  # refused: again soon
+            if tick not in run.inflight:
+                after = self._after(name, run)  # bound at once (one node, a known key)
+        else:
+            return now_ms  # more to step over: look again at once
+        return wake
 
     def _misfire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, after: int) -> bool:
         """Ticks after ``after`` more than MISFIRE_MS overdue: apply the policy. True: the
@@ -523,6 +575,10 @@ class Scheduler:
             return False
         count = spec.count_between(after, skip_to)
         run.floor_s = skip_to
+        for old in [t for t in run.ahead if t <= skip_to]:
+            del run.ahead[old]
+        for old in [t for t in run.seen if t <= skip_to]:
+            del run.seen[old]
         if self.owner(name) == self.view.my_id:
             self.stats["ticks_skipped"] += count
             self.events.add(ev.TICK_SKIPPED, now_ms, d.queue, tick_key(name, skip_to), count, 0)
@@ -551,28 +607,40 @@ class Scheduler:
         if isinstance(res, str):
             self._fired(now_ms, name, tick, res, now_ms)
             return True
-        run.token, run.tick_s, run.fired_ms = token, tick, now_ms
-        self.tokens[token] = name
+        run.inflight[tick] = (token, now_ms)
+        self.tokens[token] = (name, tick)
         return True
 
     def on_reply(self, now_ms: int, token: int, result: object) -> None:
         """The Disque core answered a tick's add: the bound job's id, or an error."""
-        name = self.tokens.pop(token, None)
-        run = self.runs.get(name) if name is not None else None
-        if name is None or run is None or run.token != token:
+        entry = self.tokens.pop(token, None)
+        if entry is None:
             return
-        run.token = 0
+        name, tick = entry
+        run = self.runs.get(name)
+        started = now_ms
+        if run is not None:
+            mine = run.inflight.get(tick)
+            if mine is not None and mine[0] == token:
+                started = mine[1]
+                del run.inflight[tick]
         if isinstance(result, str):
-            self._fired(now_ms, name, run.tick_s, result, run.fired_ms)
-        else:
-            self.stats["fire_errors"] += 1
-            self.last_error[name] = str(result)
+            # Bound, even if the definition changed meanwhile (a replaced run): a job exists.
+            self._fired(now_ms, name, tick, result, started)
+            return
+        self.stats["fire_errors"] += 1
+        self.last_error[name] = str(result)
+        if run is not None:
             run.due_ms = now_ms + FIRE_RETRY_MS
             heapq.heappush(self._heap, (run.due_ms, name))
 
     def _fired(self, now_ms: int, name: str, tick: int, job_id: str, started_ms: int) -> None:
         mine = ids.node_prefix(job_id) == self.view.my_id[:8]
-        self._bind(now_ms, name, tick, job_id, push=True)
+        self._bound_here(now_ms, name, tick, job_id)
+        run = self.runs.get(name)
+        if run is not None:
+            run.due_ms = 0
+            heapq.heappush(self._heap, (0, name))
         if not mine:
             self.stats["ticks_bound_elsewhere"] += 1
             return
@@ -588,7 +656,7 @@ class Scheduler:
     def cancel_all(self) -> None:
         self.tokens.clear()
         for run in self.runs.values():
-            run.token = 0
+            run.inflight.clear()
 
     def _prune(self, now_ms: int) -> None:
         edge = self._wall(now_ms) - TOMBSTONE_KEEP_MS
