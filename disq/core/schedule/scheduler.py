@@ -505,10 +505,12 @@ class Scheduler:
         if d is None or d.deleted or d.paused:
             return -1
         wake = -1
-        for waiting, (token, started) in list(run.inflight.items()):
+        for waiting, (_token, started) in list(run.inflight.items()):
             if now_ms - started > FIRE_TIMEOUT_MS + FIRE_RETRY_MS:
-                # No answer past the add's own timeout (its waiter was dropped): again.
-                self.tokens.pop(token, None)
+                # No answer past the add's own timeout (a keyed add's vote can outlast it):
+                # fire the tick again. The token stays ours, so a late answer still comes to
+                # on_reply (a job id binds the tick) instead of reaching the IO layer as a
+                # client's (the simulator's "reply for unknown token", seed 1270).
                 del run.inflight[waiting]
             else:
                 wake = _earlier(wake, started + FIRE_TIMEOUT_MS + FIRE_RETRY_MS + 1)
