@@ -14,7 +14,6 @@ from disq.doors.disque.replies import (
     BADID_ERR,
     NULL3,
     NULL_ARRAY,
-    NULL_BULK,
     SYNTAX_ERR,
     TIMEOUT_NEGATIVE_ERR,
     TIMEOUT_NOT_INT_ERR,
@@ -23,7 +22,7 @@ from disq.doors.disque.replies import (
     _id_bytes,
     _job_ids,
     _jobs_reply,
-    _pairs,
+    _pairs_reply,
     _valid_id,
     queue_name,
 )
@@ -256,10 +255,4 @@ def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 def _show(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):
         return BADID_ERR
-    pairs = c.node.core.show(now_ms, argv[1].decode("latin-1"))
-    resp3 = c.protocol == 3
-    if pairs is None:
-        return NULL3 if resp3 else NULL_BULK
-    out: list[bytes] = []
-    _pairs(pairs, out, resp3)
-    return b"".join(out)
+    return _pairs_reply(c.node.core.show(now_ms, argv[1].decode("latin-1")), c.protocol == 3)

@@ -19,6 +19,7 @@ from disq.doors.disque.replies import (
     _id_bytes,
     _jobs_reply,
     _pairs,
+    _pairs_reply,
     queue_bytes,
     queue_name,
 )
@@ -30,12 +31,7 @@ def _qlen(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 
 def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     pairs = c.node.core.qstat(now_ms, queue_name(argv[1]))
-    resp3 = c.protocol == 3
-    if pairs is None:
-        return NULL3 if resp3 else NULL_ARRAY
-    out: list[bytes] = []
-    _pairs(pairs, out, resp3)
-    return b"".join(out)
+    return _pairs_reply(pairs, c.protocol == 3, NULL_ARRAY)
 
 
 def _qpeek(c: Client, argv: list[bytes], now_ms: int) -> bytes:

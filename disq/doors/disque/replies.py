@@ -128,6 +128,18 @@ def _value(key: str, v: object, out: list[bytes], resp3: bool) -> None:
         raise TypeError(f"cannot send {type(v).__name__} in a key/value reply")
 
 
+def _pairs_reply(
+    pairs: list[tuple[str, object]] | None, resp3: bool, null: bytes = NULL_BULK
+) -> bytes:
+    """A whole key/value reply (SHOW, QSTAT, SCHEDULE SHOW); ``pairs`` None: the null that
+    command sends in RESP2 (``null``), RESP3's null in RESP3."""
+    if pairs is None:
+        return NULL3 if resp3 else null
+    out: list[bytes] = []
+    _pairs(pairs, out, resp3)
+    return b"".join(out)
+
+
 def _pairs(pairs: list[tuple[str, object]], out: list[bytes], resp3: bool = False) -> None:
     """Key/value pairs (SHOW, QSTAT): Disque's flat array, or in RESP3 the map Redis would
     send for such a reply (as HGETALL's and CONFIG GET's), with null values as ``_``."""

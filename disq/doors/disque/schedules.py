@@ -17,12 +17,10 @@ from disq.core.schedule.scheduler import ScheduleError
 from disq.doors.disque.client import Client
 from disq.doors.disque.numbers import parse_ll
 from disq.doors.disque.replies import (
-    NULL3,
-    NULL_BULK,
     OK,
     _bulk,
     _err,
-    _pairs,
+    _pairs_reply,
     queue_bytes,
     queue_name,
 )
@@ -74,13 +72,7 @@ def _schedule(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if sub == b"show":
         if n != 3:
             return _err("ERR wrong number of arguments for 'schedule show' command")
-        pairs = sched.describe(_text(argv[2]), now_ms)
-        resp3 = c.protocol == 3
-        if pairs is None:
-            return NULL3 if resp3 else NULL_BULK
-        out: list[bytes] = []
-        _pairs(pairs, out, resp3)
-        return b"".join(out)
+        return _pairs_reply(sched.describe(_text(argv[2]), now_ms), c.protocol == 3)
     return _err(f"ERR unknown SCHEDULE subcommand '{_shown(argv[1])}'. Try {_SUBCOMMANDS}.")
 
 
