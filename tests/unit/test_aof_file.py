@@ -345,7 +345,9 @@ def test_closed_writer_refuses(writer: AofWriter) -> None:
 
 @pytest.fixture
 def file_size_limit() -> Iterator[None]:
-    """Let the test lower RLIMIT_FSIZE: writes past it fail with EFBIG, a real short write."""
+    """Let the test lower RLIMIT_FSIZE: writes past it fail with EFBIG, a real short write.
+    The limit binds the whole process, pytest's own output file included: a test lifts it
+    again before it ends (pytest writes the test's result before this teardown)."""
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     try:
@@ -389,6 +391,9 @@ def test_rewrite_file_failure_aborts_rewrite_but_not_the_write(
         set_fsize_limit(w.rewrite_size + 100)  # live file is small, rewrite file is not
         with capture_logs() as logs:
             w.write(frame(2, b"live" * 100))
+        # Lifted here, not only by the fixture's teardown: pytest reports the test's result
+        # before the teardown, and its write to a stdout file past the limit fails (EFBIG).
+        set_fsize_limit(resource.getrlimit(resource.RLIMIT_FSIZE)[1])
         assert not w.rewrite_active
         assert not (tmp_path / REWRITE_NAME).exists()
         assert [e["event"] for e in logs] == ["aof_rewrite_aborted"]
