@@ -10,12 +10,14 @@ guessed, and a wildcard given as the advertised address is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -193,6 +195,29 @@ def test_a_wildcard_bind_with_nothing_advertised_says_what_it_guessed(tmp_path: 
         proc.wait()
 
 
+@contextlib.contextmanager
+def _serving(argv: list[str], cwd: Path, resp_port: int) -> Iterator[RespClient]:
+    """A node started with ``argv``, connected on its RESP port once it answers PING."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    try:
+        with eventually(
+            lambda: RespClient("127.0.0.1", resp_port, timeout=2.0), "the node answers", 30
+        ) as c:
+            eventually(lambda: c.call("PING") == "PONG", "PING", 30)
+            yield c
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _assert_advertises(c: RespClient, host: str) -> None:
+    """HELLO gives the node out at ``host``, and CONFIG GET advertise-host says so."""
+    hello = c.call("HELLO")
+    assert isinstance(hello, list)
+    assert _text(hello[2][1]) == host
+    assert _text(c.call("CONFIG", "GET", "advertise-host")[1]) == host
+
+
 @pytest.mark.timeout(60)
 def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_path: Path) -> None:
     bad = subprocess.run(
@@ -208,24 +233,11 @@ def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_pat
     argv = [sys.executable, "-m", "disq.node_main", "-l", "127.0.0.1", "-p", str(port)]
     argv += ["--resp-port", str(resp), "--grpc-port", str(grpc_port), "--in-memory"]
     argv += ["--advertise-host", "disq-0.example.internal"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
-    )
-    try:
-        with eventually(
-            lambda: RespClient("127.0.0.1", resp, timeout=2.0), "the node answers", 30
-        ) as c:
-            eventually(lambda: c.call("PING") == "PONG", "PING", 30)
-            hello = c.call("HELLO")
-            assert isinstance(hello, list)
-            assert _text(hello[2][1]) == "disq-0.example.internal"
-            assert _text(c.call("CONFIG", "GET", "advertise-host")[1]) == "disq-0.example.internal"
+    with _serving(argv, tmp_path, resp) as c:
+        _assert_advertises(c, "disq-0.example.internal")
         with Client(f"127.0.0.1:{grpc_port}", discover=False) as sdk:
             (me,) = sdk.hello().nodes
             assert (me.host, me.grpc_port) == ("disq-0.example.internal", grpc_port)
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_the_flag_over_the_config_file_is_what_config_get_shows(tmp_path: Path) -> None:
@@ -238,18 +250,5 @@ def test_the_flag_over_the_config_file_is_what_config_get_shows(tmp_path: Path) 
     conf.write_text(f"port {resp}\ndir {tmp_path}\nadvertise-host from-file.example\n")
     argv = [sys.executable, "-m", "disq.node_main", str(conf)]
     argv += ["--advertise-host", "from-flag.example"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
-    )
-    try:
-        with eventually(
-            lambda: RespClient("127.0.0.1", resp, timeout=2.0), "the node answers", 30
-        ) as c:
-            eventually(lambda: c.call("PING") == "PONG", "PING", 30)
-            hello = c.call("HELLO")
-            assert isinstance(hello, list)
-            assert _text(hello[2][1]) == "from-flag.example"
-            assert _text(c.call("CONFIG", "GET", "advertise-host")[1]) == "from-flag.example"
-    finally:
-        proc.kill()
-        proc.wait()
+    with _serving(argv, tmp_path, resp) as c:
+        _assert_advertises(c, "from-flag.example")
