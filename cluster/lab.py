@@ -174,7 +174,7 @@ def port_free(port: int, host: str = HOST) -> bool:
     return True
 
 
-def _ephemeral_low() -> int:
+def ephemeral_port_low() -> int:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             return int(f.read().split()[0])
@@ -191,7 +191,7 @@ def find_base_port(n: int, host: str = HOST, rng: random.Random | None = None) -
     # Below the kernel's ephemeral range (32768 and up by default), bus ports included: a
     # killed node's ports must still be free when it restarts, and an outgoing connection
     # anywhere on the machine may take any free ephemeral port meanwhile.
-    low, high = 12000, _ephemeral_low() - BUS_PORT_OFFSET - n
+    low, high = 12000, ephemeral_port_low() - BUS_PORT_OFFSET - n
     if high <= low:
         low, high = 12000, 55535 - BUS_PORT_OFFSET - n
     for _ in range(200):

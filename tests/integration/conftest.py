@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster.lab import ephemeral_port_low
+
 # Make ``import wire`` work whatever pytest's import mode / package layout is.
 _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
@@ -58,23 +60,43 @@ def _beanstalkd_bin() -> str | None:
     )
 
 
+# Ports handed out in this pytest process. A port is checked free and then closed, so two
+# calls in a row could get the same one back before either node binds it; this set keeps
+# every port handed out distinct (and bus ports too) for the whole run.
+_HANDED_OUT: set[int] = set()
+_LOWEST_PORT = 12000
+
+
+def _pick(offsets: tuple[int, ...]) -> int:
+    """A port P such that P + each offset is free now and never handed out before in this run.
+
+    Below the kernel's ephemeral range: a port from bind(0) is one any outgoing connection on
+    the machine may take between our check and the node's bind (or between a kill and a
+    restart), and a node that cannot bind exits, which a test only sees as a 30 s timeout.
+    """
+    rng = random.Random()
+    high = ephemeral_port_low() - max(offsets)
+    for _ in range(10_000):
+        port = rng.randrange(_LOWEST_PORT, high)
+        wanted = [port + off for off in offsets]
+        if any(p in _HANDED_OUT for p in wanted):
+            continue
+        if all(_bindable(p) for p in wanted):
+            _HANDED_OUT.update(wanted)
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def free_port() -> int:
-    """Ask the kernel for a free TCP port on 127.0.0.1 (tiny race accepted, as usual)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on 127.0.0.1, below the ephemeral range, distinct from every port
+    handed out before in this test run."""
+    return _pick((0,))
 
 
 def free_bus_port(offset: int = 10000) -> int:
     """A free port whose Disque bus port (port + offset) is free too: a config-file node binds
     both, and an ephemeral port in use at port + offset would make it fail to start."""
-    # Below the ephemeral range (bus port included), so no outgoing connection can take
-    # either between the check and the node's bind, or between a kill and a restart.
-    rng = random.Random()
-    while True:
-        port = rng.randrange(12000, 32768 - offset)
-        if all(_bindable(p) for p in (port, port + offset)):
-            return port
+    return _pick((0, offset))
 
 
 def _bindable(port: int) -> bool:

@@ -44,7 +44,16 @@ class BNode:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        eventually(lambda: self.resp("PING") == "PONG", f"node on {self.rport} answers PING")
+        eventually(self._answers_ping, f"node on {self.rport} answers PING")
+
+    def _answers_ping(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            # A node that could not start exits: say why at once, not after the timeout.
+            log = (self.data.parent / f"{self.data.name}.log").read_text(errors="replace")
+            code = self.proc.returncode
+            raise AssertionError(f"node on {self.rport} exited {code}: {log[-2000:]}")
+        return bool(self.resp("PING") == "PONG")
 
     def kill9(self) -> None:
         assert self.proc is not None

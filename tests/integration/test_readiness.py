@@ -4,7 +4,6 @@ attempts ran out). A pod is therefore not sent clients before it is in the clust
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import free_port  # noqa: E402
 from eventually import eventually  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("disq_only")
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.usefixtures("disq_only")
 def disq_only(server_kind: str) -> None:
     if server_kind != "disq":
         pytest.skip("disq's cluster ports")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _status(grpc_port: int) -> int:
