@@ -62,6 +62,13 @@ log = structlog.get_logger("disq.dramatiq")
 
 _JOB_ID = "disq_job_id"  # where a delivered message keeps its job's id (not re-sent)
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
+# An add that failed for want of a node is sent again, to the next node, as Dramatiq's
+# RabbitMQ broker re-publishes up to this many times before it raises ConnectionClosed. A
+# node that died after it took the add but before it answered (IndeterminateError) may still
+# deliver that copy: the message then runs twice, never zero times (at least once, as the
+# kombu transport under kombu's publish retry).
+MAX_ENQUEUE_ATTEMPTS = 6
+_ADD_RETRY_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError)
 
 
 class DisqBrokerError(BrokerError):
@@ -154,7 +161,14 @@ class DisqBroker(dramatiq.Broker):
         if ttl_s is not None:
             opts["ttl_s"] = ttl_s
         with _broker_errors(f"enqueue on {queue_name!r}"):
-            return self.client.add_job(queue_name, body, **opts)
+            for attempt in range(1, MAX_ENQUEUE_ATTEMPTS):
+                try:
+                    return self.client.add_job(queue_name, body, **opts)
+                except _ADD_RETRY_REASONS as exc:
+                    log.warning(
+                        "enqueue_retried", queue=queue_name, attempt=attempt, error=str(exc)
+                    )
+            return self.client.add_job(queue_name, body, **opts)  # the last: its error raises
 
     def get_declared_queues(self) -> set[str]:
         return self.queues.copy()

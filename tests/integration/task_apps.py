@@ -13,14 +13,59 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eventually import eventually
 
+from cluster.lab import Lab
+from disq.client import Client
+
 BIN = Path(sys.executable).parent
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def send_while_a_node_dies(
+    lab: Lab, queue: str, send_one: Callable[[int], object], n: int = 300, kill_at: int = 100
+) -> None:
+    """Send messages 0..n-1 from a thread with ``send_one``; once ``kill_at`` are sent, the
+    node holding most of the queue dies (kill -9) while adds and gets flow. Every send must
+    succeed: the client sends again to the next node, it does not give up."""
+    sent: list[int] = []
+    errors: list[BaseException] = []
+    half = threading.Event()
+
+    def produce() -> None:
+        try:
+            for k in range(n):
+                send_one(k)
+                sent.append(k)
+                if k == kill_at:
+                    half.set()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            half.set()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    assert half.wait(60)
+    with Client(disq_url(lab).removeprefix("disq://")) as c:
+        lens = {i: c.qlen(queue, node=f"127.0.0.1:{lab.node(i).bus_port}") for i in range(lab.n)}
+    lab.kill9(max(lens, key=lambda i: lens[i]))
+    t.join(120)
+    assert not errors, errors
+    assert sent == list(range(n))
+
+
+def disq_url(lab: Lab, **options: object) -> str:
+    """``disq://`` with every node of the lab, and ``options`` as the URL's query."""
+    nodes = ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"disq://{nodes}" + (f"?{query}" if query else "")
+
 
 _RECORD = """
 def record(event, k, attempt=0):

@@ -3,7 +3,6 @@ processes) with ``broker_url = "disq://..."`` and no disq import in the app."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,20 +13,16 @@ from eventually import eventually
 from task_apps import (
     CELERY_APP,
     celery_worker,
+    disq_url,
     done_counts,
     runs,
+    send_while_a_node_dies,
     wait_all_done,
     write_app,
 )
 
 from cluster.lab import Lab
 from disq.client import Client
-
-
-def url(lab: Lab, **options: object) -> str:
-    nodes = ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"disq://{nodes}" + (f"?{query}" if query else "")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +37,7 @@ def producer(broker_url: str) -> Celery:
 
 def test_a_thousand_tasks_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "capp", CELERY_APP)
-    broker = url(lab3)
+    broker = disq_url(lab3)
     w = celery_worker(app_dir, broker, "thousand", "w1")
     try:
         w.wait_for_log("ready.")
@@ -54,7 +49,7 @@ def test_a_thousand_tasks_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
             p.send_task("capp.rec", args=(k,), queue="thousand")
         counts = wait_all_done(app_dir, set(range(1000)))
         assert counts == {k: 1 for k in range(1000)}
-        with Client(url(lab3).removeprefix("disq://")) as c:
+        with Client(disq_url(lab3).removeprefix("disq://")) as c:
             assert sum(c.qlen("thousand", node=n.addr) for n in c.nodes()) == 0
         assert len({r.pid for r in runs(app_dir)}) == 2  # both pool processes worked
     finally:
@@ -64,7 +59,7 @@ def test_a_thousand_tasks_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
 
 def test_countdown_runs_no_sooner_and_retry_runs_again(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "capp", CELERY_APP)
-    broker = url(lab3)
+    broker = disq_url(lab3)
     w = celery_worker(app_dir, broker, "timing", "w1")
     try:
         w.wait_for_log("ready.")
@@ -84,7 +79,7 @@ def test_countdown_runs_no_sooner_and_retry_runs_again(lab3: Lab, tmp_path: Path
 @pytest.mark.slow
 def test_acks_late_tasks_of_a_killed_worker_are_redelivered(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "capp", CELERY_APP)
-    broker = url(lab3, retry_s=3)  # the visibility timeout
+    broker = disq_url(lab3, retry_s=3)  # the visibility timeout
     a = celery_worker(app_dir, broker, "late", "wa", acks_late=True)
     b = None
     try:
@@ -116,40 +111,19 @@ def test_acks_late_tasks_of_a_killed_worker_are_redelivered(lab3: Lab, tmp_path:
 def test_a_node_killed_while_tasks_flow_loses_none(tmp_path: Path) -> None:
     with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
         app_dir = write_app(tmp_path / "app", "capp", CELERY_APP)
-        broker = url(lab, replicate=2, retry_s=3)
+        broker = disq_url(lab, replicate=2, retry_s=3)
         w = celery_worker(app_dir, broker, "flow", "w1", acks_late=True)
         try:
             w.wait_for_log("ready.")
             p = producer(broker)
-            sent: list[int] = []
-            errors: list[BaseException] = []
-            half = threading.Event()
-
-            def send() -> None:
-                try:
-                    for k in range(300):
-                        p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": 0.01}, queue="flow")
-                        sent.append(k)
-                        if k == 100:
-                            half.set()
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-                    half.set()
-
-            t = threading.Thread(target=send)
-            t.start()
-            assert half.wait(60)
-            # The node holding most of the queue dies (kill -9) while adds and gets flow.
-            with Client(url(lab).removeprefix("disq://")) as c:
-                lens = {
-                    i: c.qlen("flow", node=f"127.0.0.1:{lab.node(i).bus_port}") for i in range(3)
-                }
-            victim = max(lens, key=lambda i: lens[i])
-            lab.kill9(victim)
-            t.join(120)
-            assert not errors, errors
-            assert len(sent) == 300
-            counts = wait_all_done(app_dir, set(sent), timeout=120)
+            send_while_a_node_dies(
+                lab,
+                "flow",
+                lambda k: p.send_task(
+                    "capp.rec", args=(k,), kwargs={"sleep_s": 0.01}, queue="flow"
+                ),
+            )
+            counts = wait_all_done(app_dir, set(range(300)), timeout=120)
             assert set(counts) == set(range(300))  # none lost (a retried add may run twice)
         finally:
             w.stop()

@@ -12,21 +12,17 @@ import pytest
 from eventually import eventually
 from task_apps import (
     DRAMATIQ_APP,
+    disq_url,
     done_counts,
     dramatiq_worker,
     runs,
+    send_while_a_node_dies,
     wait_all_done,
     write_app,
 )
 
 from cluster.lab import Lab
 from disq.dramatiq import DisqBroker
-
-
-def url(lab: Lab, **options: object) -> str:
-    nodes = ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
-    query = "&".join(f"{k}={v}" for k, v in options.items())
-    return f"disq://{nodes}" + (f"?{query}" if query else "")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +42,7 @@ def send(
 
 def test_a_thousand_messages_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
-    broker_url = url(lab3)
+    broker_url = disq_url(lab3)
     w = dramatiq_worker(app_dir, broker_url, "thousand", "w1")
     broker = DisqBroker(broker_url)
     try:
@@ -66,7 +62,7 @@ def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_qu
     lab3: Lab, tmp_path: Path
 ) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
-    broker_url = url(lab3)
+    broker_url = disq_url(lab3)
     w = dramatiq_worker(app_dir, broker_url, "timing", "w1")
     broker = DisqBroker(broker_url)
     try:
@@ -91,7 +87,7 @@ def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_qu
 @pytest.mark.slow
 def test_a_killed_workers_messages_are_redelivered(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
-    broker_url = url(lab3, retry_s=3)  # the visibility timeout
+    broker_url = disq_url(lab3, retry_s=3)  # the visibility timeout
     a = dramatiq_worker(app_dir, broker_url, "killed", "wa", threads=2)
     b = None
     broker = DisqBroker(broker_url)
@@ -117,3 +113,20 @@ def test_a_killed_workers_messages_are_redelivered(lab3: Lab, tmp_path: Path) ->
         if b is not None:
             b.stop()
         broker.close()
+
+
+@pytest.mark.slow
+def test_a_node_killed_while_messages_flow_loses_none(tmp_path: Path) -> None:
+    with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
+        app_dir = write_app(tmp_path / "app", "dapp", DRAMATIQ_APP)
+        url = disq_url(lab, replicate=2, retry_s=3)
+        w = dramatiq_worker(app_dir, url, "flow", "w1", threads=2)
+        broker = DisqBroker(url)
+        try:
+            w.wait_for_log("Worker process is ready for action.")
+            send_while_a_node_dies(lab, "flow", lambda k: send(broker, "flow", k, sleep_s=0.01))
+            counts = wait_all_done(app_dir, set(range(300)), timeout=120)
+            assert set(counts) == set(range(300))  # none lost (a retried add may run twice)
+        finally:
+            w.stop()
+            broker.close()

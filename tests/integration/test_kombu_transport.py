@@ -161,8 +161,10 @@ def test_a_message_over_the_limit_is_a_channel_error_and_nothing_is_added(
         q.close()
 
 
-def test_a_dead_address_fails_with_kombus_errors() -> None:
-    dead = f"127.0.0.1:{free_port()}"
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_a_dead_address_fails_with_kombus_errors(host: str) -> None:
+    # A port nobody listens on, and a name that does not resolve (RFC 2606's .invalid).
+    dead = f"{host}:{free_port()}"
     conn = kombu.Connection(f"disq://{dead}", connect_timeout=1)
     with pytest.raises(OperationalError, match="no node answered"):
         conn.ensure_connection(max_retries=1)
