@@ -23,6 +23,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from io import FileIO
 from pathlib import Path
@@ -88,10 +89,9 @@ def encode(buf: EventBuffer, first_seq: int) -> bytes:
     return _LEN.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def decode(data: bytes | bytearray | memoryview, from_seq: int = 0) -> tuple[list[Event], int]:
-    """The events of the whole frames in ``data`` with ``seq >= from_seq``, and the length
-    the whole frames span (a torn or corrupt frame ends the decoding there)."""
-    out: list[Event] = []
+def _whole_frames(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, int]]:
+    """(start, end) of each whole frame's payload whose CRC holds, in order, up to the first
+    torn or corrupt frame."""
     pos = 0
     n = len(data)
     while pos + _LEN.size <= n:
@@ -99,19 +99,27 @@ def decode(data: bytes | bytearray | memoryview, from_seq: int = 0) -> tuple[lis
         start = pos + _LEN.size
         end = start + plen
         if end > n or plen < _FRAME.size:
-            break
-        payload = memoryview(data)[start:end]
-        if zlib.crc32(payload) != crc:
-            break
-        first, count, ids_len = _FRAME.unpack_from(payload, 0)
+            return
+        if zlib.crc32(memoryview(data)[start:end]) != crc:
+            return
+        yield start, end
         pos = end
-        if first + count <= from_seq:
-            continue  # the whole frame is older than wanted: not decoded
-        try:
-            out.extend(_frame_events(payload, first, count, ids_len))
-        except (ValueError, UnicodeDecodeError):
-            pos = start - _LEN.size
-            break
+
+
+def decode(data: bytes | bytearray | memoryview, from_seq: int = 0) -> tuple[list[Event], int]:
+    """The events of the whole frames in ``data`` with ``seq >= from_seq``, and the length
+    the whole frames span (a torn or corrupt frame ends the decoding there)."""
+    out: list[Event] = []
+    pos = 0
+    for start, end in _whole_frames(data):
+        payload = memoryview(data)[start:end]
+        first, count, ids_len = _FRAME.unpack_from(payload, 0)
+        if first + count > from_seq:  # a frame older than wanted is not decoded
+            try:
+                out.extend(_frame_events(payload, first, count, ids_len))
+            except (ValueError, UnicodeDecodeError):
+                break  # a good CRC over a frame that does not decode ends it there too
+        pos = end
     return out, pos
 
 
@@ -121,18 +129,9 @@ def scan(data: bytes | bytearray) -> tuple[int, int, list[Event]]:
     event's time). Only the CRCs of the others are checked: a segment holds up to 4 MiB of
     events, which decode() turns into a hundred thousand objects, on the start's path."""
     pos = 0
-    n = len(data)
     last: tuple[int, int] | None = None  # (start, end) of the last whole frame's payload
-    while pos + _LEN.size <= n:
-        plen, crc = _LEN.unpack_from(data, pos)
-        start = pos + _LEN.size
-        end = start + plen
-        if end > n or plen < _FRAME.size:
-            break
-        if zlib.crc32(memoryview(data)[start:end]) != crc:
-            break
-        last = (start, end)
-        pos = end
+    for last in _whole_frames(data):
+        pos = last[1]
     if last is None:
         return pos, 0, []
     payload = memoryview(data)[last[0] : last[1]]
