@@ -1,11 +1,25 @@
 """structlog set-up: JSON lines when stderr is not a TTY, readable lines when it is; Disque's
-``loglevel`` (changeable at run time by CONFIG SET) and ``syslog-*`` keys."""
+``loglevel`` (changeable at run time by CONFIG SET) and ``syslog-*`` keys.
+
+The node's modules log through :func:`get_logger`, whose loggers import structlog on first
+use. structlog's import (its dev, stdlib, tracebacks and twisted parts, pickle, uuid: 15-20
+ms) is not on the path of a node's first answer: ``disq-node`` calls :func:`defer`, and the
+runtime calls :func:`load` in a thread once the ports serve. Meanwhile a JSON line (a log
+file, a pipe: every deployment and every test) is written at once, the same line structlog's
+JSONRenderer would write; a console line (a TTY) is kept and written when structlog loads,
+stamped with the time it was logged. A process that never calls :func:`defer` (the SDK, the
+workers, the tests) imports structlog at its first line, as if the modules had imported it
+themselves.
+"""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -51,6 +65,8 @@ _METHOD_LEVELS = {
 def _filter_level(_logger: Any, method: str, event: MutableMapping[str, Any]) -> Any:
     import structlog
 
+    if "_at" in event:  # a kept line: filtered by the level in force when it was logged
+        return event
     if _METHOD_LEVELS.get(method, logging.INFO) < _level[0]:
         raise structlog.DropEvent
     return event
@@ -111,6 +127,133 @@ def syslog_logger(ident: str, facility: str, address: str | None = None) -> logg
     return logger
 
 
+class Logger:
+    """A structlog logger by name (and bound context), resolved on its first line."""
+
+    __slots__ = ("_bound", "_context", "_name")
+
+    def __init__(self, name: str | None = None, context: dict[str, Any] | None = None) -> None:
+        self._name = name
+        self._context = context or {}
+        self._bound: Any = None
+
+    def bind(self, **context: Any) -> Logger:
+        return Logger(self._name, {**self._context, **context})
+
+    def debug(self, event: str, **kw: Any) -> None:
+        self._log("debug", event, kw)
+
+    def info(self, event: str, **kw: Any) -> None:
+        self._log("info", event, kw)
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self._log("warning", event, kw)
+
+    def error(self, event: str, **kw: Any) -> None:
+        self._log("error", event, kw)
+
+    def critical(self, event: str, **kw: Any) -> None:
+        self._log("critical", event, kw)
+
+    def exception(self, event: str, **kw: Any) -> None:
+        # The traceback is the one being handled now: never kept for later.
+        load()
+        self._log("exception", event, kw)
+
+    def _log(self, method: str, event: str, kw: dict[str, Any]) -> None:
+        bound = self._bound
+        if bound is None:
+            with _LOCK:
+                if _deferred and not _loaded:
+                    if _METHOD_LEVELS.get(method, logging.INFO) < _level[0]:
+                        return
+                    if _early:
+                        _write_early(_early[0], self._context, method, event, kw)
+                    else:
+                        _kept.append((self, method, event, kw, time.time()))
+                    return
+                bound = self._resolve()
+        getattr(bound, method)(event, **kw)
+
+    def _resolve(self) -> Any:
+        """structlog's logger for this one (structlog imported, and configured if
+        configure_logging was called, on the way). Called with _LOCK held."""
+        if not _loaded:
+            _load()
+        import structlog
+
+        bound = structlog.get_logger(self._name)
+        self._bound = bound.bind(**self._context) if self._context else bound
+        return self._bound
+
+
+def get_logger(name: str | None = None) -> Logger:
+    return Logger(name)
+
+
+# The console lines logged while structlog is deferred: (logger, method, event, key/values,
+# time); JSON lines go out at once through the output kept in _early.
+_kept: list[tuple[Logger, str, str, dict[str, Any], float]] = []
+_early: list[_TeeLogger] = []
+_LOCK = threading.Lock()
+_deferred = False
+_loaded = False
+_configure: list[Any] = []  # configure_logging's call, made when structlog loads
+
+
+def defer() -> None:
+    """Keep the lines logged from now on until :func:`load` (or the process's exit)."""
+    global _deferred
+    _deferred = True
+    atexit.register(load)
+
+
+def load() -> None:
+    """Import (and configure) structlog, then write the kept lines. Idempotent, any thread."""
+    if _loaded:
+        return
+    with _LOCK:
+        if not _loaded:
+            _load()
+
+
+def _load() -> None:
+    global _loaded
+    _loaded = True  # first: configure_logging now configures rather than keeps the call
+    for configure in _configure:
+        configure()
+    kept = _kept[:]
+    _kept.clear()
+    for logger, method, event, kw, at in kept:
+        bound = logger._bound if logger._bound is not None else logger._resolve()
+        getattr(bound, method)(event, _at=at, **kw)
+
+
+def _timestamp(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Any:
+    """ISO 8601 in UTC, of the time the line was logged (``_at`` for a kept line)."""
+    at = event.pop("_at", None)
+    event["timestamp"] = _iso(time.time() if at is None else at)
+    return event
+
+
+def _iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _write_early(
+    out: _TeeLogger, context: dict[str, Any], method: str, event: str, kw: dict[str, Any]
+) -> None:
+    """A JSON line before structlog loads: what the configured chain writes (the bound
+    context, the key/values, event, level, timestamp; JSONRenderer's repr for what json
+    cannot encode), without importing it."""
+    import json
+
+    line = {**context, **kw, "event": event, "level": method, "timestamp": _iso(time.time())}
+    getattr(out, method)(json.dumps(line, default=repr))
+
+
 def configure_logging(
     verbosity: int = 0,
     logfile: str | None = None,
@@ -119,29 +262,40 @@ def configure_logging(
 ) -> None:
     """``logfile``: append JSON lines there instead of stderr (Disque's ``logfile``);
     ``loglevel``: Disque's debug|verbose|notice|warning; ``syslog``: (ident, facility) to
-    send every line to syslog too (Disque's ``syslog-enabled``)."""
-    import structlog
-
+    send every line to syslog too (Disque's ``syslog-enabled``). After :func:`defer`,
+    structlog is configured when it loads."""
     level = logging.INFO if verbosity == 0 else logging.DEBUG
     if loglevel is not None:
         level = LEVELS.get(loglevel, level)
-    _level[0] = level
+    _level[0] = level  # now: a kept line is filtered by the level in force when it is logged
     out = sys.stderr
     if logfile:
         out = open(logfile, "a", buffering=1)  # lives as long as the process
-    renderer: structlog.typing.Processor
-    if out.isatty():
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    tee = _TeeLogger(out, syslog_logger(*syslog) if syslog is not None else None)
+    if _deferred and not _loaded:
+        _configure.append(lambda: _configure_structlog(out, tee))
+        if not out.isatty():
+            _early[:] = [tee]
     else:
-        renderer = structlog.processors.JSONRenderer()
-    sys_logger = syslog_logger(*syslog) if syslog is not None else None
-    tee = _TeeLogger(out, sys_logger)
+        _configure_structlog(out, tee)
+
+
+def _configure_structlog(out: TextIO, tee: _TeeLogger) -> None:
+    import structlog
+
+    # The console renderer prints an exception's traceback itself; a JSON line carries it
+    # as the "exception" string (without format_exc_info it said only "exc_info": true).
+    renderers: list[structlog.typing.Processor]
+    if out.isatty():
+        renderers = [structlog.dev.ConsoleRenderer(colors=False)]
+    else:
+        renderers = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
         processors=[
             _filter_level,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            _timestamp,
+            *renderers,
         ],
         # Every level reaches the processors, whose first filters by the level in force:
         # CONFIG SET loglevel must reach loggers bound before it.

@@ -54,10 +54,24 @@ def _size(text: str) -> int:
     return int(t)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, sized by $COLUMNS alone: argparse builds a formatter for every
+    add_argument, and its own asks shutil for the terminal's size, which imports shutil,
+    bz2 and lzma (2-3 ms of every start) for a help text that is seldom printed."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            width = int(os.environ.get("COLUMNS", "")) - 2
+        except ValueError:
+            width = 78
+        super().__init__(prog, width=max(width, 40))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="disq-node",
         description="Run a disq node (beanstalkd-compatible; replicated task queue).",
+        formatter_class=_HelpFormatter,
     )
     p.add_argument("-l", dest="listen", help="listen address, or unix:/path (default 127.0.0.1)")
     p.add_argument("-p", dest="port", type=int, help="beanstalk port (default 11300)")
@@ -203,9 +217,9 @@ def _write_pidfile(path: Path) -> None:
     try:
         path.write_text(f"{os.getpid()}\n")
     except OSError as exc:
-        import structlog
+        from disq.logging import get_logger
 
-        structlog.get_logger("disq").warning(
+        get_logger("disq").warning(
             "pidfile_not_written", path=str(path), error=exc.strerror or str(exc)
         )
 
@@ -398,10 +412,11 @@ def _run(
     import asyncio
 
     from disq.core.beanstalk.core import Limits
-    from disq.logging import configure_logging
+    from disq.logging import configure_logging, defer, load
     from disq.server.node_config import NodeConfig
     from disq.server.runtime import NodeRuntime
 
+    defer()  # structlog loads once the ports serve (disq/logging.py)
     log_options = cluster or {}
     configure_logging(
         args.verbose,
@@ -411,9 +426,9 @@ def _run(
     )
     max_job_size = 65535 if args.max_job_size is None else args.max_job_size
     if max_job_size > JOB_SIZE_MAX:
-        import structlog
+        from disq.logging import get_logger
 
-        structlog.get_logger("disq").warning("max_job_size_clamped", requested=max_job_size)
+        get_logger("disq").warning("max_job_size_clamped", requested=max_job_size)
         max_job_size = JOB_SIZE_MAX
     fsync = args.fsync or "everysec"
     interval_ms = 1000
@@ -498,6 +513,7 @@ def _run(
             _remove_pidfile(pidfile)
     # The AOF is flushed and fsynced and the sockets are closed: skip freeing millions of
     # objects one by one, which took seconds with a large queue.
+    load()  # the lines kept, if the node stopped before structlog loaded
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1 if node.fatal else 0)

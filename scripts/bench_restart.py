@@ -227,10 +227,24 @@ def main() -> int:
         ]
         if args.before is not None:
             runs.insert(1, ("disq-node before", functools.partial(_disq, node=args.before)))
-        for name, run in runs:
-            with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-                results = run(Path(tmp), jobs, args.runs)
-            _report(f"{name} ({jobs:,} jobs)", results)
+        if jobs:
+            for name, run in runs:
+                with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+                    results = run(Path(tmp), jobs, args.runs)
+                _report(f"{name} ({jobs:,} jobs)", results)
+            continue
+        # An empty dir: run by run, each server in turn (the machine's drift hits them
+        # alike), each restarted on its own dir.
+        with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+            dirs = [Path(tmp) / str(i) for i in range(len(runs))]
+            for d in dirs:
+                d.mkdir()
+            each: list[list[dict[str, float]]] = [[] for _ in runs]
+            for _ in range(args.runs):
+                for i, (_name, run) in enumerate(runs):
+                    each[i] += run(dirs[i], 0, 1)
+        for (name, _run), results in zip(runs, each, strict=True):
+            _report(f"{name} (0 jobs)", results)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus", flush=True)
     return 0
 

@@ -3,13 +3,14 @@ spawn -> its first accepted connection, spawn -> its first answer, and greenstal
 harness (sleep 0.1 s after spawning, then a 1 s delay timed by the client).
 
 Harnesses written for beanstalkd connect almost at once, so disq-node must listen within 0.1 s.
-Usage: ``python scripts/bench_startup.py [--runs 5]``.
+Usage: ``python scripts/bench_startup.py [--runs 5] [--before OTHER/.venv/bin/disq-node]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -106,19 +107,28 @@ def greenstalk_delay(cmd: list[str]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--before", help="another build's disq-node, measured in the same runs (interleaved)"
+    )
     args = parser.parse_args()
-    for name, cmd in (
-        ("disq-node", [str(ROOT / ".venv" / "bin" / "disq-node")]),
-        ("beanstalkd", ["beanstalkd"]),
+    servers = [("disq-node", [str(ROOT / ".venv" / "bin" / "disq-node")])]
+    if args.before:
+        servers.append(("before", [args.before]))
+    servers.append(("beanstalkd", ["beanstalkd"]))
+    for what, measure in (
+        ("spawn -> listening", time_to_listen),
+        ("spawn -> first answer", time_to_answer),
+        ("greenstalk harness: put delay 1 -> reserve", greenstalk_delay),
     ):
-        for what, measure in (
-            ("spawn -> listening", time_to_listen),
-            ("spawn -> first answer", time_to_answer),
-            ("greenstalk harness: put delay 1 -> reserve", greenstalk_delay),
-        ):
-            times = [measure(cmd) for _ in range(args.runs)]
-            shown = ", ".join(f"{t * 1000:.1f}" for t in times)
-            print(f"{name:10s} {what} (ms): {shown}", flush=True)
+        # Run by run, each server in turn: the machine's drift hits them alike.
+        times: dict[str, list[float]] = {name: [] for name, _ in servers}
+        for _ in range(args.runs):
+            for name, cmd in servers:
+                times[name].append(measure(cmd) * 1000)
+        for name, _ in servers:
+            shown = ", ".join(f"{t:.1f}" for t in times[name])
+            med = statistics.median(times[name])
+            print(f"{name:10s} {what} (ms): median {med:.1f} ({shown})", flush=True)
     return 0
 
 

@@ -147,9 +147,9 @@ def read_aof(path: Path, *, truncate: bool = True) -> AofReadResult:
     torn = size - bad
     if truncate:
         truncate_file(path, bad)
-    import structlog
+    from disq.logging import get_logger
 
-    structlog.get_logger().warning(
+    get_logger().warning(
         "aof_torn_tail_cut" if truncate else "aof_torn_tail_found",
         path=str(path),
         offset=bad,
@@ -185,9 +185,9 @@ def repair_aof(path: Path) -> int:
         # The backup must be durable before the original loses anything.
         fsync_dir(path.parent)
         truncate_file(path, bad)
-        import structlog
+        from disq.logging import get_logger
 
-        structlog.get_logger().warning(
+        get_logger().warning(
             "aof_repaired", path=str(path), offset=bad, bytes_cut=dropped, backup=str(backup)
         )
         return dropped

@@ -105,10 +105,10 @@ class AofWriter:
                 leftover.unlink()
             except FileNotFoundError:
                 continue
-            import structlog
+            from disq.logging import get_logger
 
             # The live file is still authoritative: a rewrite only wins by its final rename.
-            structlog.get_logger().warning("aof_leftover_removed", path=str(leftover), size=size)
+            get_logger().warning("aof_leftover_removed", path=str(leftover), size=size)
 
     def _create(self) -> None:
         replace_durably(self.path, HEADER, self.data_dir / _INIT_NAME)
@@ -337,11 +337,9 @@ class AofWriter:
             # the next fsync retries making the rename durable (and fails loudly if it cannot).
             with self._fd_lock:
                 self._dir_sync_pending = True
-            import structlog
+            from disq.logging import get_logger
 
-            structlog.get_logger().warning(
-                "aof_dir_fsync_failed", path=str(self.data_dir), error=str(exc)
-            )
+            get_logger().warning("aof_dir_fsync_failed", path=str(self.data_dir), error=str(exc))
 
     def abort_rewrite(self) -> None:
         """Drop the rewrite in progress (no-op if none); the live file is unaffected."""
@@ -366,9 +364,9 @@ class AofWriter:
 
     def _rewrite_failed(self, what: str, exc: OSError) -> None:
         self._rw_abort_reason = f"{what} failed: {exc}"
-        import structlog
+        from disq.logging import get_logger
 
-        structlog.get_logger().warning(
+        get_logger().warning(
             "aof_rewrite_aborted", path=str(self.rewrite_path), stage=what, error=str(exc)
         )
         try:

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from io import FileIO
 from pathlib import Path
 
-import structlog
-
 from disq.core.events import KIND_NAMES, EventBuffer
+from disq.logging import get_logger
 
 _LEN = struct.Struct("<II")  # payload length, crc32 of the payload
 _FRAME = struct.Struct("<QII")  # first seq, event count, length of the ids column
@@ -198,7 +197,7 @@ class EventLog:
             max_bytes = DEFAULT_MAX_BYTES if directory is not None else DEFAULT_MEMORY_MAX_BYTES
         self.max_bytes = max(self.segment_bytes, max_bytes)
         self.retention_ms = retention_ms
-        self.log = structlog.get_logger("disq.events")
+        self.log = get_logger("disq.events")
         self.segments: list[_Segment] = []
         self.next_seq = 1
         self.total_bytes = 0

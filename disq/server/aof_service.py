@@ -32,8 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-
+from disq.logging import get_logger
 from disq.persistence.aof_errors import (
     AofDisabledError,
     AofFsyncError,
@@ -129,7 +128,7 @@ class AofService:
         self._disk_timer: asyncio.TimerHandle | None = None
         self._rewrite_base = 0  # file size when the last disk-low rewrite started or ended
         self._no_room_size = -1  # file size when a disk-low rewrite last found no room
-        self.log: Any = structlog.get_logger("disq.aof")
+        self.log: Any = get_logger("disq.aof")
 
     # ------------------------------------------------------------------ open / close
     def open(self) -> None:

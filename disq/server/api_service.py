@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
-import structlog
 
 from disq.core.disque.api import PENDING, DeferredResult, DisqueError, Pending
 from disq.core.disque.job import STATE_BY_NAME, DJob
@@ -32,6 +31,7 @@ from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, PAUSE_IN, PAUSE_OUT, ScheduleDef
 from disq.core.schedule.scheduler import ScheduleError
 from disq.doors.disque import NodeApi, info_dict, queue_bytes, queue_name
+from disq.logging import get_logger
 from disq.proto_gen import api_pb2, api_pb2_grpc
 
 if TYPE_CHECKING:
@@ -297,7 +297,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     def __init__(self, node: ApiNode) -> None:
         self.node = node
         self._waiters: dict[int, asyncio.Future[DeferredResult]] = {}
-        self.log = structlog.get_logger("disq.api")
+        self.log = get_logger("disq.api")
         self.calls = 0
         self.errors = 0
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from disq.core.disque.core import DisqueCore
 from disq.core.membership import FORGOTTEN, Membership
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT, Member
+from disq.logging import get_logger
 from disq.persistence.event_log import EventLog
 from disq.persistence.fs import replace_durably
 from disq.server.advertise import advertised_host
@@ -68,7 +67,7 @@ class ClusterServices:
         self.runtime = runtime
         self.settings = settings
         self.loop = runtime.loop
-        self.log: Any = structlog.get_logger("disq.cluster").bind(node=my_id[:8])
+        self.log: Any = get_logger("disq.cluster").bind(node=my_id[:8])
         rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         now = runtime.now_ms()
         # Our own record carries the advertised address: gossip spreads it, HELLO, CLUSTER

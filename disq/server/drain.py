@@ -34,14 +34,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from disq.logging import get_logger
 
 if TYPE_CHECKING:
     from disq.server.host import NodeHost
 
 DRAIN_POLL_S = 0.05  # how often the drain looks at what is left (and retries silent peers)
 
-log: Any = structlog.get_logger("disq.node")
+log: Any = get_logger("disq.node")
 
 
 def start_drain(runtime: NodeHost) -> asyncio.Task[None]:

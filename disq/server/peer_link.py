@@ -63,9 +63,9 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-import structlog
 
 from disq.core.messages import MEMBERSHIP_TYPES, Message
+from disq.logging import get_logger
 from disq.proto_gen import cluster_pb2
 from disq.server.job_lane import LANE_KEY, LaneServer, OutboundLane, open_lane, parse_announcement
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
@@ -220,7 +220,7 @@ class PeerLinks:
         self._lane: LaneServer | None = None
         self._lane_ssl: Any = None  # (server context, client context) with TLS
         self.max_queued_frames = max(1, max_queued_frames)
-        self._log = structlog.get_logger("disq.peer_link").bind(node=my_id[:8])
+        self._log = get_logger("disq.peer_link").bind(node=my_id[:8])
         self._server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._peers: dict[str, _Peer] = {}

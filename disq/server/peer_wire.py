@@ -62,9 +62,9 @@ COUNTERS = WireCounters()
 def _log() -> Any:
     # Imported lazily, like the rest of the code base: the codec is imported at start-up and
     # only ever logs when something is wrong.
-    import structlog
+    from disq.logging import get_logger
 
-    return structlog.get_logger("disq.peer_wire")
+    return get_logger("disq.peer_wire")
 
 
 # ------------------------------------------------------------------------------------ encode

@@ -18,13 +18,12 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-
 from disq.core.disque.api import DeferredResult
 from disq.doors.disque import NodeApi, RespStats
-from disq.doors.disque.admin import MONITOR_MAX_OUTPUT_BYTES, AdminState
+from disq.doors.disque.admin import MONITOR_MAX_OUTPUT_BYTES, AdminState, set_logger
 from disq.doors.disque.table import command_table
 from disq.doors.resp_door import RespDoor
+from disq.logging import get_logger
 from disq.server.flow import PENDING_HIGH_BYTES, FlowControlledProtocol, set_nodelay
 
 if TYPE_CHECKING:
@@ -47,7 +46,8 @@ def set_keepalive(sock: Any, seconds: int) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
-log = structlog.get_logger("disq.resp")
+log = get_logger("disq.resp")
+set_logger(get_logger("disq.resp.admin"))
 
 
 def _format_addr(addr: tuple[Any, ...]) -> bytes:

@@ -20,15 +20,17 @@ import socket
 import stat
 import sys
 import time
+import traceback
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import structlog
 
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.events import EventBuffer
 from disq.core.node_core import NodeCore, Ready, apply_ready
+from disq.logging import get_logger
+from disq.logging import load as load_logging
 from disq.protocol.beanstalk import OP_COUNT
 from disq.server.aof_service import AofService
 from disq.server.beanstalk_tcp import BeanstalkProtocol
@@ -62,7 +64,8 @@ CONTACT_BEFORE_SERVING_S = 0.1
 # Lifecycle events kept for the metrics while the admin port starts (its modules load in a
 # thread after the client ports serve); past this, counters started late miss the rest.
 METRICS_BACKLOG_MAX = 10_000
-ADMIN_IMPORT_DELAY_S = 0.2  # the admin port's modules load this long after the ports serve
+# structlog, then the admin port's modules, load this long after the ports serve.
+DEFERRED_IMPORT_DELAY_S = 0.2
 
 
 async def start_server(
@@ -122,7 +125,7 @@ class NodeRuntime:
         self.instance_id = os.urandom(8).hex()
         self.metrics: NodeMetrics | None = None  # set with the admin port (metrics.py)
         self.admin: AdminServer | None = None
-        self._admin_task: asyncio.Task[None] | None = None  # the admin port's deferred start
+        self._admin_task: asyncio.Task[None] | None = None  # structlog and the admin port, later
         self._metrics_backlog: list[EventBuffer] | None = None  # events until metrics exist
         self.started = time.monotonic()
         self.fatal = False  # stopped because the AOF can no longer be trusted
@@ -140,7 +143,7 @@ class NodeRuntime:
         self._draining: asyncio.Task[None] | None = None  # the SIGTERM drain (drain.py)
         self._uname = os.uname()
         self._hostname = socket.gethostname()
-        self.log: Any = structlog.get_logger("disq.node")
+        self.log: Any = get_logger("disq.node")
 
     # ------------------------------------------------------------------ clock
     def now_ms(self) -> int:
@@ -433,7 +436,7 @@ class NodeRuntime:
         tls_sockets, resp_tls_sockets = tls_sockets or [], resp_tls_sockets or []
         cluster = self.cluster
         # The admin port is bound first (a busy port the config insists on fails the start
-        # before anything serves) and served last, from a task: see _start_admin.
+        # before anything serves) and served last, from a task: see _after_serving.
         admin_sock = self._bind_admin() if self.config.metrics_port else None
         if cluster is not None:
             self.apply_settings()
@@ -489,7 +492,7 @@ class NodeRuntime:
         )
         if admin_sock is not None:
             self._metrics_backlog = []
-            self._admin_task = loop.create_task(self._start_admin(admin_sock))
+        self._admin_task = loop.create_task(self._after_serving(admin_sock))
         await self._stopping
         await self.shutdown()
 
@@ -508,28 +511,42 @@ class NodeRuntime:
             self.log.warning("metrics_port_unavailable", port=cfg.metrics_port, error=str(exc))
             return None
 
-    async def _start_admin(self, sock: socket.socket) -> None:
-        """Serve the admin HTTP port (metrics, health, dashboard) once the job ports serve.
+    async def _after_serving(self, admin_sock: socket.socket | None) -> None:
+        """What waits until the job ports serve: structlog, which then writes the lines kept
+        until then (disq/logging.py), and the admin HTTP port (metrics, health, dashboard).
 
-        Its modules (aiohttp, which builds two TLS contexts at import, prometheus-client,
-        jinja2) take a few hundred milliseconds to import: on the loop that would hold
-        every client and every timer of a node's first moments. They load in a thread
-        instead, with a short GIL switch interval meanwhile so the loop's thread gets the
-        interpreter back within a millisecond; the port's connections wait in its backlog.
-        They start ADMIN_IMPORT_DELAY_S after the ports serve: a node's first answers (the
-        gRPC port's go through grpc's own threads, which wait for the interpreter too) are
-        not shared with them."""
-        await asyncio.sleep(ADMIN_IMPORT_DELAY_S)
+        Their modules take 15-20 ms (structlog) and a few hundred milliseconds (aiohttp,
+        which builds two TLS contexts at import, prometheus-client, jinja2) to import: on
+        the loop that would hold every client and every timer of a node's first moments.
+        They load in a thread instead, with a short GIL switch interval meanwhile so the
+        loop's thread gets the interpreter back within a millisecond; the admin port's
+        connections wait in its backlog. They start DEFERRED_IMPORT_DELAY_S after the ports
+        serve: a node's first answers (a harness that sends its first command 0.1 s after
+        starting the server; the gRPC port's, which go through grpc's own threads and wait
+        for the interpreter too) are not shared with them."""
+        await asyncio.sleep(DEFERRED_IMPORT_DELAY_S)
+        try:
+            await self._off_loop(load_logging)
+        except Exception:  # structlog failed to import or configure: stderr says why
+            traceback.print_exc()
+        if admin_sock is not None:
+            await self._start_admin(admin_sock)
+
+    async def _off_loop(self, fn: Callable[[], None]) -> None:
         interval = sys.getswitchinterval()
         sys.setswitchinterval(0.001)
         try:
-            await self.loop.run_in_executor(None, _import_admin)
+            await self.loop.run_in_executor(None, fn)
+        finally:
+            sys.setswitchinterval(interval)
+
+    async def _start_admin(self, sock: socket.socket) -> None:
+        try:
+            await self._off_loop(_import_admin)
         except Exception:
             self.log.exception("admin_import_failed")
             sock.close()
             return
-        finally:
-            sys.setswitchinterval(interval)
         from disq.server.admin_http import start_admin
 
         try:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pty
 import subprocess
 import sys
 import textwrap
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 
 def test_bind_happens_before_heavy_imports() -> None:
@@ -57,6 +63,7 @@ def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> 
     # prometheus-client, jinja2, the dashboard) loads in a thread once they serve; hashlib,
     # secrets and logging.handlers are not needed for a standalone node's first answer.
     deferred = ("aiohttp", "prometheus_client", "jinja2", "disq.server.admin_http", "rich")
+    deferred += ("structlog",)  # loads in a thread once the ports serve (disq/logging.py)
     cluster = _imported_after(
         """
         import disq.node_main
@@ -74,6 +81,111 @@ def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> 
         import disq.logging
         import disq.server.runtime
         """,
-        (*deferred, "hashlib", "secrets", "logging.handlers"),
+        (*deferred, "hashlib", "secrets", "logging.handlers", "zoneinfo", "shutil"),
     )
     assert standalone == []
+
+
+def _run(code: str, tmp_path: Path) -> list[dict[str, Any]]:
+    log = tmp_path / "node.log"
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(log)], check=True, timeout=60)
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_json_lines_before_structlog_loads_are_written_at_once_as_structlog_would(
+    tmp_path: Path,
+) -> None:
+    lines = _run(
+        """
+        import sys
+        from disq import logging as dl
+        dl.defer()
+        dl.configure_logging(logfile=sys.argv[1])
+        log = dl.get_logger("disq.test").bind(node="n1")
+        log.info("first", n=1, path=sys)  # a value json cannot encode: its repr
+        dl.get_logger("disq.other").warning("second")
+        log.debug("filtered")  # below the level in force: never written
+        dl.set_level("warning")  # CONFIG SET loglevel before structlog loads
+        log.info("dropped")
+        dl.set_level("notice")
+        assert "structlog" not in sys.modules
+        early = open(sys.argv[1]).read().splitlines()
+        assert [l.split('"event": ')[1].split(",")[0] for l in early] == ['"first"', '"second"']
+        dl.load()
+        assert "structlog" in sys.modules
+        log.info("third", n=3, path=sys)
+        """,
+        tmp_path,
+    )
+    assert [line["event"] for line in lines] == ["first", "second", "third"]
+    assert lines[0]["node"] == "n1" and lines[0]["n"] == 1 and lines[0]["level"] == "info"
+    assert lines[1]["level"] == "warning" and "node" not in lines[1]
+    # The same shape before and after structlog: keys in the same order, the same renderings.
+    assert list(lines[0]) == list(lines[2]) == ["node", "n", "path", "event", "level", "timestamp"]
+    assert lines[0]["path"] == lines[2]["path"] == "<module 'sys' (built-in)>"
+    stamps = [datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")) for line in lines]
+    assert stamps == sorted(stamps) and all(line["timestamp"].endswith("Z") for line in lines)
+
+
+def test_console_lines_are_kept_until_structlog_loads_with_the_times_they_were_logged() -> None:
+    code = textwrap.dedent(
+        """
+        import sys, time
+        from disq import logging as dl
+        dl.defer()
+        dl.configure_logging()  # stderr, a terminal here
+        dl.get_logger("disq.test").info("first", n=1)
+        time.sleep(0.05)
+        print("structlog" in sys.modules, time.time(), flush=True)
+        dl.load()
+        dl.get_logger("disq.test").info("second")
+        """
+    )
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=slave, text=True
+    )
+    os.close(slave)
+    console = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        console += chunk
+    os.close(master)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    imported, loaded_at = out.split()
+    assert imported == "False"
+    lines = console.decode().splitlines()
+    assert [line.split("] ")[1].split()[0] for line in lines] == ["first", "second"], lines
+    assert "n=1" in lines[0]
+    # A kept line carries the time it was logged at, not the time it was written.
+    first = datetime.fromisoformat(lines[0].split()[0].replace("Z", "+00:00"))
+    assert first.timestamp() < float(loaded_at)
+
+
+def test_an_exception_loads_structlog_for_its_traceback(
+    tmp_path: Path,
+) -> None:
+    lines = _run(
+        """
+        import sys
+        from disq import logging as dl
+        dl.defer()
+        dl.configure_logging(logfile=sys.argv[1])
+        log = dl.get_logger("disq.test")
+        log.info("before")
+        try:
+            1 / 0
+        except ZeroDivisionError:
+            log.exception("failed")  # its traceback is now's: structlog loads for it
+        log.info("after")
+        """,
+        tmp_path,
+    )
+    assert [line["event"] for line in lines] == ["before", "failed", "after"]
+    assert "ZeroDivisionError" in lines[1]["exception"]

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import bisect
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 SHORTCUTS: Final = {
     "@yearly": "0 0 1 1 *",
@@ -55,12 +54,15 @@ class SpecError(ValueError):
     """A schedule's spec or zone is not valid; the message names what is wrong."""
 
 
-def load_zone(name: str) -> ZoneInfo | timezone:
-    """An IANA zone by name (``UTC`` without tzdata)."""
+def load_zone(name: str) -> tzinfo:
+    """An IANA zone by name (``UTC`` without tzdata). zoneinfo loads with the first zone
+    other than UTC: a node's start goes without it (and sysconfig under it)."""
     if name.upper() in ("UTC", "Z", "ETC/UTC"):
         return UTC
     if not name or len(name.encode()) > ZONE_MAX_BYTES or name.startswith(("/", ".")):
         raise SpecError(f"invalid time zone {name!r}")
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):

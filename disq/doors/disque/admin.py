@@ -17,12 +17,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import structlog
-
 if TYPE_CHECKING:
     from disq.doors.disque.node_api import NodeApi
 
-log = structlog.get_logger("disq.resp.admin")
+# The server hands the door its logger (disq/logging.py's, which loads structlog once the
+# ports serve and which this pure layer may not import); until then, structlog's own.
+_logger: list[Any] = []
+
+
+def set_logger(logger: Any) -> None:
+    _logger[:] = [logger]
+
+
+def _log() -> Any:
+    if _logger:
+        return _logger[0]
+    import structlog
+
+    return structlog.get_logger("disq.resp.admin")
+
 
 # Disque's command table, filled in by disq.doors.disque.table when it is imported (the table
 # imports the handlers, which import this module: a direct import would be a circle).
@@ -350,7 +363,7 @@ class AdminState:
                     try:
                         values[key] = int(v)
                     except ValueError:
-                        log.warning("admin_config_not_int", key=key, value=v)
+                        _log().warning("admin_config_not_int", key=key, value=v)
         self.slowlog_slower_than = values["slowlog-log-slower-than"]
         self.slowlog.max_len = max(0, values["slowlog-max-len"])
         self.slowlog.trim()
@@ -388,7 +401,7 @@ class AdminState:
             m.outbox.append(line)
             m.outbox_bytes += len(line)
             if m.outbox_bytes > MONITOR_MAX_OUTPUT_BYTES:
-                log.warning(
+                _log().warning(
                     "monitor_output_limit",
                     client=m.addr.decode("latin-1"),
                     bytes=m.outbox_bytes,
