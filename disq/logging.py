@@ -202,7 +202,8 @@ _configure: list[Any] = []  # configure_logging's call, made when structlog load
 
 
 def defer() -> None:
-    """Keep the lines logged from now on until :func:`load` (or the process's exit)."""
+    """From now until :func:`load` (or the process's exit) structlog is not imported: JSON
+    lines are written by this module, console lines are kept for structlog."""
     global _deferred
     _deferred = True
     atexit.register(load)
