@@ -102,7 +102,11 @@ from disq.core.messages import (
 from disq.core.timers import compact, rebuild_bound
 
 MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
-TIME_ERR_MS = 500  # jitter on every requeue time, so copies do not all requeue at once
+# Jitter on every requeue time, so the copies on several nodes do not all requeue at once.
+# Disque draws it from -250..+250 ms (randomTimeError(500)): a job could come back up to a
+# quarter of a second before its RETRY, to a worker still on it (RETRY is Celery's visibility
+# timeout here). disq draws 0..+250 ms: never early, as late as Disque at most.
+TIME_ERR_MS = 500
 DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
 CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked consumers
@@ -226,7 +230,7 @@ class DisqueCore(
 
     def _jitter(self) -> int:
         # random() is one C call; randint is several Python frames, on every enqueue.
-        return int(self.rng.random() * TIME_ERR_MS) - TIME_ERR_MS // 2
+        return int(self.rng.random() * (TIME_ERR_MS // 2))
 
     def _check_new_queue(self, name: str) -> None:
         """Queues are created on demand; their number is bounded (``max_queues``). At the
