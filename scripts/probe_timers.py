@@ -1,4 +1,5 @@
-"""How late (never early) the timers fire on fresh nodes: TTR, delay, reserve-with-timeout.
+"""How late (never early) the timers fire on fresh nodes: TTR, delay, reserve-with-timeout,
+and Disque's DELAY, RETRY (with its 0..250 ms requeue jitter) and GETJOB TIMEOUT over RESP.
 
 Runs tests/integration/test_timers.py's measurement (greenstalk-style, on the client's
 time.monotonic(), starting as soon as a fresh node answers) on ``--nodes`` fresh nodes and
@@ -28,10 +29,14 @@ def main() -> int:
     args = parser.parse_args()
     factory = conftest.ServerFactory(Path(tempfile.mkdtemp(prefix="probe-timers-")))
     runs: dict[str, list[float]] = {k: [] for k in test_timers.KINDS}
+    runs.update({f"disque-{k}": [] for k in test_timers.DISQUE_KINDS})
     try:
         for _ in range(args.nodes):
             for kind, seconds in test_timers._measure_fresh_node(factory).items():
                 runs[kind].extend(seconds)
+            factory.close()
+            for kind, seconds in test_timers._measure_disque_node(factory).items():
+                runs[f"disque-{kind}"].extend(seconds)
             factory.close()
     finally:
         factory.close()

@@ -195,21 +195,27 @@ DISQUE_KINDS: dict[str, Callable[[RespClient, str], float]] = {
 }
 
 
-def test_disque_delay_retry_and_getjob_timeout_are_never_early(
-    server_factory: ServerFactory,
-) -> None:
-    if server_factory.kind != "disq":
-        pytest.skip("Disque's commands are disq's")
+def _measure_disque_node(server_factory: ServerFactory) -> dict[str, list[float]]:
+    """A fresh node with its RESP port: every Disque kind RUNS times, concurrently, each run
+    on its own connection and queue, staggered. Seconds per run."""
     port = free_port()
     server_factory.new("--resp-port", str(port))
     plan = [(kind, i) for i in range(RUNS) for kind in DISQUE_KINDS]
     clients = [RespClient("127.0.0.1", port, timeout=10) for _ in plan]
     queues = [f"{kind}{i}" for kind, i in plan]
     try:
-        out = _staggered(plan, lambda k: DISQUE_KINDS[plan[k][0]](clients[k], queues[k]))
+        return _staggered(plan, lambda k: DISQUE_KINDS[plan[k][0]](clients[k], queues[k]))
     finally:
         for c in clients:
             c.close()
+
+
+def test_disque_delay_retry_and_getjob_timeout_are_never_early(
+    server_factory: ServerFactory,
+) -> None:
+    if server_factory.kind != "disq":
+        pytest.skip("Disque's commands are disq's")
+    out = _measure_disque_node(server_factory)
     late_ms = {kind: sorted((s - 1.0) * 1000 for s in got) for kind, got in out.items()}
     report = {kind: " ".join(f"{x:.1f}" for x in v) for kind, v in late_ms.items()}
     for kind, v in late_ms.items():
