@@ -106,7 +106,7 @@ MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs 
 # Disque draws it from -250..+250 ms (randomTimeError(500)): a job could come back up to a
 # quarter of a second before its RETRY, to a worker still on it (RETRY is Celery's visibility
 # timeout here). disq draws 0..+250 ms: never early, as late as Disque at most.
-TIME_ERR_MS = 500
+REQUEUE_JITTER_MS = 250
 DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
 CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked consumers
@@ -230,7 +230,7 @@ class DisqueCore(
 
     def _jitter(self) -> int:
         # random() is one C call; randint is several Python frames, on every enqueue.
-        return int(self.rng.random() * (TIME_ERR_MS // 2))
+        return int(self.rng.random() * REQUEUE_JITTER_MS)
 
     def _check_new_queue(self, name: str) -> None:
         """Queues are created on demand; their number is bounded (``max_queues``). At the
