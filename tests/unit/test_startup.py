@@ -87,8 +87,13 @@ def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> 
 
 
 def _run(code: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """Run ``code`` in a fresh interpreter after a node's logging start (structlog deferred,
+    JSON lines to a log file, ``dl`` the module); the lines the file holds at its end."""
     log = tmp_path / "node.log"
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(log)], check=True, timeout=60)
+    prelude = "import sys\nfrom disq import logging as dl\ndl.defer()\n"
+    prelude += "dl.configure_logging(logfile=sys.argv[1])\n"
+    script = prelude + textwrap.dedent(code)
+    subprocess.run([sys.executable, "-c", script, str(log)], check=True, timeout=60)
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
@@ -97,10 +102,6 @@ def test_json_lines_before_structlog_loads_are_written_at_once_as_structlog_woul
 ) -> None:
     lines = _run(
         """
-        import sys
-        from disq import logging as dl
-        dl.defer()
-        dl.configure_logging(logfile=sys.argv[1])
         log = dl.get_logger("disq.test").bind(node="n1")
         log.info("first", n=1, path=sys)  # a value json cannot encode: its repr
         dl.get_logger("disq.other").warning("second")
@@ -172,10 +173,6 @@ def test_an_exception_loads_structlog_for_its_traceback(
 ) -> None:
     lines = _run(
         """
-        import sys
-        from disq import logging as dl
-        dl.defer()
-        dl.configure_logging(logfile=sys.argv[1])
         log = dl.get_logger("disq.test")
         log.info("before")
         try:
