@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 NATIVE_SRC := $(shell $(PY) -c "import runpy; print(' '.join(runpy.run_path('disq/_native.py')['compiled_sources']('.').values()))")
 COMPILED := $(VENV)/.compiled
 
-.PHONY: run test lint typecheck clean bench build
+.PHONY: run test lint typecheck clean bench build screenshots
 
 # The editable install itself compiles nothing (DISQ_PURE=1): $(COMPILED) does, with the
 # venv's mypy, once, and writes the bytecode of every module (a node's start reads it rather
@@ -53,6 +53,7 @@ typecheck: $(STAMP)
 # pure Python sources, but for the slow ones (the simulator's long sweeps: the same logic the
 # compiled run just swept, at twice the time; the 20-minute budget of a CI run on 2 cores).
 test: $(COMPILED) lint typecheck
+	scripts/tree_state.sh save $(VENV)/.tree-before-test
 	scripts/ensure_redis_cli.sh
 	scripts/ensure_redis_py7.sh
 	scripts/ensure_java.sh
@@ -62,6 +63,12 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \
 		tests/integration/test_beanstalk_wire.py tests/integration/test_clients.py
+	scripts/tree_state.sh check $(VENV)/.tree-before-test
+
+# The README's dashboard pictures: the browser test's latest screenshots (build/screenshots,
+# written by tests/integration/test_dashboard_browser.py) copied over docs/screenshots.
+screenshots:
+	cp build/screenshots/dashboard-*.png docs/screenshots/
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_beanstalk.py

@@ -4,7 +4,9 @@ installed by scripts/ensure_chromium.sh) driven by Selenium against a real 3-nod
 Logs in, sees the three nodes, opens the Schedules page from the nav, watches a queue's depth
 and chart move without a reload, reads a job's timeline with events from more than one node,
 requeues a job the worker dead-lettered, pauses a queue and sees adds refused. Every wait is a
-WebDriverWait on a condition; each page is saved to docs/screenshots/ under a fixed name.
+WebDriverWait on a condition; each page is saved to build/screenshots/ under a fixed name (a
+test run never writes a tracked file: `make screenshots` copies them over docs/screenshots/,
+the README's pictures, when a change to the dashboard should show there).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from disq.worker import Worker  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SHOTS = ROOT / "docs" / "screenshots"
+SHOTS = ROOT / "build" / "screenshots"
 PASSWORD = "dash-s3cret"
 WAIT_S = 30
 
