@@ -22,7 +22,7 @@ from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import QUEUED
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, KeyVote, KeyVotes, ScheduleDef
 from disq.core.node_core import NodeCore
-from disq.core.schedule.scheduler import GRACE_MS, MISFIRE_MS, Scheduler, tick_key
+from disq.core.schedule.scheduler import GRACE_MS, MISFIRE_MS, ScheduleError, Scheduler, tick_key
 from disq.core.schedule.spec import Spec, SpecError
 from disq.doors.resp_door import RespDoor
 from disq.persistence.framing import iter_frames
@@ -66,11 +66,32 @@ def test_spec_ticks(spec: str, zone: str, after: tuple[int, ...], expected: list
         ("@hourly", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
         ("@hourly", "../etc/passwd", "invalid time zone"),
         ("", "UTC", "invalid schedule spec"),
+        ("R * * * *", "UTC", "cron field 'R' of 'R * * * *' is random"),
+        ("0 r/5 * * *", "UTC", "cron field 'r/5'"),
+        ("H * * * *", "UTC", "cron field 'H'"),
+        ("0 0 H(1-28) * *", "UTC", "cron field 'H"),
+        ("*/5 * * * * R", "UTC", "cron field 'R'"),
     ],
 )
 def test_spec_errors_name_what_is_wrong(spec: str, zone: str, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("*", r"\*").replace("(", r"\(")):
         Spec(spec, zone)
+
+
+@pytest.mark.parametrize(
+    "spec", ["0 0 * mar-apr thu", "0 0 * * sun,sat", "0 0 L * *", "0 0 * * 5#3", "0 0 15W * *"]
+)
+def test_fixed_specs_with_names_and_special_days_are_kept(spec: str) -> None:
+    """Names hold R and H (MAR, THU) and L, W, # are fixed days: none of them is refused."""
+    a, b = Spec(spec), Spec(spec)
+    assert a.next_after(0) == b.next_after(0) is not None
+
+
+def test_an_unstable_spec_is_refused_by_schedule_add_and_nothing_is_stored() -> None:
+    mesh = _mesh(3, _utc(2026, 5, 1, 12, 0, 0))
+    with pytest.raises(ScheduleError, match="random"):
+        _sched(mesh).add(mesh.now, ScheduleDef("r", "R * * * *", "UTC", "q", b"", repl=1))
+    assert _sched(mesh).names() == []
 
 
 # ------------------------------------------------------------------ the core, fake clock

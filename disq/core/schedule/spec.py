@@ -48,6 +48,14 @@ ZONE_MAX_BYTES: Final = 64
 # A cron expression may match nothing for years (30 2 31 2 *); croniter gives up after this.
 _YEARS_MAX: Final = 8
 _CACHE_TICKS: Final = 32  # cron ticks computed per croniter walk
+# Month and weekday names a cron field may use; what is left of a field without them must
+# hold no R (croniter's random value, drawn anew at each evaluation) and no H (its hashed
+# value, which depends on a hash id each caller may pass differently). Every node must
+# compute the same ticks from the same text, or "one job per tick" breaks: two nodes would
+# fire different ticks, each bound to its own job.
+_NAMES: Final = re.compile(
+    r"jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat", re.IGNORECASE
+)
 
 
 class SpecError(ValueError):
@@ -109,6 +117,13 @@ class Spec:
                 f"a cron expression has 5 fields, or 6 with seconds first: {text!r} has "
                 f"{len(fields)}"
             )
+        for field in fields:
+            if set(_NAMES.sub("", field).lower()) & {"r", "h"}:
+                raise SpecError(
+                    f"cron field {field!r} of {text!r} is random (R) or hashed (H): every node "
+                    "must compute the same ticks, so only fixed values, ranges, steps, lists, "
+                    "names, L, W and # are accepted"
+                )
         croniter = _croniter()
         six = len(fields) == 6
         try:
