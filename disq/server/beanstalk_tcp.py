@@ -11,8 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
+from disq.core.beanstalk.errors import LimitExceeded
 from disq.doors.beanstalk_door import BeanstalkDoor, Replicator
+from disq.logging import get_logger
 from disq.server.flow import PENDING_HIGH_BYTES, FlowControlledProtocol, Flushable, set_nodelay
+
+log = get_logger("disq.beanstalk")
+REFUSED_LOG_EVERY_MS = 10_000  # a flood at the limit logs one line per this, with its count
 
 if TYPE_CHECKING:
     from disq.core.beanstalk.core import BeanstalkCore
@@ -53,8 +58,18 @@ class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
             self.door = BeanstalkDoor(node.beanstalk, node)
             # The node core replicates each put when beanstalk-replicate > 1.
             self.door.replicator = node.replicator
+        except LimitExceeded:
+            # The core's session bound (beanstalkd has none and accepts until its fd limit
+            # runs out): the client sees its connection closed. Logged, but a flood at the
+            # bound is one line per REFUSED_LOG_EVERY_MS with the count, not one per attempt.
+            transport.close()
+            _refused(node.now_ms(), len(node.sessions))
+            return
         except Exception:
-            transport.close()  # connection limit reached
+            # Anything else is a bug, not a limit: logged with its traceback, and only this
+            # connection is lost.
+            log.exception("beanstalk connection setup failed; connection closed")
+            transport.close()
             return
         node.sessions[self.door.session] = self
         set_nodelay(transport)
@@ -109,3 +124,18 @@ class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
         now_ms = node.now_ms()
         door.close(now_ms)
         node.after_commands(None, now_ms)
+
+
+_refused_state = [0, -REFUSED_LOG_EVERY_MS]  # refused since the last line, time of that line
+
+
+def _refused(now_ms: int, sessions: int) -> None:
+    _refused_state[0] += 1
+    if now_ms - _refused_state[1] >= REFUSED_LOG_EVERY_MS:
+        log.warning(
+            "beanstalk connections refused: session limit reached",
+            refused=_refused_state[0],
+            sessions=sessions,
+        )
+        _refused_state[0] = 0
+        _refused_state[1] = now_ms
