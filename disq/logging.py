@@ -162,6 +162,8 @@ class Logger:
 
     def _log(self, method: str, event: str, kw: dict[str, Any]) -> None:
         bound = self._bound
+        if bound is None and kw.get("exc_info") is not None:
+            load()  # a line with an exception (exc_info=exc) needs format_exc_info's traceback
         if bound is None:
             with _LOCK:
                 if _deferred and not _loaded:

@@ -271,7 +271,15 @@ class NodeRuntime:
         errors = self.core.errors
         if errors:
             for what, exc in errors:
-                self.log.error("core_input_failed", what=what, error=repr(exc))
+                # The exception was contained by the core (one bad input, the node goes
+                # on); its class and traceback are what tell a bug from bad input.
+                self.log.error(
+                    "core_input_failed",
+                    what=what,
+                    error=repr(exc),
+                    error_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                    exc_info=exc,
+                )
             errors.clear()
 
     def _log_events(self, events: list[EventBuffer]) -> None:

@@ -185,3 +185,27 @@ def test_an_exception_loads_structlog_for_its_traceback(
     )
     assert [line["event"] for line in lines] == ["before", "failed", "after"]
     assert "ZeroDivisionError" in lines[1]["exception"]
+
+
+def test_a_kept_exception_logged_later_carries_its_class_and_traceback(
+    tmp_path: Path,
+) -> None:
+    """What the runtime logs of an input the core contained (core_input_failed): the
+    exception was caught in the core and is logged after the Ready was applied, outside its
+    except block; the line still has its traceback, down to the raising frame."""
+    lines = _run(
+        """
+        log = dl.get_logger("disq.test")
+        def core_input():
+            return {}["missing"]
+        try:
+            core_input()
+        except KeyError as exc:
+            kept = exc
+        log.error("core_input_failed", error_class=type(kept).__qualname__, exc_info=kept)
+        """,
+        tmp_path,
+    )
+    (line,) = lines
+    assert line["error_class"] == "KeyError"
+    assert "Traceback" in line["exception"] and "in core_input" in line["exception"]
