@@ -13,7 +13,6 @@ stay fast. The C is compiled in parallel (every core, or ``DISQ_BUILD_JOBS``);
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import runpy
@@ -99,13 +98,6 @@ class BuildExt(build_ext):
             return  # a pure build
         if self.inplace:
             remove_leftovers()
-            # setuptools leaves a module's shim extension alone when its C did not change (the
-            # code is in the group's library): give every shim the build's time, so that no
-            # listed .py looks newer than its extension after a build.
-            for path in NATIVE["compiled_sources"](HERE).values():
-                ext = path[: -len(".py")] + NATIVE["_EXT"]
-                if os.path.exists(ext):
-                    os.utime(ext)
         outdir = HERE if self.inplace else self.build_lib
         with open(os.path.join(outdir, "disq", NATIVE["MANIFEST"]), "w") as f:
             json.dump(MANIFEST, f, indent=0, sort_keys=True)
@@ -189,8 +181,7 @@ def ext_modules() -> list[object]:
     say(f"compiling {len(sources)} modules with mypyc")
     # The digests of the sources mypyc read: BuildExt writes them once the build succeeded.
     for mod, path in sources.items():
-        with open(path, "rb") as f:
-            MANIFEST[mod] = hashlib.sha256(f.read()).hexdigest()
+        MANIFEST[mod] = NATIVE["source_digest"](path)
     exts = mypycify(
         [os.path.relpath(p, HERE) for p in sources.values()],
         opt_level=os.environ.get("DISQ_MYPYC_OPT", "3"),

@@ -6,9 +6,13 @@ first by ``disq/__init__.py``, checks that preference is safe:
 
 - ``DISQ_PURE`` set (to anything but "" or "0"): the ``.py`` sources run, whatever was built.
 - nothing built (a pure install, no compiler): the sources run; nothing to say.
-- every listed module has its extension, and each extension is newer than its ``.py`` (or
-  the ``.py`` is byte for byte the one compiled: its digest is in the build's manifest,
-  ``_native_build.json``, which a wheel install's arbitrary file times need): compiled.
+- every listed module has its extension, and each ``.py`` is byte for byte the one compiled:
+  its digest (CRC-32 and size, :func:`source_digest`) is the one in the build's manifest,
+  ``_native_build.json``: compiled. File times are not trusted: an edit made while the
+  minutes-long build ran, or a copy that keeps times, would pass an mtime check and run
+  stale code. Reading and checksumming the ~60 sources costs about 1 ms per start (zlib,
+  not hashlib: hashlib's OpenSSL set-up alone is 2 ms); a CRC catches any edit a person
+  or a checkout makes, which is all this guards against.
 - anything else (an edited ``.py``, a module added to the list and not built yet, a partial
   build): stale. It is all or nothing: a compiled module checks the native classes of its
   siblings, so a pure module among compiled ones breaks them. A meta-path finder then loads
@@ -77,36 +81,34 @@ def _ext_path(py: str) -> str:
     return py[:-3] + _EXT
 
 
-def _digest(path: str) -> str:
-    import hashlib  # here, not at the top: hashlib initialises OpenSSL, a cost on every start
+def source_digest(path: str) -> str:
+    """The digest the manifest keeps of a compiled module's .py: CRC-32 and size."""
+    import zlib
 
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        data = f.read()
+    return f"{zlib.crc32(data):08x}-{len(data)}"
 
 
 def _stale(modules: dict[str, str]) -> tuple[list[str], int]:
-    """(modules whose extension is missing or older than a changed .py, extensions found)."""
+    """(modules with no extension or a .py other than the one compiled, extensions found)."""
     stale: list[str] = [] if os.path.exists(_lib_path()) else [LIB_NAME]
     found = 0
-    manifest: dict[str, str] | None = None
+    manifest: dict[str, str] = {}
     for mod, py in modules.items():
-        try:
-            so_m = os.stat(_ext_path(py)).st_mtime_ns
-        except OSError:
+        if not os.path.exists(_ext_path(py)):
             stale.append(mod)
             continue
         found += 1
-        if os.stat(py).st_mtime_ns <= so_m:
-            continue
-        if manifest is None:  # only when a .py looks newer: a wheel's files, or an edit
+        if not manifest:
             import json
 
             try:
                 with open(os.path.join(_ROOT, MANIFEST)) as f:
                     manifest = json.load(f)
             except (OSError, ValueError):
-                manifest = {}
-        if manifest.get(mod) != _digest(py):
+                manifest = {"": ""}  # no manifest: every module is stale
+        if manifest.get(mod) != source_digest(py):
             stale.append(mod)
     return stale, found
 
