@@ -22,7 +22,14 @@ from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import QUEUED
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, KeyVote, KeyVotes, ScheduleDef
 from disq.core.node_core import NodeCore
-from disq.core.schedule.scheduler import GRACE_MS, MISFIRE_MS, ScheduleError, Scheduler, tick_key
+from disq.core.schedule.scheduler import (
+    GRACE_MS,
+    MISFIRE_MS,
+    MISFIRE_WALK_TICKS,
+    ScheduleError,
+    Scheduler,
+    tick_key,
+)
 from disq.core.schedule.spec import Spec, SpecError
 from disq.doors.resp_door import RespDoor
 from disq.persistence.framing import iter_frames
@@ -294,12 +301,13 @@ def test_paused_fires_nothing_and_resume_does_not_fire_the_past() -> None:
     assert not s.pause(mesh.now, "nope") and not s.resume(mesh.now, "nope")
 
 
+@pytest.mark.parametrize("spec", ["@every 1s", "* * * * * *"])  # arithmetic, and walked
 @pytest.mark.parametrize(
     ("misfire", "catchup", "kept"),
     [(MISFIRE_SKIP, 0, []), (MISFIRE_CATCHUP, 1, [25]), (MISFIRE_CATCHUP, 3, [23, 24, 25])],
 )
 def test_misfire_policy_after_the_cluster_was_down(
-    misfire: int, catchup: int, kept: list[int]
+    misfire: int, catchup: int, kept: list[int], spec: str
 ) -> None:
     """The node is down from t0+2.5 s to t0+30.5 s (its clock jumps: no tick ran). Ticks 3-25
     are more than MISFIRE_MS overdue, misfires: SKIP drops them, CATCHUP n fires the last n.
@@ -307,7 +315,7 @@ def test_misfire_policy_after_the_cluster_was_down(
     t0 = _utc(2026, 5, 1, 12, 0, 0)
     mesh = _mesh(1, t0)
     s = _sched(mesh)
-    d = ScheduleDef("s", "@every 1s", "UTC", "q", b"", misfire=misfire, catchup=catchup)
+    d = ScheduleDef("s", spec, "UTC", "q", b"", misfire=misfire, catchup=catchup)
     s.add(mesh.now, d)
     mesh.advance(2_500)
     mesh.now += 28_000
@@ -317,6 +325,51 @@ def test_misfire_policy_after_the_cluster_was_down(
     assert fired == [t0 + x for x in [1, 2, *kept, 26, 27, 28, 29, 30, 31]]
     assert s.stats["ticks_skipped"] == 23 - len(kept)
     assert s.stats["ticks_late"] == len(kept) + 3  # 26-28: more than LATE_MS (2 s) late
+
+
+def test_a_long_cron_misfire_is_placed_a_bounded_chunk_per_look() -> None:
+    """A per-second cron schedule with CATCHUP 1000 on a node back after an hour down: its
+    3,595 missed ticks are walked at most MISFIRE_WALK_TICKS per look (the loop's IO runs
+    between looks), then the oldest 2,595 are skipped in one event and the last 1,000 fire."""
+    t0 = _utc(2026, 5, 1, 12, 0, 0)
+    mesh = Mesh(1, now_ms=t0 * 1000)
+    node = mesh.nodes[0]
+    s = _sched(mesh)
+    d = ScheduleDef("s", "* * * * * *", "UTC", "q", b"", catchup=1000, ttl_s=7200, repl=1)
+    s.add(mesh.now, d)
+    events: list[tuple[int, str | int, int]] = []
+
+    def look() -> None:
+        node.tick(mesh.now)
+        rd = node.ready(mesh.now)
+        for buf in rd.events:
+            events.extend(zip(buf.kinds, buf.job_ids, buf.attempts, strict=True))
+        node.advance()
+
+    mesh.now += 500
+    look()
+    mesh.now += 3600 * 1000  # down for an hour: the clock jumps, no tick ran
+    walked: list[int] = []
+    while True:
+        look()
+        walk = s.runs["s"].walk
+        if walk is None:
+            break
+        walked.append(walk.total)
+        assert node.next_deadline_ms() <= mesh.now + 1  # the next chunk: at once, after IO
+        mesh.now += 1
+    steps = [b - a for a, b in zip([0, *walked], walked, strict=False)]
+    assert steps and max(steps) <= MISFIRE_WALK_TICKS
+    assert len(walked) == (3595 + MISFIRE_WALK_TICKS - 1) // MISFIRE_WALK_TICKS - 1
+    skipped = [(j, a) for k, j, a in events if k == ev.TICK_SKIPPED]
+    assert skipped == [(tick_key("s", t0 + 2595), 2595)]  # ticks 1..2595
+    assert s.runs["s"].floor_s == t0 + 2595
+    for _ in range(400):  # the 1,000 kept ticks fire, late, without another walk
+        mesh.now += 10
+        look()
+        assert s.runs["s"].walk is None
+    fired = sorted(_tick_jobs(mesh, "s"))
+    assert fired[:1000] == [t0 + x for x in range(2596, 3596)]
 
 
 def test_misfire_events_say_which_ticks_were_late_and_skipped() -> None:

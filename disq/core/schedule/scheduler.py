@@ -86,6 +86,11 @@ SYNC_MS: Final = 2000  # digest to every reachable peer
 STARTUP_SYNC_MS: Final = 1500  # a node fires nothing before a peer's table, or this long
 TOMBSTONE_KEEP_MS: Final = 7 * 86400 * 1000
 SYNC_CHUNK_BYTES: Final = 1 << 20  # a full table travels in messages of about this size
+# A cron schedule's misfire is placed by walking its missed ticks forwards (croniter, some
+# 14 us a tick here); one look walks at most this many and the next look, a millisecond
+# later, goes on: a per-second schedule back after a day down walks 86,400 ticks in 169
+# looks of about 7 ms, with the loop's IO between them, instead of blocking it for a second.
+MISFIRE_WALK_TICKS: Final = 512
 
 SCHEDULES_MAX: Final = 10_000
 NAME_MAX_BYTES: Final = 200  # the key schedule:<name>:<tick> stays within 256 bytes
@@ -144,6 +149,24 @@ class _Run:
     ahead: dict[int, str] = field(default_factory=dict)
     # Tick -> the wall time it first was due here (a non-owner's grace counts from then).
     seen: dict[int, int] = field(default_factory=dict)
+    walk: _MisfireWalk | None = None  # a cron misfire being placed, over several looks
+    # Misfires were placed up to this tick: the overdue ticks after the floor and at or
+    # before it are the ones CATCHUP keeps, fired without walking them again each time.
+    placed_s: int = 0
+
+
+@dataclass(slots=True)
+class _MisfireWalk:
+    """The missed ticks of a cron schedule in ``(start, edge_s]``, walked forwards a chunk
+    per look: how many there are and the newest ``keep + 1`` (the kept ones and the newest
+    skipped, which becomes the floor). Dropped if the floor moves meanwhile."""
+
+    edge_s: int  # the misfire edge when the walk began (ticks after it: the next misfire's)
+    start: int  # the floor when it began
+    keep: int  # ticks CATCHUP fires late (0: SKIP)
+    cursor: int = 0  # walked up to here
+    total: int = 0
+    newest: list[int] = field(default_factory=list)  # the newest keep + 1 walked, oldest first
 
 
 class Scheduler:
@@ -518,6 +541,7 @@ class Scheduler:
         spec = run.spec
         after = self._after(name, run)
         t = after
+        fired = 0
         for _ in range(64):  # ticks bound elsewhere are stepped over here, a few per look
             tick = spec.next_after(t)
             if tick is None:
@@ -542,40 +566,66 @@ class Scheduler:
                 self._bound_here(now_ms, name, tick, bound)
                 self.stats["ticks_bound_elsewhere"] += 1
                 continue
-            if wall - tick * 1000 > MISFIRE_MS and self._misfire(now_ms, name, d, run, after):
-                t = after = self._after(name, run)  # skipped some: look at what is left
-                continue
+            if wall - tick * 1000 > MISFIRE_MS and tick > run.placed_s:
+                moved = self._misfire(now_ms, name, d, run, after)
+                if moved < 0:
+                    return now_ms + 1  # the walk goes on at the next look, after the loop's IO
+                if moved:
+                    t = after = self._after(name, run)  # skipped some: look at what is left
+                    continue
             if len(run.inflight) >= PIPELINE_MAX:
                 return wake  # an answer brings us back (or the oldest add's timeout)
             if not self._fire(now_ms, name, d, run, tick):
                 return _earlier(wake, now_ms + FIRE_RETRY_MS)  # refused: again soon
+            fired += 1
             if tick not in run.inflight:
                 after = self._after(name, run)  # bound at once (one node, a known key)
+            if fired >= PIPELINE_MAX:
+                # A catch-up binding at once (one node, known keys) would fire every kept
+                # tick in one look, a keyed add each; the rest go on after the loop's IO.
+                return now_ms + 1
         else:
-            return now_ms  # more to step over: look again at once
+            return now_ms + 1  # more to step over: the next look, after the loop's IO
         return wake
 
-    def _misfire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, after: int) -> bool:
-        """Ticks after ``after`` more than MISFIRE_MS overdue: apply the policy. True: the
-        floor moved (some were skipped)."""
+    def _misfire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, after: int) -> int:
+        """Ticks after ``after`` more than MISFIRE_MS overdue: apply the policy. 1: the floor
+        moved (some were skipped); 0: nothing to skip; -1: still walking a cron schedule's
+        missed ticks (MISFIRE_WALK_TICKS per look), look again."""
         spec = run.spec
-        edge_ms = self._wall(now_ms) - MISFIRE_MS
-        last_missed = spec.prev_at_or_before((edge_ms - 1) // 1000)
-        if last_missed is None or last_missed <= after:
-            return False
-        keep: list[int] = []
-        if d.misfire == MISFIRE_CATCHUP and d.catchup > 0:
-            t: int | None = last_missed
-            while t is not None and t > after and len(keep) < d.catchup:
-                keep.append(t)
-                t = spec.prev_at_or_before(t - 1)
-            keep.reverse()
-            skip_to = spec.prev_at_or_before(keep[0] - 1)
+        edge_s = (self._wall(now_ms) - MISFIRE_MS - 1) // 1000
+        keep = d.catchup if d.misfire == MISFIRE_CATCHUP else 0
+        if spec.interval_s:
+            # Arithmetic: the last missed tick, the newest skipped and the count in O(1).
+            n = spec.interval_s
+            last_missed = edge_s // n * n
+            skip_to = last_missed - keep * n
+            run.placed_s = edge_s
+            if skip_to <= after:
+                return 0
+            count = skip_to // n - after // n
         else:
-            skip_to = last_missed
-        if skip_to is None or skip_to <= after:
-            return False
-        count = spec.count_between(after, skip_to)
+            walk = run.walk
+            if walk is None or walk.start != after:
+                walk = run.walk = _MisfireWalk(edge_s, after, keep, after)
+            newest = walk.newest
+            for _ in range(MISFIRE_WALK_TICKS):
+                tick = spec.next_after(walk.cursor)
+                if tick is None or tick > walk.edge_s:
+                    break
+                walk.cursor = tick
+                walk.total += 1
+                newest.append(tick)
+                if len(newest) > keep + 1:
+                    del newest[0]
+            else:
+                return -1
+            run.walk = None
+            run.placed_s = walk.edge_s
+            if walk.total <= keep:
+                return 0
+            skip_to = newest[0]
+            count = walk.total - keep
         run.floor_s = skip_to
         for old in [t for t in run.ahead if t <= skip_to]:
             del run.ahead[old]
@@ -584,7 +634,7 @@ class Scheduler:
         if self.owner(name) == self.view.my_id:
             self.stats["ticks_skipped"] += count
             self.events.add(ev.TICK_SKIPPED, now_ms, d.queue, tick_key(name, skip_to), count, 0)
-        return True
+        return 1
 
     def _fire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, tick: int) -> bool:
         """Add the tick's job. False: refused now (tried again after FIRE_RETRY_MS)."""
