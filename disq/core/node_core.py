@@ -356,7 +356,9 @@ class NodeCore:
             raise RuntimeError("the beanstalk bridge did not settle")
         if disque.max_memory_bytes or disque.memory_warning:
             # Also when the limit went to 0: a warning level must clear at once.
-            disque.update_memory(now_ms, beanstalk.live_bytes)
+            sched = self.scheduler
+            other = beanstalk.live_bytes + (sched.table_bytes if sched is not None else 0)
+            disque.update_memory(now_ms, other)
 
     # ------------------------------------------------------------------ output
     def has_ready(self) -> bool:

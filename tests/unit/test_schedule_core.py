@@ -605,3 +605,30 @@ def test_a_slow_tick_does_not_hold_the_next_ones_back() -> None:
     jobs = _tick_jobs(mesh, "s")
     assert all(len(ids) == 1 for ids in jobs.values())
     assert set(range(t0 + 1, t0 + 10)) <= set(jobs)
+
+
+def test_schedule_bodies_count_towards_maxmemory_and_an_add_past_it_is_oom() -> None:
+    """Definitions live on every node: their bodies are memory as jobs are. An add that would
+    take the node past maxmemory is refused with ADDJOB's OOM, and nothing is stored; the
+    table's bytes move the node's warning levels too."""
+    mesh = _mesh(1, _utc(2026, 5, 1, 12, 0, 0))
+    s = _sched(mesh)
+    disque = mesh.disque(0)
+    disque.max_memory_bytes = 10 << 20
+    body = b"x" * (1 << 20)
+    added = 0
+    with pytest.raises(ScheduleError) as refused:
+        for k in range(20):
+            s.add(mesh.now, ScheduleDef(f"s{k}", "@daily", "UTC", "q", body))
+            added += 1
+    assert refused.value.code == "OOM" and "maxmemory" in refused.value.message
+    assert added == 9  # 9 x (1 MiB + overhead) fit in 10 MiB, the 10th would not
+    assert sorted(s.names()) == sorted(f"s{k}" for k in range(9))
+    assert s.table_bytes > 9 << 20
+    mesh.advance(100)
+    assert disque.memory_warning >= 1  # over 75% of maxmemory: schedules alone
+    # Replacing one with a smaller body frees room; a delete gives all of it back.
+    s.add(mesh.now, ScheduleDef("s0", "@daily", "UTC", "q", b"small"))
+    s.delete(mesh.now, "s1")
+    s.add(mesh.now, ScheduleDef("s9", "@daily", "UTC", "q", body))
+    assert "s9" in s.names()

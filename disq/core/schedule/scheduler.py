@@ -97,6 +97,17 @@ NAME_MAX_BYTES: Final = 200  # the key schedule:<name>:<tick> stays within 256 b
 BODY_MAX_BYTES: Final = 1 << 20
 CATCHUP_MAX: Final = 1000
 UPCOMING_SHOWN: Final = 5
+# What a live definition costs beyond its strings (the ScheduleDef, its run, the dict and heap
+# entries): a rough tracemalloc figure, as QUEUE_OVERHEAD_BYTES is for a queue. Definitions
+# count towards maxmemory with the jobs: 10,000 schedules of 1 MiB bodies are on every node.
+SCHEDULE_OVERHEAD_BYTES: Final = 1000
+
+
+def def_bytes(d: ScheduleDef) -> int:
+    """The memory a definition holds here (0: a tombstone's strings are kept, but small)."""
+    if d.deleted:
+        return 0
+    return len(d.body) + len(d.spec) + len(d.name) + len(d.queue) + SCHEDULE_OVERHEAD_BYTES
 
 KEY_PREFIX: Final = "schedule:"
 
@@ -187,6 +198,7 @@ class Scheduler:
         self.outbox: list[tuple[str, Message]] = []
         self.events = EventBuffer()
         self.table: dict[str, ScheduleDef] = {}
+        self.table_bytes = 0  # def_bytes of every definition held: counts towards maxmemory
         self.last: dict[str, tuple[int, str]] = {}  # name -> (last bound tick, its job)
         self.runs: dict[str, _Run] = {}
         self.tokens: dict[int, tuple[str, int]] = {}  # a tick's add -> (schedule, tick)
@@ -238,6 +250,14 @@ class Scheduler:
         live = sum(1 for x in self.table.values() if not x.deleted)
         if d.name not in self.table and live >= SCHEDULES_MAX:
             raise ScheduleError(f"too many schedules (at most {SCHEDULES_MAX})")
+        limit = self.disque.max_memory_bytes
+        if limit > 0:
+            cur = self.table.get(d.name)
+            grow = def_bytes(d) - (def_bytes(cur) if cur is not None else 0)
+            used = self.disque.used_bytes + self.table_bytes
+            if grow > 0 and (self.disque.memory_warning >= 3 or used + grow > limit):
+                # ADDJOB's refusal, in the same words: the add would take the node past it.
+                raise ScheduleError("command not allowed when used memory > 'maxmemory'.", "OOM")
         self._local_change(now_ms, d)
 
     def _check_add_options(self, d: ScheduleDef) -> None:
@@ -328,6 +348,7 @@ class Scheduler:
             d.version_node,
         ):
             return False
+        self.table_bytes += def_bytes(d) - (def_bytes(cur) if cur is not None else 0)
         self.table[d.name] = d
         self._digest = 0
         if self.persist:
