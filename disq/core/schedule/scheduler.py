@@ -109,6 +109,7 @@ def def_bytes(d: ScheduleDef) -> int:
         return 0
     return len(d.body) + len(d.spec) + len(d.name) + len(d.queue) + SCHEDULE_OVERHEAD_BYTES
 
+
 KEY_PREFIX: Final = "schedule:"
 
 if TYPE_CHECKING:
