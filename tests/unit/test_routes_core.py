@@ -169,11 +169,10 @@ def test_declare_checks_and_stores_nothing_on_bad_input() -> None:
     assert len(r.table) == 1
 
 
-def test_limits_refuse_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rt, "EXCHANGES_MAX", 2)
-    monkeypatch.setattr(rt, "BINDINGS_MAX", 2)
-    monkeypatch.setattr(rt, "QUEUES_MAX", 1)
+def test_limits_refuse_with_a_clear_error() -> None:
     r, _ = _alone()
+    assert (r.exchanges_max, r.bindings_max, r.queues_max) == (10_000, 100_000, 100_000)
+    r.exchanges_max, r.bindings_max, r.queues_max = 2, 2, 1
     r.declare_exchange(T0, "a", "direct")
     r.declare_exchange(T0, "b", "direct")
     with pytest.raises(RouteError, match=r"too many exchanges \(at most 2\)") as info:
@@ -235,14 +234,14 @@ def test_a_local_change_is_always_a_newer_version() -> None:
     assert r.table[(ROUTE_EXCHANGE, "e", "", "")].version_ms == T0 + 1
 
 
-def test_tombstones_are_pruned_after_a_day_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tombstones_are_pruned_after_a_day_and_capped() -> None:
     r, _ = _alone()
     for i in range(5):
         r.declare_queue(T0 + i, f"q{i}", expires_ms=0, message_ttl_ms=1)
         r.delete_queue(T0 + i, f"q{i}")
     assert r.tombstones == 5
     r.tick(T0)  # starts the clocks
-    monkeypatch.setattr(rt, "TOMBSTONES_MAX", 3)
+    r.tombstones_max = 3
     r.tick(T0 + rt.PRUNE_MS)
     assert r.tombstones == 3 and sorted(k[1] for k in r.table) == ["q2", "q3", "q4"]
     r.tick(T0 + rt.TOMBSTONE_KEEP_MS + 10 * rt.PRUNE_MS)
@@ -342,9 +341,9 @@ def test_a_link_up_gets_the_whole_table() -> None:
     assert _routes(mesh, 1).route("f", "") == []
 
 
-def test_a_whole_table_travels_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rt, "SYNC_CHUNK_BYTES", 500)
+def test_a_whole_table_travels_in_chunks() -> None:
     r, _ = _alone("a" * 40, ["b" * 40])
+    r.sync_chunk_bytes = 500
     r.declare_exchange(T0, "e", "direct")
     for i in range(40):
         r.bind(T0, f"q{i}", "e", "k")

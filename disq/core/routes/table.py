@@ -130,6 +130,13 @@ class Routes:
         self.queues: dict[str, RouteEntry] = {}  # declarations
         self.binding_count = 0
         self.tombstones = 0
+        # The bounds, per instance so a test can lower them (compiled, the module's Final
+        # constants are inlined where they are used).
+        self.exchanges_max = EXCHANGES_MAX
+        self.bindings_max = BINDINGS_MAX
+        self.queues_max = QUEUES_MAX
+        self.tombstones_max = TOMBSTONES_MAX
+        self.sync_chunk_bytes = SYNC_CHUNK_BYTES
         self.stats: dict[str, int] = {
             "queues_expired": 0,
             "jobs_purged": 0,
@@ -173,8 +180,8 @@ class Routes:
                     PRECONDITION_FAILED,
                 )
             return  # the same declaration: nothing changes, nothing to sync
-        if len(self.exchanges) >= EXCHANGES_MAX:
-            raise RouteError(f"too many exchanges (at most {EXCHANGES_MAX})", LIMIT)
+        if len(self.exchanges) >= self.exchanges_max:
+            raise RouteError(f"too many exchanges (at most {self.exchanges_max})", LIMIT)
         self._local_change(now_ms, RouteEntry(ROUTE_EXCHANGE, name, exchange_type=exchange_type))
 
     def delete_exchange(self, now_ms: int, name: str) -> bool:
@@ -201,8 +208,8 @@ class Routes:
             raise RouteError(f"message_ttl_ms must be 0 (none) to {LEASE_MAX_MS}")
         cur = self.queues.get(name)
         if cur is None:
-            if len(self.queues) >= QUEUES_MAX:
-                raise RouteError(f"too many declared queues (at most {QUEUES_MAX})", LIMIT)
+            if len(self.queues) >= self.queues_max:
+                raise RouteError(f"too many declared queues (at most {self.queues_max})", LIMIT)
         elif cur.expires_ms == 0 == expires_ms and cur.message_ttl_ms == message_ttl_ms:
             return  # nothing to renew, nothing changes: a producer re-declares often
         self._local_change(
@@ -235,8 +242,8 @@ class Routes:
             raise RouteError(f"no exchange {exchange!r}", NOT_FOUND)
         if (queue, routing_key) in self.bindings.get(exchange, {}):
             return
-        if self.binding_count >= BINDINGS_MAX:
-            raise RouteError(f"too many bindings (at most {BINDINGS_MAX})", LIMIT)
+        if self.binding_count >= self.bindings_max:
+            raise RouteError(f"too many bindings (at most {self.bindings_max})", LIMIT)
         self._local_change(now_ms, RouteEntry(ROUTE_BINDING, exchange, queue, routing_key))
 
     def unbind(self, now_ms: int, queue: str, exchange: str, routing_key: str = "") -> bool:
@@ -399,7 +406,7 @@ class Routes:
         for e in self.table.values():
             chunk.append(e)
             size += len(e.name) + len(e.queue) + len(e.routing_key) + 64
-            if size >= SYNC_CHUNK_BYTES:
+            if size >= self.sync_chunk_bytes:
                 self.outbox.append((peer, RouteSync(entries=chunk, want=want and first)))
                 first = False
                 chunk, size = [], 0
@@ -471,7 +478,7 @@ class Routes:
         edge = self._wall(now_ms) - TOMBSTONE_KEEP_MS
         dead = sorted((e.version_ms, key) for key, e in self.table.items() if e.deleted)
         cut = 0
-        while cut < len(dead) and (dead[cut][0] < edge or len(dead) - cut > TOMBSTONES_MAX):
+        while cut < len(dead) and (dead[cut][0] < edge or len(dead) - cut > self.tombstones_max):
             del self.table[dead[cut][1]]
             cut += 1
         if cut:
