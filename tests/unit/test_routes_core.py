@@ -206,15 +206,15 @@ def test_deleting_an_exchange_deletes_its_bindings() -> None:
 
 def test_lww_merge_is_the_same_in_any_order_and_ties_break_by_node() -> None:
     def entry(kind: int, v: int, node: str, **kw: Any) -> RouteEntry:
-        return RouteEntry(kind, "e", version_ms=v, version_node=node, **kw)
+        return RouteEntry(kind, "e", version_ms=T0 + v, version_node=node, **kw)
 
     entries = [
         entry(ROUTE_EXCHANGE, 10, "a", exchange_type="direct"),
         entry(ROUTE_EXCHANGE, 12, "a", exchange_type="topic"),
         entry(ROUTE_EXCHANGE, 12, "b", exchange_type="fanout"),  # same ms: node b wins
         entry(ROUTE_EXCHANGE, 11, "c", deleted=True),
-        RouteEntry(ROUTE_BINDING, "e", "q", "k", version_ms=5, version_node="a"),
-        RouteEntry(ROUTE_BINDING, "e", "q", "k", deleted=True, version_ms=6, version_node="a"),
+        RouteEntry(ROUTE_BINDING, "e", "q", "k", version_ms=T0 + 5, version_node="a"),
+        RouteEntry(ROUTE_BINDING, "e", "q", "k", deleted=True, version_ms=T0 + 6, version_node="a"),
     ]
     outcomes = set()
     for order in itertools.permutations(entries):
@@ -224,6 +224,27 @@ def test_lww_merge_is_the_same_in_any_order_and_ties_break_by_node() -> None:
     assert len(outcomes) == 1
     ((exchanges, bindings, _digest),) = outcomes
     assert exchanges == (("e", "fanout"),) and bindings == ()
+
+
+def test_a_tombstone_past_the_keep_time_is_not_taken_from_a_peer() -> None:
+    r, _ = _alone()
+    old = T0 - rt.TOMBSTONE_KEEP_MS - rt.PRUNE_MS
+    tomb = RouteEntry(ROUTE_EXCHANGE, "e", deleted=True, version_ms=old, version_node="b")
+    r.on_message(T0, "b" * 40, RouteSync(entries=[tomb]))
+    assert not r.table and r.digest() == 1  # pruned everywhere already: not brought back
+
+
+def test_the_digest_does_not_depend_on_the_order_entries_came_in() -> None:
+    r1, _ = _alone()
+    r2, _ = _alone("b" * 40)
+    r1.declare_exchange(T0, "x", "direct")
+    r1.bind(T0, "q", "x", "k")
+    r1.delete_exchange(T0 + 1, "x")
+    entries = list(r1.table.values())
+    r2.on_message(T0, "a" * 40, RouteSync(entries=entries[::-1]))
+    assert r2.digest() == r1.digest() != 1
+    r2.declare_exchange(T0 + 2, "y", "fanout")
+    assert r2.digest() != r1.digest()
 
 
 def test_a_local_change_is_always_a_newer_version() -> None:

@@ -59,7 +59,11 @@ LEASE_MAX_MS: Final = 1 << 47  # expires_ms and message_ttl_ms: a sane bound, ~4
 TOMBSTONE_KEEP_MS: Final = 86400 * 1000
 TOMBSTONES_MAX: Final = 200_000
 SYNC_MS: Final = 2000  # digest to every reachable peer
-PRUNE_MS: Final = 60_000  # tombstones past their keep time are dropped this often
+# Tombstones are dropped once older than the keep edge rounded down to whole PRUNE_MS, so
+# every node drops the same ones whenever it prunes (its digest round): nodes that pruned at
+# different moments would otherwise disagree on every digest under a churn of tombstones,
+# and swap whole tables every round.
+PRUNE_MS: Final = 60_000
 SYNC_CHUNK_BYTES: Final = 1 << 20  # a whole table travels in messages of about this size
 ROUTE_CACHE_MAX: Final = 4096  # (exchange, routing key) -> queues, cleared on any change
 
@@ -113,6 +117,11 @@ def _check_key(key: str) -> None:
         raise RouteError(f"routing key is longer than {ROUTING_KEY_MAX_BYTES} bytes")
 
 
+def _entry_crc(e: RouteEntry) -> int:
+    text = f"{e.kind}\0{e.name}\0{e.queue}\0{e.routing_key}\0{e.version_ms}\0{e.version_node}"
+    return zlib.crc32(text.encode("utf-8", "surrogateescape"))
+
+
 class Routes:
     """The routes table of the cluster, as this node holds it."""
 
@@ -148,8 +157,9 @@ class Routes:
         self._patterns: dict[str, list[Token]] = {}
         self._started_ms = -1
         self._sync_at_ms = 0
-        self._prune_at_ms = 0
-        self._digest = 0  # 0: stale
+        self._tomb_heap: list[tuple[int, tuple[int, str, str, str]]] = []  # (version, key)
+        # An order-free digest kept up to date entry by entry: the sum of the entries' CRCs.
+        self._digest_sum = 0
 
     # ------------------------------------------------------------------ clocks
     def _wall(self, now_ms: int) -> int:
@@ -330,12 +340,17 @@ class Routes:
             e.version_node,
         ):
             return False
+        if e.deleted and e.version_ms < self._keep_edge(now_ms):
+            return False  # would be pruned at once (a peer that has not pruned it yet)
         self.table[key] = e
-        self._digest = 0
-        if cur is not None and cur.deleted:
-            self.tombstones -= 1
+        if cur is not None:
+            self._digest_sum -= _entry_crc(cur)
+            if cur.deleted:
+                self.tombstones -= 1
+        self._digest_sum += _entry_crc(e)
         if e.deleted:
             self.tombstones += 1
+            heapq.heappush(self._tomb_heap, (e.version_ms, key))
         if self.persist:
             self.aof_out.append(frame(REC_ROUTE, encode_entry(e)))
         if e.kind == ROUTE_EXCHANGE:
@@ -373,14 +388,8 @@ class Routes:
         return True
 
     def digest(self) -> int:
-        if not self._digest:
-            acc = 1
-            for key in sorted(self.table):
-                e = self.table[key]
-                text = f"{key[0]}\0{key[1]}\0{key[2]}\0{key[3]}\0{e.version_ms}\0{e.version_node}"
-                acc = zlib.crc32(text.encode("utf-8", "surrogateescape"), acc)
-            self._digest = acc or 1
-        return self._digest
+        """A digest of the whole table (0 never: it means "no digest" on the wire)."""
+        return (self._digest_sum & 0xFFFFFFFF) or 1
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: RouteSync) -> None:
@@ -446,20 +455,17 @@ class Routes:
             self._start(now_ms)
         if now_ms >= self._sync_at_ms:
             self._sync_at_ms = now_ms + SYNC_MS
+            self._prune(now_ms)
             peers = self.view.reachable_peers()
             if peers and self.table:
                 digest = self.digest()
                 for peer in peers:
                     self.outbox.append((peer, RouteSync(digest=digest)))
-        if now_ms >= self._prune_at_ms:
-            self._prune_at_ms = now_ms + PRUNE_MS
-            self._prune(now_ms)
         self._expire(now_ms)
 
     def _start(self, now_ms: int) -> None:
         self._started_ms = now_ms
         self._sync_at_ms = now_ms + SYNC_MS
-        self._prune_at_ms = now_ms + PRUNE_MS
 
     def _expire(self, now_ms: int) -> None:
         wall = self._wall(now_ms)
@@ -472,18 +478,27 @@ class Routes:
             self.stats["queues_expired"] += 1
             self._delete_queue(now_ms, name)
 
+    def _keep_edge(self, now_ms: int) -> int:
+        """Tombstones older than this (wall ms) are dropped: the keep time, whole PRUNE_MS."""
+        return (self._wall(now_ms) - TOMBSTONE_KEEP_MS) // PRUNE_MS * PRUNE_MS
+
     def _prune(self, now_ms: int) -> None:
-        if not self.tombstones:
-            return
-        edge = self._wall(now_ms) - TOMBSTONE_KEEP_MS
-        dead = sorted((e.version_ms, key) for key, e in self.table.items() if e.deleted)
-        cut = 0
-        while cut < len(dead) and (dead[cut][0] < edge or len(dead) - cut > self.tombstones_max):
-            del self.table[dead[cut][1]]
-            cut += 1
-        if cut:
-            self.tombstones -= cut
-            self._digest = 0
+        """Drop the tombstones past the keep edge, and the oldest past ``tombstones_max``."""
+        edge = self._keep_edge(now_ms)
+        heap = self._tomb_heap
+        while heap and (heap[0][0] < edge or self.tombstones > self.tombstones_max):
+            version, key = heapq.heappop(heap)
+            e = self.table.get(key)
+            if e is None or not e.deleted or e.version_ms != version:
+                continue  # replaced since
+            del self.table[key]
+            self.tombstones -= 1
+            self._digest_sum -= _entry_crc(e)
+        if len(heap) > 2 * self.tombstones + 1024:
+            # Entries of tombstones replaced since (a queue declared again) wait for their
+            # day: rebuild from the table so a churn cannot grow the heap past it.
+            self._tomb_heap = [(e.version_ms, k) for k, e in self.table.items() if e.deleted]
+            heapq.heapify(self._tomb_heap)
 
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
