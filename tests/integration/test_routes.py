@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,6 +267,36 @@ def test_purge_of_10000_jobs_spread_over_3_nodes_in_one_call(tmp_path: Path) -> 
                     c.add_job("gone", "x", replicate=1)
                 assert whole.delete_queue("gone") == 3
                 assert qlens(lab, "gone") == [0, 0, 0]
+                _purge_counts_right_under_concurrent_adds(lab, clients, whole)
         finally:
             for c in clients:
                 c.close()
+
+
+def _purge_counts_right_under_concurrent_adds(
+    lab: Lab, clients: list[Client], whole: Client
+) -> None:
+    """Purges while three producers add (REPLICATE 2: each job queued on one node, a copy
+    on another): every added job is either counted by a purge or still queued after."""
+    stop = threading.Event()
+    added = [0, 0, 0]
+
+    def produce(i: int) -> None:
+        while not stop.is_set():
+            jobs = [{"queue": "busy", "body": "x", "replicate": 2} for _ in range(50)]
+            added[i] += sum(isinstance(r, str) for r in clients[i].add_jobs(jobs))
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    purged = 0
+    try:
+        for _ in range(10):
+            eventually(lambda: sum(qlens(lab, "busy")) > 0, "jobs to purge")
+            purged += whole.purge_queue("busy")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert purged > 0
+    assert purged + sum(qlens(lab, "busy")) == sum(added)
