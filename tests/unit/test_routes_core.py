@@ -292,6 +292,58 @@ def test_a_transient_queue_expires_by_the_clock_with_its_bindings_and_is_purged(
     assert r.route("bc", "") == []
 
 
+def test_a_node_cut_off_from_the_majority_expires_nothing_until_it_is_back() -> None:
+    mesh = _mesh(3)
+    a = _routes(mesh, 0)
+    a.declare_queue(mesh.now, "reply", expires_ms=5_000)
+    assert not a.synced
+    mesh.advance(2 * rt.SYNC_MS + 100)
+    a.declare_queue(mesh.now, "reply", expires_ms=5_000)
+    for i in range(3):
+        assert _routes(mesh, i).synced  # the push, then peers' digests equal to their own
+    mesh.views[mesh.ids[2]].down = set(mesh.ids[:2])  # node 2 sees nobody
+    mesh.cut = {mesh.ids[2]}
+    for _ in range(4):  # the lease renewed on node 0 every 2 s: node 2 never hears of it
+        mesh.advance(2_000)
+        a.declare_queue(mesh.now, "reply", expires_ms=5_000)
+    c = _routes(mesh, 2)
+    assert "reply" in c.queues and c.stats["queues_expired"] == 0  # no majority: no verdict
+    assert 0 <= c.next_deadline_ms() <= mesh.now + rt.SYNC_MS  # no spinning on the lease
+    mesh.views[mesh.ids[2]].down = set()
+    mesh.cut = set()
+    mesh.advance(rt.SYNC_MS + 100)  # a digest round: node 2 learns the renewal
+    assert all("reply" in _routes(mesh, i).queues for i in range(3))
+    assert c.stats["queues_expired"] == 0
+    mesh.advance(5_100)  # nobody renews it now: it goes everywhere
+    assert all("reply" not in _routes(mesh, i).queues for i in range(3))
+
+
+def test_a_restarted_node_judges_leases_only_after_a_peers_whole_table() -> None:
+    mesh = _mesh(2)
+    a = _routes(mesh, 0)
+    a.declare_queue(mesh.now, "reply", expires_ms=5_000)
+    mesh.pump()
+    old = b"".join(mesh.aof[mesh.ids[1]])
+    mesh.advance(4_000)
+    a.declare_queue(mesh.now, "reply", expires_ms=5_000)  # renewed while node 1 is "down"
+    # Node 1 comes back from its AOF, which holds the old declaration, its lease past.
+    back = Mesh(2, now_ms=mesh.now + 2_000)
+    back.ids, back.views = mesh.ids, mesh.views
+    core = back.nodes[1]
+    core.restore(back.now, [(t, bytes(p)) for t, p in iter_frames(old)])
+    r = core.routes
+    assert r is not None and not r.synced
+    core.tick(back.now)
+    assert "reply" in r.queues and r.stats["queues_expired"] == 0
+    renewal = a.table[(ROUTE_QUEUE, "reply", "", "")]
+    r.on_message(back.now, mesh.ids[0], RouteSync(entries=[renewal], whole=True))
+    assert r.synced
+    core.tick(back.now)
+    assert "reply" in r.queues  # the renewal's lease has not passed
+    core.tick(back.now + 3_100)
+    assert "reply" not in r.queues and r.stats["queues_expired"] == 1
+
+
 def test_a_peers_queue_tombstone_purges_here_but_replay_does_not() -> None:
     r, purger = _alone()
     tomb = RouteEntry(ROUTE_QUEUE, "q", deleted=True, version_ms=T0, version_node="b" * 40)

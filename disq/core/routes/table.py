@@ -20,7 +20,12 @@ schedule table is kept (disq/core/schedule/scheduler.py, "the table" and "peers"
 - **Transient queues.** A queue declared with ``expires_ms`` > 0 (RabbitMQ's x-expires) is a
   lease from its version's wall time; a re-declare is a new version and renews it. Any node
   that sees the lease passed deletes the queue (a tombstone of its own: several nodes doing
-  it at once is harmless, the highest tombstone wins), with its bindings.
+  it at once is harmless, the highest tombstone wins), with its bindings. A node judges
+  leases only on a table it knows is current: after a peer's whole table reached it (a
+  node back from a restart holds the declarations of before, not their renewals), and
+  while it reaches a majority (a node cut off misses renewals, and its tombstones would
+  delete live queues when the cut heals). The price: a cluster without a majority expires
+  nothing until it has one again.
 - **A deleted queue is purged.** Each node, when it applies a queue's tombstone (its own or
   a peer's), acks its own queued jobs of that queue that were created before the tombstone
   (ctime, the creation wall time, below the tombstone's version): nothing piles up in a
@@ -87,6 +92,7 @@ class RouteError(Exception):
 class View(Protocol):
     @property
     def my_id(self) -> str: ...
+    def cluster_size(self) -> int: ...
     def reachable_peers(self) -> list[str]: ...
     def all_peers(self) -> list[str]: ...
 
@@ -156,6 +162,11 @@ class Routes:
         self._cache: dict[tuple[str, str], list[str]] = {}
         self._patterns: dict[str, list[Token]] = {}
         self._started_ms = -1
+        # Leases are judged on this node's copy of the table, so it expires nothing before a
+        # peer's whole table reached it (a node back from a restart holds the declarations
+        # of before, not their renewals) nor while it cannot reach a majority (a node cut
+        # off misses renewals: its tombstones would delete live queues once the cut heals).
+        self.synced = False
         self._sync_at_ms = 0
         self._tomb_heap: list[tuple[int, tuple[int, str, str, str]]] = []  # (version, key)
         # An order-free digest kept up to date entry by entry: the sum of the entries' CRCs.
@@ -399,6 +410,8 @@ class Routes:
                 took = True
         if took:
             self.stats["syncs_merged"] += 1
+        if msg.whole or (msg.digest and not msg.entries and msg.digest == self.digest()):
+            self.synced = True
         if msg.want:
             self._send_all(sender, want=False)
         elif msg.digest and not msg.entries and msg.digest != self.digest():
@@ -425,6 +438,7 @@ class Routes:
                 RouteSync(
                     entries=chunk,
                     want=want and first,
+                    whole=True,
                     # An empty table still says so: the peer then knows it is in sync.
                     digest=self.digest() if not chunk and first else 0,
                 ),
@@ -440,7 +454,8 @@ class Routes:
             return -1
         when = self._sync_at_ms
         heap = self._expiry
-        while heap:
+        # A lease this node may not judge now is looked at again in the next digest round.
+        while heap and self._may_expire():
             deadline, name, version = heap[0]
             d = self.queues.get(name)
             if d is None or d.version_ms != version:
@@ -461,7 +476,20 @@ class Routes:
                 digest = self.digest()
                 for peer in peers:
                     self.outbox.append((peer, RouteSync(digest=digest)))
-        self._expire(now_ms)
+        size = self.view.cluster_size()
+        if size > 1 and 2 * (len(self.view.reachable_peers()) + 1) <= size:
+            # Cut off: renewals may be passing this node by. Back with a majority, it judges
+            # again only once a peer's whole table (or an equal digest) says it caught up.
+            self.synced = False
+        if self._may_expire():
+            self._expire(now_ms)
+
+    def _may_expire(self) -> bool:
+        """Whether this node may judge leases now (see ``synced``)."""
+        size = self.view.cluster_size()
+        if size <= 1:
+            return True
+        return self.synced and 2 * (len(self.view.reachable_peers()) + 1) > size
 
     def _start(self, now_ms: int) -> None:
         self._started_ms = now_ms
