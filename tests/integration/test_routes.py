@@ -8,6 +8,7 @@ the expiry and the big purge each get a cluster of their own.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
 import threading
@@ -24,6 +25,7 @@ from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
 from disq.client import (  # noqa: E402
+    AsyncClient,
     Client,
     InvalidArgumentError,
     LimitError,
@@ -169,6 +171,29 @@ def test_message_ttl_caps_the_published_jobs_ttl(clients: list[Client]) -> None:
     ids = b.publish("ttl-x", "k", "x", replicate=1, ttl_s=600)
     shown = {b.show(i)["queue"]: b.show(i)["ttl_s"] for i in ids}  # type: ignore[index]
     assert shown["long"] > 500 and 0 < shown["short"] <= 2  # ceil(1.5 s) = 2 s
+
+
+def test_the_async_client_has_the_same_methods(lab3: Lab) -> None:
+    async def run() -> None:
+        async with AsyncClient([addr(lab3, i) for i in range(3)]) as c:
+            await c.declare_exchange("async-fan", "fanout")
+            await c.declare_queue("async-q", message_ttl_ms=60_000)
+            await c.bind_queue("async-q", "async-fan")
+            await c.bind_queue("async-r", "async-fan", "k")
+            routes = await c.list_routes()
+            assert routes.exchanges["async-fan"] == "fanout"
+            assert routes.queues["async-q"] == (0, 60_000)
+            ids = await c.publish("async-fan", "k", b"x", replicate=2)
+            assert len(ids) == 2
+            assert await c.purge_queue("async-r") == 1
+            assert await c.delete_queue("async-q") == 1
+            assert await c.unbind_queue("async-r", "async-fan", "k") is True
+            assert await c.delete_exchange("async-fan") is True
+            assert await c.publish("async-fan", "k", b"x") == []
+            with pytest.raises(NotFoundError):
+                await c.declare_exchange("async-fan", passive=True)
+
+    asyncio.run(run())
 
 
 @pytest.mark.timeout(180)
