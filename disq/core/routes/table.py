@@ -143,6 +143,8 @@ class Routes:
         self.exchanges: dict[str, str] = {}  # name -> type
         self.bindings: dict[str, dict[tuple[str, str], None]] = {}  # exchange -> (queue, key)
         self.queues: dict[str, RouteEntry] = {}  # declarations
+        # queue -> its bindings (exchange, key): deleting a queue does not walk them all.
+        self._by_queue: dict[str, dict[tuple[str, str], None]] = {}
         self.binding_count = 0
         self.tombstones = 0
         # The bounds, per instance so a test can lower them (compiled, the module's Final
@@ -247,12 +249,8 @@ class Routes:
         return self.stats["jobs_purged"] - before
 
     def _delete_queue(self, now_ms: int, name: str) -> None:
-        for exchange, pairs in list(self.bindings.items()):
-            for queue, key in list(pairs):
-                if queue == name:
-                    self._local_change(
-                        now_ms, RouteEntry(ROUTE_BINDING, exchange, queue, key, deleted=True)
-                    )
+        for exchange, key in list(self._by_queue.get(name, {})):
+            self._local_change(now_ms, RouteEntry(ROUTE_BINDING, exchange, name, key, deleted=True))
         self._local_change(now_ms, RouteEntry(ROUTE_QUEUE, name, deleted=True))
 
     def bind(self, now_ms: int, queue: str, exchange: str, routing_key: str = "") -> None:
@@ -374,18 +372,26 @@ class Routes:
             self._cache.clear()
             pairs = self.bindings.get(e.name)
             pair = (e.queue, e.routing_key)
+            by_queue = self._by_queue.get(e.queue)
             if e.deleted:
                 if pairs is not None and pair in pairs:
                     del pairs[pair]
                     self.binding_count -= 1
                     if not pairs:
                         del self.bindings[e.name]
+                if by_queue is not None:
+                    by_queue.pop((e.name, e.routing_key), None)
+                    if not by_queue:
+                        del self._by_queue[e.queue]
             else:
                 if pairs is None:
                     pairs = self.bindings[e.name] = {}
                 if pair not in pairs:
                     pairs[pair] = None
                     self.binding_count += 1
+                if by_queue is None:
+                    by_queue = self._by_queue[e.queue] = {}
+                by_queue[(e.name, e.routing_key)] = None
         elif e.deleted:
             self.queues.pop(e.name, None)
             if purge and self.purger is not None:
