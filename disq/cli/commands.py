@@ -125,6 +125,12 @@ def cmd_qlen(args: argparse.Namespace, c: Client, out: Out) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace, c: Client, out: Out) -> int:
+    n = c.purge_queue(args.queue)
+    out.emit({"queue": args.queue, "purged": n}, f"{n}\n")
+    return 0
+
+
 def cmd_queues(args: argparse.Namespace, c: Client, out: Out) -> int:
     sample = asyncio.run(sample_once(args.addr, _options(args)))
     for n in sample.nodes:
@@ -291,6 +297,7 @@ COMMANDS: dict[str, Command] = {
     "show": cmd_show,
     "peek": cmd_peek,
     "qlen": cmd_qlen,
+    "purge": cmd_purge,
     "queues": cmd_queues,
     "pause": cmd_pause,
     "nodes": cmd_nodes,
@@ -390,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("queue")
     s.add_argument("--count", type=_peek_count, default=10, help="< 0: newest first")
     cmd("qlen", "a queue's length at the node answering").add_argument("queue")
+    cmd("purge", "ack every queued job of a queue on every node; prints how many").add_argument(
+        "queue"
+    )
     cmd("queues", "every queue of the cluster, lengths summed over nodes")
     s = cmd("pause", "read or set a queue's pause state")
     s.add_argument("queue")

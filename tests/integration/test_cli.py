@@ -77,6 +77,14 @@ def test_put_get_ack_round_trip(node: str) -> None:
     assert ok_json(node, "qlen", "rt") == {"queue": "rt", "len": 0}
 
 
+def test_purge_empties_a_queue_and_prints_the_count(node: str) -> None:
+    for body in ("a", "b", "c"):
+        ok(node, "put", "pq", body)
+    assert ok(node, "purge", "pq") == "3\n"
+    assert ok(node, "qlen", "pq") == "0\n"
+    assert ok_json(node, "purge", "pq") == {"queue": "pq", "purged": 0}
+
+
 def test_nack_brings_the_job_back_with_one_nack(node: str) -> None:
     job_id = ok_json(node, "put", "nq", "work")["id"]
     first = ok_json(node, "get", "nq")
