@@ -131,6 +131,27 @@ def cmd_purge(args: argparse.Namespace, c: Client, out: Out) -> int:
     return 0
 
 
+def cmd_routes(args: argparse.Namespace, c: Client, out: Out) -> int:
+    r = c.list_routes()
+    data = {
+        "exchanges": r.exchanges,
+        "bindings": [{"exchange": e, "queue": q, "routing_key": k} for e, q, k in r.bindings],
+        "queues": {n: {"expires_ms": x, "message_ttl_ms": t} for n, (x, t) in r.queues.items()},
+    }
+    human = (
+        table(("EXCHANGE", "TYPE"), sorted(r.exchanges.items()))
+        + "\n"
+        + table(("EXCHANGE", "QUEUE", "ROUTING_KEY"), r.bindings)
+        + "\n"
+        + table(
+            ("QUEUE", "EXPIRES_MS", "MESSAGE_TTL_MS"),
+            [(n, x, t) for n, (x, t) in sorted(r.queues.items())],
+        )
+    )
+    out.emit(data, human)
+    return 0
+
+
 def cmd_queues(args: argparse.Namespace, c: Client, out: Out) -> int:
     sample = asyncio.run(sample_once(args.addr, _options(args)))
     for n in sample.nodes:
@@ -298,6 +319,7 @@ COMMANDS: dict[str, Command] = {
     "peek": cmd_peek,
     "qlen": cmd_qlen,
     "purge": cmd_purge,
+    "routes": cmd_routes,
     "queues": cmd_queues,
     "pause": cmd_pause,
     "nodes": cmd_nodes,
@@ -400,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("purge", "ack every queued job of a queue on every node; prints how many").add_argument(
         "queue"
     )
+    cmd("routes", "the exchanges, bindings and queue declarations the cluster keeps")
     cmd("queues", "every queue of the cluster, lengths summed over nodes")
     s = cmd("pause", "read or set a queue's pause state")
     s.add_argument("queue")
