@@ -19,7 +19,7 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
-* queue_purge: every node's queued jobs of the queue acked (JSCAN + ACKJOB); the queue's
+* queue_purge: every node's queued jobs of the queue acked (PurgeQueue per node); the queue's
   size: QLEN summed over the nodes (Disque's queues are per node).
 * Exchanges: direct only (``implements``). Fanout and topic are not supported, so Celery
   turns remote control off by itself and mingle and gossip skip this driver.
