@@ -628,13 +628,20 @@ class AsyncClient:
         timeout_s: float | None = 1.0,
         nohang: bool = False,
         with_counters: bool = True,
+        in_order: bool = False,
     ) -> list[Job]:
         """GETJOB: up to ``count`` jobs; [] when none came within ``timeout_s``. Blocks until
-        jobs come only with ``timeout_s=None``."""
+        jobs come only with ``timeout_s=None``. ``in_order``: a queue's jobs before the next
+        queue's (Disque takes one per queue per pass)."""
         qs = [queues] if isinstance(queues, str) else list(queues)
         wait_ms = 0 if timeout_s is None else max(1, int(timeout_s * 1000))
         req = api_pb2.GetJobsRequest(
-            queues=qs, count=count, nohang=nohang, timeout_ms=wait_ms, with_counters=with_counters
+            queues=qs,
+            count=count,
+            nohang=nohang,
+            timeout_ms=wait_ms,
+            with_counters=with_counters,
+            in_order=in_order,
         )
         # The call's deadline leaves the node time to answer "nothing" after its own wait.
         deadline = _FOREVER_S if timeout_s is None else timeout_s + self.timeout_s

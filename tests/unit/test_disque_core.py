@@ -140,6 +140,36 @@ def test_getjob_timeout_and_nohang() -> None:
     assert (2, None) in c.replies[c.ids[0]]
 
 
+def test_getjob_of_several_queues_round_robin_or_in_order() -> None:
+    """Disque takes one job per queue per pass; ``in_order`` empties the queues in the order
+    given (priority sub-queues, highest first)."""
+    c = Cluster(1)
+    for name in ("hi", "lo"):
+        for i in range(3):
+            c.core(0).add_job(c.now, 1, name, f"{name}{i}".encode(), timeout_ms=0)
+    got = c.core(0).get_job(c.now, 2, ["hi", "lo"], count=4)
+    assert isinstance(got, list)
+    assert [j.body for j in got] == [b"hi0", b"lo0", b"hi1", b"lo1"]
+    got = c.core(0).get_job(c.now, 3, ["hi", "lo"], count=2, in_order=True)
+    assert isinstance(got, list) and [j.body for j in got] == [b"hi2", b"lo2"]
+    for i in range(3):
+        c.core(0).add_job(c.now, 1, "hi", f"h{i}".encode(), timeout_ms=0)
+        c.core(0).add_job(c.now, 1, "lo", f"l{i}".encode(), timeout_ms=0)
+    got = c.core(0).get_job(c.now, 4, ["hi", "lo"], count=4, in_order=True)
+    assert isinstance(got, list) and [j.body for j in got] == [b"h0", b"h1", b"h2", b"l0"]
+    got = c.core(0).get_job(c.now, 5, ["hi", "lo"], count=4, in_order=True, nohang=True)
+    assert isinstance(got, list) and [j.body for j in got] == [b"l1", b"l2"]
+
+
+def test_blocked_in_order_getjob_is_woken_by_any_of_its_queues() -> None:
+    c = Cluster(1)
+    assert c.core(0).get_job(c.now, 7, ["hi", "lo"], count=5, in_order=True) is PENDING
+    c.core(0).add_job(c.now, 1, "lo", b"low", timeout_ms=0)
+    c.pump()
+    served = [r for t, r in c.replies[c.ids[0]] if t == 7]
+    assert served and [j.body for j in served[0]] == [b"low"]  # type: ignore[union-attr]
+
+
 def test_single_node_fifo_and_ttl() -> None:
     c = Cluster(1)
     ids_ = [c.core(0).add_job(c.now, i, "q", str(i).encode(), timeout_ms=0) for i in range(100)]
