@@ -250,6 +250,7 @@ class AsyncClient:
         self._metadata = ((PASSWORD_KEY, password),) if password else None
         self._rng = rng or random.Random()
         self._nodes: dict[str, NodeAddr] = {a: NodeAddr(a) for a in self.seeds}
+        self._cluster_size = len(self._nodes)  # the last HELLO's node count (seeds: none yet)
         self._refreshed_at = -1.0
         self._refreshing: asyncio.Task[None] | None = None
         self._add_batch: _AddBatch | None = None
@@ -281,6 +282,11 @@ class AsyncClient:
     def nodes(self) -> list[NodeAddr]:
         """What the client knows of the cluster (a copy of its view)."""
         return [NodeAddr(n.addr, n.node_id, n.priority, n.down_until) for n in self._nodes.values()]
+
+    @property
+    def cluster_size(self) -> int:
+        """How many nodes the last HELLO listed (before one: the seeds), failing ones too."""
+        return self._cluster_size
 
     def _stub(self, n: NodeAddr) -> Any:
         if n.stub is None:
@@ -358,6 +364,7 @@ class AsyncClient:
                 known.node_id = info.id
                 known.priority = info.priority
             self._forget_unlisted(seen)
+            self._cluster_size = len(seen) or self._cluster_size
             return
         # Nobody answered: keep the view; the calls will report it.
 
