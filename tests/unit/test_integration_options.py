@@ -18,9 +18,8 @@ from disq.integrations.common import (
 
 
 def _settings(url: str = "disq://127.0.0.1:7710", **options: object) -> Settings:
-    addresses, raw = parse_url(url)
-    raw.update(options)
-    return settings(addresses, raw)
+    addresses, query = parse_url(url)
+    return settings(addresses, {**query, **options})
 
 
 @pytest.mark.parametrize(
