@@ -55,6 +55,7 @@ from typing import Any
 import structlog
 from kombu.exceptions import ChannelError, ConnectionError
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils.uuid import uuid
 
 from disq.client import (
@@ -198,6 +199,11 @@ class Channel(virtual.Channel):
         )
         with _kombu_errors(f"publish to {queue!r}"):
             self._client.add_job(target, body, **opts)
+
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
+        ``x-`` arguments, as the Redis and py-amqp transports pass them to queue_declare."""
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Nothing to create (a Disque queue exists from its first job); a declared message
