@@ -87,7 +87,7 @@ from celery import Celery
 OUT = os.environ["RUNS_DIR"]
 app = Celery("capp", broker=os.environ["BROKER_URL"])
 app.conf.task_acks_late = os.environ.get("ACKS_LATE") == "1"
-app.conf.worker_prefetch_multiplier = 4
+app.conf.worker_prefetch_multiplier = int(os.environ.get("PREFETCH_MULTIPLIER", "4"))
 app.conf.broker_connection_retry_on_startup = True
 '''
     + _RECORD
@@ -235,6 +235,8 @@ def celery_worker(
     *,
     acks_late: bool = False,
     concurrency: int = 2,
+    prefetch_multiplier: int = 4,
+    extra_args: tuple[str, ...] = (),
 ) -> WorkerProcess:
     return WorkerProcess(
         app_dir,
@@ -252,8 +254,13 @@ def celery_worker(
             "-n",
             f"{name}@%h",
             "--loglevel=INFO",
+            *extra_args,
         ],
-        {"BROKER_URL": broker_url, "ACKS_LATE": "1" if acks_late else "0"},
+        {
+            "BROKER_URL": broker_url,
+            "ACKS_LATE": "1" if acks_late else "0",
+            "PREFETCH_MULTIPLIER": str(prefetch_multiplier),
+        },
         name,
     )
 
