@@ -10,7 +10,8 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 
 * publish: ADDJOB on the queue the routing key names, the body the JSON of kombu's message
   (body, headers, properties: as the other virtual transports keep it). REPLICATE, RETRY,
-  TTL and ASYNC from the options, Disque's defaults otherwise. A Celery ETA or countdown
+  TTL and ASYNC from the options; REPLICATE's default is the majority of the nodes the
+  client knows (one node of 3 may be down), the others are Disque's. A Celery ETA or countdown
   (``eta`` in the headers, protocol 2) becomes DELAY: no worker holds the message before
   its time, so no ETA outlives a visibility timeout (the Redis and SQS transports' trap).
 * priorities (kombu's ``priority``, Celery's): as kombu's Redis transport, one disq queue
