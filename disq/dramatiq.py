@@ -8,7 +8,8 @@ How Dramatiq's broker contract maps to Disque's commands (through the SDK's bloc
   with DELAY (whole seconds, rounded up) for a delay: the job is not delivered before its
   time, so no worker holds it in memory meanwhile. (Dramatiq's Redis and RabbitMQ brokers
   use a ``<queue>.DQ`` delay queue the worker holds messages from; this broker declares no
-  delay queues.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the options.
+  delay queues.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the options;
+  REPLICATE's default is the majority of the nodes HELLO lists (one node of 3 may be down).
 * The ``broker_priority`` message option (Dramatiq's RabbitMQ broker's: a HIGHER number is
   served first; the opposite of the actor's own ``priority``) picks the queue's priority
   step, as the kombu transport's priorities (disq/integrations/common.py): 0..9, steps 0,

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,18 +31,23 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def send_while_a_node_dies(
     lab: Lab, queue: str, send_one: Callable[[int], object], n: int = 300, kill_at: int = 100
-) -> None:
+) -> float:
     """Send messages 0..n-1 from a thread with ``send_one``; once ``kill_at`` are sent, the
     node holding most of the queue dies (kill -9) while adds and gets flow. Every send must
-    succeed: the client sends again to the next node, it does not give up."""
+    succeed: the client sends again to the next node, it does not give up. Returns the
+    slowest send's seconds (reported by the tests, not asserted: a timing)."""
     sent: list[int] = []
     errors: list[BaseException] = []
     half = threading.Event()
+    slowest_s = 0.0
 
     def produce() -> None:
+        nonlocal slowest_s
         try:
             for k in range(n):
+                started = time.monotonic()
                 send_one(k)
+                slowest_s = max(slowest_s, time.monotonic() - started)
                 sent.append(k)
                 if k == kill_at:
                     half.set()
@@ -58,6 +64,7 @@ def send_while_a_node_dies(
     t.join(120)
     assert not errors, errors
     assert sent == list(range(n))
+    return slowest_s
 
 
 def disq_url(lab: Lab, **options: object) -> str:

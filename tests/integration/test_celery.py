@@ -122,7 +122,7 @@ def test_a_node_killed_while_tasks_flow_loses_none_with_the_defaults(tmp_path: P
         try:
             w.wait_for_log("ready.")
             p = producer(broker)
-            send_while_a_node_dies(
+            slowest_s = send_while_a_node_dies(
                 lab,
                 "flow",
                 lambda k: p.send_task(
@@ -131,6 +131,7 @@ def test_a_node_killed_while_tasks_flow_loses_none_with_the_defaults(tmp_path: P
             )
             counts = wait_all_done(app_dir, set(range(300)), timeout=DEFAULT_RETRY_S + 120)
             assert set(counts) == set(range(300))  # none lost (a retried add may run twice)
+            print(f"slowest publish: {slowest_s:.2f} s")  # reported, not asserted
         finally:
             w.stop()
 

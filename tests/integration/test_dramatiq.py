@@ -135,9 +135,12 @@ def test_a_node_killed_while_messages_flow_loses_none_with_the_defaults(tmp_path
         broker = DisqBroker(url)
         try:
             w.wait_for_log("Worker process is ready for action.")
-            send_while_a_node_dies(lab, "flow", lambda k: send(broker, "flow", k, sleep_s=0.01))
+            slowest_s = send_while_a_node_dies(
+                lab, "flow", lambda k: send(broker, "flow", k, sleep_s=0.01)
+            )
             counts = wait_all_done(app_dir, set(range(300)), timeout=DEFAULT_RETRY_S + 120)
             assert set(counts) == set(range(300))  # none lost (a retried add may run twice)
+            print(f"slowest publish: {slowest_s:.2f} s")  # reported, not asserted
         finally:
             w.stop()
             broker.close()
