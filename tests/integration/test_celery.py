@@ -114,6 +114,7 @@ DEFAULT_RETRY_S = 300
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(DEFAULT_RETRY_S + 240)  # the wait for RETRY, above the 300 s default
 def test_a_node_killed_while_tasks_flow_loses_none_with_the_defaults(tmp_path: Path) -> None:
     with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
         app_dir = write_app(tmp_path / "app", "capp", CELERY_APP)
