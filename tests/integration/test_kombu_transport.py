@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -280,3 +281,24 @@ def test_a_declared_message_ttl_caps_what_is_published_to_the_queue(
     assert ttl_left.keys() == {b"capped", b"lower"}
     assert ttl_left[b"capped"] <= 2 and ttl_left[b"lower"] <= 1
     eventually(lambda: not _jobs_of(grpc_addr, "kq-qttl"), "the expired jobs to be gone", 10)
+
+
+def test_a_waiting_consumer_is_woken_by_a_message_of_any_priority(grpc_addr: str) -> None:
+    """The consumer's one blocking GETJOB lists every step: a message of a step other than
+    0 wakes it (published from another connection while it waits on the node)."""
+    url = f"disq://{grpc_addr}?replicate=1"
+    got: list[Any] = []
+    with kombu.Connection(url) as consumer_conn, kombu.Connection(url) as producer_conn:
+        q = consumer_conn.SimpleQueue("kq-prio-wake")
+        waiting = threading.Thread(target=lambda: got.append(q.get(timeout=20)))
+        waiting.start()
+        with Client(grpc_addr) as c:
+            eventually(
+                lambda: int(c.info("clients").get("blocked_clients", 0)) > 0,
+                "the consumer to wait on the node",
+            )
+        producer_conn.SimpleQueue("kq-prio-wake").put("urgent", priority=9)
+        waiting.join(20)
+        assert [m.payload for m in got] == ["urgent"]
+        got[0].ack()
+        q.close()
