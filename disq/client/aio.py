@@ -285,7 +285,8 @@ class AsyncClient:
 
     @property
     def cluster_size(self) -> int:
-        """How many nodes the last HELLO listed (before one: the seeds), failing ones too."""
+        """How many nodes the last HELLO listed (before one: the seeds), failing ones too;
+        ``hello()`` counts as one with discovery off."""
         return self._cluster_size
 
     def _stub(self, n: NodeAddr) -> Any:
@@ -877,6 +878,8 @@ class AsyncClient:
 
     async def hello(self) -> api_pb2.HelloResponse:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
+        # The cluster's size even with discovery off (the URL may name one Service).
+        self._cluster_size = sum(1 for n in r.nodes if n.grpc_port) or self._cluster_size
         return r
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:

@@ -351,6 +351,25 @@ def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
     assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))
 
 
+def test_a_majority_add_whose_target_died_takes_the_third_node_at_its_first_resend() -> None:
+    # The integrations' default REPLICATE on 3 nodes is 2: the one target chosen is killed
+    # (silent, not yet known dead); the first resend, at 250 ms, adds a copy on the third
+    # node, so the add is answered within a fraction of its 5 s timeout.
+    c = Cluster(3)
+    creator = c.core(0)
+    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=2) is PENDING
+    job_id = next(iter(creator.jobs))
+    [target] = [n for n in creator.jobs[job_id].delivered if n != c.ids[0]]
+    c.cut = {target}
+    c.advance(240)
+    assert not c.replies[c.ids[0]]
+    c.advance(20)
+    [(token, answer)] = c.replies[c.ids[0]]
+    assert token == 1 and answer == job_id
+    [third] = [n for n in c.ids if n not in (c.ids[0], target)]
+    assert job_id in c.core(c.ids.index(third)).jobs
+
+
 def test_sync_add_whose_target_is_down_completes_when_it_comes_back() -> None:
     # Disque's reachability: the target is down but the failure detector has not given up on
     # it yet (a restart, a link not up yet), so it is chosen, and REPLJOB is sent again until
