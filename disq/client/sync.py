@@ -58,6 +58,10 @@ class Client(SyncRoutesMixin):
     def nodes(self) -> list[NodeAddr]:
         return self._aio.nodes()
 
+    def cluster_size(self) -> int:
+        """How many nodes the last HELLO listed (before one: the seeds); no call made."""
+        return self._aio.cluster_size
+
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         return self._run(self._aio.add_job(queue, body, **options))
 

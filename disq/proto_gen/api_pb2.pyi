@@ -96,18 +96,20 @@ class AddJobsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AddJobResult, _Mapping]]] = ...) -> None: ...
 
 class GetJobsRequest(_message.Message):
-    __slots__ = ("queues", "count", "nohang", "timeout_ms", "with_counters")
+    __slots__ = ("queues", "count", "nohang", "timeout_ms", "with_counters", "in_order")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     NOHANG_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     WITH_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    IN_ORDER_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedScalarFieldContainer[str]
     count: int
     nohang: bool
     timeout_ms: int
     with_counters: bool
-    def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ...) -> None: ...
+    in_order: bool
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ..., in_order: _Optional[bool] = ...) -> None: ...
 
 class QueuedJob(_message.Message):
     __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s", "idempotency_key")

@@ -501,7 +501,13 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     ) -> list[DJob]:
         token = self.node.new_token()
         r = self.node.core.get_job(
-            self._now(), token, queues, nohang=req.nohang, timeout_ms=timeout_ms, count=count
+            self._now(),
+            token,
+            queues,
+            nohang=req.nohang,
+            timeout_ms=timeout_ms,
+            count=count,
+            in_order=req.in_order,
         )
         if r is None:
             self._done()
