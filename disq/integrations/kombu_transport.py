@@ -8,8 +8,9 @@ import in the app. See the README, "Use it from Celery / Dramatiq".
 It is kombu's virtual transport (kombu.transport.virtual, as SQS and Redis) over the gRPC
 SDK's blocking ``disq.client.Client``, which already fails over between the URL's nodes:
 
-* publish: ADDJOB on the queue the routing key names, the body the JSON of kombu's message
-  (body, headers, properties: as the other virtual transports keep it). REPLICATE, RETRY,
+* publish to the default exchange (""): ADDJOB on the queue the routing key names, the body
+  the JSON of kombu's message (body, headers, properties: as the other virtual transports
+  keep it); to a named exchange: one publish the node routes (below). REPLICATE, RETRY,
   TTL and ASYNC from the options, Disque's defaults otherwise. A Celery ETA or countdown
   (``eta`` in the headers, protocol 2) becomes DELAY: no worker holds the message before
   its time, so no ETA outlives a visibility timeout (the Redis and SQS transports' trap).
@@ -21,8 +22,15 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
 * queue_purge: every node's queued jobs of the queue acked (JSCAN + ACKJOB); the queue's
   size: QLEN summed over the nodes (Disque's queues are per node).
-* Exchanges: direct only (``implements``). Fanout and topic are not supported, so Celery
-  turns remote control off by itself and mingle and gossip skip this driver.
+* Exchanges (direct, fanout, topic), bindings and transient queues live in the cluster's
+  replicated routes table, not in the process: every client of every node sees the same
+  ones, and a publish to an exchange is routed by the node that takes it (a message no
+  binding matches is dropped, as on RabbitMQ). So Celery's remote control (pidbox: a fanout
+  exchange, reply queues with x-expires), events (the ``celeryev`` topic exchange) and
+  Flower work. Transient queues (auto_delete, exclusive, x-expires) are leases the channel
+  renews while it uses them and deletes when RabbitMQ would: see ``disq.integrations.
+  transient``. Celery's mingle and gossip stay off: Celery enables them only for the
+  transports it lists (amqp, redis, gcpubsub).
 
 Errors: a failure to reach the cluster is :class:`DisqConnectionError` (kombu's
 ConnectionError, among the transport's connection errors: kombu and Celery retry and
@@ -46,8 +54,10 @@ from queue import Empty
 from typing import Any
 
 import structlog
+from amqp.protocol import queue_declare_ok_t
 from kombu.exceptions import ChannelError, ConnectionError
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils.uuid import uuid
 
 from disq.client import (
@@ -69,6 +79,7 @@ from disq.integrations.common import (
     parse_url,
     settings,
 )
+from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
 log = structlog.get_logger("disq.kombu")
 
@@ -101,6 +112,13 @@ class DisqChannelError(ChannelError):
 
 class MessageTooLargeError(DisqChannelError):
     """The encoded message is over ``max_message_bytes``: refused before it was sent."""
+
+
+class UnsupportedExchangeTypeError(DisqChannelError):
+    """An exchange type the cluster does not route (only direct, fanout and topic)."""
+
+
+EXCHANGE_TYPES = frozenset(["direct", "fanout", "topic"])
 
 
 @contextmanager
@@ -161,6 +179,139 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self._settings: Settings = connection.settings
         self._client: Client = connection.disq_client()
+        self._transient = TransientQueues()
+        self._pid = os.getpid()
+        self._next_renewal_at: float | None = None
+
+    # RabbitMQ's names for the queue options kombu's Queue takes (x-expires, x-message-ttl).
+    prepare_queue_arguments = staticmethod(to_rabbitmq_queue_arguments)
+
+    # -- exchanges, bindings and queue declarations: the cluster's routes table -----------
+    def exchange_declare(
+        self,
+        exchange: str | None = None,
+        type: str = "direct",
+        durable: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        nowait: bool = False,
+        passive: bool = False,
+    ) -> None:
+        type = type or "direct"
+        exchange = exchange or f"amq.{type}"
+        if not passive and type not in EXCHANGE_TYPES:
+            raise UnsupportedExchangeTypeError(
+                f"exchange {exchange!r}: type {type!r} is not supported by disq "
+                f"(supported: {', '.join(sorted(EXCHANGE_TYPES))})"
+            )
+        with _kombu_errors(f"declare exchange {exchange!r}"):
+            self._client.declare_exchange(exchange, type, passive=passive)
+
+    def exchange_delete(self, exchange: str, if_unused: bool = False, nowait: bool = False) -> None:
+        with _kombu_errors(f"delete exchange {exchange!r}"):
+            self._client.delete_exchange(exchange)
+
+    def queue_declare(
+        self,
+        queue: str | None = None,
+        passive: bool = False,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        nowait: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """A plain queue needs no declaration (Disque's queues exist from their first job);
+        a transient one (auto_delete, exclusive, x-expires) is a lease in the cluster, and an
+        ``x-message-ttl`` is kept there for publishes through exchanges."""
+        queue = queue or f"amq.gen-{uuid()}"
+        if not passive:
+            try:
+                expires_ms, ttl_ms = queue_lease(
+                    arguments, auto_delete=auto_delete, exclusive=exclusive
+                )
+            except QueueArgumentError as exc:
+                raise DisqChannelError(f"disq declare queue {queue!r}: {exc}") from None
+            if expires_ms or ttl_ms:
+                with _kombu_errors(f"declare queue {queue!r}"):
+                    self._client.declare_queue(queue, expires_ms=expires_ms, message_ttl_ms=ttl_ms)
+            if expires_ms:
+                self._transient.declared(
+                    queue,
+                    expires_ms=expires_ms,
+                    message_ttl_ms=ttl_ms,
+                    auto_delete=auto_delete,
+                    exclusive=exclusive,
+                    now=time.monotonic(),
+                )
+        return queue_declare_ok_t(queue, self._size(queue), 0)
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        with _kombu_errors(f"bind queue {queue!r} to exchange {exchange!r}"):
+            self._client.bind_queue(queue, exchange, routing_key or "")
+        self._transient.bound(queue, exchange, routing_key or "")
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        with _kombu_errors(f"unbind queue {queue!r} from exchange {exchange!r}"):
+            self._client.unbind_queue(queue, exchange, routing_key or "")
+        self._transient.unbound(queue, exchange, routing_key or "")
+
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> int | None:
+        """The declaration and bindings, and the queued jobs on every node (their number)."""
+        if if_empty and self._size(queue):
+            return None
+        self._transient.forget(queue)
+        with _kombu_errors(f"delete queue {queue!r}"):
+            return self._client.delete_queue(queue)
+
+    def _exchange_table(self, exchange: str) -> tuple[str, list[tuple[str, str, str]]]:
+        """The exchange's type and bindings as kombu's exchange types read them: (routing
+        key, pattern, queue); KeyError for an exchange the cluster does not know."""
+        with _kombu_errors("list routes"):
+            routes = self._client.list_routes()
+        type = routes.exchanges[exchange]
+        kind = self.exchange_types[type]
+        table = [
+            kind.prepare_bind(queue, exchange, key, None)
+            for ex, queue, key in routes.bindings
+            if ex == exchange
+        ]
+        return type, table
+
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        return self._exchange_table(exchange)[1]
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        try:
+            type = self._exchange_table(exchange)[0]
+        except KeyError:
+            type = default
+        return self.exchange_types[type]
+
+    def list_bindings(self) -> Iterator[tuple[str, str, str]]:
+        """(queue, exchange, routing key) of every binding of the cluster."""
+        with _kombu_errors("list routes"):
+            routes = self._client.list_routes()
+        return ((queue, ex, key) for ex, queue, key in routes.bindings)
 
     # -- publishing ---------------------------------------------------------------------
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
@@ -175,23 +326,92 @@ class Channel(virtual.Channel):
         with _kombu_errors(f"publish to {queue!r}"):
             self._client.add_job(queue, body, **self._settings.add_options(delay_s))
 
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        """Direct routing by the bindings this process declared; with none known for the
-        key (the consumer declared them, in another process), the routing key names the
-        queue, as Celery's default routing does: never a silently dropped message."""
-        try:
-            queues = self.typeof(exchange).lookup(
-                self.get_table(exchange), exchange, routing_key, default
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> None:
+        """The default exchange ("") names the queue: one ADDJOB, as before. A named
+        exchange: one publish, routed by the node with the cluster's table; a message no
+        binding matches is dropped there, as RabbitMQ drops it."""
+        if not exchange:
+            super().basic_publish(message, exchange, routing_key, **kwargs)
+            return
+        self._inplace_augment_message(message, exchange, routing_key)
+        body = json.dumps(message, separators=(",", ":")).encode()
+        limit = self._settings.max_message_bytes
+        if len(body) > limit:
+            raise MessageTooLargeError(
+                f"message of {len(body)} bytes for exchange {exchange!r} is over the limit "
+                f"of {limit} bytes (transport option max_message_bytes)"
             )
+        delay_s = eta_delay_s(message.get("headers"))
+        with _kombu_errors(f"publish to exchange {exchange!r}"):
+            ids = self._client.publish(
+                exchange, routing_key, body, **self._settings.add_options(delay_s)
+            )
+        if not ids:
+            log.debug("disq.kombu.unroutable", exchange=exchange, routing_key=routing_key)
+
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
+        """The queues the cluster's table routes to (the node's publish routes the same
+        way; kombu's own callers of this, restore and fanout delivery, are not used)."""
+        if not exchange:
+            return [routing_key] if routing_key else []
+        try:
+            type, table = self._exchange_table(exchange)
         except KeyError:
-            queues = []
-        return list(queues) or [routing_key or exchange]
+            return []
+        return sorted(self.exchange_types[type].lookup(table, exchange, routing_key, default))
 
     # -- consuming ----------------------------------------------------------------------
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
         self.connection._slot_freed()  # a drain waiting for a consumer may fetch now
         return result
+
+    def basic_cancel(self, consumer_tag: str) -> None:
+        """An auto_delete queue goes with its last consumer, as on RabbitMQ."""
+        queue = self._tag_to_queue.get(consumer_tag)
+        super().basic_cancel(consumer_tag)
+        t = self._transient.get(queue) if queue is not None else None
+        if t is not None and t.auto_delete and queue not in self._active_queues:
+            self._delete_transient(t.name)
+
+    def close(self) -> None:
+        """Consumers cancelled (their auto_delete queues deleted), then the exclusive
+        queues this channel declared, as a closing AMQP connection deletes them."""
+        if self.closed:
+            return
+        super().close()
+        for name in self._transient.owned():
+            self._delete_transient(name)
+
+    def _delete_transient(self, name: str) -> None:
+        self._transient.forget(name)
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent's client is not ours to use
+        try:
+            self._client.delete_queue(name)
+        except DisqError as exc:
+            # Not fatal: the cluster deletes it when its lease runs out.
+            log.warning("disq.kombu.transient_delete_failed", queue=name, error=str(exc))
+
+    def renew_leases(self, now: float) -> float | None:
+        """Declare again the transient queues due (the lease renewal); with a renewal so
+        late the node may have deleted the queue, its bindings too. The monotonic time of
+        the next renewal, or None."""
+        consumed = self._active_queues
+        for t in self._transient.due(now, consumed):
+            lapsed = t.may_have_lapsed(now)
+            with _kombu_errors(f"renew queue {t.name!r}"):
+                self._client.declare_queue(
+                    t.name, expires_ms=t.expires_ms, message_ttl_ms=t.message_ttl_ms
+                )
+                if lapsed:
+                    for exchange, key in sorted(t.bindings):
+                        self._client.bind_queue(t.name, exchange, key)
+            t.renewed_at = now
+        self._next_renewal_at = self._transient.next_due(consumed)
+        return self._next_renewal_at
 
     def _message(self, job: Job) -> dict[str, Any]:
         try:
@@ -238,6 +458,8 @@ class Channel(virtual.Channel):
         room = self.qos.can_consume_max_estimate()
         count = room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
         wait_s = self._settings.wait_s if timeout is None else min(timeout, self._settings.wait_s)
+        if self._next_renewal_at is not None:  # back in time for the next lease renewal
+            wait_s = min(wait_s, self._next_renewal_at - time.monotonic())
         jobs = self._fetch(list(dict.fromkeys(self._active_queues)), count, max(wait_s, 0.001))
         if not jobs:
             raise Empty()
@@ -297,7 +519,7 @@ class Transport(virtual.Transport):
     can_parse_url = True
     # GETJOB blocks on the node: no sleep between empty polls.
     polling_interval = 0.0
-    implements = virtual.Transport.implements.extend(exchange_type=frozenset(["direct"]))
+    implements = virtual.Transport.implements.extend(exchange_type=EXCHANGE_TYPES)
     connection_errors: Any = (*virtual.Transport.connection_errors, DisqConnectionError)
     channel_errors: Any = (*virtual.Transport.channel_errors, DisqChannelError)
 
@@ -341,6 +563,11 @@ class Transport(virtual.Transport):
         if c is not None and close and self._disq_pid == os.getpid():
             c.close()
 
+    def _renew_leases(self, now: float) -> float | None:
+        """Every channel's due lease renewals; the earliest next one."""
+        due = [ch.renew_leases(now) for ch in self.channels if isinstance(ch, Channel)]
+        return min((d for d in due if d is not None), default=None)
+
     def _slot_freed(self) -> None:
         with self._slot:
             self._slot.notify_all()
@@ -350,13 +577,18 @@ class Transport(virtual.Transport):
         within ``timeout``. While every prefetch slot is taken, wait for an ack instead."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            next_renewal = self._renew_leases(now)
+            remaining = None if deadline is None else deadline - now
             if remaining is not None and remaining <= 0:
                 raise TimeoutError()  # socket.timeout, what kombu's callers catch
             if not any(ch._consumers and ch.qos.can_consume() for ch in self.channels):
                 # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
+                wait_s = self.settings.wait_s if remaining is None else remaining
+                if next_renewal is not None:
+                    wait_s = min(wait_s, max(next_renewal - now, 0.0))
                 with self._slot:
-                    self._slot.wait(self.settings.wait_s if remaining is None else remaining)
+                    self._slot.wait(wait_s)
                 continue
             try:
                 assert self.cycle is not None  # set by virtual.Transport.__init__
