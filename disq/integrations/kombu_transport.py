@@ -180,6 +180,10 @@ class Channel(virtual.Channel):
         self._settings: Settings = connection.settings
         self._client: Client = connection.disq_client()
         self._transient = TransientQueues()
+        # Queues consumed with no_ack (Celery's pidbox, replies, event receivers): a job is
+        # acked as it is delivered, as the AMQP broker counts it acked once sent; unacked,
+        # the node would deliver it again after its RETRY.
+        self._no_ack_queues: set[str] = set()
         self._pid = os.getpid()
         self._next_renewal_at: float | None = None
 
@@ -365,16 +369,29 @@ class Channel(virtual.Channel):
     # -- consuming ----------------------------------------------------------------------
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
+        if no_ack:
+            self._no_ack_queues.add(queue)
+        else:
+            self._no_ack_queues.discard(queue)
         self.connection._slot_freed()  # a drain waiting for a consumer may fetch now
         return result
 
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        message = super().basic_get(queue, no_ack, **kwargs)
+        if message is not None and no_ack:
+            self._ack(message)
+        return message
+
     def basic_cancel(self, consumer_tag: str) -> None:
         """An auto_delete queue goes with its last consumer, as on RabbitMQ."""
-        queue = self._tag_to_queue.get(consumer_tag)
+        queue: str | None = self._tag_to_queue.get(consumer_tag)
         super().basic_cancel(consumer_tag)
-        t = self._transient.get(queue) if queue is not None else None
-        if t is not None and t.auto_delete and queue not in self._active_queues:
-            self._delete_transient(t.name)
+        if queue is None or queue in self._active_queues:
+            return  # unknown tag, or another consumer of this channel still reads it
+        self._no_ack_queues.discard(queue)
+        t = self._transient.get(queue)
+        if t is not None and t.auto_delete:
+            self._delete_transient(queue)
 
     def close(self) -> None:
         """Consumers cancelled (their auto_delete queues deleted), then the exclusive
@@ -465,6 +482,8 @@ class Channel(virtual.Channel):
             raise Empty()
         deliver = callback or self.connection._deliver
         for job in jobs:
+            if job.queue in self._no_ack_queues:
+                self._client.ack_nowait(job.id)
             deliver(self._message(job), job.queue)
 
     def _size(self, queue: str) -> int:
