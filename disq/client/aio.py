@@ -43,6 +43,7 @@ from disq.client.errors import (
     from_info,
     from_metadata,
 )
+from disq.client.routes import AsyncRoutesMixin
 from disq.proto_gen import api_pb2, api_pb2_grpc
 from disq.tls import PemSource, client_tls
 
@@ -214,10 +215,10 @@ def _fill_add(
         req.idempotency_key = idempotency_key
 
 
-class AsyncClient:
+class AsyncClient(AsyncRoutesMixin):
     """The asyncio client. Use ``async with AsyncClient("host:7710") as c:``, or call
     :meth:`close`. Every call has a deadline (``timeout_s``); only a get with
-    ``timeout_s=None`` blocks until jobs come."""
+    ``timeout_s=None`` blocks until jobs come. Exchanges, publish, purge: routes.py."""
 
     def __init__(
         self,

@@ -14,12 +14,13 @@ from typing import Any, TypeVar
 
 from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr, Schedule
 from disq.client.errors import DisqError
+from disq.client.routes import SyncRoutesMixin
 from disq.proto_gen import api_pb2
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(SyncRoutesMixin):
     def __init__(self, addresses: str | Sequence[str] = DEFAULT_ADDR, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from disq.client import Client, UnavailableError
+from disq.client import Client
 
 DEFAULT_PORT = 7710
 SCHEME = "disq"
@@ -195,28 +195,10 @@ def settings(
     )
 
 
-SCAN_PAGE = 1000  # jobs per JSCAN page when a queue is emptied
-
-
 def ack_queued(client: Client, queue: str) -> int:
     """Ack every queued job of ``queue`` on every node the client knows (Disque's queues are
-    per node), a JSCAN page at a time; a node that does not answer is skipped. The number
-    acked. kombu's purge and Dramatiq's flush: the ready messages, not the ones delivered or
-    waiting out a delay."""
-    acked = 0
-    for node in client.nodes():
-        cursor = 0
-        while True:
-            try:
-                cursor, jobs = client.scan_page(
-                    cursor, queue=queue, states=("queued",), node=node.addr, count=SCAN_PAGE
-                )
-            except UnavailableError:
-                break
-            ids = [j.id for j in jobs if j.queue == queue]
-            if ids:
-                client.ack(*ids)
-                acked += len(ids)
-            if cursor == 0:
-                break
-    return acked
+    per node): one PurgeQueue per node, which takes the node's whole queue at once (a JSCAN
+    walk acking page by page skipped jobs: acking moved its cursor); a node that does not
+    answer is skipped. The number acked. kombu's purge and Dramatiq's flush: the ready
+    messages, not the ones delivered or waiting out a delay."""
+    return client.purge_queue(queue)
