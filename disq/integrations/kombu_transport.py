@@ -293,7 +293,7 @@ class Channel(virtual.Channel):
         with _kombu_errors("list routes"):
             routes = self._client.list_routes()
         type = routes.exchanges[exchange]
-        kind = self.exchange_types[type]
+        kind: Any = self.exchange_types[type]  # an instance per channel (kombu's __init__)
         table = [
             kind.prepare_bind(queue, exchange, key, None)
             for ex, queue, key in routes.bindings
@@ -364,7 +364,8 @@ class Channel(virtual.Channel):
             type, table = self._exchange_table(exchange)
         except KeyError:
             return []
-        return sorted(self.exchange_types[type].lookup(table, exchange, routing_key, default))
+        kind: Any = self.exchange_types[type]
+        return sorted(kind.lookup(table, exchange, routing_key, default))
 
     # -- consuming ----------------------------------------------------------------------
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
