@@ -18,7 +18,7 @@ import pytest
 from celery import Celery
 from conftest import free_port
 from eventually import eventually
-from kombu import Broadcast
+from kombu.common import Broadcast
 from task_apps import (
     BIN,
     CELERY_APP,
@@ -38,7 +38,8 @@ from disq.client import Client
 OPS_APP = (
     CELERY_APP
     + """
-from kombu import Broadcast, Queue
+from kombu import Queue
+from kombu.common import Broadcast
 
 app.conf.task_queues = [Queue("ops"), Broadcast("ops_bcast")]
 """
@@ -135,7 +136,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
             app_dir, broker, "control", "cancel_consumer", "ops_extra", "-d", f"w1@{HOST}"
         )
         assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-        assert "no longer consuming from 'ops_extra'" in cancelled.stdout
+        assert "no longer consuming from ops_extra" in cancelled.stdout
         p.send_task("capp.rec", args=(3,), queue="ops_extra")  # nobody reads it any more
         eventually(
             lambda: sum(client.qlen("ops_extra", node=n.addr) for n in client.nodes()) == 1,
@@ -238,9 +239,11 @@ def test_shutdown_stops_the_worker_and_inspect_alone_times_out_leaving_nothing(
     w = celery_worker(app_dir, broker, "ops", "w1", concurrency=1)
     try:
         w.wait_for_log("ready.")
-        out = celery_command(app_dir, broker, "control", "shutdown")
-        assert out.returncode == 0 and "shutdown" in out.stdout.lower(), out.stdout + out.stderr
+        # The worker stops before it replies (Celery's shutdown raises WorkerShutdown), so
+        # the CLI says no node replied, as it does on RabbitMQ.
+        celery_command(app_dir, broker, "control", "shutdown")
         assert w.proc.wait(60) == 0
+        assert "Got shutdown from remote" in w.log_text()
         # The worker's pidbox queue (exclusive, auto_delete) is deleted as it closes.
         eventually(
             lambda: not [q for q in client.list_routes().queues if q.endswith(".celery.pidbox")],
