@@ -282,6 +282,11 @@ def test_a_default_worker_leaves_no_job_nobody_reads(
         time.sleep(max(0.0, 60 - (time.monotonic() - started)))
         assert non_task_jobs(client, {"ops"}) == []
         assert not control_queues(client)
+        # Its pidbox queue (x-expires 10 s) lived on all along: renewed while consumed.
+        late = celery_command(app_dir, broker, "inspect", "ping")
+        assert late.returncode == 0 and "1 node online" in late.stdout, late.stdout + late.stderr
+        eventually(lambda: not control_queues(client), "the late ping's reply queue deleted")
+        assert non_task_jobs(client, {"ops"}) == []
         assert w.proc.poll() is None and "Traceback" not in w.log_text()
     finally:
         w.stop()
