@@ -455,6 +455,7 @@ class Channel(virtual.Channel):
         return payload
 
     def _fetch(self, queues: list[str], count: int, wait_s: float | None) -> list[Job]:
+        """GETJOB: NOHANG without a wait left, else blocking up to ``wait_s``."""
         with _kombu_errors(f"GETJOB from {queues}"):
             if wait_s is None or wait_s <= 0:
                 return self._client.get_jobs(queues, count=count, nohang=True)
@@ -473,19 +474,25 @@ class Channel(virtual.Channel):
         (capped by ``wait_s``), for as many messages as the prefetch allows."""
         if not self._consumers or not self.qos.can_consume():
             raise Empty()
-        room = self.qos.can_consume_max_estimate()
-        count = room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
         wait_s = self._settings.wait_s if timeout is None else min(timeout, self._settings.wait_s)
         if self._next_renewal_at is not None:  # back in time for the next lease renewal
             wait_s = min(wait_s, self._next_renewal_at - time.monotonic())
-        jobs = self._fetch(list(dict.fromkeys(self._active_queues)), count, max(wait_s, 0.001))
+        jobs = self._fetch(list(dict.fromkeys(self._active_queues)), self._room(), wait_s)
         if not jobs:
             raise Empty()
         deliver = callback or self.connection._deliver
         for job in jobs:
-            if job.queue in self._no_ack_queues:
-                self._client.ack_nowait(job.id)
-            deliver(self._message(job), job.queue)
+            self._deliver_job(job, deliver)
+
+    def _room(self) -> int:
+        """How many messages one fetch may bring: the free prefetch slots."""
+        room: int = self.qos.can_consume_max_estimate()
+        return room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
+
+    def _deliver_job(self, job: Job, deliver: Callable[..., Any]) -> None:
+        if job.queue in self._no_ack_queues:
+            self._client.ack_nowait(job.id)
+        deliver(self._message(job), job.queue)
 
     def _size(self, queue: str) -> int:
         total = 0
@@ -526,6 +533,9 @@ class Channel(virtual.Channel):
 
     def _restore_at_beginning(self, message: virtual.Message) -> None:
         self._nack(message)
+
+
+_Channel = Channel  # the class, for annotations inside Transport (whose Channel is an attribute)
 
 
 class Transport(virtual.Transport):
@@ -593,8 +603,9 @@ class Transport(virtual.Transport):
             self._slot.notify_all()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
-        """Deliver what one blocking GETJOB brings; ``socket.timeout`` when nothing came
-        within ``timeout``. While every prefetch slot is taken, wait for an ack instead."""
+        """Deliver what one blocking GETJOB over every channel's queues brings;
+        ``socket.timeout`` when nothing came within ``timeout``. While every prefetch slot
+        is taken, wait for an ack instead. Transient queues' leases are renewed here."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -602,7 +613,12 @@ class Transport(virtual.Transport):
             remaining = None if deadline is None else deadline - now
             if remaining is not None and remaining <= 0:
                 raise TimeoutError()  # socket.timeout, what kombu's callers catch
-            if not any(ch._consumers and ch.qos.can_consume() for ch in self.channels):
+            consumable = [
+                ch
+                for ch in self.channels
+                if isinstance(ch, Channel) and ch._consumers and ch.qos.can_consume()
+            ]
+            if not consumable:
                 # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
                 wait_s = self.settings.wait_s if remaining is None else remaining
                 if next_renewal is not None:
@@ -610,12 +626,29 @@ class Transport(virtual.Transport):
                 with self._slot:
                     self._slot.wait(wait_s)
                 continue
-            try:
-                assert self.cycle is not None  # set by virtual.Transport.__init__
-                self.cycle.get(self._deliver, timeout=remaining)
-            except Empty:
-                continue
-            return
+            wait_s = self.settings.wait_s
+            if remaining is not None:
+                wait_s = min(wait_s, remaining)
+            if next_renewal is not None:
+                wait_s = min(wait_s, next_renewal - now)
+            if self._fetch_for(consumable, wait_s):
+                return
+
+    def _fetch_for(self, channels: list[_Channel], wait_s: float) -> bool:
+        """One blocking GETJOB over the queues of every channel that may take messages,
+        each job delivered through the channel that consumes its queue. One wait for all:
+        taking turns (kombu's cycle) would block on an idle channel (a Celery worker's
+        pidbox) while the task channel's jobs wait. At most as many jobs as the fullest
+        channel has room for, so no channel gets more than its prefetch."""
+        owner: dict[str, _Channel] = {}
+        for ch in channels:
+            for queue in ch._active_queues:
+                owner.setdefault(queue, ch)
+        count = min(ch._room() for ch in channels)
+        jobs = channels[0]._fetch(list(owner), count, wait_s)
+        for job in jobs:
+            owner[job.queue]._deliver_job(job, self._deliver)
+        return bool(jobs)
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
         """The URL as given (kombu's own rendering cannot parse several hosts), with the
