@@ -343,11 +343,13 @@ class RouteEntry:
 class RouteSync:
     """Routes between nodes: changed entries, pushed at once; ``digest`` of the sender's
     table alone now and then; a receiver whose digest differs answers with its whole table
-    and ``want`` set, and the sender answers that with its own (as SchedSync)."""
+    and ``want`` set, and the sender answers that with its own (as SchedSync). ``whole``:
+    the last message of a whole table (the receiver has heard everything the sender held)."""
 
     entries: list[RouteEntry] = field(default_factory=list)
     digest: int = 0
     want: bool = False
+    whole: bool = False
 
 
 MembershipMessage = Ping | Ack | PingReq

@@ -363,14 +363,16 @@ class SchedSync(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., tick_names: _Optional[_Iterable[str]] = ..., tick_s: _Optional[_Iterable[int]] = ..., tick_jobs: _Optional[_Iterable[str]] = ..., digest: _Optional[int] = ..., want: _Optional[bool] = ...) -> None: ...
 
 class RouteSync(_message.Message):
-    __slots__ = ("entries", "digest", "want")
+    __slots__ = ("entries", "digest", "want", "whole")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     WANT_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedScalarFieldContainer[bytes]
     digest: int
     want: bool
-    def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., digest: _Optional[int] = ..., want: _Optional[bool] = ...) -> None: ...
+    whole: bool
+    def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., digest: _Optional[int] = ..., want: _Optional[bool] = ..., whole: _Optional[bool] = ...) -> None: ...
 
 class NeedJobs(_message.Message):
     __slots__ = ("queue", "count")

@@ -254,6 +254,7 @@ def _enc_route_sync(t: pb.Message, x: m.RouteSync) -> None:
     s.entries.extend([encode_entry(e) for e in x.entries])
     s.digest = x.digest
     s.want = x.want
+    s.whole = x.whole
 
 
 _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
@@ -670,7 +671,7 @@ def _dec_route_sync(t: pb.Message) -> m.RouteSync:
             entries.append(decode_entry(raw))
         except RouteRecordError:
             COUNTERS.messages_skipped += 1  # one bad entry, not the whole sync
-    return m.RouteSync(entries, s.digest, s.want)
+    return m.RouteSync(entries, s.digest, s.want, s.whole)
 
 
 _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {

@@ -8,8 +8,10 @@ the expiry and the big purge each get a cluster of their own.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
 from disq.client import (  # noqa: E402
+    AsyncClient,
     Client,
     InvalidArgumentError,
     LimitError,
@@ -170,6 +173,29 @@ def test_message_ttl_caps_the_published_jobs_ttl(clients: list[Client]) -> None:
     assert shown["long"] > 500 and 0 < shown["short"] <= 2  # ceil(1.5 s) = 2 s
 
 
+def test_the_async_client_has_the_same_methods(lab3: Lab) -> None:
+    async def run() -> None:
+        async with AsyncClient([addr(lab3, i) for i in range(3)]) as c:
+            await c.declare_exchange("async-fan", "fanout")
+            await c.declare_queue("async-q", message_ttl_ms=60_000)
+            await c.bind_queue("async-q", "async-fan")
+            await c.bind_queue("async-r", "async-fan", "k")
+            routes = await c.list_routes()
+            assert routes.exchanges["async-fan"] == "fanout"
+            assert routes.queues["async-q"] == (0, 60_000)
+            ids = await c.publish("async-fan", "k", b"x", replicate=2)
+            assert len(ids) == 2
+            assert await c.purge_queue("async-r") == 1
+            assert await c.delete_queue("async-q") == 1
+            assert await c.unbind_queue("async-r", "async-fan", "k") is True
+            assert await c.delete_exchange("async-fan") is True
+            assert await c.publish("async-fan", "k", b"x") == []
+            with pytest.raises(NotFoundError):
+                await c.declare_exchange("async-fan", passive=True)
+
+    asyncio.run(run())
+
+
 @pytest.mark.timeout(180)
 def test_routes_survive_a_restart_and_a_node_that_joins_later_learns_them(
     tmp_path: Path,
@@ -184,12 +210,17 @@ def test_routes_survive_a_restart_and_a_node_that_joins_later_learns_them(
             want = a.list_routes()
         for i in (1, 2):
             eventually(lambda i=i: _routes(lab, i) == want, "the routes spread")
-        # Every node killed at once, then back on its AOF.
+        # Node 0's AOF rewritten (a snapshot of the table), then every node killed at once
+        # and back on its AOF.
+        n0 = lab.node(0)
+        assert n0.call("BGREWRITEAOF") == "Background append only file rewriting started"
+        eventually(lambda: lab.info(0)["aof_rewrite_in_progress"] == "0", "the rewrite ends")
         for i in range(3):
             lab.kill9(i)
-        for i in range(3):
+        lab.restart(0)  # alone: what it holds comes from its (rewritten) AOF only
+        assert _routes(lab, 0) == want
+        for i in (1, 2):
             lab.restart(i)
-        for i in range(3):
             assert _routes(lab, i) == want
         # Node 2 replaced by a new, empty node that meets node 0: it learns the table.
         node = lab.node(2)
@@ -266,6 +297,36 @@ def test_purge_of_10000_jobs_spread_over_3_nodes_in_one_call(tmp_path: Path) -> 
                     c.add_job("gone", "x", replicate=1)
                 assert whole.delete_queue("gone") == 3
                 assert qlens(lab, "gone") == [0, 0, 0]
+                _purge_counts_right_under_concurrent_adds(lab, clients, whole)
         finally:
             for c in clients:
                 c.close()
+
+
+def _purge_counts_right_under_concurrent_adds(
+    lab: Lab, clients: list[Client], whole: Client
+) -> None:
+    """Purges while three producers add (REPLICATE 2: each job queued on one node, a copy
+    on another): every added job is either counted by a purge or still queued after."""
+    stop = threading.Event()
+    added = [0, 0, 0]
+
+    def produce(i: int) -> None:
+        while not stop.is_set():
+            jobs = [{"queue": "busy", "body": "x", "replicate": 2} for _ in range(50)]
+            added[i] += sum(isinstance(r, str) for r in clients[i].add_jobs(jobs))
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    purged = 0
+    try:
+        for _ in range(10):
+            eventually(lambda: sum(qlens(lab, "busy")) > 0, "jobs to purge")
+            purged += whole.purge_queue("busy")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert purged > 0
+    assert purged + sum(qlens(lab, "busy")) == sum(added)

@@ -164,6 +164,7 @@ ONE_OF_EACH: list[m.Message] = [
         ],
         digest=0xFFFFFFFF,
         want=True,
+        whole=True,
     ),
     m.SchedSync(
         [

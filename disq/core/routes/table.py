@@ -20,7 +20,12 @@ schedule table is kept (disq/core/schedule/scheduler.py, "the table" and "peers"
 - **Transient queues.** A queue declared with ``expires_ms`` > 0 (RabbitMQ's x-expires) is a
   lease from its version's wall time; a re-declare is a new version and renews it. Any node
   that sees the lease passed deletes the queue (a tombstone of its own: several nodes doing
-  it at once is harmless, the highest tombstone wins), with its bindings.
+  it at once is harmless, the highest tombstone wins), with its bindings. A node judges
+  leases only on a table it knows is current: after a peer's whole table reached it (a
+  node back from a restart holds the declarations of before, not their renewals), and
+  while it reaches a majority (a node cut off misses renewals, and its tombstones would
+  delete live queues when the cut heals). The price: a cluster without a majority expires
+  nothing until it has one again.
 - **A deleted queue is purged.** Each node, when it applies a queue's tombstone (its own or
   a peer's), acks its own queued jobs of that queue that were created before the tombstone
   (ctime, the creation wall time, below the tombstone's version): nothing piles up in a
@@ -59,7 +64,11 @@ LEASE_MAX_MS: Final = 1 << 47  # expires_ms and message_ttl_ms: a sane bound, ~4
 TOMBSTONE_KEEP_MS: Final = 86400 * 1000
 TOMBSTONES_MAX: Final = 200_000
 SYNC_MS: Final = 2000  # digest to every reachable peer
-PRUNE_MS: Final = 60_000  # tombstones past their keep time are dropped this often
+# Tombstones are dropped once older than the keep edge rounded down to whole PRUNE_MS, so
+# every node drops the same ones whenever it prunes (its digest round): nodes that pruned at
+# different moments would otherwise disagree on every digest under a churn of tombstones,
+# and swap whole tables every round.
+PRUNE_MS: Final = 60_000
 SYNC_CHUNK_BYTES: Final = 1 << 20  # a whole table travels in messages of about this size
 ROUTE_CACHE_MAX: Final = 4096  # (exchange, routing key) -> queues, cleared on any change
 
@@ -83,6 +92,7 @@ class RouteError(Exception):
 class View(Protocol):
     @property
     def my_id(self) -> str: ...
+    def cluster_size(self) -> int: ...
     def reachable_peers(self) -> list[str]: ...
     def all_peers(self) -> list[str]: ...
 
@@ -113,6 +123,11 @@ def _check_key(key: str) -> None:
         raise RouteError(f"routing key is longer than {ROUTING_KEY_MAX_BYTES} bytes")
 
 
+def _entry_crc(e: RouteEntry) -> int:
+    text = f"{e.kind}\0{e.name}\0{e.queue}\0{e.routing_key}\0{e.version_ms}\0{e.version_node}"
+    return zlib.crc32(text.encode("utf-8", "surrogateescape"))
+
+
 class Routes:
     """The routes table of the cluster, as this node holds it."""
 
@@ -128,8 +143,17 @@ class Routes:
         self.exchanges: dict[str, str] = {}  # name -> type
         self.bindings: dict[str, dict[tuple[str, str], None]] = {}  # exchange -> (queue, key)
         self.queues: dict[str, RouteEntry] = {}  # declarations
+        # queue -> its bindings (exchange, key): deleting a queue does not walk them all.
+        self._by_queue: dict[str, dict[tuple[str, str], None]] = {}
         self.binding_count = 0
         self.tombstones = 0
+        # The bounds, per instance so a test can lower them (compiled, the module's Final
+        # constants are inlined where they are used).
+        self.exchanges_max = EXCHANGES_MAX
+        self.bindings_max = BINDINGS_MAX
+        self.queues_max = QUEUES_MAX
+        self.tombstones_max = TOMBSTONES_MAX
+        self.sync_chunk_bytes = SYNC_CHUNK_BYTES
         self.stats: dict[str, int] = {
             "queues_expired": 0,
             "jobs_purged": 0,
@@ -140,9 +164,15 @@ class Routes:
         self._cache: dict[tuple[str, str], list[str]] = {}
         self._patterns: dict[str, list[Token]] = {}
         self._started_ms = -1
+        # Leases are judged on this node's copy of the table, so it expires nothing before a
+        # peer's whole table reached it (a node back from a restart holds the declarations
+        # of before, not their renewals) nor while it cannot reach a majority (a node cut
+        # off misses renewals: its tombstones would delete live queues once the cut heals).
+        self.synced = False
         self._sync_at_ms = 0
-        self._prune_at_ms = 0
-        self._digest = 0  # 0: stale
+        self._tomb_heap: list[tuple[int, tuple[int, str, str, str]]] = []  # (version, key)
+        # An order-free digest kept up to date entry by entry: the sum of the entries' CRCs.
+        self._digest_sum = 0
 
     # ------------------------------------------------------------------ clocks
     def _wall(self, now_ms: int) -> int:
@@ -173,8 +203,8 @@ class Routes:
                     PRECONDITION_FAILED,
                 )
             return  # the same declaration: nothing changes, nothing to sync
-        if len(self.exchanges) >= EXCHANGES_MAX:
-            raise RouteError(f"too many exchanges (at most {EXCHANGES_MAX})", LIMIT)
+        if len(self.exchanges) >= self.exchanges_max:
+            raise RouteError(f"too many exchanges (at most {self.exchanges_max})", LIMIT)
         self._local_change(now_ms, RouteEntry(ROUTE_EXCHANGE, name, exchange_type=exchange_type))
 
     def delete_exchange(self, now_ms: int, name: str) -> bool:
@@ -201,8 +231,8 @@ class Routes:
             raise RouteError(f"message_ttl_ms must be 0 (none) to {LEASE_MAX_MS}")
         cur = self.queues.get(name)
         if cur is None:
-            if len(self.queues) >= QUEUES_MAX:
-                raise RouteError(f"too many declared queues (at most {QUEUES_MAX})", LIMIT)
+            if len(self.queues) >= self.queues_max:
+                raise RouteError(f"too many declared queues (at most {self.queues_max})", LIMIT)
         elif cur.expires_ms == 0 == expires_ms and cur.message_ttl_ms == message_ttl_ms:
             return  # nothing to renew, nothing changes: a producer re-declares often
         self._local_change(
@@ -219,12 +249,8 @@ class Routes:
         return self.stats["jobs_purged"] - before
 
     def _delete_queue(self, now_ms: int, name: str) -> None:
-        for exchange, pairs in list(self.bindings.items()):
-            for queue, key in list(pairs):
-                if queue == name:
-                    self._local_change(
-                        now_ms, RouteEntry(ROUTE_BINDING, exchange, queue, key, deleted=True)
-                    )
+        for exchange, key in list(self._by_queue.get(name, {})):
+            self._local_change(now_ms, RouteEntry(ROUTE_BINDING, exchange, name, key, deleted=True))
         self._local_change(now_ms, RouteEntry(ROUTE_QUEUE, name, deleted=True))
 
     def bind(self, now_ms: int, queue: str, exchange: str, routing_key: str = "") -> None:
@@ -235,8 +261,8 @@ class Routes:
             raise RouteError(f"no exchange {exchange!r}", NOT_FOUND)
         if (queue, routing_key) in self.bindings.get(exchange, {}):
             return
-        if self.binding_count >= BINDINGS_MAX:
-            raise RouteError(f"too many bindings (at most {BINDINGS_MAX})", LIMIT)
+        if self.binding_count >= self.bindings_max:
+            raise RouteError(f"too many bindings (at most {self.bindings_max})", LIMIT)
         self._local_change(now_ms, RouteEntry(ROUTE_BINDING, exchange, queue, routing_key))
 
     def unbind(self, now_ms: int, queue: str, exchange: str, routing_key: str = "") -> bool:
@@ -323,12 +349,17 @@ class Routes:
             e.version_node,
         ):
             return False
+        if e.deleted and e.version_ms < self._keep_edge(now_ms):
+            return False  # would be pruned at once (a peer that has not pruned it yet)
         self.table[key] = e
-        self._digest = 0
-        if cur is not None and cur.deleted:
-            self.tombstones -= 1
+        if cur is not None:
+            self._digest_sum -= _entry_crc(cur)
+            if cur.deleted:
+                self.tombstones -= 1
+        self._digest_sum += _entry_crc(e)
         if e.deleted:
             self.tombstones += 1
+            heapq.heappush(self._tomb_heap, (e.version_ms, key))
         if self.persist:
             self.aof_out.append(frame(REC_ROUTE, encode_entry(e)))
         if e.kind == ROUTE_EXCHANGE:
@@ -341,18 +372,26 @@ class Routes:
             self._cache.clear()
             pairs = self.bindings.get(e.name)
             pair = (e.queue, e.routing_key)
+            by_queue = self._by_queue.get(e.queue)
             if e.deleted:
                 if pairs is not None and pair in pairs:
                     del pairs[pair]
                     self.binding_count -= 1
                     if not pairs:
                         del self.bindings[e.name]
+                if by_queue is not None:
+                    by_queue.pop((e.name, e.routing_key), None)
+                    if not by_queue:
+                        del self._by_queue[e.queue]
             else:
                 if pairs is None:
                     pairs = self.bindings[e.name] = {}
                 if pair not in pairs:
                     pairs[pair] = None
                     self.binding_count += 1
+                if by_queue is None:
+                    by_queue = self._by_queue[e.queue] = {}
+                by_queue[(e.name, e.routing_key)] = None
         elif e.deleted:
             self.queues.pop(e.name, None)
             if purge and self.purger is not None:
@@ -366,14 +405,8 @@ class Routes:
         return True
 
     def digest(self) -> int:
-        if not self._digest:
-            acc = 1
-            for key in sorted(self.table):
-                e = self.table[key]
-                text = f"{key[0]}\0{key[1]}\0{key[2]}\0{key[3]}\0{e.version_ms}\0{e.version_node}"
-                acc = zlib.crc32(text.encode("utf-8", "surrogateescape"), acc)
-            self._digest = acc or 1
-        return self._digest
+        """A digest of the whole table (0 never: it means "no digest" on the wire)."""
+        return (self._digest_sum & 0xFFFFFFFF) or 1
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: RouteSync) -> None:
@@ -383,6 +416,8 @@ class Routes:
                 took = True
         if took:
             self.stats["syncs_merged"] += 1
+        if msg.whole or (msg.digest and not msg.entries and msg.digest == self.digest()):
+            self.synced = True
         if msg.want:
             self._send_all(sender, want=False)
         elif msg.digest and not msg.entries and msg.digest != self.digest():
@@ -399,7 +434,7 @@ class Routes:
         for e in self.table.values():
             chunk.append(e)
             size += len(e.name) + len(e.queue) + len(e.routing_key) + 64
-            if size >= SYNC_CHUNK_BYTES:
+            if size >= self.sync_chunk_bytes:
                 self.outbox.append((peer, RouteSync(entries=chunk, want=want and first)))
                 first = False
                 chunk, size = [], 0
@@ -409,6 +444,7 @@ class Routes:
                 RouteSync(
                     entries=chunk,
                     want=want and first,
+                    whole=True,
                     # An empty table still says so: the peer then knows it is in sync.
                     digest=self.digest() if not chunk and first else 0,
                 ),
@@ -424,7 +460,8 @@ class Routes:
             return -1
         when = self._sync_at_ms
         heap = self._expiry
-        while heap:
+        # A lease this node may not judge now is looked at again in the next digest round.
+        while heap and self._may_expire():
             deadline, name, version = heap[0]
             d = self.queues.get(name)
             if d is None or d.version_ms != version:
@@ -439,20 +476,30 @@ class Routes:
             self._start(now_ms)
         if now_ms >= self._sync_at_ms:
             self._sync_at_ms = now_ms + SYNC_MS
+            self._prune(now_ms)
             peers = self.view.reachable_peers()
             if peers and self.table:
                 digest = self.digest()
                 for peer in peers:
                     self.outbox.append((peer, RouteSync(digest=digest)))
-        if now_ms >= self._prune_at_ms:
-            self._prune_at_ms = now_ms + PRUNE_MS
-            self._prune(now_ms)
-        self._expire(now_ms)
+        size = self.view.cluster_size()
+        if size > 1 and 2 * (len(self.view.reachable_peers()) + 1) <= size:
+            # Cut off: renewals may be passing this node by. Back with a majority, it judges
+            # again only once a peer's whole table (or an equal digest) says it caught up.
+            self.synced = False
+        if self._may_expire():
+            self._expire(now_ms)
+
+    def _may_expire(self) -> bool:
+        """Whether this node may judge leases now (see ``synced``)."""
+        size = self.view.cluster_size()
+        if size <= 1:
+            return True
+        return self.synced and 2 * (len(self.view.reachable_peers()) + 1) > size
 
     def _start(self, now_ms: int) -> None:
         self._started_ms = now_ms
         self._sync_at_ms = now_ms + SYNC_MS
-        self._prune_at_ms = now_ms + PRUNE_MS
 
     def _expire(self, now_ms: int) -> None:
         wall = self._wall(now_ms)
@@ -465,18 +512,27 @@ class Routes:
             self.stats["queues_expired"] += 1
             self._delete_queue(now_ms, name)
 
+    def _keep_edge(self, now_ms: int) -> int:
+        """Tombstones older than this (wall ms) are dropped: the keep time, whole PRUNE_MS."""
+        return (self._wall(now_ms) - TOMBSTONE_KEEP_MS) // PRUNE_MS * PRUNE_MS
+
     def _prune(self, now_ms: int) -> None:
-        if not self.tombstones:
-            return
-        edge = self._wall(now_ms) - TOMBSTONE_KEEP_MS
-        dead = sorted((e.version_ms, key) for key, e in self.table.items() if e.deleted)
-        cut = 0
-        while cut < len(dead) and (dead[cut][0] < edge or len(dead) - cut > TOMBSTONES_MAX):
-            del self.table[dead[cut][1]]
-            cut += 1
-        if cut:
-            self.tombstones -= cut
-            self._digest = 0
+        """Drop the tombstones past the keep edge, and the oldest past ``tombstones_max``."""
+        edge = self._keep_edge(now_ms)
+        heap = self._tomb_heap
+        while heap and (heap[0][0] < edge or self.tombstones > self.tombstones_max):
+            version, key = heapq.heappop(heap)
+            e = self.table.get(key)
+            if e is None or not e.deleted or e.version_ms != version:
+                continue  # replaced since
+            del self.table[key]
+            self.tombstones -= 1
+            self._digest_sum -= _entry_crc(e)
+        if len(heap) > 2 * self.tombstones + 1024:
+            # Entries of tombstones replaced since (a queue declared again) wait for their
+            # day: rebuild from the table so a churn cannot grow the heap past it.
+            self._tomb_heap = [(e.version_ms, k) for k, e in self.table.items() if e.deleted]
+            heapq.heapify(self._tomb_heap)
 
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
