@@ -42,11 +42,13 @@ connection error too: kombu's publish retry may then add the message twice, neve
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -400,6 +402,10 @@ class Channel(virtual.Channel):
         if self.closed:
             return
         super().close()
+        self.delete_owned_queues()
+
+    def delete_owned_queues(self) -> None:
+        """The auto_delete and exclusive queues this channel declared, deleted now."""
         for name in self._transient.owned():
             self._delete_transient(name)
 
@@ -537,6 +543,22 @@ class Channel(virtual.Channel):
 
 _Channel = Channel  # the class, for annotations inside Transport (whose Channel is an attribute)
 
+# Connections not closed yet, for the exit hook below.
+_OPEN_TRANSPORTS: weakref.WeakSet[Transport] = weakref.WeakSet()
+
+
+def _delete_owned_queues_at_exit() -> None:
+    """A process that exits without closing its connection (Flower's event thread, a
+    script) has its auto_delete and exclusive queues deleted as it goes, as RabbitMQ deletes
+    them when the socket closes, not a lease later. Best effort: what fails here expires."""
+    for transport in list(_OPEN_TRANSPORTS):
+        for channel in list(transport.channels):
+            if isinstance(channel, Channel):
+                channel.delete_owned_queues()
+
+
+atexit.register(_delete_owned_queues_at_exit)
+
 
 class Transport(virtual.Transport):
     """kombu's virtual transport over the disq SDK (see the module docstring)."""
@@ -560,6 +582,7 @@ class Transport(virtual.Transport):
         self._disq_pid = 0
         self._lock = threading.Lock()
         self._slot = threading.Condition()
+        _OPEN_TRANSPORTS.add(self)
 
     def disq_client(self) -> Client:
         """The SDK client of this connection, made on first use (so a Celery parent that
@@ -579,6 +602,7 @@ class Transport(virtual.Transport):
         return result
 
     def close_connection(self, connection: Any) -> None:
+        _OPEN_TRANSPORTS.discard(self)
         super().close_connection(connection)  # channels first: they NACK what they held
         self._drop_client(close=True)
 
