@@ -20,17 +20,17 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
-* queue_purge: every node's queued jobs of the queue acked (JSCAN + ACKJOB); the queue's
-  size: QLEN summed over the nodes (Disque's queues are per node).
+* queue_purge: every node's queued jobs of the queue acked (one PurgeQueue per node); the
+  queue's size: QLEN summed over the nodes (Disque's queues are per node).
 * Exchanges (direct, fanout, topic), bindings and transient queues live in the cluster's
   replicated routes table, not in the process: every client of every node sees the same
   ones, and a publish to an exchange is routed by the node that takes it (a message no
   binding matches is dropped, as on RabbitMQ). So Celery's remote control (pidbox: a fanout
   exchange, reply queues with x-expires), events (the ``celeryev`` topic exchange) and
   Flower work. Transient queues (auto_delete, exclusive, x-expires) are leases the channel
-  renews while it uses them and deletes when RabbitMQ would: see ``disq.integrations.
-  transient``. Celery's mingle and gossip stay off: Celery enables them only for the
-  transports it lists (amqp, redis, gcpubsub).
+  renews while it uses them; exclusive ones are deleted when the channel closes: see
+  ``disq.integrations.transient``. Celery's mingle and gossip stay off: Celery enables them
+  only for the transports it lists (amqp, redis, gcpubsub).
 
 Errors: a failure to reach the cluster is :class:`DisqConnectionError` (kombu's
 ConnectionError, among the transport's connection errors: kombu and Celery retry and
@@ -386,26 +386,23 @@ class Channel(virtual.Channel):
         return message
 
     def basic_cancel(self, consumer_tag: str) -> None:
-        """An auto_delete queue goes with its last consumer, as on RabbitMQ."""
+        """No longer consumed here: its lease is no longer renewed by this channel (an
+        auto_delete queue expires with it, see ``disq.integrations.transient``)."""
         queue: str | None = self._tag_to_queue.get(consumer_tag)
         super().basic_cancel(consumer_tag)
-        if queue is None or queue in self._active_queues:
-            return  # unknown tag, or another consumer of this channel still reads it
-        self._no_ack_queues.discard(queue)
-        t = self._transient.get(queue)
-        if t is not None and t.auto_delete:
-            self._delete_transient(queue)
+        if queue is not None and queue not in self._active_queues:
+            self._no_ack_queues.discard(queue)
 
     def close(self) -> None:
-        """Consumers cancelled (their auto_delete queues deleted), then the exclusive
-        queues this channel declared, as a closing AMQP connection deletes them."""
+        """Consumers cancelled, then the exclusive queues this channel declared deleted,
+        as a closing AMQP connection deletes them."""
         if self.closed:
             return
         super().close()
         self.delete_owned_queues()
 
     def delete_owned_queues(self) -> None:
-        """The auto_delete and exclusive queues this channel declared, deleted now."""
+        """The exclusive queues this channel declared, deleted now."""
         for name in self._transient.owned():
             self._delete_transient(name)
 
@@ -549,8 +546,8 @@ _OPEN_TRANSPORTS: weakref.WeakSet[Transport] = weakref.WeakSet()
 
 def _delete_owned_queues_at_exit() -> None:
     """A process that exits without closing its connection (Flower's event thread, a
-    script) has its auto_delete and exclusive queues deleted as it goes, as RabbitMQ deletes
-    them when the socket closes, not a lease later. Best effort: what fails here expires."""
+    script) has its exclusive queues deleted as it goes, as RabbitMQ deletes them when the
+    socket closes, not a lease later. Best effort: what fails here expires."""
     for transport in list(_OPEN_TRANSPORTS):
         for channel in list(transport.channels):
             if isinstance(channel, Channel):

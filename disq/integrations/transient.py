@@ -1,21 +1,23 @@
 """The transient queues one kombu channel keeps alive in the cluster.
 
-RabbitMQ deletes an ``auto_delete`` queue when its last consumer goes, an ``exclusive`` one
-when its connection closes, and one declared with ``x-expires`` after that long unused. The
+RabbitMQ deletes an ``exclusive`` queue when its connection closes, an ``auto_delete`` one
+when its last consumer goes, and one declared with ``x-expires`` after that long unused. The
 cluster cannot see a client's connection, so every transient queue is a lease there
-(``declare_queue(name, expires_ms=...)``): the channel renews it while it uses the queue and
-deletes it when RabbitMQ would; a process that dies without a word (SIGKILL, a lost host)
-stops renewing and the cluster deletes the queue, its bindings and its jobs when the lease
-runs out.
+(``declare_queue(name, expires_ms=...)``) that the processes using it renew; a process that
+dies without a word (SIGKILL, a lost host) stops renewing and the cluster deletes the queue,
+its bindings and its jobs when the lease runs out.
 
-* ``x-expires`` given: that is the lease. Renewed while this channel consumes the queue (or
-  owns it, below), as RabbitMQ counts a consumed queue as used; declared and not consumed,
-  it expires after ``x-expires`` unless declared again, as on RabbitMQ.
-* ``auto_delete`` or ``exclusive`` without ``x-expires``: a lease of
-  :data:`TRANSIENT_LEASE_MS` (60 s, RabbitMQ's default heartbeat: about when RabbitMQ notices
-  a silent client), renewed for as long as the channel is open. Unlike RabbitMQ, such a queue
-  declared by a process that never drains its connection expires too: nothing the cluster
-  keeps may outlive the process that made it.
+* ``x-expires`` given: that is the lease; else an ``auto_delete`` or ``exclusive`` queue's
+  lease is :data:`TRANSIENT_LEASE_MS` (60 s, RabbitMQ's default heartbeat: about when
+  RabbitMQ notices a silent client).
+* Renewed while this channel consumes the queue; an ``exclusive`` one while the channel is
+  open, and deleted when it closes (no other connection may use it).
+* An ``auto_delete`` queue is not deleted when this channel's consumer goes: other
+  processes may consume it (the cluster cannot count consumers), and a consumer that
+  cancels and consumes again (Celery's ``rpc://`` result consumer does, between results)
+  would lose what arrived meanwhile. It expires a lease after the last renewal instead.
+  Declared and never consumed, it expires too: nothing the cluster keeps may outlive the
+  processes that use it.
 
 Renewal is driven from the connection's ``drain_events`` (no thread of its own): a consumer
 drains all the time, and the blocking GETJOB's wait is capped by the next renewal.
@@ -78,8 +80,8 @@ class TransientQueue:
 
     @property
     def owned(self) -> bool:
-        """Deleted by this channel (on cancel or close), renewed while the channel lives."""
-        return self.auto_delete or self.exclusive
+        """Exclusive: renewed while the channel lives, deleted when it closes."""
+        return self.exclusive
 
     @property
     def due_at(self) -> float:
@@ -144,7 +146,7 @@ class TransientQueues:
         return [q for q in self._queues.values() if q.owned or q.name in consumed]
 
     def due(self, now: float, consumed: Collection[str]) -> list[TransientQueue]:
-        """The queues to renew now: owned or consumed, and at a third of their lease."""
+        """The queues to renew now: consumed or exclusive, at a third of their lease."""
         return [q for q in self._kept(consumed) if q.due_at <= now]
 
     def next_due(self, consumed: Collection[str]) -> float | None:

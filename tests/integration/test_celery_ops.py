@@ -147,11 +147,6 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
     finally:
         for w in workers:
             w.stop()
-    # Each worker's broadcast queue is auto_delete: gone with the worker.
-    eventually(
-        lambda: not [q for _, q, _ in client.list_routes().bindings if q.startswith("bcast.")],
-        "the workers' broadcast queues deleted",
-    )
 
 
 def test_events_dump_shows_task_succeeded(lab3: Lab, tmp_path: Path, client: Client) -> None:
@@ -298,3 +293,34 @@ def test_a_default_worker_leaves_no_job_nobody_reads(
         assert w.proc.poll() is None and "Traceback" not in w.log_text()
     finally:
         w.stop()
+
+
+def _broadcast_queues(c: Client) -> set[str]:
+    return {q for _, q, _ in c.list_routes().bindings if q.startswith("bcast.")}
+
+
+@pytest.mark.slow
+def test_a_stopped_workers_broadcast_queue_expires_with_its_messages(
+    lab3: Lab, tmp_path: Path, client: Client
+) -> None:
+    """A Broadcast queue is auto_delete without x-expires: a lease of 60 s its worker
+    renews; stopped, the worker no longer renews it and the cluster deletes it, its binding
+    and what was broadcast to it meanwhile."""
+    app_dir = write_app(tmp_path, "capp", OPS_APP)
+    broker = disq_url(lab3)
+    before = _broadcast_queues(client)
+    w = celery_worker(app_dir, broker, "ops,ops_bcast", "w1", concurrency=1)
+    try:
+        w.wait_for_log("ready.")
+        (mine,) = _broadcast_queues(client) - before
+    finally:
+        w.stop()
+    producer(broker).send_task("capp.rec", args=(9,), queue=Broadcast("ops_bcast"))
+    assert sum(client.qlen(mine, node=n.addr) for n in client.nodes()) == 1  # still bound
+
+    def expired() -> bool:
+        return mine not in _broadcast_queues(client) and mine not in client.list_routes().queues
+
+    eventually(expired, "the stopped worker's broadcast queue expired", timeout=120)
+    assert sum(client.qlen(mine, node=n.addr) for n in client.nodes()) == 0
+    assert 9 not in {r.k for r in runs(app_dir)}

@@ -289,25 +289,27 @@ def test_a_bind_to_a_missing_exchange_is_refused(conn: kombu.Connection) -> None
     q.close()
 
 
-def test_an_auto_delete_queue_goes_with_its_consumer(
-    conn: kombu.Connection, grpc_addr: str
-) -> None:
-    ex = kombu.Exchange("kx-auto", "fanout")
-    queue = kombu.Queue("kq-auto", ex, auto_delete=True)
+def test_an_exclusive_queue_goes_with_its_channel(conn: kombu.Connection, grpc_addr: str) -> None:
+    ex = kombu.Exchange("kx-excl", "fanout")
+    queue = kombu.Queue("kq-excl", ex, exclusive=True, auto_delete=True)
     got: list[str] = []
-    with conn.Consumer(queue, callbacks=[lambda body, m: got.append(body)], no_ack=True):
+    channel = conn.channel()
+    with kombu.Consumer(channel, queue, callbacks=[lambda body, m: got.append(body)], no_ack=True):
         _publish(conn, ex, "", "while consumed")
         conn.drain_events(timeout=5)
         with Client(grpc_addr) as c:
-            assert "kq-auto" in c.list_routes().queues
+            assert "kq-excl" in c.list_routes().queues
+        _publish(conn, ex, "", "left in the queue")
+    channel.close()  # as a closing AMQP connection: deleted, with its binding and jobs
     assert got == ["while consumed"]
-    with Client(grpc_addr) as c:  # cancelled: deleted with its binding
+    with Client(grpc_addr) as c:
         routes = c.list_routes()
-        assert "kq-auto" not in routes.queues
-        assert all(q != "kq-auto" for _, q, _ in routes.bindings)
+        assert "kq-excl" not in routes.queues
+        assert all(q != "kq-excl" for _, q, _ in routes.bindings)
+        assert c.qlen("kq-excl") == 0
     _publish(conn, ex, "", "nobody bound")
     with Client(grpc_addr) as c:
-        assert c.qlen("kq-auto") == 0
+        assert c.qlen("kq-excl") == 0
 
 
 _LEASED_CONSUMER = """

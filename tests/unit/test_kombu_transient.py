@@ -78,13 +78,14 @@ def test_an_x_expires_queue_not_consumed_is_left_to_expire() -> None:
     assert t.next_due(consumed=[]) is None
 
 
-def test_an_owned_queue_is_renewed_consumed_or_not_and_deleted_by_the_channel() -> None:
+def test_an_exclusive_queue_is_renewed_consumed_or_not_and_deleted_by_the_channel() -> None:
     t = TransientQueues()
-    _declare(t, "auto", now=0.0, auto_delete=True)
+    _declare(t, "auto", now=0.0, auto_delete=True)  # other processes may consume it
     _declare(t, "excl", now=0.0, exclusive=True)
     _declare(t, "leased", now=0.0)
-    assert sorted(q.name for q in t.due(3.0, consumed=[])) == ["auto", "excl"]
-    assert sorted(t.owned()) == ["auto", "excl"]
+    assert [q.name for q in t.due(3.0, consumed=[])] == ["excl"]
+    assert sorted(q.name for q in t.due(3.0, consumed=["auto"])) == ["auto", "excl"]
+    assert t.owned() == ["excl"]
 
 
 def test_bindings_survive_a_redeclare_and_a_late_renewal_is_told_apart() -> None:
