@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -272,6 +273,40 @@ def test_a_transient_queue_not_renewed_goes_away_with_its_bindings_and_jobs(
             eventually(lambda: qlens(lab, "reply") == [0, 0, 0], "its jobs go on every node")
             assert qlens(lab, "kept") == [1, 1, 1]  # the renewed one keeps its jobs
             assert all(("bc", "kept", "") in c.list_routes().bindings for c in clients)
+        finally:
+            for c in clients:
+                c.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_node_cut_off_does_not_expire_a_queue_renewed_on_the_majority(tmp_path: Path) -> None:
+    with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
+        clients = [held(lab, i) for i in range(3)]
+        try:
+            a = clients[0]
+            a.declare_exchange("bc", "fanout")
+            a.declare_queue("live", expires_ms=6000)
+            a.bind_queue("live", "bc")
+            want = a.list_routes()
+            for c in clients:
+                eventually(lambda c=c: c.list_routes() == want, "the routes spread")
+            lab.partition([[0, 1], [2]])
+            # A consumer keeps the lease on the majority side for twice its length; node 2
+            # hears none of it, and sees its own copy's lease pass.
+            end = time.monotonic() + 12.0
+            while time.monotonic() < end:
+                a.declare_queue("live", expires_ms=6000)
+                time.sleep(0.5)  # the consumer's renewal pace (the workload, not a wait)
+            lab.heal_partition()
+
+            def healed_and_kept() -> bool:
+                a.declare_queue("live", expires_ms=6000)
+                seen = [c.list_routes() for c in clients]
+                return all(r == seen[0] for r in seen) and seen[0].bindings == want.bindings
+
+            eventually(healed_and_kept, "the tables agree after the heal", 30)
+            assert all("live" in c.list_routes().queues for c in clients)
+            assert len(clients[2].publish("bc", "", "x", replicate=1)) == 1
         finally:
             for c in clients:
                 c.close()

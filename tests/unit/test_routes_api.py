@@ -40,6 +40,13 @@ def test_a_bad_argument_is_syntax_invalid_argument() -> None:
     assert (err.reason, err.code) == (api_pb2.SYNTAX, grpc.StatusCode.INVALID_ARGUMENT)
 
 
+def test_a_delayed_jobs_message_ttl_counts_from_the_end_of_its_delay() -> None:
+    job = api_pb2.AddJobRequest(queue="q", delay_s=30)
+    assert _ttl_capped(job, 5_000) == 35
+    job.ttl_s = 32
+    assert _ttl_capped(job, 5_000) == 32
+
+
 @pytest.mark.parametrize(
     ("ttl_s", "message_ttl_ms", "expected"),
     [
