@@ -351,11 +351,9 @@ class Channel(virtual.Channel):
             )
         delay_s = eta_delay_s(message.get("headers"))
         with _kombu_errors(f"publish to exchange {exchange!r}"):
-            ids = self._client.publish(
-                exchange, routing_key, body, **self._settings.add_options(delay_s)
-            )
-        if not ids:
-            log.debug("disq.kombu.unroutable", exchange=exchange, routing_key=routing_key)
+            # [] when nothing matched: dropped without a word, as RabbitMQ drops it (a
+            # worker's heartbeats with no receiver bound, every 2 s: no log line each).
+            self._client.publish(exchange, routing_key, body, **self._settings.add_options(delay_s))
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
         """The queues the cluster's table routes to (the node's publish routes the same

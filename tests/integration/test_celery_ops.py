@@ -42,6 +42,7 @@ from kombu import Queue
 from kombu.common import Broadcast
 
 app.conf.task_queues = [Queue("ops"), Broadcast("ops_bcast")]
+app.conf.result_backend = os.environ.get("RESULT_BACKEND") or None
 """
 )
 HOST = socket.gethostname()
@@ -324,3 +325,24 @@ def test_a_stopped_workers_broadcast_queue_expires_with_its_messages(
     eventually(expired, "the stopped worker's broadcast queue expired", timeout=120)
     assert sum(client.qlen(mine, node=n.addr) for n in client.nodes()) == 0
     assert 9 not in {r.k for r in runs(app_dir)}
+
+
+def test_rpc_results_come_back_when_gathered_one_by_one(
+    lab3: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery's rpc:// backend still works: its reply queue is auto_delete with an
+    x-expires of a day, consumed and cancelled around each get(), fed through the default
+    exchange."""
+    monkeypatch.setenv("RESULT_BACKEND", "rpc://")  # the worker's (its env is this one's)
+    app_dir = write_app(tmp_path, "capp", OPS_APP)
+    broker = disq_url(lab3)
+    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=2)
+    try:
+        w.wait_for_log("ready.")
+        p = Celery("producer", broker=broker, backend="rpc://")
+        results = [p.send_task("capp.rec", args=(k,), queue="ops") for k in range(10)]
+        wait_all_done(app_dir, set(range(10)))  # every result is waiting in the queue now
+        assert [r.get(timeout=30) for r in results] == [None] * 10
+        assert all(r.state == "SUCCESS" for r in results)
+    finally:
+        w.stop()
