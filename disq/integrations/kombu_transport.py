@@ -189,8 +189,10 @@ class Channel(virtual.Channel):
         self._pid = os.getpid()
         self._next_renewal_at: float | None = None
 
-    # RabbitMQ's names for the queue options kombu's Queue takes (x-expires, x-message-ttl).
-    prepare_queue_arguments = staticmethod(to_rabbitmq_queue_arguments)
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
+        ``x-`` arguments, as the Redis and py-amqp transports pass them to queue_declare."""
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
 
     # -- exchanges, bindings and queue declarations: the cluster's routes table -----------
     def exchange_declare(
@@ -251,6 +253,15 @@ class Channel(virtual.Channel):
                     exclusive=exclusive,
                     now=time.monotonic(),
                 )
+            self._new_queue(
+                queue,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                nowait=nowait,
+                **kwargs,
+            )
         return queue_declare_ok_t(queue, self._size(queue), 0)
 
     def queue_bind(
@@ -490,10 +501,15 @@ class Channel(virtual.Channel):
         room: int = self.qos.can_consume_max_estimate()
         return room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
 
+    def _queue_of(self, job: Job) -> str:
+        """The kombu queue a fetched job belongs to (the name its consumer consumes)."""
+        return job.queue
+
     def _deliver_job(self, job: Job, deliver: Callable[..., Any]) -> None:
-        if job.queue in self._no_ack_queues:
+        queue = self._queue_of(job)
+        if queue in self._no_ack_queues:
             self._client.ack_nowait(job.id)
-        deliver(self._message(job), job.queue)
+        deliver(self._message(job), queue)
 
     def _size(self, queue: str) -> int:
         total = 0
@@ -666,7 +682,7 @@ class Transport(virtual.Transport):
         count = min(ch._room() for ch in channels)
         jobs = channels[0]._fetch(list(owner), count, wait_s)
         for job in jobs:
-            owner[job.queue]._deliver_job(job, self._deliver)
+            owner[channels[0]._queue_of(job)]._deliver_job(job, self._deliver)
         return bool(jobs)
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
