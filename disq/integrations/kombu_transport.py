@@ -421,7 +421,7 @@ class Channel(virtual.Channel):
             return  # a forked child: the parent's client is not ours to use
         try:
             self._client.delete_queue(name)
-        except DisqError as exc:
+        except (DisqError, RuntimeError) as exc:  # RuntimeError: the client's loop is closed
             # Not fatal: the cluster deletes it when its lease runs out.
             log.warning("disq.kombu.transient_delete_failed", queue=name, error=str(exc))
 
