@@ -10,7 +10,8 @@ and the call answers when every one has its id or its error.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -27,6 +28,8 @@ from disq.core.routes.table import (
 )
 from disq.proto_gen import api_pb2
 from disq.server.api_service import ApiError, QueueApi, _api_queue, _queue, _start_add, syntax
+
+T = TypeVar("T")
 
 _ROUTE_REASONS: dict[str, tuple[int, grpc.StatusCode]] = {
     NOT_FOUND: (api_pb2.NOT_FOUND, grpc.StatusCode.NOT_FOUND),
@@ -68,7 +71,7 @@ class RoutesQueueApi(QueueApi):
             )
         return routes
 
-    def _change(self, change: Any) -> Any:
+    def _change(self, change: Callable[[Routes], T]) -> T:
         """Run a routes change; its refusal as the API's error. Records and pushes follow."""
         try:
             result = change(self._routes())
