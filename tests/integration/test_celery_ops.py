@@ -265,35 +265,43 @@ def test_shutdown_stops_the_worker_and_inspect_alone_times_out_leaving_nothing(
 
 
 @pytest.mark.slow
-def test_a_default_worker_leaves_no_job_nobody_reads(
+def test_default_workers_with_and_without_events_leave_no_job_nobody_reads(
     lab3: Lab, tmp_path: Path, client: Client
 ) -> None:
-    """No flags: heartbeats go to the celeryev exchange, where nothing is bound (dropped);
-    an inspect's reply queue goes with it. After 60 s nothing but task jobs exist."""
+    """No flags, and -E: heartbeats and task events go to the celeryev exchange, where
+    nothing is bound (dropped); an inspect's reply queue goes with it. After 60 s nothing
+    but task jobs exist, and the workers' pidbox queues still answer."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=1)
+    workers = [
+        celery_worker(app_dir, broker, "ops", "w1", concurrency=1),
+        celery_worker(app_dir, broker, "ops", "w2", concurrency=1, extra_args=("-E",)),
+    ]
     try:
-        w.wait_for_log("ready.")
+        for w in workers:
+            w.wait_for_log("ready.")
         started = time.monotonic()
         p = producer(broker)
-        for k in range(5):
+        for k in range(20):
             p.send_task("capp.rec", args=(k,), queue="ops")
         ping = celery_command(app_dir, broker, "inspect", "ping")
         assert ping.returncode == 0, ping.stdout + ping.stderr
-        wait_all_done(app_dir, set(range(5)))
-        # 60 s of heartbeats (one every 2 s): what the issue saw pile up as 30 jobs.
+        wait_all_done(app_dir, set(range(20)))
+        # 60 s of heartbeats (one every 2 s each) and the -E worker's task events: what the
+        # issue saw pile up as jobs.
         time.sleep(max(0.0, 60 - (time.monotonic() - started)))
         assert non_task_jobs(client, {"ops"}) == []
         assert not control_queues(client)
-        # Its pidbox queue (x-expires 10 s) lived on all along: renewed while consumed.
+        # Their pidbox queues (x-expires 10 s) lived on all along: renewed while consumed.
         late = celery_command(app_dir, broker, "inspect", "ping")
-        assert late.returncode == 0 and "1 node online" in late.stdout, late.stdout + late.stderr
+        assert late.returncode == 0 and "2 nodes online" in late.stdout, late.stdout + late.stderr
         eventually(lambda: not control_queues(client), "the late ping's reply queue deleted")
         assert non_task_jobs(client, {"ops"}) == []
-        assert w.proc.poll() is None and "Traceback" not in w.log_text()
+        for w in workers:
+            assert w.proc.poll() is None and "Traceback" not in w.log_text()
     finally:
-        w.stop()
+        for w in workers:
+            w.stop()
 
 
 def _broadcast_queues(c: Client) -> set[str]:
