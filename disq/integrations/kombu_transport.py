@@ -100,6 +100,9 @@ _KOMBU_OPTIONS = frozenset(
     }
 )
 _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per GETJOB
+# While one channel's prefetch is full, how often the other channels' queues (a worker's
+# pidbox) are looked at (NOHANG) between waits for an ack: a control command's latency then.
+HELD_LOOK_INTERVAL_S = 0.2
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -648,26 +651,31 @@ class Transport(virtual.Transport):
             remaining = None if deadline is None else deadline - now
             if remaining is not None and remaining <= 0:
                 raise TimeoutError()  # socket.timeout, what kombu's callers catch
-            consumable = [
-                ch
-                for ch in self.channels
-                if isinstance(ch, Channel) and ch._consumers and ch.qos.can_consume()
-            ]
-            if not consumable:
-                # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
-                wait_s = self.settings.wait_s if remaining is None else remaining
+            consuming = [ch for ch in self.channels if isinstance(ch, Channel) and ch._consumers]
+            consumable = [ch for ch in consuming if ch.qos.can_consume()]
+            # A channel whose prefetch slots are all taken (a worker's tasks with acks_late)
+            # beside others that may fetch (its pidbox): a blocking GETJOB on the others
+            # would make a slot freed by an ack wait it out. So a quick look at the others,
+            # then a wait on the slot condition an ack signals, a short one.
+            held = len(consumable) < len(consuming)
+            if consumable:
+                wait_s = 0.0 if held else self.settings.wait_s
+                if remaining is not None:
+                    wait_s = min(wait_s, remaining)
                 if next_renewal is not None:
-                    wait_s = min(wait_s, max(next_renewal - now, 0.0))
-                with self._slot:
-                    self._slot.wait(wait_s)
-                continue
-            wait_s = self.settings.wait_s
-            if remaining is not None:
-                wait_s = min(wait_s, remaining)
+                    wait_s = min(wait_s, next_renewal - now)
+                if self._fetch_for(consumable, wait_s):
+                    return
+                if not held:
+                    continue
+            # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
+            wait_s = self.settings.wait_s if remaining is None else remaining
+            if consumable:
+                wait_s = min(wait_s, HELD_LOOK_INTERVAL_S)
             if next_renewal is not None:
-                wait_s = min(wait_s, next_renewal - now)
-            if self._fetch_for(consumable, wait_s):
-                return
+                wait_s = min(wait_s, max(next_renewal - now, 0.0))
+            with self._slot:
+                self._slot.wait(wait_s)
 
     def _fetch_for(self, channels: list[_Channel], wait_s: float) -> bool:
         """One blocking GETJOB over the queues of every channel that may take messages,
