@@ -26,6 +26,7 @@ from task_apps import (
     celery_command,
     celery_worker,
     disq_url,
+    done_counts,
     runs,
     wait_all_done,
     write_app,
@@ -352,5 +353,27 @@ def test_rpc_results_come_back_when_gathered_one_by_one(
         wait_all_done(app_dir, set(range(10)))  # every result is waiting in the queue now
         assert [r.get(timeout=30) for r in results] == [None] * 10
         assert all(r.state == "SUCCESS" for r in results)
+    finally:
+        w.stop()
+
+
+def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    """acks_late, one process: the task channel's prefetch slots all taken by running and
+    waiting tasks; the pidbox channel is still read, and each ack lets the next task in."""
+    app_dir = write_app(tmp_path, "capp", OPS_APP)
+    broker = disq_url(lab3)
+    w = celery_worker(app_dir, broker, "ops", "w1", acks_late=True, concurrency=1)
+    try:
+        w.wait_for_log("ready.")
+        p = producer(broker)
+        for k in range(20):  # 10 s of work: the prefetch stays full while the CLI asks
+            p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": 0.5}, queue="ops")
+        eventually(lambda: any(r.event == "start" for r in runs(app_dir)), "a task started")
+        ping = celery_command(app_dir, broker, "inspect", "ping", "--timeout", "5")
+        assert ping.returncode == 0 and f"w1@{HOST}: OK" in ping.stdout, ping.stdout
+        assert len(done_counts(app_dir)) < 20  # answered while tasks were still waiting
+        wait_all_done(app_dir, set(range(20)), timeout=60)
     finally:
         w.stop()
