@@ -8,8 +8,9 @@ import in the app. See the README, "Use it from Celery / Dramatiq".
 It is kombu's virtual transport (kombu.transport.virtual, as SQS and Redis) over the gRPC
 SDK's blocking ``disq.client.Client``, which already fails over between the URL's nodes:
 
-* publish: ADDJOB on the queue the routing key names, the body the JSON of kombu's message
-  (body, headers, properties: as the other virtual transports keep it). REPLICATE, RETRY,
+* publish to the default exchange (""): ADDJOB on the queue the routing key names, the body
+  the JSON of kombu's message (body, headers, properties: as the other virtual transports
+  keep it); to a named exchange: one publish the node routes (below). REPLICATE, RETRY,
   TTL and ASYNC from the options; REPLICATE's default is the majority of the nodes the
   client knows (one node of 3 may be down), the others are Disque's. A Celery ETA or countdown
   (``eta`` in the headers, protocol 2) becomes DELAY: no worker holds the message before
@@ -27,10 +28,17 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
-* queue_purge: every node's queued jobs of the queue acked (PurgeQueue per node); the queue's
-  size: QLEN summed over the nodes (Disque's queues are per node).
-* Exchanges: direct only (``implements``). Fanout and topic are not supported, so Celery
-  turns remote control off by itself and mingle and gossip skip this driver.
+* queue_purge: every node's queued jobs of the queue acked (one PurgeQueue per node); the
+  queue's size: QLEN summed over the nodes (Disque's queues are per node).
+* Exchanges (direct, fanout, topic), bindings and transient queues live in the cluster's
+  replicated routes table, not in the process: every client of every node sees the same
+  ones, and a publish to an exchange is routed by the node that takes it (a message no
+  binding matches is dropped, as on RabbitMQ). So Celery's remote control (pidbox: a fanout
+  exchange, reply queues with x-expires), events (the ``celeryev`` topic exchange) and
+  Flower work. Transient queues (auto_delete, exclusive, x-expires) are leases the channel
+  renews while it uses them; exclusive ones are deleted when the channel closes: see
+  ``disq.integrations.transient``. Celery's mingle and gossip stay off: Celery enables them
+  only for the transports it lists (amqp, redis, gcpubsub).
 
 Errors: a failure to reach the cluster is :class:`DisqConnectionError` (kombu's
 ConnectionError, among the transport's connection errors: kombu and Celery retry and
@@ -42,11 +50,13 @@ connection error too: kombu's publish retry may then add the message twice, neve
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -54,6 +64,7 @@ from queue import Empty
 from typing import Any
 
 import structlog
+from amqp.protocol import queue_declare_ok_t
 from kombu.exceptions import ChannelError, ConnectionError
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
@@ -80,6 +91,7 @@ from disq.integrations.common import (
     settings,
     ttl_from_ms,
 )
+from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
 log = structlog.get_logger("disq.kombu")
 
@@ -101,6 +113,9 @@ _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per G
 # Queues whose declared message TTL this connection remembers: a bound, not a cache (one
 # process declaring more queues than this with a TTL is refused, with a clear error).
 MAX_QUEUE_TTLS = 10_000
+# While one channel's prefetch is full, how often the other channels' queues (a worker's
+# pidbox) are looked at (NOHANG) between waits for an ack: a control command's latency then.
+HELD_LOOK_INTERVAL_S = 0.2
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -115,6 +130,13 @@ class DisqChannelError(ChannelError):
 
 class MessageTooLargeError(DisqChannelError):
     """The encoded message is over ``max_message_bytes``: refused before it was sent."""
+
+
+class UnsupportedExchangeTypeError(DisqChannelError):
+    """An exchange type the cluster does not route (only direct, fanout and topic)."""
+
+
+EXCHANGE_TYPES = frozenset(["direct", "fanout", "topic"])
 
 
 @contextmanager
@@ -175,6 +197,159 @@ class Channel(virtual.Channel):
         super().__init__(connection, **kwargs)
         self._settings: Settings = connection.settings
         self._client: Client = connection.disq_client()
+        self._transient = TransientQueues()
+        # Queues consumed with no_ack (Celery's pidbox, replies, event receivers): a job is
+        # acked as it is delivered, as the AMQP broker counts it acked once sent; unacked,
+        # the node would deliver it again after its RETRY.
+        self._no_ack_queues: set[str] = set()
+        self._pid = os.getpid()
+        self._next_renewal_at: float | None = None
+
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
+        ``x-`` arguments, as the Redis and py-amqp transports pass them to queue_declare."""
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
+    # -- exchanges, bindings and queue declarations: the cluster's routes table -----------
+    def exchange_declare(
+        self,
+        exchange: str | None = None,
+        type: str = "direct",
+        durable: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        nowait: bool = False,
+        passive: bool = False,
+    ) -> None:
+        type = type or "direct"
+        exchange = exchange or f"amq.{type}"
+        if not passive and type not in EXCHANGE_TYPES:
+            raise UnsupportedExchangeTypeError(
+                f"exchange {exchange!r}: type {type!r} is not supported by disq "
+                f"(supported: {', '.join(sorted(EXCHANGE_TYPES))})"
+            )
+        with _kombu_errors(f"declare exchange {exchange!r}"):
+            self._client.declare_exchange(exchange, type, passive=passive)
+
+    def exchange_delete(self, exchange: str, if_unused: bool = False, nowait: bool = False) -> None:
+        with _kombu_errors(f"delete exchange {exchange!r}"):
+            self._client.delete_exchange(exchange)
+
+    def queue_declare(
+        self,
+        queue: str | None = None,
+        passive: bool = False,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        nowait: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """A plain queue needs no declaration (Disque's queues exist from their first job);
+        a transient one (auto_delete, exclusive, x-expires) is a lease in the cluster, and an
+        ``x-message-ttl`` is kept there for publishes through exchanges."""
+        queue = queue or f"amq.gen-{uuid()}"
+        if not passive:
+            try:
+                expires_ms, ttl_ms = queue_lease(
+                    arguments, auto_delete=auto_delete, exclusive=exclusive
+                )
+            except QueueArgumentError as exc:
+                raise DisqChannelError(f"disq declare queue {queue!r}: {exc}") from None
+            if expires_ms or ttl_ms:
+                with _kombu_errors(f"declare queue {queue!r}"):
+                    self._client.declare_queue(queue, expires_ms=expires_ms, message_ttl_ms=ttl_ms)
+            if expires_ms:
+                self._transient.declared(
+                    queue,
+                    expires_ms=expires_ms,
+                    message_ttl_ms=ttl_ms,
+                    auto_delete=auto_delete,
+                    exclusive=exclusive,
+                    now=time.monotonic(),
+                )
+            self._new_queue(
+                queue,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                arguments=arguments,
+                nowait=nowait,
+                **kwargs,
+            )
+        return queue_declare_ok_t(queue, self._size(queue), 0)
+
+    def queue_bind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        with _kombu_errors(f"bind queue {queue!r} to exchange {exchange!r}"):
+            self._client.bind_queue(queue, exchange, routing_key or "")
+        self._transient.bound(queue, exchange, routing_key or "")
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        exchange = exchange or "amq.direct"
+        with _kombu_errors(f"unbind queue {queue!r} from exchange {exchange!r}"):
+            self._client.unbind_queue(queue, exchange, routing_key or "")
+        self._transient.unbound(queue, exchange, routing_key or "")
+
+    def queue_delete(
+        self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
+    ) -> int | None:
+        """The declaration and bindings, and the queued jobs on every node (their number)."""
+        if if_empty and self._size(queue):
+            return None
+        self._transient.forget(queue)
+        with _kombu_errors(f"delete queue {queue!r}"):
+            purged = self._client.delete_queue(queue)
+            # The queue's priority steps are queues of their own, never declared: purged.
+            for step in self._settings.sub_queues(queue):
+                if step != queue:
+                    purged += ack_queued(self._client, step)
+            return purged
+
+    def _exchange_table(self, exchange: str) -> tuple[str, list[tuple[str, str, str]]]:
+        """The exchange's type and bindings as kombu's exchange types read them: (routing
+        key, pattern, queue); KeyError for an exchange the cluster does not know."""
+        with _kombu_errors("list routes"):
+            routes = self._client.list_routes()
+        type = routes.exchanges[exchange]
+        kind: Any = self.exchange_types[type]  # an instance per channel (kombu's __init__)
+        table = [
+            kind.prepare_bind(queue, exchange, key, None)
+            for ex, queue, key in routes.bindings
+            if ex == exchange
+        ]
+        return type, table
+
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        return self._exchange_table(exchange)[1]
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        try:
+            type = self._exchange_table(exchange)[0]
+        except KeyError:
+            type = default
+        return self.exchange_types[type]
+
+    def list_bindings(self) -> Iterator[tuple[str, str, str]]:
+        """(queue, exchange, routing key) of every binding of the cluster."""
+        with _kombu_errors("list routes"):
+            routes = self._client.list_routes()
+        return ((queue, ex, key) for ex, queue, key in routes.bindings)
 
     # -- publishing ---------------------------------------------------------------------
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
@@ -201,11 +376,6 @@ class Channel(virtual.Channel):
         with _kombu_errors(f"publish to {queue!r}"):
             self._client.add_job(target, body, **opts)
 
-    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
-        """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
-        ``x-`` arguments, as the Redis and py-amqp transports pass them to queue_declare."""
-        return to_rabbitmq_queue_arguments(arguments, **kwargs)
-
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Nothing to create (a Disque queue exists from its first job); a declared message
         TTL (kombu's ``message_ttl``: ``x-message-ttl`` in ms) caps what is published to
@@ -214,23 +384,120 @@ class Channel(virtual.Channel):
         if ttl_ms is not None:
             self.connection.set_queue_ttl(queue, ttl_from_ms(ttl_ms))
 
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        """Direct routing by the bindings this process declared; with none known for the
-        key (the consumer declared them, in another process), the routing key names the
-        queue, as Celery's default routing does: never a silently dropped message."""
-        try:
-            queues = self.typeof(exchange).lookup(
-                self.get_table(exchange), exchange, routing_key, default
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> None:
+        """The default exchange ("") names the queue: one ADDJOB, as before. A named
+        exchange: one publish, routed by the node with the cluster's table; a message no
+        binding matches is dropped there, as RabbitMQ drops it."""
+        if not exchange:
+            super().basic_publish(message, exchange, routing_key, **kwargs)
+            return
+        self._inplace_augment_message(message, exchange, routing_key)
+        props = message.get("properties") or {}
+        if self._settings.priority_step(props.get("priority")):
+            # The node routes by queue name and knows nothing of kombu's priority steps: a
+            # prioritized message through a named exchange (rare: Celery's tasks go through
+            # the default one) is routed here, from the cluster's table, onto each queue's
+            # step. One ListRoutes more than an unprioritized publish.
+            for queue in self._lookup(exchange, routing_key):
+                self._put(queue, message)
+            return
+        body = json.dumps(message, separators=(",", ":")).encode()
+        limit = self._settings.max_message_bytes
+        if len(body) > limit:
+            raise MessageTooLargeError(
+                f"message of {len(body)} bytes for exchange {exchange!r} is over the limit "
+                f"of {limit} bytes (transport option max_message_bytes)"
             )
+        delay_s = eta_delay_s(message.get("headers"))
+        # The message's own TTL here; each queue's x-message-ttl is applied by the node.
+        opts = self._settings.add_options(
+            delay_s,
+            ttl_s=ttl_from_ms(props.get("expiration")),
+            cluster_size=self._client.cluster_size(),
+        )
+        with _kombu_errors(f"publish to exchange {exchange!r}"):
+            # [] when nothing matched: dropped without a word, as RabbitMQ drops it (a
+            # worker's heartbeats with no receiver bound, every 2 s: no log line each).
+            self._client.publish(exchange, routing_key, body, **opts)
+
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
+        """The queues the cluster's table routes to (the node's publish routes the same
+        way; kombu's own callers of this, restore and fanout delivery, are not used)."""
+        if not exchange:
+            return [routing_key] if routing_key else []
+        try:
+            type, table = self._exchange_table(exchange)
         except KeyError:
-            queues = []
-        return list(queues) or [routing_key or exchange]
+            return []
+        kind: Any = self.exchange_types[type]
+        return sorted(kind.lookup(table, exchange, routing_key, default))
 
     # -- consuming ----------------------------------------------------------------------
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         result = super().basic_consume(queue, no_ack, *args, **kwargs)
+        if no_ack:
+            self._no_ack_queues.add(queue)
+        else:
+            self._no_ack_queues.discard(queue)
         self.connection._slot_freed()  # a drain waiting for a consumer may fetch now
         return result
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        message = super().basic_get(queue, no_ack, **kwargs)
+        if message is not None and no_ack:
+            self._ack(message)
+        return message
+
+    def basic_cancel(self, consumer_tag: str) -> None:
+        """No longer consumed here: its lease is no longer renewed by this channel (an
+        auto_delete queue expires with it, see ``disq.integrations.transient``)."""
+        queue: str | None = self._tag_to_queue.get(consumer_tag)
+        super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self._no_ack_queues.discard(queue)
+
+    def close(self) -> None:
+        """Consumers cancelled, then the exclusive queues this channel declared deleted,
+        as a closing AMQP connection deletes them."""
+        if self.closed:
+            return
+        super().close()
+        self.delete_owned_queues()
+
+    def delete_owned_queues(self) -> None:
+        """The exclusive queues this channel declared, deleted now."""
+        for name in self._transient.owned():
+            self._delete_transient(name)
+
+    def _delete_transient(self, name: str) -> None:
+        self._transient.forget(name)
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent's client is not ours to use
+        try:
+            self._client.delete_queue(name)
+        except (DisqError, RuntimeError) as exc:  # RuntimeError: the client's loop is closed
+            # Not fatal: the cluster deletes it when its lease runs out.
+            log.warning("disq.kombu.transient_delete_failed", queue=name, error=str(exc))
+
+    def renew_leases(self, now: float) -> float | None:
+        """Declare again the transient queues due (the lease renewal); with a renewal so
+        late the node may have deleted the queue, its bindings too. The monotonic time of
+        the next renewal, or None."""
+        consumed = self._active_queues
+        for t in self._transient.due(now, consumed):
+            lapsed = t.may_have_lapsed(now)
+            with _kombu_errors(f"renew queue {t.name!r}"):
+                self._client.declare_queue(
+                    t.name, expires_ms=t.expires_ms, message_ttl_ms=t.message_ttl_ms
+                )
+                if lapsed:
+                    for exchange, key in sorted(t.bindings):
+                        self._client.bind_queue(t.name, exchange, key)
+            t.renewed_at = now
+        self._next_renewal_at = self._transient.next_due(consumed)
+        return self._next_renewal_at
 
     def _message(self, job: Job) -> dict[str, Any]:
         try:
@@ -278,15 +545,31 @@ class Channel(virtual.Channel):
         (capped by ``wait_s``), for as many messages as the prefetch allows."""
         if not self._consumers or not self.qos.can_consume():
             raise Empty()
-        room = self.qos.can_consume_max_estimate()
-        count = room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
         wait_s = self._settings.wait_s if timeout is None else min(timeout, self._settings.wait_s)
-        jobs = self._fetch(list(dict.fromkeys(self._active_queues)), count, max(wait_s, 0.001))
+        if self._next_renewal_at is not None:  # back in time for the next lease renewal
+            wait_s = min(wait_s, self._next_renewal_at - time.monotonic())
+        jobs = self._fetch(list(dict.fromkeys(self._active_queues)), self._room(), wait_s)
         if not jobs:
             raise Empty()
         deliver = callback or self.connection._deliver
         for job in jobs:
-            deliver(self._message(job), base_queue(job.queue))
+            self._deliver_job(job, deliver)
+
+    def _room(self) -> int:
+        """How many messages one fetch may bring: the free prefetch slots."""
+        room: int = self.qos.can_consume_max_estimate()
+        return room if room else (self._settings.prefetch or _DEFAULT_PREFETCH)
+
+    def _queue_of(self, job: Job) -> str:
+        """The kombu queue a fetched job belongs to (the name its consumer consumes: a
+        priority step's job belongs to its queue)."""
+        return base_queue(job.queue)
+
+    def _deliver_job(self, job: Job, deliver: Callable[..., Any]) -> None:
+        queue = self._queue_of(job)
+        if queue in self._no_ack_queues:
+            self._client.ack_nowait(job.id)
+        deliver(self._message(job), queue)
 
     def _size(self, queue: str) -> int:
         total = 0
@@ -330,6 +613,25 @@ class Channel(virtual.Channel):
         self._nack(message)
 
 
+_Channel = Channel  # the class, for annotations inside Transport (whose Channel is an attribute)
+
+# Connections not closed yet, for the exit hook below.
+_OPEN_TRANSPORTS: weakref.WeakSet[Transport] = weakref.WeakSet()
+
+
+def _delete_owned_queues_at_exit() -> None:
+    """A process that exits without closing its connection (Flower's event thread, a
+    script) has its exclusive queues deleted as it goes, as RabbitMQ deletes them when the
+    socket closes, not a lease later. Best effort: what fails here expires."""
+    for transport in list(_OPEN_TRANSPORTS):
+        for channel in list(transport.channels):
+            if isinstance(channel, Channel):
+                channel.delete_owned_queues()
+
+
+atexit.register(_delete_owned_queues_at_exit)
+
+
 class Transport(virtual.Transport):
     """kombu's virtual transport over the disq SDK (see the module docstring)."""
 
@@ -341,7 +643,7 @@ class Transport(virtual.Transport):
     can_parse_url = True
     # GETJOB blocks on the node: no sleep between empty polls.
     polling_interval = 0.0
-    implements = virtual.Transport.implements.extend(exchange_type=frozenset(["direct"]))
+    implements = virtual.Transport.implements.extend(exchange_type=EXCHANGE_TYPES)
     connection_errors: Any = (*virtual.Transport.connection_errors, DisqConnectionError)
     channel_errors: Any = (*virtual.Transport.channel_errors, DisqChannelError)
 
@@ -353,6 +655,7 @@ class Transport(virtual.Transport):
         self._lock = threading.Lock()
         self._slot = threading.Condition()
         self._queue_ttl_s: dict[str, int] = {}  # declared message TTLs (MAX_QUEUE_TTLS)
+        _OPEN_TRANSPORTS.add(self)
 
     def queue_ttl_s(self, queue: str) -> int | None:
         """The message TTL this connection declared for ``queue``, if any."""
@@ -387,6 +690,7 @@ class Transport(virtual.Transport):
         return result
 
     def close_connection(self, connection: Any) -> None:
+        _OPEN_TRANSPORTS.discard(self)
         super().close_connection(connection)  # channels first: they NACK what they held
         self._drop_client(close=True)
 
@@ -401,29 +705,67 @@ class Transport(virtual.Transport):
         if c is not None and close and self._disq_pid == os.getpid():
             c.close()
 
+    def _renew_leases(self, now: float) -> float | None:
+        """Every channel's due lease renewals; the earliest next one."""
+        due = [ch.renew_leases(now) for ch in self.channels if isinstance(ch, Channel)]
+        return min((d for d in due if d is not None), default=None)
+
     def _slot_freed(self) -> None:
         with self._slot:
             self._slot.notify_all()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
-        """Deliver what one blocking GETJOB brings; ``socket.timeout`` when nothing came
-        within ``timeout``. While every prefetch slot is taken, wait for an ack instead."""
+        """Deliver what one blocking GETJOB over every channel's queues brings;
+        ``socket.timeout`` when nothing came within ``timeout``. While every prefetch slot
+        is taken, wait for an ack instead. Transient queues' leases are renewed here."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            next_renewal = self._renew_leases(now)
+            remaining = None if deadline is None else deadline - now
             if remaining is not None and remaining <= 0:
                 raise TimeoutError()  # socket.timeout, what kombu's callers catch
-            if not any(ch._consumers and ch.qos.can_consume() for ch in self.channels):
-                # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
-                with self._slot:
-                    self._slot.wait(self.settings.wait_s if remaining is None else remaining)
-                continue
-            try:
-                assert self.cycle is not None  # set by virtual.Transport.__init__
-                self.cycle.get(self._deliver, timeout=remaining)
-            except Empty:
-                continue
-            return
+            consuming = [ch for ch in self.channels if isinstance(ch, Channel) and ch._consumers]
+            consumable = [ch for ch in consuming if ch.qos.can_consume()]
+            # A channel whose prefetch slots are all taken (a worker's tasks with acks_late)
+            # beside others that may fetch (its pidbox): a blocking GETJOB on the others
+            # would make a slot freed by an ack wait it out. So a quick look at the others,
+            # then a wait on the slot condition an ack signals, a short one.
+            held = len(consumable) < len(consuming)
+            if consumable:
+                wait_s = 0.0 if held else self.settings.wait_s
+                if remaining is not None:
+                    wait_s = min(wait_s, remaining)
+                if next_renewal is not None:
+                    wait_s = min(wait_s, next_renewal - now)
+                if self._fetch_for(consumable, wait_s):
+                    return
+                if not held:
+                    continue
+            # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
+            wait_s = self.settings.wait_s if remaining is None else remaining
+            if consumable:
+                wait_s = min(wait_s, HELD_LOOK_INTERVAL_S)
+            if next_renewal is not None:
+                wait_s = min(wait_s, max(next_renewal - now, 0.0))
+            with self._slot:
+                self._slot.wait(wait_s)
+
+    def _fetch_for(self, channels: list[_Channel], wait_s: float) -> bool:
+        """One blocking GETJOB over the queues of every channel that may take messages,
+        each job delivered through the channel that consumes its queue. One wait for all:
+        taking turns (kombu's cycle) would block on an idle channel (a Celery worker's
+        pidbox) while the task channel's jobs wait. At most as many jobs as the fullest
+        channel has room for, so no channel gets more than its prefetch."""
+        owner: dict[str, _Channel] = {}
+        for ch in channels:
+            for queue in ch._active_queues:
+                owner.setdefault(queue, ch)
+        count = min(ch._room() for ch in channels)
+        jobs = channels[0]._fetch(list(owner), count, wait_s)
+        for job in jobs:
+            owner[channels[0]._queue_of(job)]._deliver_job(job, self._deliver)
+        return bool(jobs)
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
         """The URL as given (kombu's own rendering cannot parse several hosts), with the

@@ -176,6 +176,35 @@ def wait_all_done(app_dir: Path, keys: set[int], timeout: float = 120.0) -> Coun
     return eventually(all_done, f"all {len(keys)} tasks done", timeout=timeout)
 
 
+def app_env(app_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """The environment of a process of the app: ``env`` over this one's."""
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["RUNS_DIR"] = str(app_dir / "runs")
+    # The app imports this checkout's disq like the nodes do; no disq import in the app
+    # is needed for Celery (the .pth hook registers the transport).
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(app_dir), str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
+    )
+    full_env["PYTHONUNBUFFERED"] = "1"
+    return full_env
+
+
+def celery_command(
+    app_dir: Path, broker_url: str, *args: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``celery -A capp <args>`` run to its end (inspect, control, purge...)."""
+    return subprocess.run(
+        [str(BIN / "celery"), "-A", "capp", *args],
+        cwd=app_dir,
+        env=app_env(app_dir, {"BROKER_URL": broker_url}),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 class WorkerProcess:
     """One worker command (``celery -A app worker`` or ``dramatiq app``) in its own
     session, so that a kill reaches the pool's processes too."""
@@ -183,20 +212,11 @@ class WorkerProcess:
     def __init__(self, app_dir: Path, argv: list[str], env: dict[str, str], name: str) -> None:
         self.app_dir = app_dir
         self.log_path = app_dir / f"{name}.log"
-        full_env = dict(os.environ)
-        full_env.update(env)
-        full_env["RUNS_DIR"] = str(app_dir / "runs")
-        # The app imports this checkout's disq like the nodes do; no disq import in the app
-        # is needed for Celery (the .pth hook registers the transport).
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(app_dir), str(PROJECT_ROOT), full_env.get("PYTHONPATH", "")) if p
-        )
-        full_env["PYTHONUNBUFFERED"] = "1"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 argv,
                 cwd=app_dir,
-                env=full_env,
+                env=app_env(app_dir, env),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -41,8 +41,8 @@ def test_a_thousand_tasks_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
     w = celery_worker(app_dir, broker, "thousand", "w1")
     try:
         w.wait_for_log("ready.")
-        # Started cleanly without fanout: remote control is off (the transport implements
-        # direct exchanges only), mingle and gossip skip the driver.
+        # Started cleanly: remote control on (the cluster keeps its fanout exchange and
+        # queues), mingle and gossip skipped (Celery lists the transports it runs them on).
         assert "Traceback" not in w.log_text()
         p = producer(broker)
         for k in range(1000):

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kombu
@@ -302,3 +306,168 @@ def test_a_waiting_consumer_is_woken_by_a_message_of_any_priority(grpc_addr: str
         assert [m.payload for m in got] == ["urgent"]
         got[0].ack()
         q.close()
+
+
+# -- exchanges, bindings and transient queues: the cluster's routes table ------------------
+
+
+def _declare(conn: kombu.Connection, name: str, *bindings: tuple[kombu.Exchange, str]) -> None:
+    queue = kombu.Queue(name, bindings=[kombu.binding(ex, routing_key=k) for ex, k in bindings])
+    queue(conn.default_channel).declare()
+
+
+def _publish(conn: kombu.Connection, exchange: str | kombu.Exchange, key: str, body: str) -> None:
+    with conn.Producer() as producer:
+        producer.publish(body, exchange=exchange, routing_key=key)
+
+
+def _bodies(conn: kombu.Connection, name: str) -> list[str]:
+    """Every message of the queue, taken (acked) through a kombu consumer."""
+    got: list[str] = []
+    with conn.Consumer(
+        kombu.Queue(name), callbacks=[lambda body, m: got.append(body)], no_ack=True
+    ):
+        while True:
+            try:
+                conn.drain_events(timeout=0.5)
+            except TimeoutError:
+                return sorted(got)
+
+
+def test_fanout_reaches_every_bound_queue(conn: kombu.Connection) -> None:
+    ex = kombu.Exchange("kx-fan", "fanout")
+    _declare(conn, "kq-fan-a", (ex, ""))
+    _declare(conn, "kq-fan-b", (ex, "ignored-by-fanout"))
+    _publish(conn, ex, "any.key", "to all")
+    assert _bodies(conn, "kq-fan-a") == ["to all"]
+    assert _bodies(conn, "kq-fan-b") == ["to all"]
+
+
+def test_topic_follows_kombus_star_and_hash(conn: kombu.Connection) -> None:
+    ex = kombu.Exchange("kx-topic", "topic")
+    _declare(conn, "kq-t-star", (ex, "a.*"))
+    _declare(conn, "kq-t-hash", (ex, "a.#"))
+    _declare(conn, "kq-t-tail", (ex, "#.z"))
+    for key in ("a.b", "a.b.c", "a", "x.z", "a.z", "b.a"):
+        _publish(conn, ex, key, key)
+    # kombu's TopicExchange: * is one word; # any words, the dot before it literal (so
+    # "a.#" does not match "a", unlike AMQP's zero words).
+    assert _bodies(conn, "kq-t-star") == ["a.b", "a.z"]
+    assert _bodies(conn, "kq-t-hash") == ["a.b", "a.b.c", "a.z"]
+    assert _bodies(conn, "kq-t-tail") == ["a.z", "x.z"]
+
+
+def test_direct_with_two_keys_and_no_match_dropped(conn: kombu.Connection, grpc_addr: str) -> None:
+    ex = kombu.Exchange("kx-direct", "direct")
+    _declare(conn, "kq-d-both", (ex, "red"), (ex, "blue"))
+    _declare(conn, "kq-d-red", (ex, "red"))
+    for key in ("red", "blue", "green"):
+        _publish(conn, ex, key, key)
+    _publish(conn, "kx-never-declared", "red", "unknown exchange")
+    assert _bodies(conn, "kq-d-both") == ["blue", "red"]
+    assert _bodies(conn, "kq-d-red") == ["red"]
+    with Client(grpc_addr) as c:  # dropped, as RabbitMQ: never a queue named by the key
+        assert c.qlen("green") == 0 and c.qlen("red") == 0
+
+
+def test_an_unsupported_exchange_type_fails_at_declare(conn: kombu.Connection) -> None:
+    with pytest.raises(ChannelError, match=r"'x-consistent-hash' is not supported.*direct"):
+        kombu.Exchange("kx-hash", "x-consistent-hash")(conn.default_channel).declare()
+    kombu.Exchange("kx-typed", "fanout")(conn.default_channel).declare()
+    with pytest.raises(ChannelError, match="fanout"):  # redeclared as another type
+        kombu.Exchange("kx-typed", "topic")(conn.default_channel).declare()
+    with pytest.raises(ChannelError):  # passive: only checks, like RabbitMQ's 404
+        conn.default_channel.exchange_declare("kx-nowhere", "direct", passive=True)
+    conn.default_channel.exchange_declare("kx-typed", "direct", passive=True)
+
+
+def test_a_bind_to_a_missing_exchange_is_refused(conn: kombu.Connection) -> None:
+    with pytest.raises(ChannelError, match="kx-missing"):
+        conn.default_channel.queue_bind("kq-orphan", "kx-missing", "k")
+    q = conn.SimpleQueue("kq-after-refusal")  # the channel keeps serving
+    q.put("fine")
+    assert q.get(timeout=5).payload == "fine"
+    q.close()
+
+
+def test_an_exclusive_queue_goes_with_its_channel(conn: kombu.Connection, grpc_addr: str) -> None:
+    ex = kombu.Exchange("kx-excl", "fanout")
+    queue = kombu.Queue("kq-excl", ex, exclusive=True, auto_delete=True)
+    got: list[str] = []
+    channel = conn.channel()
+    with kombu.Consumer(channel, queue, callbacks=[lambda body, m: got.append(body)], no_ack=True):
+        _publish(conn, ex, "", "while consumed")
+        conn.drain_events(timeout=5)
+        with Client(grpc_addr) as c:
+            assert "kq-excl" in c.list_routes().queues
+        _publish(conn, ex, "", "left in the queue")
+    channel.close()  # as a closing AMQP connection: deleted, with its binding and jobs
+    assert got == ["while consumed"]
+    with Client(grpc_addr) as c:
+        routes = c.list_routes()
+        assert "kq-excl" not in routes.queues
+        assert all(q != "kq-excl" for _, q, _ in routes.bindings)
+        assert c.qlen("kq-excl") == 0
+    _publish(conn, ex, "", "nobody bound")
+    with Client(grpc_addr) as c:
+        assert c.qlen("kq-excl") == 0
+
+
+_LEASED_CONSUMER = """
+import sys
+
+import kombu
+
+url, name, expires_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with kombu.Connection(url) as conn:
+    ex = kombu.Exchange("kx-lease", "fanout")
+    queue = kombu.Queue(name, ex, queue_arguments={"x-expires": expires_ms})
+    with conn.Consumer(queue, callbacks=[lambda body, m: None], no_ack=True):
+        print("consuming", flush=True)
+        while True:
+            try:
+                conn.drain_events(timeout=1)
+            except TimeoutError:
+                pass
+"""
+
+
+def test_a_transient_queue_whose_consumer_was_killed_expires_with_its_jobs(
+    conn: kombu.Connection, grpc_addr: str
+) -> None:
+    expires_ms = 3000
+    root = Path(__file__).resolve().parents[2]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    )
+    url = f"disq://{grpc_addr}?replicate=1"
+    consumer = subprocess.Popen(
+        [sys.executable, "-c", _LEASED_CONSUMER, url, "kq-lease", str(expires_ms)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert consumer.stdout is not None and consumer.stdout.readline() == "consuming\n"
+        with Client(grpc_addr) as c:
+            # Alive and draining, it renews the lease: the queue outlives two leases.
+            until = time.monotonic() + 2 * expires_ms / 1000
+            while time.monotonic() < until:
+                assert "kq-lease" in c.list_routes().queues
+                time.sleep(0.2)
+            consumer.kill()  # SIGKILL: no cancel, no close
+            consumer.wait(10)
+            ex = kombu.Exchange("kx-lease", "fanout")
+            for k in range(5):  # still bound until the lease runs out: these wait there
+                _publish(conn, ex, "", f"late {k}")
+            assert c.qlen("kq-lease") == 5
+
+            def gone() -> bool:
+                return "kq-lease" not in c.list_routes().queues
+
+            eventually(gone, "the killed consumer's queue expired", timeout=30)
+            assert c.qlen("kq-lease") == 0  # purged with it
+            assert all(q != "kq-lease" for _, q, _ in c.list_routes().bindings)
+    finally:
+        consumer.kill()
+        consumer.wait(10)
