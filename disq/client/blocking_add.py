@@ -49,6 +49,7 @@ from disq.client.errors import (
 from disq.proto_gen import api_pb2
 
 _ADD_JOB = "/disq.v1.Queue/AddJob"
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 @dataclass(slots=True)
@@ -58,6 +59,7 @@ class _SyncNode:
 
     channel: grpc.Channel
     add_job: Any  # the AddJob multi-callable
+    probe: Any  # the health check's multi-callable (bytes in, bytes out)
     ready: bool = False
 
 
@@ -170,7 +172,9 @@ class BlockingAdder:
             request_serializer=api_pb2.AddJobRequest.SerializeToString,
             response_deserializer=api_pb2.AddJobResponse.FromString,
         )
-        return _SyncNode(channel, add)
+        # Every node serves the standard health service; its empty request is b"".
+        probe = channel.unary_unary(_HEALTH_CHECK)
+        return _SyncNode(channel, add, probe)
 
     def _forget_unknown(self) -> None:
         """Close the channels of addresses the async client no longer knows (a node that
@@ -182,12 +186,18 @@ class BlockingAdder:
 
     def _connected(self, node: _SyncNode, n: NodeAddr) -> bool:
         """Wait up to ``connect_timeout_s`` for a channel not known to be connected: a node
-        that does not connect has certainly not received the add, so the next one may."""
+        that does not connect has certainly not received the add, so the next one may.
+
+        The wait is a health check that waits for the connection (``wait_for_ready``), on
+        the caller's thread. Not ``grpc.channel_ready_future``: it polls from a thread of
+        its own, which outlives the wait by up to 0.2 s, and a fork in that window leaves
+        the child's grpc waiting for it forever (seen with GRPC_ENABLE_FORK_SUPPORT=false:
+        the child's channel.close() hung)."""
         if node.ready:
             return True
         try:
-            grpc.channel_ready_future(node.channel).result(timeout=self._aio.connect_timeout_s)
-        except grpc.FutureTimeoutError:
+            node.probe(b"", timeout=self._aio.connect_timeout_s, wait_for_ready=True)
+        except grpc.RpcError:
             self._aio._mark_down(n)
             return False
         node.ready = True
