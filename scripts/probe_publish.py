@@ -10,6 +10,8 @@ Rows (``--calls`` each, after 200 warm-up calls; REPLICATE as ``--replicate``):
   celery on redis          the same on ``redis://`` (one LPUSH per task)
   raw RESP ADDJOB          a socket, one ADDJOB and its reply: the node without gRPC
   raw grpc sync AddJob     grpc's sync stub, no SDK: the gRPC round trip
+  ... on a bare server     the same call to a grpc.aio server (uvloop, as the nodes) whose
+                           AddJob only answers an id: what gRPC itself costs a server
   SDK add_job via loop     ``Client.add_job`` as it was: a hop to the client's loop
                            thread, then AddJobs through grpc.aio
   SDK add_job              ``Client.add_job`` now: grpc's sync channel on the caller's thread
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import shutil
 import socket
@@ -43,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
-from bench_celery import start_redis  # noqa: E402
+from bench_celery import free_port, start_redis  # noqa: E402
 from bench_common import log, machine_info  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
@@ -89,6 +92,30 @@ def resp_addjob(port: int, replicate: int) -> Callable[[], bytes]:
         return reply
 
     return call
+
+
+def _bare_server(port: int) -> None:
+    """A grpc.aio server whose AddJob answers at once (run in a process of its own)."""
+    import asyncio
+
+    import grpc
+    import uvloop
+
+    from disq.proto_gen import api_pb2, api_pb2_grpc
+
+    class Bare(api_pb2_grpc.QueueServicer):  # type: ignore[misc]
+        async def AddJob(self, request: Any, context: Any) -> Any:
+            return api_pb2.AddJobResponse(id="D-00000000-bare")
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        api_pb2_grpc.add_QueueServicer_to_server(Bare(), server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    uvloop.install()
+    asyncio.run(serve())
 
 
 def resp_add_job(port: int) -> Callable[..., str]:
@@ -171,6 +198,25 @@ def main() -> int:
             rows.append(
                 measure(f"raw grpc sync AddJob R{r}", lambda: stub.AddJob(req, timeout=10), n, pid)
             )
+
+        bare_port = free_port()
+        bare = multiprocessing.get_context("spawn").Process(target=_bare_server, args=(bare_port,))
+        bare.start()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{bare_port}") as channel:
+                grpc.channel_ready_future(channel).result(timeout=30)
+                stub = api_pb2_grpc.QueueStub(channel)  # type: ignore[no-untyped-call]
+                rows.append(
+                    measure(
+                        "... on a bare server",
+                        lambda: stub.AddJob(req, timeout=10),
+                        n,
+                        bare.pid,
+                    )
+                )
+        finally:
+            bare.terminate()
+            bare.join(10)
 
         with Client(target, discover=False) as c:
             aio = c.aio
