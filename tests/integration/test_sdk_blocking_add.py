@@ -23,12 +23,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from conftest import ServerFactory, free_port  # noqa: E402
+from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
 from disq.client import (  # noqa: E402
     AsyncClient,
     AuthError,
     Client,
+    IndeterminateError,
     InvalidArgumentError,
     MaxLenError,
     NoReplError,
@@ -154,6 +156,41 @@ def test_several_threads_add_at_once(lab3: Lab) -> None:
         assert not errors
         assert len(ids) == len(set(ids)) == threads * per_thread
         assert c.qlen("blocking-threads") == threads * per_thread
+
+
+def test_close_while_threads_add_ends_every_add(lab3: Lab) -> None:
+    """Adds racing a close end with an id, or with the client's own error (UnavailableError
+    once closed, IndeterminateError for one in flight when its channel closed), never hang
+    and never leak grpc's ValueError."""
+    c = Client(addr(lab3, 0), discover=False)
+    started = threading.Barrier(5)
+    outcomes: list[list[object]] = [[] for _ in range(4)]
+
+    def produce(mine: list[object]) -> None:
+        started.wait()
+        while True:
+            try:
+                mine.append(c.add_job("blocking-close", "x", replicate=1))
+            except (UnavailableError, IndeterminateError) as exc:
+                mine.append(exc)
+                if isinstance(exc, UnavailableError):
+                    return
+            except BaseException as exc:
+                mine.append(exc)
+                return
+
+    workers = [threading.Thread(target=produce, args=(o,)) for o in outcomes]
+    for w in workers:
+        w.start()
+    started.wait()
+    eventually(lambda: all(o for o in outcomes), "every thread to have added once")
+    c.close()
+    for w in workers:
+        w.join(30)
+    assert not any(w.is_alive() for w in workers), "an add hung across the close"
+    for mine in outcomes:
+        assert isinstance(mine[-1], UnavailableError), mine[-1]
+        assert all(isinstance(o, str | UnavailableError | IndeterminateError) for o in mine)
 
 
 def test_the_async_client_is_unchanged(lab3: Lab) -> None:
