@@ -191,9 +191,9 @@ class BlockingAdder:
 
         The wait is a health check that waits for the connection (``wait_for_ready``), on
         the caller's thread. Not ``grpc.channel_ready_future``: it polls from a thread of
-        its own, which outlives the wait by up to 0.2 s, and a fork in that window leaves
-        the child's grpc waiting for it forever (seen with GRPC_ENABLE_FORK_SUPPORT=false:
-        the child's channel.close() hung)."""
+        its own, inside grpc for up to 0.2 s after the wait, and grpc skips its fork
+        handlers while another thread is inside it ("Other threads are currently calling
+        into gRPC"), which leaves a child forked in that window without working grpc."""
         if node.ready:
             return True
         try:
