@@ -4,10 +4,10 @@ It runs one AsyncClient on a private event loop in a daemon thread, so both clie
 implementation (discovery, failover, batching, error mapping). Calls from several threads
 are safe and are batched together the way concurrent coroutines are.
 
-``add_job`` is the exception: it runs on the caller's thread over grpc's sync channel
-(:mod:`disq.client.blocking_add`), with the async client's view of the cluster, so a producer
-adding one job at a time does not pay a hop to the loop thread per add. ``add_jobs`` still
-batches on the loop.
+``add_job`` is the exception: one add at a time runs on the caller's thread over grpc's sync
+channel (:mod:`disq.client.blocking_add`), with the async client's view of the cluster, so a
+producer adding one job at a time does not pay a hop to the loop thread per add; adds that
+come while one is on its way go to the loop and are batched as before.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Client:
         except BaseException:
             self._stop_loop()  # bad options (TLS files, ...): no thread left behind
             raise
-        self._adder = BlockingAdder(self._aio, self._refresh)
+        self._adder = BlockingAdder(self._aio, self._refresh, self._add_on_loop)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -54,6 +54,9 @@ class Client:
 
     def _refresh(self) -> None:
         self._run(self._aio._maybe_refresh())
+
+    def _add_on_loop(self, queue: str, body: bytes | str, **options: Any) -> str:
+        return self._run(self._aio.add_job(queue, body, **options))
 
     def close(self) -> None:
         if self._loop.is_closed():
