@@ -50,6 +50,11 @@ from disq.client.errors import (
 from disq.proto_gen import api_pb2
 
 _ADD_JOB = "/disq.v1.Queue/AddJob"
+# After two adds overlap, every add goes to the loop (batched) for this long; then the
+# caller's-thread path is tried again. Long enough that a steady multi-threaded producer
+# stays on the loop (a retry costs one overlap), short enough that a producer gone back to
+# one thread gets the fast path within a second.
+SHARED_FOR_S = 1.0
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
@@ -77,11 +82,12 @@ class BlockingAdder:
         self._refresh = refresh  # runs the async client's refresh on its loop thread
         self._add_on_loop = add_on_loop  # the async client's add_job, run on its loop
         self._pid = os.getpid()
-        self._lock = threading.Lock()  # guards _nodes, _closed and the two counts
+        self._lock = threading.Lock()  # guards _nodes, _closed and _on_loop
         self._loop_idle = threading.Condition(self._lock)  # _on_loop went to 0
         self._nodes: dict[str, _SyncNode] = {}
         self._closed = False
-        self._in_flight = 0  # adds on the caller's-thread path now
+        self._alone = threading.Lock()  # held by the add on the caller's-thread path
+        self._shared_until = 0.0  # monotonic time until which adds go to the loop
         self._on_loop = 0  # adds handed to the loop now
 
     def close(self) -> None:
@@ -102,37 +108,37 @@ class BlockingAdder:
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         """The async client's ``add_job`` (same options, same errors), blocking.
 
-        One add at a time goes on the caller's thread; an add that comes while another is
-        on its way goes to the loop instead, where the adds of that moment travel as one
-        AddJobs. A lone producer so saves the hop, and many threads keep the batching: a
-        unary call per add would cap them at what one call costs the node (~1,700 adds/s
-        from 16 or 64 threads against 8,000-15,000 batched; docs/benchmarks.md)."""
+        An add goes on the caller's thread while this client's adds come one at a time. Once
+        two overlap (several threads publishing), the one that finds the other on its way
+        goes to the loop, and so does every add for the next ``SHARED_FOR_S``: there the
+        adds of one moment travel as one AddJobs. A lone producer so saves the hop, and
+        many threads keep the batching, which a unary call per add would lose (one call's
+        cost on the node caps it), and which even one thread's unary calls beside it halve
+        (they take the GIL from the loop; scripts/probe_add_threads.py)."""
         if os.getpid() != self._pid:
             raise UnavailableError(
                 f"this client was made in process {self._pid}, before a fork: "
                 "make a new Client in the child"
             )
+        if self._closed:
+            raise UnavailableError("client is closed")
+        if time.monotonic() >= self._shared_until and self._alone.acquire(blocking=False):
+            try:
+                return self._add_here(queue, body, options)
+            finally:
+                self._alone.release()
+        self._shared_until = time.monotonic() + SHARED_FOR_S
         with self._lock:
             if self._closed:
                 raise UnavailableError("client is closed")
-            alone = self._in_flight == 0
-            if alone:
-                self._in_flight += 1
-            else:
-                self._on_loop += 1
-        if not alone:
-            try:
-                return self._add_on_loop(queue, body, **options)
-            finally:
-                with self._lock:
-                    self._on_loop -= 1
-                    if not self._on_loop:
-                        self._loop_idle.notify_all()
+            self._on_loop += 1
         try:
-            return self._add_here(queue, body, options)
+            return self._add_on_loop(queue, body, **options)
         finally:
             with self._lock:
-                self._in_flight -= 1
+                self._on_loop -= 1
+                if not self._on_loop:
+                    self._loop_idle.notify_all()
 
     def _add_here(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
         request = api_pb2.AddJobRequest()

@@ -73,6 +73,28 @@ def test_add_is_answered_and_the_job_is_there(lab3: Lab) -> None:
         c.ack(job.id)
 
 
+def test_a_lone_producer_adds_on_its_thread_and_overlapping_adds_are_batched(lab3: Lab) -> None:
+    with Client(addr(lab3, 0), discover=False) as c:
+        adder = c._adder
+        on_loop = adder._add_on_loop
+        hops: list[str] = []
+
+        def counted(queue: str, body: bytes | str, **options: Any) -> str:
+            hops.append(queue)
+            return on_loop(queue, body, **options)
+
+        adder._add_on_loop = counted
+        ids = [c.add_job("blocking-lone", f"{k}", replicate=1) for k in range(20)]
+        assert hops == [] and len(set(ids)) == 20
+        # An add that finds another on its way joins the loop's batch, and so do the adds
+        # right after it.
+        with adder._alone:
+            assert c.add_job("blocking-overlap", "x", replicate=1).startswith("D-")
+        assert c.add_job("blocking-overlap", "y", replicate=1).startswith("D-")
+        assert hops == ["blocking-overlap", "blocking-overlap"]
+        assert c.qlen("blocking-overlap") == 2
+
+
 def test_add_fails_over_past_a_dead_node(tmp_path: Path) -> None:
     with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
         lab.kill9(0)
