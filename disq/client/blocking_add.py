@@ -6,8 +6,9 @@ itself goes through grpc.aio. For a producer that adds one job at a time (a Cele
 publish) that is two thread switches and the aio machinery per add: ~550 us of the client's
 CPU per add against ~330 us here, where grpc's bare sync stub takes ~250 us
 (docs/benchmarks.md, "Issue 29: Celery publishing"). Here the caller's thread makes one
-unary ``AddJob`` on a ``grpc.Channel`` (thread-safe: concurrent callers share its HTTP/2
-connection, each with its own stream) and returns when the node has answered, as before.
+unary ``AddJob`` on a ``grpc.Channel`` and returns when the node has answered, as before.
+That is for adds that come one at a time; adds that overlap go to the loop, batched
+(:meth:`BlockingAdder.add_job` says why).
 
 What stays the async client's: the view of the cluster (the nodes, their priorities and
 backoffs, the home node ``last_node``), its refresh (a Hello, on the loop thread, when the

@@ -4,10 +4,10 @@ It runs one AsyncClient on a private event loop in a daemon thread, so both clie
 implementation (discovery, failover, batching, error mapping). Calls from several threads
 are safe and are batched together the way concurrent coroutines are.
 
-``add_job`` is the exception: one add at a time runs on the caller's thread over grpc's sync
-channel (:mod:`disq.client.blocking_add`), with the async client's view of the cluster, so a
-producer adding one job at a time does not pay a hop to the loop thread per add; adds that
-come while one is on its way go to the loop and are batched as before.
+``add_job`` is the exception: while adds come one at a time they run on the caller's thread
+over grpc's sync channel (:mod:`disq.client.blocking_add`), with the async client's view of
+the cluster, so a lone producer does not pay a hop to the loop thread per add; once adds
+overlap (several threads), they go to the loop and are batched as before.
 """
 
 from __future__ import annotations
