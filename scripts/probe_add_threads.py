@@ -8,9 +8,10 @@
   unary     every add on its caller's thread, each a unary AddJob (what ``now`` would do
             without handing the concurrent adds to the loop)
 
-One node (cluster/lab.py, AOF fsync everysec), REPLICATE 1, 600-byte bodies; each row
-interleaved with the others, ``--rounds`` times, the best round kept (the machine's other
-load only ever slows a round down).
+One node (cluster/lab.py, AOF fsync everysec), REPLICATE 1, 600-byte bodies; the rows
+interleaved in a random order, ``--rounds`` times, the best round kept (the machine's other
+load only ever slows a round down). "now" after a round with overlapping adds starts on
+the loop for up to a second (SHARED_FOR_S), as a real producer would.
 
     .venv/bin/python scripts/probe_add_threads.py [--adds 2000] [--rounds 2]
 """
@@ -18,6 +19,7 @@ load only ever slows a round down).
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import tempfile
 import threading
@@ -82,7 +84,9 @@ def main() -> int:
             for threads in (1, 4, 16, 64):
                 best = dict.fromkeys(paths, 0.0)
                 for _ in range(args.rounds):
-                    for name, add in paths.items():
+                    order = list(paths.items())
+                    random.shuffle(order)  # no row always runs after the same one
+                    for name, add in order:
                         best[name] = max(best[name], rate(add, threads, args.adds))
                 log(f"{threads} threads: {best}")
                 lines.append(
