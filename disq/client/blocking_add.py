@@ -114,8 +114,9 @@ class BlockingAdder:
         goes to the loop, and so does every add for the next ``SHARED_FOR_S``: there the
         adds of one moment travel as one AddJobs. A lone producer so saves the hop, and
         many threads keep the batching, which a unary call per add would lose (one call's
-        cost on the node caps it), and which even one thread's unary calls beside it halve
-        (they take the GIL from the loop; scripts/probe_add_threads.py)."""
+        cost on the node caps it: ~1,700 adds/s from 16 or 64 threads against 9,000-16,000
+        batched), and which one thread's unary calls beside it would slow (they take the
+        GIL from the loop; scripts/probe_add_threads.py, docs/benchmarks.md)."""
         if os.getpid() != self._pid:
             raise UnavailableError(
                 f"this client was made in process {self._pid}, before a fork: "
