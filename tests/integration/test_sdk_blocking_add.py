@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -271,15 +272,23 @@ def test_a_forked_child_adds_through_a_new_client(lab3: Lab) -> None:
         base = queue_before.qlen("forked")
     finally:
         queue_before.close()
-    done = subprocess.run(
+    # Its own session: a child hung in grpc is killed with the script, not left behind.
+    proc = subprocess.Popen(
         [sys.executable, "-c", FORK_SCRIPT, addr(lab3, 0)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
+        start_new_session=True,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"the fork script hung:\n{stderr[-2000:]}") from None
+    assert proc.returncode == 0, stderr[-2000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["child_status"] == 0
     assert out["child"]["inherited"].startswith("refused: this client was made in process")
     assert out["child"]["own"].startswith("D-")
