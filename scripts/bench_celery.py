@@ -7,8 +7,11 @@ for each broker row:
 
   * redis             ``redis://127.0.0.1:PORT/0``
   * disq-repl1        ``disq://node0?replicate=1&discover=0``
-  * disq-repl3        ``disq://node0?replicate=3&discover=0`` (a copy on every node
-                      before the add is answered)
+  * disq-repl2        ``disq://node0?replicate=2&discover=0`` (the cluster's majority:
+                      a copy on one more node before the add is answered)
+  * disq-repl3        ``disq://node0?replicate=3&discover=0`` (a copy on every node)
+
+(``--rows`` picks some of them; redis is always run, every ratio is to it.)
 
 ``discover=0`` keeps the producer and the worker on the same node, as they are with one
 Redis (otherwise the SDK may pick two different nodes and federation moves every job).
@@ -22,6 +25,9 @@ early acks). Medians of ``--repeat`` runs; ratios to Redis.
 
   .venv/bin/python scripts/bench_celery.py
   .venv/bin/python scripts/bench_celery.py --tasks 2000 --repeat 1 --markdown /tmp/celery.md
+
+The disq nodes run the tree's code as it is (compiled by mypyc when built and not stale; with
+``DISQ_PURE=1`` in the environment, the Python sources): the table's header says which.
 """
 
 from __future__ import annotations
@@ -176,11 +182,30 @@ def run_row(url: str, queue: str, tasks: int, workdir: Path) -> tuple[float, flo
     return tasks / publish_s, (tasks - 1) / (last - first)
 
 
+def node_code() -> str:
+    """How the nodes run the tree's modules: compiled (mypyc) or the Python sources."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import disq._native as n; print(n.STATE)"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    state = done.stdout.strip() or "unknown"
+    return "compiled" if state == "compiled" else f"pure Python ({state})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--markdown", type=Path, help="also write the table here")
+    ap.add_argument(
+        "--rows",
+        default="disq-repl1,disq-repl2,disq-repl3",
+        help="the disq rows to run, comma-separated (default: all three)",
+    )
     args = ap.parse_args()
 
     load_before = os.getloadavg()[0]
@@ -192,11 +217,13 @@ def main() -> int:
     try:
         lab.start()
         node0 = f"127.0.0.1:{lab.node(0).bus_port}"
-        rows = {
-            "redis": f"redis://127.0.0.1:{redis_port}/0",
-            "disq-repl1": f"disq://{node0}?replicate=1&discover=0",
-            "disq-repl3": f"disq://{node0}?replicate=3&discover=0",
-        }
+        disq_rows = {f"disq-repl{r}": f"disq://{node0}?replicate={r}&discover=0" for r in (1, 2, 3)}
+        wanted = [name.strip() for name in args.rows.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in disq_rows]
+        if unknown:
+            raise SystemExit(f"unknown rows {unknown}: pick from {sorted(disq_rows)}")
+        rows = {"redis": f"redis://127.0.0.1:{redis_port}/0"}
+        rows.update((name, disq_rows[name]) for name in wanted)
         for r in range(args.repeat):
             for name, url in rows.items():
                 queue = f"bench-{name}-{r}"
@@ -216,15 +243,17 @@ def main() -> int:
     base_pub, base_con = med["redis"]
     lines = [
         f"Celery {args.tasks} no-op tasks, one `--pool solo` worker, median of {args.repeat}",
-        f"({machine_info()}; 1-min load before: {load_before:.2f}, "
+        f"({machine_info()}; disq nodes {node_code()}; 1-min load before: {load_before:.2f}, "
         f"after: {os.getloadavg()[0]:.2f})",
         "",
-        "| broker | publish tasks/s | x Redis | consume tasks/s | x Redis |",
-        "| --- | --- | --- | --- | --- |",
+        "| broker | publish tasks/s | x Redis | consume tasks/s | x Redis | runs (pub / con) |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, (pub, con) in med.items():
+        runs = ", ".join(f"{p:,.0f} / {c:,.0f}" for p, c in results[name])
         lines.append(
-            f"| {name} | {pub:,.0f} | {pub / base_pub:.2f} | {con:,.0f} | {con / base_con:.2f} |"
+            f"| {name} | {pub:,.0f} | {pub / base_pub:.2f} | {con:,.0f} | {con / base_con:.2f} "
+            f"| {runs} |"
         )
     text = "\n".join(lines)
     print(text)

@@ -3,6 +3,11 @@
 It runs one AsyncClient on a private event loop in a daemon thread, so both clients share one
 implementation (discovery, failover, batching, error mapping). Calls from several threads
 are safe and are batched together the way concurrent coroutines are.
+
+``add_job`` is the exception: while adds come one at a time they run on the caller's thread
+over grpc's sync channel (:mod:`disq.client.blocking_add`), with the async client's view of
+the cluster, so a lone producer does not pay a hop to the loop thread per add; once adds
+overlap (several threads), they go to the loop and are batched as before.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Seque
 from typing import Any, TypeVar
 
 from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr, Schedule
+from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError
 from disq.client.routes import SyncRoutesMixin
 from disq.proto_gen import api_pb2
@@ -26,7 +32,12 @@ class Client(SyncRoutesMixin):
         self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")
         self._thread.daemon = True
         self._thread.start()
-        self._aio: AsyncClient = self._run(_make(addresses, options))
+        try:
+            self._aio: AsyncClient = self._run(_make(addresses, options))
+        except BaseException:
+            self._stop_loop()  # bad options (TLS files, ...): no thread left behind
+            raise
+        self._adder = BlockingAdder(self._aio, self._refresh, self._add_on_loop)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -42,10 +53,20 @@ class Client(SyncRoutesMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _refresh(self) -> None:
+        self._run(self._aio._maybe_refresh())
+
+    def _add_on_loop(self, queue: str, body: bytes | str, **options: Any) -> str:
+        return self._run(self._aio.add_job(queue, body, **options))
+
     def close(self) -> None:
         if self._loop.is_closed():
             return
+        self._adder.close()  # first: an add racing the close fails fast, never hangs
         self._run(self._aio.close())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
@@ -63,7 +84,8 @@ class Client(SyncRoutesMixin):
         return self._aio.cluster_size
 
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
-        return self._run(self._aio.add_job(queue, body, **options))
+        """AsyncClient.add_job's options and errors; runs on the calling thread."""
+        return self._adder.add_job(queue, body, **options)
 
     def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
         return self._run(self._aio.add_jobs(list(jobs)))

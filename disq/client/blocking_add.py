@@ -1,0 +1,270 @@
+"""The blocking client's add on the caller's own thread: grpc's sync channel, no loop hop.
+
+Why: ``Client`` runs an :class:`AsyncClient` on a private loop thread, so each blocking call
+hands a coroutine to that thread and waits for it (``run_coroutine_threadsafe``), and the call
+itself goes through grpc.aio. For a producer that adds one job at a time (a Celery or Dramatiq
+publish) that is two thread switches and the aio machinery per add: ~550 us of the client's
+CPU per add against ~330 us here, where grpc's bare sync stub takes ~250 us
+(docs/benchmarks.md, "Issue 29: Celery publishing"). Here the caller's thread makes one
+unary ``AddJob`` on a ``grpc.Channel`` and returns when the node has answered, as before.
+That is for adds that come one at a time; adds that overlap go to the loop, batched
+(:meth:`BlockingAdder.add_job` says why).
+
+What stays the async client's: the view of the cluster (the nodes, their priorities and
+backoffs, the home node ``last_node``), its refresh (a Hello, on the loop thread, when the
+view is due, as often as the async client does it), the password metadata and the TLS
+credentials. So both paths choose the same node in the same order and set aside the same dead
+ones. That view is read and its plain fields written from the callers' threads too: each
+write is a single attribute store (atomic under the GIL) and a stale read only orders the
+candidates differently, which every caller tolerates already.
+
+The failover rules are the async client's (see :mod:`disq.client.aio`): a node whose channel
+cannot connect within ``connect_timeout_s`` is set aside and the next one tried; an add that
+may have left is never sent twice (:class:`IndeterminateError`); a node's refusal is raised as
+its class (:mod:`disq.client.errors`); LEAVING moves the add to the next node.
+
+Fork: grpc's channels do not survive ``fork``. A client belongs to the process that made it;
+used in a forked child it raises at once instead of touching the parent's channels (make a
+new ``Client`` in the child, as the kombu transport does).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from disq.client.aio import _CHANNEL_OPTIONS, _NOT_SENT, AsyncClient, NodeAddr, _fill_add
+from disq.client.errors import (
+    AuthError,
+    DisqError,
+    IndeterminateError,
+    LeavingError,
+    UnavailableError,
+    from_metadata,
+)
+from disq.proto_gen import api_pb2
+
+_ADD_JOB = "/disq.v1.Queue/AddJob"
+# After two adds overlap, every add goes to the loop (batched) for this long; then the
+# caller's-thread path is tried again. Long enough that a steady multi-threaded producer
+# stays on the loop (a retry costs one overlap), short enough that a producer gone back to
+# one thread gets the fast path within a second.
+SHARED_FOR_S = 1.0
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+
+@dataclass(slots=True)
+class _SyncNode:
+    """One node's sync channel. ``ready``: the channel was seen connected and nothing failed
+    on it since, so an add goes out without asking the channel's state first."""
+
+    channel: grpc.Channel
+    add_job: Any  # the AddJob multi-callable
+    probe: Any  # the health check's multi-callable (bytes in, bytes out)
+    ready: bool = False
+
+
+class BlockingAdder:
+    """``add_job`` for :class:`disq.client.sync.Client`, run on the calling thread."""
+
+    def __init__(
+        self,
+        aio: AsyncClient,
+        refresh: Callable[[], None],
+        add_on_loop: Callable[..., str],
+    ) -> None:
+        self._aio = aio
+        self._refresh = refresh  # runs the async client's refresh on its loop thread
+        self._add_on_loop = add_on_loop  # the async client's add_job, run on its loop
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # guards _nodes, _closed and _on_loop
+        self._loop_idle = threading.Condition(self._lock)  # _on_loop went to 0
+        self._nodes: dict[str, _SyncNode] = {}
+        self._closed = False
+        self._alone = threading.Lock()  # held by the add on the caller's-thread path
+        self._shared_until = 0.0  # monotonic time until which adds go to the loop
+        self._on_loop = 0  # adds handed to the loop now
+
+    def close(self) -> None:
+        """Refuse new adds, wait for those handed to the loop (so the loop is not stopped
+        under them: an add submitted to a stopped loop would wait forever), and close the
+        channels (an add on its way here ends with IndeterminateError)."""
+        forked = os.getpid() != self._pid
+        with self._lock:
+            self._closed = True
+            nodes, self._nodes = self._nodes, {}
+            while self._on_loop and not forked:  # a forked child has none of those threads
+                self._loop_idle.wait()
+        if forked:
+            return  # the parent's channels: not ours to shut down from a forked child
+        for node in nodes.values():
+            node.channel.close()
+
+    def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
+        """The async client's ``add_job`` (same options, same errors), blocking.
+
+        An add goes on the caller's thread while this client's adds come one at a time. Once
+        two overlap (several threads publishing), the one that finds the other on its way
+        goes to the loop, and so does every add for the next ``SHARED_FOR_S``: there the
+        adds of one moment travel as one AddJobs. A lone producer so saves the hop, and
+        many threads keep the batching, which a unary call per add would lose (one call's
+        cost on the node caps it: ~1,700 adds/s from 16 or 64 threads against 9,000-16,000
+        batched), and which one thread's unary calls beside it would slow (they take the
+        GIL from the loop; scripts/probe_add_threads.py, docs/benchmarks.md)."""
+        if os.getpid() != self._pid:
+            raise UnavailableError(
+                f"this client was made in process {self._pid}, before a fork: "
+                "make a new Client in the child"
+            )
+        if self._closed:
+            raise UnavailableError("client is closed")
+        if time.monotonic() >= self._shared_until and self._alone.acquire(blocking=False):
+            try:
+                return self._add_here(queue, body, options)
+            finally:
+                self._alone.release()
+        self._shared_until = time.monotonic() + SHARED_FOR_S
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("client is closed")
+            self._on_loop += 1
+        try:
+            return self._add_on_loop(queue, body, **options)
+        finally:
+            with self._lock:
+                self._on_loop -= 1
+                if not self._on_loop:
+                    self._loop_idle.notify_all()
+
+    def _add_here(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
+        request = api_pb2.AddJobRequest()
+        _fill_add(request, queue, body, **options)  # TypeError/ValueError: a bad argument
+        aio = self._aio
+        if aio.discover and (
+            aio._refreshed_at < 0 or time.monotonic() - aio._refreshed_at >= aio.refresh_s
+        ):
+            self._refresh()
+        deadline_s = request.timeout_ms / 1000 + aio.timeout_s
+        refused: set[str] = set()  # said LEAVING to this add
+        last = "no node known"
+        for n in aio._candidates():
+            if n.addr in refused:
+                continue
+            node = self._node(n.addr)
+            if not self._connected(node, n):
+                last = f"{n.addr}: not reachable"
+                continue
+            try:
+                response = node.add_job(request, timeout=deadline_s, metadata=aio._metadata)
+            except ValueError:
+                # Its channel was closed under us (the address was just forgotten, or the
+                # client closed): the call never started, so the next node may take it.
+                last = f"{n.addr}: channel closed"
+                continue
+            except grpc.RpcError as exc:
+                err = _refusal(exc, n.addr)
+                if err is None:
+                    node.ready = False
+                    aio._mark_down(n)
+                    code, details = _status(exc)
+                    if code == grpc.StatusCode.UNAVAILABLE and any(s in details for s in _NOT_SENT):
+                        last = f"{n.addr}: {details}"
+                        continue  # never left: safe to send elsewhere
+                    raise IndeterminateError(
+                        f"add sent to {n.addr} but no answer came ({code.name}): the job may exist",
+                        node=n.addr,
+                    ) from None
+                if isinstance(err, LeavingError):
+                    refused.add(n.addr)
+                    if any(c.addr not in refused for c in aio._candidates()):
+                        # The node is draining: the job was not added there; the add and
+                        # the client's home move to the next node.
+                        aio._mark_down(n)
+                        if aio.last_node == n.addr:
+                            aio.last_node = None
+                        continue
+                raise err from None
+            aio._mark_up(n)
+            aio.last_node = n.addr
+            return str(response.id)
+        raise UnavailableError(f"AddJob: no node reachable (last: {last})")
+
+    def _node(self, addr: str) -> _SyncNode:
+        node = self._nodes.get(addr)
+        if node is not None:
+            return node
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("client is closed")
+            node = self._nodes.get(addr)
+            if node is None:
+                node = self._nodes[addr] = self._open(addr)
+                self._forget_unknown()
+            return node
+
+    def _open(self, addr: str) -> _SyncNode:
+        tls = self._aio._tls
+        if tls is None:
+            channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+        else:
+            channel = grpc.secure_channel(
+                addr,
+                self._aio._credentials,
+                options=[*_CHANNEL_OPTIONS, *tls.channel_options()],
+            )
+        add = channel.unary_unary(
+            _ADD_JOB,
+            request_serializer=api_pb2.AddJobRequest.SerializeToString,
+            response_deserializer=api_pb2.AddJobResponse.FromString,
+        )
+        # Every node serves the standard health service; its empty request is b"".
+        probe = channel.unary_unary(_HEALTH_CHECK)
+        return _SyncNode(channel, add, probe)
+
+    def _forget_unknown(self) -> None:
+        """Close the channels of addresses the async client no longer knows (a node that
+        moved, a forgotten one); called under the lock when a channel is added, so the
+        table never holds more channels than the client has known addresses plus one."""
+        known = set(self._aio._nodes)
+        for addr in [a for a in self._nodes if a not in known]:
+            self._nodes.pop(addr).channel.close()
+
+    def _connected(self, node: _SyncNode, n: NodeAddr) -> bool:
+        """Wait up to ``connect_timeout_s`` for a channel not known to be connected: a node
+        that does not connect has certainly not received the add, so the next one may.
+
+        The wait is a health check that waits for the connection (``wait_for_ready``), on
+        the caller's thread. Not ``grpc.channel_ready_future``: it polls from a thread of
+        its own, inside grpc for up to 0.2 s after the wait, and grpc skips its fork
+        handlers while another thread is inside it ("Other threads are currently calling
+        into gRPC"), which leaves a child forked in that window without working grpc."""
+        if node.ready:
+            return True
+        try:
+            node.probe(b"", timeout=self._aio.connect_timeout_s, wait_for_ready=True)
+        except grpc.RpcError:
+            self._aio._mark_down(n)
+            return False
+        node.ready = True
+        return True
+
+
+def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    call: Any = exc  # a failed sync call is both an RpcError and a grpc.Call
+    return call.code(), call.details() or ""
+
+
+def _refusal(exc: grpc.RpcError, addr: str) -> DisqError | None:
+    """The node's own refusal (its ErrorInfo, or a refused password), or None for a failure
+    of the transport."""
+    code, details = _status(exc)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthError(details or "NOAUTH Authentication required.", node=addr)
+    call: Any = exc
+    return from_metadata(call.trailing_metadata(), details, addr)
