@@ -222,8 +222,16 @@ class NodeServices:
         return m.leaving
 
     def cluster_reset(self, hard: bool) -> None:
-        self.cluster.membership.reset(self.now_ms())
+        # SOFT and HARD alike: Disque's HARD also takes a new node id, which disq does not
+        # (the id names the data dir's node for good: job ids, the AOF, the view file);
+        # the forgotten peers are ignored until a meet either way (membership.py).
+        runtime = self.runtime
+        runtime.core.cluster_reset(self.now_ms())
         self.after_commands()
+        if runtime.aof.writer is not None:
+            # The DELJOBs are in the file; a rewrite also drops the idempotency keys and
+            # key votes of the flushed jobs, which a restart would otherwise load again.
+            runtime.aof.request_rewrite()
 
     def cluster_info(self) -> list[tuple[str, str | int]]:
         m = self.cluster.membership
