@@ -11,6 +11,9 @@
 # The suite runs in a temporary copy, never in this repository. Nodes run this checkout's
 # code, pure Python unless DISQ_PURE is set to something else than 1 in the environment.
 # Prints the suite's own output, then one line: units, checks passed, checks failed.
+# DISQUE_BASE_PORT sets the first node's port (the suite's own is 25000; its bus is 10000
+# above, which the suite does not check): random in 20000-28999 by default, so two runs on
+# one machine seldom meet.
 set -euo pipefail
 
 DISQUE_REPO=https://github.com/antirez/disque
@@ -44,6 +47,9 @@ fi
 mkdir -p "$work/run/src"
 cp -R "$src/tests" "$work/run/tests"
 mkdir -p "$work/run/tests/cluster/tmp"
+base_port=${DISQUE_BASE_PORT:-$((20000 + RANDOM % 9000))}
+sed -i "s/^set ::disque_base_port .*/set ::disque_base_port $base_port/" \
+  "$work/run/tests/instances.tcl"
 cat >"$work/run/src/disque-server" <<EOF
 #!/bin/sh
 # disque-server CONFIG -> disq-node CONFIG (drop-in mode), this checkout's code.
