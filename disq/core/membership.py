@@ -82,6 +82,9 @@ MEET_PROBES_KEPT = 256
 FORGOTTEN_MAX = 4096
 """Bound of the nodes a CLUSTER RESET keeps ignoring (the oldest are let go past it)."""
 
+FORMER_IDS_MAX = 64
+"""This node's ids before its hard resets, kept so that no gossip teaches them back."""
+
 FORGET_BAN_MS = 60_000
 """Redis's CLUSTER FORGET blacklist: the node cannot be re-added by gossip for 60 s, so the
 operator has time to forget it on every node before anyone re-teaches it."""
@@ -206,6 +209,9 @@ class Membership:
         # insertion order is age, for FORGOTTEN_MAX.
         self._forgotten: dict[str, None] = {}
         self._meet_probes: dict[int, None] = {}  # our meets' probe ids, while _forgotten
+        # Our own ids before a CLUSTER RESET HARD: the peers that knew us by one gossip it,
+        # at our own address, and a node taken from it would be a ghost peer (ours).
+        self._former_ids: dict[str, None] = {}
         self.ignored = 0  # messages of forgotten nodes ignored (membership's and the cores')
         # Pending dissemination: node id -> [times sent, change sequence]. The record itself is
         # read from the view when sent, so a newer change of the same node replaces the old one.
@@ -341,10 +347,17 @@ class Membership:
         self._remove(node_id)
         self._banned[node_id] = now_ms + FORGET_BAN_MS
 
-    def reset(self, now_ms: int) -> None:
+    def reset(self, now_ms: int, new_id: str = "") -> None:
         """CLUSTER RESET: forget every peer, and ignore what they send until a meet (see
         the module's doc). Old bans are lifted: a forgotten node comes back by a meet alone,
-        at once. What was still to be sent to them is dropped."""
+        at once. What was still to be sent to them is dropped. ``new_id``: HARD, this node
+        is a new node from now on (incarnation 0), and its old id is never taken as a peer."""
+        if new_id and new_id != self._me.node_id:
+            former = self._former_ids
+            former[self._me.node_id] = None
+            while len(former) > FORMER_IDS_MAX:
+                del former[next(iter(former))]
+            self._me = replace(self._me, node_id=new_id, incarnation=0)
         forgotten = self._forgotten
         for node_id in list(self._members):
             self._remove(node_id)
@@ -399,6 +412,8 @@ class Membership:
         }
         if self._forgotten:
             snap["forgotten"] = list(self._forgotten)
+        if self._former_ids:
+            snap["former_ids"] = list(self._former_ids)
         return snap
 
     @classmethod
@@ -460,6 +475,9 @@ class Membership:
         for node_id in snapshot.get("forgotten", ()):
             if isinstance(node_id, str) and node_id not in m._members:
                 m._forgotten[node_id] = None
+        for node_id in snapshot.get("former_ids", ()):
+            if isinstance(node_id, str) and node_id != me.node_id:
+                m._former_ids[node_id] = None
         m._invalidate()
         for node_id, e in m._members.items():
             if e.rec.state == ALIVE:
@@ -686,7 +704,7 @@ class Membership:
         if rec.node_id == self._me.node_id:
             self._about_me(rec)
             return
-        if self._is_banned(rec.node_id, now_ms):
+        if self._is_banned(rec.node_id, now_ms) or rec.node_id in self._former_ids:
             return
         if self._forgotten and rec.node_id in self._forgotten:
             if not trusted or rec.state not in (ALIVE, SUSPECT):

@@ -224,15 +224,16 @@ class NodeCore:
                 raise
             self.errors.append((f"link up {node_id}", exc))
 
-    def cluster_reset(self, now_ms: int) -> None:
+    def cluster_reset(self, now_ms: int, new_id: str = "") -> None:
         """CLUSTER RESET (Disque's clusterReset): membership forgets every peer and ignores
         them until a meet, and every job and queue goes (flushServerData), their deletions
         logged so a restart does not load them again. Nothing the cores still had for the
-        peers leaves. The beanstalk door's tubes are not the cluster's and stay, as do the
+        peers leaves. ``new_id`` (HARD): the node's id from now on; the cores read it from
+        membership. The beanstalk door's tubes are not the cluster's and stay, as do the
         schedule definitions (the table a meet syncs again)."""
         membership, disque = self.membership, self.disque
         if membership is not None:
-            membership.reset(now_ms)
+            membership.reset(now_ms, new_id)
         if disque is not None:
             disque.flushall(log_deletes=True)
             disque.outbox.clear()

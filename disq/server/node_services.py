@@ -222,11 +222,14 @@ class NodeServices:
         return m.leaving
 
     def cluster_reset(self, hard: bool) -> None:
-        # SOFT and HARD alike: Disque's HARD also takes a new node id, which disq does not
-        # (the id names the data dir's node for good: job ids, the AOF, the view file);
-        # the forgotten peers are ignored until a meet either way (membership.py).
+        # HARD also takes a new node id, as Disque's: the peers that knew the old one are
+        # refused at their next connect (a link checks the id it reaches), and the jobs
+        # made from now on carry the new one.
         runtime = self.runtime
-        runtime.core.cluster_reset(self.now_ms())
+        new_id = secrets.token_hex(20) if hard else ""
+        runtime.core.cluster_reset(self.now_ms(), new_id)
+        if new_id:
+            self.cluster.adopt_node_id(new_id)
         self.after_commands()
         if runtime.aof.writer is not None:
             # The DELJOBs are in the file; a rewrite also drops the idempotency keys and

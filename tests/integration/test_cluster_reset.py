@@ -72,9 +72,12 @@ def _watch_empty(lab: Lab, nodes: list[int], alone: bool) -> int:
     return looks
 
 
-def _reset_like_disques_init(node: NodeHandle) -> None:
+def _reset_like_disques_init(lab: Lab, i: int) -> None:
     # tests/cluster/tests/includes/init-tests.tcl, "Cluster nodes hard reset".
-    assert node.call("CLUSTER", "RESET", "HARD") == "OK"
+    node = lab.nodes[i]
+    old_id = node.id
+    lab.cluster_reset(i)  # CLUSTER RESET HARD
+    assert node.id != old_id  # Disque's hard reset: a new node id
     assert node.call("CLUSTER", "LEAVING", "no") == "OK"
     assert node.call("CONFIG", "SET", "cluster-node-timeout", NODE_TIMEOUT_MS) == "OK"
     assert node.call("CONFIG", "REWRITE") == "OK"
@@ -119,7 +122,7 @@ def test_a_hard_reset_of_each_node_in_turn_leaves_nothing_that_comes_back(
             # Each node's jobs were in every node; the ones not reset yet still hold them,
             # requeue them at their RETRY and tell the holders, the reset node among them.
             assert any(lab.nodes[j].call("SHOW", job_ids[0]) for j in range(i, 3))
-            _reset_like_disques_init(lab.nodes[i])
+            _reset_like_disques_init(lab, i)
             assert _watch_empty(lab, list(range(i + 1)), alone=True) > 0
         # Unit 08's init goes on: a chain of MEETs joins the nodes again, and nothing of
         # the old cluster comes back with it.

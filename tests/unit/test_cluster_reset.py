@@ -117,3 +117,20 @@ def test_a_restart_keeps_ignoring_the_nodes_a_reset_forgot() -> None:
     assert b.ignores(_id(1))
     b.on_message(T0, _id(1), Ping(probe_id=2, gossip=[_rec(1)]))
     assert b.member(_id(1)) is None and b.outbox == []
+
+
+def test_a_hard_reset_takes_a_new_id_and_never_takes_the_old_one_as_a_peer() -> None:
+    node = _node(1)
+    m, disque = node.membership, node.disque
+    assert m is not None and disque is not None
+    node.cluster_reset(T0, _id(9))
+    assert m.my_id == _id(9) and m.incarnation == 0 and m.members()[0].node_id == _id(9)
+    job_id = disque.add_job(T0, 1, "q", b"x", timeout_ms=0, repl=1)
+    assert isinstance(job_id, str) and job_id.startswith(f"D-{_id(9)[:8]}-")
+    # Peer 1 meets us again and gossips what it knew: our old id, at our own address.
+    node.on_peer_messages(T0, _id(1), [Ping(probe_id=3, gossip=[_rec(1)], meet=True)])
+    node.on_peer_messages(T0, _id(1), [Ping(probe_id=4, gossip=[_rec(1), _rec(0)])])
+    assert [r.node_id for r in m.members()] == [_id(9), _id(1)]
+    restored = Membership.restore(m.snapshot(), _rec(9), random.Random(3), T0)
+    restored.on_message(T0, _id(1), Ping(probe_id=5, gossip=[_rec(1), _rec(0)]))
+    assert restored.member(_id(0)) is None
