@@ -59,6 +59,20 @@ def test_a_reset_flushes_every_job_and_queue_and_answers_every_waiter() -> None:
     assert disque.jobs == {} and disque.queues == {} and disque.outbox == []
 
 
+def test_keyed_adds_waiting_for_their_keys_vote_are_answered_too() -> None:
+    node = _node(2)
+    disque = node.disque
+    assert disque is not None
+    for token in (5, 6):  # the second repeats the key: it waits for the same vote
+        reply = disque.add_job(T0, token, "q", b"x", timeout_ms=5000, repl=1, idem_key="k")
+        assert reply is PENDING
+    node.cluster_reset(T0 + 1)
+    gone = DisqueError("NOREPL", NOREPL_EXPIRED)
+    assert disque.replies == [(5, gone), (6, gone)]
+    # The key went with the job: an add with it on the reset node is a new add.
+    assert disque.add_job(T0 + 2, 7, "q", b"x", timeout_ms=0, repl=1, idem_key="k") != PENDING
+
+
 def test_a_forgotten_node_makes_no_state_until_it_meets_the_node_again() -> None:
     node = _node(2)
     m, disque = node.membership, node.disque

@@ -35,6 +35,8 @@ class FlushMixin(CoreParts):
             self._reply_add(token, gone)  # and its followers
         for token in self._held_retry_of:
             replies.append((token, gone))
+        for h in self._idem_reruns:  # held retries released, not re-run yet
+            replies.append((h.token, gone))
         for held in self._held_replies.values():
             for token in held.tokens:
                 replies.append((token, held.job_id))  # done: its copies existed
