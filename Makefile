@@ -58,6 +58,7 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_redis_py7.sh
 	scripts/ensure_java.sh
 	scripts/ensure_chromium.sh
+	scripts/ensure_kombu_suite.sh
 	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) $(BIN)/pytest -q -p no:cacheprovider --durations=15 tests
 	DISQ_PURE=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" tests/unit
 	scripts/ensure_beanstalkd.sh

@@ -8,7 +8,13 @@ How Dramatiq's broker contract maps to Disque's commands (through the SDK's bloc
   with DELAY (whole seconds, rounded up) for a delay: the job is not delivered before its
   time, so no worker holds it in memory meanwhile. (Dramatiq's Redis and RabbitMQ brokers
   use a ``<queue>.DQ`` delay queue the worker holds messages from; this broker declares no
-  delay queues.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the options.
+  delay queues.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the options;
+  REPLICATE's default is the majority of the nodes HELLO lists (one node of 3 may be down).
+* The ``broker_priority`` message option (Dramatiq's RabbitMQ broker's: a HIGHER number is
+  served first; the opposite of the actor's own ``priority``) picks the queue's priority
+  step, as the kombu transport's priorities (disq/integrations/common.py): 0..9, steps 0,
+  3, 6, 9 (option ``priority_steps``), one disq queue per step but 0; consumers take the
+  steps highest first.
 * ``consume(queue, prefetch, timeout)`` -> a consumer: blocking GETJOB for the free prefetch
   slots, waiting on the node up to ``timeout``; with every slot taken it waits for an
   ack, not a timer.
@@ -17,8 +23,9 @@ How Dramatiq's broker contract maps to Disque's commands (through the SDK's bloc
   queue name, as the RabbitMQ broker; kept ``dead_message_ttl_s``, 7 days as Redis's), then
   the original is acked. ``requeue`` (worker shutdown) -> NACK: back in the queue at once.
 * Unacked messages (a killed worker) come back after RETRY.
-* ``flush(queue)`` acks every node's queued jobs of the queue (and of its ``.XQ``);
-  ``join`` waits until the queue's QLEN, summed over the nodes, is 0.
+* ``flush(queue)`` acks every node's queued jobs of the queue, of each of its priority
+  steps and of its ``.XQ``; ``join`` waits until the queue's QLEN (its steps', summed over
+  the nodes) is 0.
 
 Failures to reach the cluster raise Dramatiq's ``ConnectionClosed`` (a BrokerConnectionError:
 the worker restarts its consumer and retries acks); refusals raise ``DisqBrokerError``.
@@ -107,6 +114,7 @@ class DisqBroker(dramatiq.Broker):
         self.queues: set[str] = set()
         self._client = client
         self._client_lock = threading.Lock()
+        self._hello_of: Client | None = None  # the client that has asked the cluster
 
     @property
     def client(self) -> Client:
@@ -144,9 +152,10 @@ class DisqBroker(dramatiq.Broker):
             options = {k: v for k, v in message.options.items() if k != _JOB_ID}
             message = dataclasses.replace(message, options=options)
         delay_s = delay_from_seconds(delay / 1000) if delay else 0
+        step = self.settings.priority_step(message.options.get("broker_priority"))
         self.logger.debug("Enqueueing message %r on queue %r.", message.message_id, queue_name)
         self.emit_before("enqueue", message, delay)
-        self._add(queue_name, message.encode(), delay_s)
+        self._add(self.settings.step_queue(queue_name, step), message.encode(), delay_s)
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -157,18 +166,28 @@ class DisqBroker(dramatiq.Broker):
                 f"message of {len(body)} bytes for queue {queue_name!r} is over the limit of "
                 f"{limit} bytes (option max_message_bytes)"
             )
-        opts = self.settings.add_options(delay_s)
-        if ttl_s is not None:
-            opts["ttl_s"] = ttl_s
         with _broker_errors(f"enqueue on {queue_name!r}"):
-            for attempt in range(1, MAX_ENQUEUE_ATTEMPTS):
+            client = self.client
+            for attempt in range(1, MAX_ENQUEUE_ATTEMPTS + 1):
                 try:
-                    return self.client.add_job(queue_name, body, **opts)
+                    if self._hello_of is not client:
+                        # Once per client: the default REPLICATE is the majority of the
+                        # nodes HELLO lists, not of the URL's seeds.
+                        client.hello()
+                        self._hello_of = client
+                    # Read at each attempt: after a failover the client may know the
+                    # cluster anew.
+                    opts = self.settings.add_options(delay_s, cluster_size=client.cluster_size())
+                    if ttl_s is not None:
+                        opts["ttl_s"] = ttl_s
+                    return client.add_job(queue_name, body, **opts)
                 except _ADD_RETRY_REASONS as exc:
+                    if attempt == MAX_ENQUEUE_ATTEMPTS:
+                        raise  # the last: its error raises
                     log.warning(
                         "enqueue_retried", queue=queue_name, attempt=attempt, error=str(exc)
                     )
-            return self.client.add_job(queue_name, body, **opts)  # the last: its error raises
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def get_declared_queues(self) -> set[str]:
         return self.queues.copy()
@@ -180,15 +199,17 @@ class DisqBroker(dramatiq.Broker):
         """Jobs queued for ``queue_name`` on every node that answers (QLEN summed)."""
         total = 0
         for node in self.client.nodes():
-            try:
-                total += self.client.qlen(queue_name, node=node.addr)
-            except UnavailableError:
-                continue
+            for name in self.settings.sub_queues(queue_name):
+                try:
+                    total += self.client.qlen(name, node=node.addr)
+                except UnavailableError:
+                    break
         return total
 
     def flush(self, queue_name: str) -> None:
-        """Ack every queued job of the queue and of its dead-letter queue, on every node."""
-        for name in (queue_name, xq_name(queue_name)):
+        """Ack every queued job of the queue (each priority step) and of its dead-letter
+        queue, on every node."""
+        for name in (*self.settings.sub_queues(queue_name), xq_name(queue_name)):
             with _broker_errors(f"flush {name!r}"):
                 ack_queued(self.client, name)
 
@@ -210,6 +231,7 @@ class _DisqConsumer(Consumer):
     def __init__(self, broker: DisqBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         self.broker = broker
         self.queue_name = queue_name
+        self._queues = broker.settings.sub_queues(queue_name)  # highest priority step first
         self.prefetch = max(1, prefetch)
         self.wait_s = min(timeout / 1000, broker.settings.wait_s) if timeout else 0.001
         self._cache: list[MessageProxy] = []
@@ -270,7 +292,9 @@ class _DisqConsumer(Consumer):
                 self._slots.wait(self.wait_s)
                 return None
         with _broker_errors(f"GETJOB from {self.queue_name!r}"):
-            jobs = self.broker.client.get_jobs(self.queue_name, count=room, timeout_s=self.wait_s)
+            jobs = self.broker.client.get_jobs(
+                self._queues, count=room, timeout_s=self.wait_s, in_order=True
+            )
         for job in jobs:
             try:
                 message = Message.decode(job.body)

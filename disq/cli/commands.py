@@ -125,6 +125,33 @@ def cmd_qlen(args: argparse.Namespace, c: Client, out: Out) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace, c: Client, out: Out) -> int:
+    n = c.purge_queue(args.queue)
+    out.emit({"queue": args.queue, "purged": n}, f"{n}\n")
+    return 0
+
+
+def cmd_routes(args: argparse.Namespace, c: Client, out: Out) -> int:
+    r = c.list_routes()
+    data = {
+        "exchanges": r.exchanges,
+        "bindings": [{"exchange": e, "queue": q, "routing_key": k} for e, q, k in r.bindings],
+        "queues": {n: {"expires_ms": x, "message_ttl_ms": t} for n, (x, t) in r.queues.items()},
+    }
+    human = (
+        table(("EXCHANGE", "TYPE"), sorted(r.exchanges.items()))
+        + "\n"
+        + table(("EXCHANGE", "QUEUE", "ROUTING_KEY"), r.bindings)
+        + "\n"
+        + table(
+            ("QUEUE", "EXPIRES_MS", "MESSAGE_TTL_MS"),
+            [(n, x, t) for n, (x, t) in sorted(r.queues.items())],
+        )
+    )
+    out.emit(data, human)
+    return 0
+
+
 def cmd_queues(args: argparse.Namespace, c: Client, out: Out) -> int:
     sample = asyncio.run(sample_once(args.addr, _options(args)))
     for n in sample.nodes:
@@ -291,6 +318,8 @@ COMMANDS: dict[str, Command] = {
     "show": cmd_show,
     "peek": cmd_peek,
     "qlen": cmd_qlen,
+    "purge": cmd_purge,
+    "routes": cmd_routes,
     "queues": cmd_queues,
     "pause": cmd_pause,
     "nodes": cmd_nodes,
@@ -390,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("queue")
     s.add_argument("--count", type=_peek_count, default=10, help="< 0: newest first")
     cmd("qlen", "a queue's length at the node answering").add_argument("queue")
+    cmd("purge", "ack every queued job of a queue on every node; prints how many").add_argument(
+        "queue"
+    )
+    cmd("routes", "the exchanges, bindings and queue declarations the cluster keeps")
     cmd("queues", "every queue of the cluster, lengths summed over nodes")
     s = cmd("pause", "read or set a queue's pause state")
     s.add_argument("queue")

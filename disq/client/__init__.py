@@ -9,14 +9,18 @@ from disq.client.errors import (
     IndeterminateError,
     InvalidArgumentError,
     LeavingError,
+    LimitError,
     MaxLenError,
     NoJobError,
     NoReplError,
+    NotFoundError,
     OutOfMemoryError,
     PausedError,
+    PreconditionFailedError,
     TooLateError,
     UnavailableError,
 )
+from disq.client.routes import Routes
 from disq.client.sync import Client
 
 __all__ = [
@@ -29,12 +33,16 @@ __all__ = [
     "InvalidArgumentError",
     "Job",
     "LeavingError",
+    "LimitError",
     "MaxLenError",
     "NoJobError",
     "NoReplError",
     "NodeAddr",
+    "NotFoundError",
     "OutOfMemoryError",
     "PausedError",
+    "PreconditionFailedError",
+    "Routes",
     "Schedule",
     "TooLateError",
     "UnavailableError",

@@ -43,6 +43,7 @@ from disq.client.errors import (
     from_info,
     from_metadata,
 )
+from disq.client.routes import AsyncRoutesMixin
 from disq.proto_gen import api_pb2, api_pb2_grpc
 from disq.tls import PemSource, client_tls
 
@@ -214,10 +215,10 @@ def _fill_add(
         req.idempotency_key = idempotency_key
 
 
-class AsyncClient:
+class AsyncClient(AsyncRoutesMixin):
     """The asyncio client. Use ``async with AsyncClient("host:7710") as c:``, or call
     :meth:`close`. Every call has a deadline (``timeout_s``); only a get with
-    ``timeout_s=None`` blocks until jobs come."""
+    ``timeout_s=None`` blocks until jobs come. Exchanges, publish, purge: routes.py."""
 
     def __init__(
         self,
@@ -250,6 +251,7 @@ class AsyncClient:
         self._metadata = ((PASSWORD_KEY, password),) if password else None
         self._rng = rng or random.Random()
         self._nodes: dict[str, NodeAddr] = {a: NodeAddr(a) for a in self.seeds}
+        self._cluster_size = len(self._nodes)  # the last HELLO's node count (seeds: none yet)
         self._refreshed_at = -1.0
         self._refreshing: asyncio.Task[None] | None = None
         self._add_batch: _AddBatch | None = None
@@ -281,6 +283,12 @@ class AsyncClient:
     def nodes(self) -> list[NodeAddr]:
         """What the client knows of the cluster (a copy of its view)."""
         return [NodeAddr(n.addr, n.node_id, n.priority, n.down_until) for n in self._nodes.values()]
+
+    @property
+    def cluster_size(self) -> int:
+        """How many nodes the last HELLO listed (before one: the seeds), failing ones too;
+        ``hello()`` counts as one with discovery off."""
+        return self._cluster_size
 
     def _stub(self, n: NodeAddr) -> Any:
         if n.stub is None:
@@ -358,6 +366,7 @@ class AsyncClient:
                 known.node_id = info.id
                 known.priority = info.priority
             self._forget_unlisted(seen)
+            self._cluster_size = len(seen) or self._cluster_size
             return
         # Nobody answered: keep the view; the calls will report it.
 
@@ -628,13 +637,20 @@ class AsyncClient:
         timeout_s: float | None = 1.0,
         nohang: bool = False,
         with_counters: bool = True,
+        in_order: bool = False,
     ) -> list[Job]:
         """GETJOB: up to ``count`` jobs; [] when none came within ``timeout_s``. Blocks until
-        jobs come only with ``timeout_s=None``."""
+        jobs come only with ``timeout_s=None``. ``in_order``: a queue's jobs before the next
+        queue's (Disque takes one per queue per pass)."""
         qs = [queues] if isinstance(queues, str) else list(queues)
         wait_ms = 0 if timeout_s is None else max(1, int(timeout_s * 1000))
         req = api_pb2.GetJobsRequest(
-            queues=qs, count=count, nohang=nohang, timeout_ms=wait_ms, with_counters=with_counters
+            queues=qs,
+            count=count,
+            nohang=nohang,
+            timeout_ms=wait_ms,
+            with_counters=with_counters,
+            in_order=in_order,
         )
         # The call's deadline leaves the node time to answer "nothing" after its own wait.
         deadline = _FOREVER_S if timeout_s is None else timeout_s + self.timeout_s
@@ -863,6 +879,8 @@ class AsyncClient:
 
     async def hello(self) -> api_pb2.HelloResponse:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
+        # The cluster's size even with discovery off (the URL may name one Service).
+        self._cluster_size = sum(1 for n in r.nodes if n.grpc_port) or self._cluster_size
         return r
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:

@@ -85,6 +85,25 @@ class AuthError(DisqError):
     reason = "NOAUTH"
 
 
+class NotFoundError(DisqError):
+    """No such exchange (AMQP's NOT_FOUND): a passive declare, a bind to it."""
+
+    reason = "NOT_FOUND"
+
+
+class PreconditionFailedError(DisqError):
+    """An exchange redeclared with another type (AMQP's PRECONDITION_FAILED); the message
+    says the existing type."""
+
+    reason = "PRECONDITION_FAILED"
+
+
+class LimitError(DisqError):
+    """A routes table is full (exchanges, bindings or queue declarations): nothing stored."""
+
+    reason = "LIMIT"
+
+
 BY_REASON: dict[int, type[DisqError]] = {
     api_pb2.NOREPL: NoReplError,
     api_pb2.MAXLEN: MaxLenError,
@@ -96,6 +115,9 @@ BY_REASON: dict[int, type[DisqError]] = {
     api_pb2.LEAVING: LeavingError,
     api_pb2.SYNTAX: InvalidArgumentError,
     api_pb2.INDETERMINATE: IndeterminateError,
+    api_pb2.NOT_FOUND: NotFoundError,
+    api_pb2.PRECONDITION_FAILED: PreconditionFailedError,
+    api_pb2.LIMIT: LimitError,
 }
 
 

@@ -14,12 +14,13 @@ from typing import Any, TypeVar
 
 from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr, Schedule
 from disq.client.errors import DisqError
+from disq.client.routes import SyncRoutesMixin
 from disq.proto_gen import api_pb2
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(SyncRoutesMixin):
     def __init__(self, addresses: str | Sequence[str] = DEFAULT_ADDR, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")
@@ -56,6 +57,10 @@ class Client:
 
     def nodes(self) -> list[NodeAddr]:
         return self._aio.nodes()
+
+    def cluster_size(self) -> int:
+        """How many nodes the last HELLO listed (before one: the seeds); no call made."""
+        return self._aio.cluster_size
 
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         return self._run(self._aio.add_job(queue, body, **options))

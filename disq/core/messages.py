@@ -313,6 +313,46 @@ class SchedSync:
     want: bool = False
 
 
+ROUTE_EXCHANGE = 1
+ROUTE_BINDING = 2
+ROUTE_QUEUE = 3
+
+
+@dataclass(slots=True)
+class RouteEntry:
+    """One entry of the routes table (disq/core/routes/): an exchange (``name``,
+    ``exchange_type``), a binding (exchange ``name``, ``queue``, ``routing_key``) or a queue
+    declaration (``name``, ``expires_ms``, ``message_ttl_ms``). The highest
+    ``(version_ms, version_node)`` of one key wins on every node; ``deleted``: a tombstone."""
+
+    kind: int  # ROUTE_EXCHANGE | ROUTE_BINDING | ROUTE_QUEUE
+    name: str
+    queue: str = ""
+    routing_key: str = ""
+    exchange_type: str = ""
+    expires_ms: int = 0
+    message_ttl_ms: int = 0
+    deleted: bool = False
+    version_ms: int = 0
+    version_node: str = ""
+
+    def key(self) -> tuple[int, str, str, str]:
+        return (self.kind, self.name, self.queue, self.routing_key)
+
+
+@dataclass(slots=True)
+class RouteSync:
+    """Routes between nodes: changed entries, pushed at once; ``digest`` of the sender's
+    table alone now and then; a receiver whose digest differs answers with its whole table
+    and ``want`` set, and the sender answers that with its own (as SchedSync). ``whole``:
+    the last message of a whole table (the receiver has heard everything the sender held)."""
+
+    entries: list[RouteEntry] = field(default_factory=list)
+    digest: int = 0
+    want: bool = False
+    whole: bool = False
+
+
 MembershipMessage = Ping | Ack | PingReq
 JobMessage = (
     ReplJob
@@ -332,6 +372,7 @@ JobMessage = (
     | KeyVote
     | KeyVotes
     | SchedSync
+    | RouteSync
 )
 Message = MembershipMessage | JobMessage
 

@@ -50,10 +50,13 @@ from disq.core.messages import (
     KeyVote,
     KeyVotes,
     Message,
+    RouteSync,
     SchedSync,
 )
+from disq.core.routes.table import Routes
 from disq.core.schedule.scheduler import Scheduler
 from disq.persistence.cluster_records import to_core_records
+from disq.persistence.route_records import ROUTE_RECORD_TYPES
 from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
 if TYPE_CHECKING:
@@ -165,16 +168,23 @@ class NodeCore:
         self.scheduler: Scheduler | None = (
             Scheduler(disque.view, disque, self._next_token) if disque is not None else None
         )
+        # Exchanges, bindings and queue declarations (disq/core/routes/), beside it.
+        self.routes: Routes | None = Routes(disque.view, disque) if disque is not None else None
 
     def attach_cluster(self, disque: DisqueCore, membership: Membership | None) -> None:
         """The node's cluster half, built after the node core (the server attaches it once
-        its view and AOF are known): the Disque core, membership and the scheduler."""
+        its view and AOF are known): the Disque core, membership, the scheduler and the
+        routes table."""
         self.disque = disque
         self.membership = membership
         sched = Scheduler(disque.view, disque, self._next_token)
         sched.persist = disque.persist
         sched.wall_offset_ms = disque.wall_offset_ms
         self.scheduler = sched
+        routes = Routes(disque.view, disque)
+        routes.persist = disque.persist
+        routes.wall_offset_ms = disque.wall_offset_ms
+        self.routes = routes
 
     def _next_token(self) -> int:
         return self.new_token()  # the simulator swaps ``new_token`` for its own counter
@@ -182,9 +192,9 @@ class NodeCore:
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
         membership, disque = self.membership, self.disque
-        # A node forgotten by CLUSTER RESET and not met since: its job and schedule messages
-        # (a requeue, a copy, a lane frame still in flight) must not make state here; only
-        # membership reads its messages, for a meet.
+        # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
+        # messages (a requeue, a copy, a lane frame still in flight) must not make state
+        # here; only membership reads its messages, for a meet.
         forgotten = membership is not None and membership.ignores(sender)
         for msg in msgs:
             try:
@@ -199,6 +209,9 @@ class NodeCore:
                 elif isinstance(msg, SchedSync):
                     if self.scheduler is not None:
                         self.scheduler.on_message(now_ms, sender, msg)
+                elif isinstance(msg, RouteSync):
+                    if self.routes is not None:
+                        self.routes.on_message(now_ms, sender, msg)
                 elif disque is not None:
                     disque.on_message(now_ms, sender, msg)
             except Exception as exc:
@@ -219,6 +232,8 @@ class NodeCore:
                 disque.peer_link_up(now_ms, node_id)
             if self.scheduler is not None:
                 self.scheduler.on_link_up(now_ms, node_id)
+            if self.routes is not None:
+                self.routes.on_link_up(now_ms, node_id)
         except Exception as exc:
             if not self.contain_errors:
                 raise
@@ -230,7 +245,7 @@ class NodeCore:
         logged so a restart does not load them again. Nothing the cores still had for the
         peers leaves. ``new_id`` (HARD): the node's id from now on; the cores read it from
         membership. The beanstalk door's tubes are not the cluster's and stay, as do the
-        schedule definitions (the table a meet syncs again)."""
+        schedule definitions and the routes table (tables a meet syncs again)."""
         membership, disque = self.membership, self.disque
         if membership is not None:
             membership.reset(now_ms, new_id)
@@ -239,6 +254,8 @@ class NodeCore:
             disque.outbox.clear()
         if self.scheduler is not None:
             self.scheduler.outbox.clear()
+        if self.routes is not None:
+            self.routes.outbox.clear()
 
     def tick(self, now_ms: int) -> None:
         """Run what is due in every core."""
@@ -251,6 +268,9 @@ class NodeCore:
             sched = self.scheduler
             if sched is not None and 0 <= sched.next_deadline_ms() <= now_ms:
                 sched.tick(now_ms)
+            routes = self.routes
+            if routes is not None and 0 <= routes.next_deadline_ms() <= now_ms:
+                routes.tick(now_ms)
         except Exception as exc:
             if not self.contain_errors:
                 raise
@@ -267,6 +287,10 @@ class NodeCore:
                 when = core.next_deadline_ms()
                 if when >= 0 and (best < 0 or when < best):
                     best = when
+        if self.routes is not None:
+            when = self.routes.next_deadline_ms()
+            if when >= 0 and (best < 0 or when < best):
+                best = when
         return best
 
     def set_wall_offset(self, ms: int) -> None:
@@ -277,6 +301,8 @@ class NodeCore:
             self.disque.wall_offset_ms = ms
         if self.scheduler is not None:
             self.scheduler.set_wall_offset(ms)
+        if self.routes is not None:
+            self.routes.wall_offset_ms = ms
 
     def cancel(self, token: int) -> None:
         """The client waiting on ``token`` went away."""
@@ -294,6 +320,8 @@ class NodeCore:
             self.disque.persist = on
         if self.scheduler is not None:
             self.scheduler.persist = on
+        if self.routes is not None:
+            self.routes.persist = on
 
     # ------------------------------------------------------------------ the bridge
     def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
@@ -405,6 +433,9 @@ class NodeCore:
         sched = self.scheduler
         if sched is not None and sched.has_output():
             return True
+        routes = self.routes
+        if routes is not None and routes.has_output():
+            return True
         m = self.membership
         return m is not None and bool(m.outbox or m.events)
 
@@ -429,6 +460,10 @@ class NodeCore:
         if sched is not None and sched.aof_out:
             rd.aof_records.extend(sched.aof_out)
             sched.aof_out.clear()
+        routes = self.routes
+        if routes is not None and routes.aof_out:
+            rd.aof_records.extend(routes.aof_out)
+            routes.aof_out.clear()
         if membership is not None:
             if membership.outbox:
                 self._add_messages(rd, membership.outbox)
@@ -451,6 +486,9 @@ class NodeCore:
                 sched.outbox.clear()
             if len(sched.events):
                 rd.events.append(sched.events.take())
+        if routes is not None and routes.outbox:
+            self._add_messages(rd, routes.outbox)
+            routes.outbox.clear()
         if beanstalk.wakeups:
             rd.wakeups, beanstalk.wakeups = beanstalk.wakeups, []
         self._in_flight = rd
@@ -537,6 +575,9 @@ class NodeCore:
         if self.scheduler is not None:
             kinds = SCHEDULE_RECORD_TYPES
             self.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
+        if self.routes is not None:
+            route_kinds = ROUTE_RECORD_TYPES
+            self.routes.restore(now_ms, [r for r in records if r[0] in route_kinds])
         return jobs
 
     def live_bytes(self) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from disq.client import Client, UnavailableError
+from disq.client import Client
 
 DEFAULT_PORT = 7710
 SCHEME = "disq"
@@ -24,6 +24,17 @@ SCHEME = "disq"
 # refused before it leaves above this (an option), so an oversized one is a clear error and
 # never an add of unknown outcome.
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+
+# Priorities, as kombu's Redis transport keeps them (its priority_steps, PRIORITY_STEPS,
+# sep) but in AMQP's order: a higher number is served first, as on RabbitMQ. A message's
+# priority (0..9, clamped) falls to the highest step not above it; each step but 0 is a
+# queue of its own, ``<queue><PRIORITY_SEP><step>``, and a consumer's one GETJOB lists the
+# steps highest first with ``in_order`` (a step's jobs before the next one's).
+PRIORITY_STEPS = (0, 3, 6, 9)
+MAX_PRIORITY = 9
+# kombu's Redis separator: two control characters no Celery or Dramatiq queue name holds,
+# valid UTF-8 (the gRPC API's queue names are strings) and any bytes to RESP's.
+PRIORITY_SEP = "\x06\x16"
 
 # Options given to disq.client.Client as they are.
 _CLIENT_OPTIONS = {
@@ -49,6 +60,7 @@ _JOB_OPTIONS = {
     "prefetch": int,
     "wait_s": float,
     "dead_message_ttl_s": int,
+    "priority_steps": tuple,  # "0,3,6,9" in a URL, a list in the options
 }
 
 
@@ -62,7 +74,9 @@ class Settings:
 
     addresses: list[str]
     client_options: dict[str, Any] = field(default_factory=dict)
-    replicate: int | None = None  # None: the node's default, min(3, cluster size)
+    # None: the majority of the nodes the client knows (majority_of), so one node of 3 or
+    # two of 5 can be down; not Disque's min(3, cluster size), which needs all of 3.
+    replicate: int | None = None
     retry_s: int | None = None  # None: the node's default, min(TTL / 10, 300 s)
     ttl_s: int | None = None  # None: the node's default, 1 day
     async_: bool = False
@@ -71,25 +85,78 @@ class Settings:
     prefetch: int = 0  # 0: the consumer's own count (kombu's QoS, Dramatiq's prefetch)
     wait_s: float = 1.0  # the longest one blocking GETJOB waits on the node
     dead_message_ttl_s: int = 7 * 86400  # Dramatiq's dead letters live as long as Redis's
+    priority_steps: tuple[int, ...] = PRIORITY_STEPS  # ascending, 0 first
 
-    def add_options(self, delay_s: int = 0) -> dict[str, Any]:
+    def add_options(
+        self, delay_s: int = 0, *, ttl_s: int | None = None, cluster_size: int = 0
+    ) -> dict[str, Any]:
         """The keyword arguments of ``Client.add_job`` for a message delayed ``delay_s``.
 
-        Disque refuses a DELAY not shorter than the TTL, so a delayed job's TTL counts from
-        the end of its delay: it lives as long after it becomes ready as any other job."""
+        ``ttl_s``: the message's own (kombu's expiration, a queue's message TTL); the lower
+        of it and the ``ttl_s`` option applies, as RabbitMQ applies the lower of a
+        message's and its queue's. Disque refuses a DELAY not shorter than the TTL, so a
+        delayed job's TTL counts from the end of its delay: it lives as long after it
+        becomes ready as any other job. ``cluster_size``: the nodes the client knows, whose
+        majority is REPLICATE when the option is not given (0: the node's default)."""
         opts: dict[str, Any] = {"repl_timeout_ms": self.repl_timeout_ms}
         if self.replicate is not None:
             opts["replicate"] = self.replicate
+        elif cluster_size > 0:
+            opts["replicate"] = majority_of(cluster_size)
         if self.retry_s is not None:
             opts["retry_s"] = self.retry_s
         if self.async_:
             opts["async_"] = True
+        ttls = [t for t in (ttl_s, self.ttl_s) if t is not None]
+        ttl = min(ttls) if ttls else None
         if delay_s > 0:
             opts["delay_s"] = delay_s
-            opts["ttl_s"] = (self.ttl_s or 86400) + delay_s
-        elif self.ttl_s is not None:
-            opts["ttl_s"] = self.ttl_s
+            opts["ttl_s"] = (ttl or 86400) + delay_s
+        elif ttl is not None:
+            opts["ttl_s"] = ttl
         return opts
+
+    def priority_step(self, priority: Any) -> int:
+        """The step of a message's priority: clamped to 0..9 (kombu's virtual channel's
+        bounds; not a number: 0), then the highest step not above it."""
+        try:
+            p = max(0, min(int(priority), MAX_PRIORITY))
+        except (TypeError, ValueError):
+            return 0
+        return max(s for s in self.priority_steps if s <= p)
+
+    def step_queue(self, queue: str, step: int) -> str:
+        """The disq queue of ``queue``'s messages of priority step ``step``."""
+        return f"{queue}{PRIORITY_SEP}{step}" if step else queue
+
+    def sub_queues(self, queue: str) -> list[str]:
+        """Every disq queue of ``queue``, the highest step first (GETJOB's order)."""
+        return [self.step_queue(queue, s) for s in reversed(self.priority_steps)]
+
+
+def majority_of(cluster_size: int) -> int:
+    """REPLICATE when none is given: floor(n/2)+1 copies (2 of 3, 3 of 5; 1 of 1), so an
+    add still completes with a minority of the nodes down."""
+    return cluster_size // 2 + 1
+
+
+def base_queue(name: str) -> str:
+    """The queue a priority sub-queue belongs to (the name itself for step 0)."""
+    return name.partition(PRIORITY_SEP)[0]
+
+
+def ttl_from_ms(ms: Any) -> int | None:
+    """A TTL in milliseconds (kombu's ``expiration`` property, a queue's ``x-message-ttl``)
+    as TTL's whole seconds: rounded up, at least 1; None when absent or not a number."""
+    if ms is None:
+        return None
+    try:
+        value = float(ms)
+    except (TypeError, ValueError):
+        return None
+    if value != value or value < 0:  # NaN, negative: not a TTL a broker would accept
+        return None
+    return max(1, math.ceil(value / 1000 - 1e-9))
 
 
 def delay_from_seconds(seconds: float) -> int:
@@ -97,7 +164,24 @@ def delay_from_seconds(seconds: float) -> int:
     return max(0, math.ceil(seconds - 1e-6))
 
 
+def _priority_steps(value: Any) -> tuple[int, ...]:
+    """``priority_steps``: integers 0..9 (a list, or "0,3,6,9" in a URL); 0, the queue
+    itself, is always a step."""
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        steps = {int(str(v).strip()) for v in items}
+    except (TypeError, ValueError):
+        raise OptionError(
+            f"disq option priority_steps: expected integers 0..9, got {value!r}"
+        ) from None
+    if any(not 0 <= s <= MAX_PRIORITY for s in steps):
+        raise OptionError(f"disq option priority_steps: each step must be 0..9, got {value!r}")
+    return tuple(sorted(steps | {0}))
+
+
 def _convert(name: str, kind: type, value: Any) -> Any:
+    if kind is tuple:
+        return _priority_steps(value)
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -192,31 +276,14 @@ def settings(
         prefetch=job.get("prefetch", 0),
         wait_s=job.get("wait_s", 1.0) or 1.0,
         dead_message_ttl_s=job.get("dead_message_ttl_s", 7 * 86400),
+        priority_steps=job.get("priority_steps", PRIORITY_STEPS),
     )
-
-
-SCAN_PAGE = 1000  # jobs per JSCAN page when a queue is emptied
 
 
 def ack_queued(client: Client, queue: str) -> int:
     """Ack every queued job of ``queue`` on every node the client knows (Disque's queues are
-    per node), a JSCAN page at a time; a node that does not answer is skipped. The number
-    acked. kombu's purge and Dramatiq's flush: the ready messages, not the ones delivered or
-    waiting out a delay."""
-    acked = 0
-    for node in client.nodes():
-        cursor = 0
-        while True:
-            try:
-                cursor, jobs = client.scan_page(
-                    cursor, queue=queue, states=("queued",), node=node.addr, count=SCAN_PAGE
-                )
-            except UnavailableError:
-                break
-            ids = [j.id for j in jobs if j.queue == queue]
-            if ids:
-                client.ack(*ids)
-                acked += len(ids)
-            if cursor == 0:
-                break
-    return acked
+    per node): one PurgeQueue per node, which takes the node's whole queue at once (a JSCAN
+    walk acking page by page skipped jobs: acking moved its cursor); a node that does not
+    answer is skipped. The number acked. kombu's purge and Dramatiq's flush: the ready
+    messages, not the ones delivered or waiting out a delay."""
+    return client.purge_queue(queue)

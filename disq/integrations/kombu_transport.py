@@ -10,16 +10,24 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 
 * publish: ADDJOB on the queue the routing key names, the body the JSON of kombu's message
   (body, headers, properties: as the other virtual transports keep it). REPLICATE, RETRY,
-  TTL and ASYNC from the options, Disque's defaults otherwise. A Celery ETA or countdown
+  TTL and ASYNC from the options; REPLICATE's default is the majority of the nodes the
+  client knows (one node of 3 may be down), the others are Disque's. A Celery ETA or countdown
   (``eta`` in the headers, protocol 2) becomes DELAY: no worker holds the message before
   its time, so no ETA outlives a visibility timeout (the Redis and SQS transports' trap).
-* consume: one blocking GETJOB over the channel's queues for as many messages as the QoS
-  prefetch leaves room for; the wait is on the node, never a sleep-and-poll loop.
+* priorities (kombu's ``priority``, Celery's): as kombu's Redis transport, one disq queue
+  per priority step (``priority_steps``, default 0, 3, 6, 9; step 0 is the queue itself,
+  the others ``<queue>\\x06\\x16<step>``), but a HIGHER number is served first, as on
+  RabbitMQ (kombu's integration suite's ``PRIORITY_ORDER = 'asc'``).
+* TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
+  queues this connection declared) become the job's TTL, whole seconds rounded up.
+* consume: one blocking GETJOB over the channel's queues (their priority steps, highest
+  first, taken in that order) for as many messages as the QoS prefetch leaves room for;
+  the wait is on the node, never a sleep-and-poll loop.
 * ack -> ACKJOB (queued, sent within the client's loop iteration, batched per node);
   reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
-* queue_purge: every node's queued jobs of the queue acked (JSCAN + ACKJOB); the queue's
+* queue_purge: every node's queued jobs of the queue acked (PurgeQueue per node); the queue's
   size: QLEN summed over the nodes (Disque's queues are per node).
 * Exchanges: direct only (``implements``). Fanout and topic are not supported, so Celery
   turns remote control off by itself and mingle and gossip skip this driver.
@@ -48,6 +56,7 @@ from typing import Any
 import structlog
 from kombu.exceptions import ChannelError, ConnectionError
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils.uuid import uuid
 
 from disq.client import (
@@ -64,10 +73,12 @@ from disq.integrations.common import (
     DEFAULT_PORT,
     Settings,
     ack_queued,
+    base_queue,
     delay_from_seconds,
     host_port,
     parse_url,
     settings,
+    ttl_from_ms,
 )
 
 log = structlog.get_logger("disq.kombu")
@@ -87,6 +98,9 @@ _KOMBU_OPTIONS = frozenset(
     }
 )
 _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per GETJOB
+# Queues whose declared message TTL this connection remembers: a bound, not a cache (one
+# process declaring more queues than this with a TTL is refused, with a clear error).
+MAX_QUEUE_TTLS = 10_000
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -172,8 +186,33 @@ class Channel(virtual.Channel):
                 f"{limit} bytes (transport option max_message_bytes)"
             )
         delay_s = eta_delay_s(message.get("headers"))
+        props = message.get("properties") or {}
+        ttls = [
+            t
+            for t in (ttl_from_ms(props.get("expiration")), self.connection.queue_ttl_s(queue))
+            if t is not None
+        ]
+        target = self._settings.step_queue(
+            queue, self._settings.priority_step(props.get("priority"))
+        )
+        opts = self._settings.add_options(
+            delay_s, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
+        )
         with _kombu_errors(f"publish to {queue!r}"):
-            self._client.add_job(queue, body, **self._settings.add_options(delay_s))
+            self._client.add_job(target, body, **opts)
+
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
+        ``x-`` arguments, as the Redis and py-amqp transports pass them to queue_declare."""
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        """Nothing to create (a Disque queue exists from its first job); a declared message
+        TTL (kombu's ``message_ttl``: ``x-message-ttl`` in ms) caps what is published to
+        the queue from this connection."""
+        ttl_ms = (kwargs.get("arguments") or {}).get("x-message-ttl")
+        if ttl_ms is not None:
+            self.connection.set_queue_ttl(queue, ttl_from_ms(ttl_ms))
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
         """Direct routing by the bindings this process declared; with none known for the
@@ -211,16 +250,20 @@ class Channel(virtual.Channel):
         props["delivery_tag"] = uuid()
         info = props.setdefault("delivery_info", {})
         info["disq_job_id"] = job.id
-        info.setdefault("routing_key", job.queue)
+        info.setdefault("routing_key", base_queue(job.queue))
         info.setdefault("exchange", "")
         payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
         return payload
 
     def _fetch(self, queues: list[str], count: int, wait_s: float | None) -> list[Job]:
+        """GETJOB over ``queues`` (their priority steps, highest first), in that order: a
+        step's jobs before any lower step's."""
+        steps = reversed(self._settings.priority_steps)
+        names = [self._settings.step_queue(q, s) for s in steps for q in queues]
         with _kombu_errors(f"GETJOB from {queues}"):
             if wait_s is None or wait_s <= 0:
-                return self._client.get_jobs(queues, count=count, nohang=True)
-            return self._client.get_jobs(queues, count=count, timeout_s=wait_s)
+                return self._client.get_jobs(names, count=count, nohang=True, in_order=True)
+            return self._client.get_jobs(names, count=count, timeout_s=wait_s, in_order=True)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         jobs = self._fetch([queue], 1, timeout)
@@ -243,22 +286,23 @@ class Channel(virtual.Channel):
             raise Empty()
         deliver = callback or self.connection._deliver
         for job in jobs:
-            deliver(self._message(job), job.queue)
+            deliver(self._message(job), base_queue(job.queue))
 
     def _size(self, queue: str) -> int:
         total = 0
         for node in self._client.nodes():
-            try:
-                total += self._client.qlen(queue, node=node.addr)
-            except UnavailableError:
-                continue  # a node that does not answer holds nothing anyone can get now
+            for name in self._settings.sub_queues(queue):
+                try:
+                    total += self._client.qlen(name, node=node.addr)
+                except UnavailableError:
+                    break  # a node that does not answer holds nothing anyone can get now
         return total
 
     def _purge(self, queue: str) -> int:
-        """Ack every queued job of the queue on every node (kombu's purge: the ready
-        messages; delivered and delayed ones are not ready)."""
+        """Ack every queued job of the queue (each priority step) on every node (kombu's
+        purge: the ready messages; delivered and delayed ones are not ready)."""
         with _kombu_errors(f"purge {queue!r}"):
-            return ack_queued(self._client, queue)
+            return sum(ack_queued(self._client, q) for q in self._settings.sub_queues(queue))
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # Disque queues exist from their first job: every name is a queue
@@ -308,6 +352,22 @@ class Transport(virtual.Transport):
         self._disq_pid = 0
         self._lock = threading.Lock()
         self._slot = threading.Condition()
+        self._queue_ttl_s: dict[str, int] = {}  # declared message TTLs (MAX_QUEUE_TTLS)
+
+    def queue_ttl_s(self, queue: str) -> int | None:
+        """The message TTL this connection declared for ``queue``, if any."""
+        return self._queue_ttl_s.get(queue)
+
+    def set_queue_ttl(self, queue: str, ttl_s: int | None) -> None:
+        if ttl_s is None:
+            self._queue_ttl_s.pop(queue, None)
+            return
+        if queue not in self._queue_ttl_s and len(self._queue_ttl_s) >= MAX_QUEUE_TTLS:
+            raise DisqChannelError(
+                f"queue {queue!r}: this connection already declared a message TTL for "
+                f"{MAX_QUEUE_TTLS} queues (the most it remembers)"
+            )
+        self._queue_ttl_s[queue] = ttl_s
 
     def disq_client(self) -> Client:
         """The SDK client of this connection, made on first use (so a Celery parent that

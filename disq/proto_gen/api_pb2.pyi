@@ -20,6 +20,9 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEAVING: _ClassVar[ErrorReason]
     SYNTAX: _ClassVar[ErrorReason]
     INDETERMINATE: _ClassVar[ErrorReason]
+    NOT_FOUND: _ClassVar[ErrorReason]
+    PRECONDITION_FAILED: _ClassVar[ErrorReason]
+    LIMIT: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 NOREPL: ErrorReason
 MAXLEN: ErrorReason
@@ -31,6 +34,9 @@ TOOLATE: ErrorReason
 LEAVING: ErrorReason
 SYNTAX: ErrorReason
 INDETERMINATE: ErrorReason
+NOT_FOUND: ErrorReason
+PRECONDITION_FAILED: ErrorReason
+LIMIT: ErrorReason
 
 class ErrorInfo(_message.Message):
     __slots__ = ("reason", "message")
@@ -90,18 +96,20 @@ class AddJobsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AddJobResult, _Mapping]]] = ...) -> None: ...
 
 class GetJobsRequest(_message.Message):
-    __slots__ = ("queues", "count", "nohang", "timeout_ms", "with_counters")
+    __slots__ = ("queues", "count", "nohang", "timeout_ms", "with_counters", "in_order")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     NOHANG_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     WITH_COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    IN_ORDER_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedScalarFieldContainer[str]
     count: int
     nohang: bool
     timeout_ms: int
     with_counters: bool
-    def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ...) -> None: ...
+    in_order: bool
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ..., in_order: _Optional[bool] = ...) -> None: ...
 
 class QueuedJob(_message.Message):
     __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s", "idempotency_key")
@@ -483,3 +491,105 @@ class ShowScheduleResponse(_message.Message):
     found: bool
     schedule: Schedule
     def __init__(self, found: _Optional[bool] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ...) -> None: ...
+
+class DeclareExchangeRequest(_message.Message):
+    __slots__ = ("name", "type", "passive")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PASSIVE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    passive: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., passive: _Optional[bool] = ...) -> None: ...
+
+class ExchangeName(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeclareQueueRequest(_message.Message):
+    __slots__ = ("name", "expires_ms", "message_ttl_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expires_ms: int
+    message_ttl_ms: int
+    def __init__(self, name: _Optional[str] = ..., expires_ms: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class BindingRequest(_message.Message):
+    __slots__ = ("queue", "exchange", "routing_key")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    exchange: str
+    routing_key: str
+    def __init__(self, queue: _Optional[str] = ..., exchange: _Optional[str] = ..., routing_key: _Optional[str] = ...) -> None: ...
+
+class RouteChangeResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class ListRoutesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Exchange(_message.Message):
+    __slots__ = ("name", "type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
+
+class Binding(_message.Message):
+    __slots__ = ("exchange", "queue", "routing_key")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    queue: str
+    routing_key: str
+    def __init__(self, exchange: _Optional[str] = ..., queue: _Optional[str] = ..., routing_key: _Optional[str] = ...) -> None: ...
+
+class QueueDeclaration(_message.Message):
+    __slots__ = ("name", "expires_ms", "message_ttl_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expires_ms: int
+    message_ttl_ms: int
+    def __init__(self, name: _Optional[str] = ..., expires_ms: _Optional[int] = ..., message_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class ListRoutesResponse(_message.Message):
+    __slots__ = ("exchanges", "bindings", "queues")
+    EXCHANGES_FIELD_NUMBER: _ClassVar[int]
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    exchanges: _containers.RepeatedCompositeFieldContainer[Exchange]
+    bindings: _containers.RepeatedCompositeFieldContainer[Binding]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueDeclaration]
+    def __init__(self, exchanges: _Optional[_Iterable[_Union[Exchange, _Mapping]]] = ..., bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ..., queues: _Optional[_Iterable[_Union[QueueDeclaration, _Mapping]]] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("exchange", "routing_key", "job")
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    exchange: str
+    routing_key: str
+    job: AddJobRequest
+    def __init__(self, exchange: _Optional[str] = ..., routing_key: _Optional[str] = ..., job: _Optional[_Union[AddJobRequest, _Mapping]] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("queues", "results")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    results: _containers.RepeatedCompositeFieldContainer[AddJobResult]
+    def __init__(self, queues: _Optional[_Iterable[str]] = ..., results: _Optional[_Iterable[_Union[AddJobResult, _Mapping]]] = ...) -> None: ...

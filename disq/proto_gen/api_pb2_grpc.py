@@ -154,6 +154,51 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.ShowScheduleResponse.FromString,
                 _registered_method=True)
+        self.DeclareExchange = channel.unary_unary(
+                '/disq.v1.Queue/DeclareExchange',
+                request_serializer=disq_dot_v1_dot_api__pb2.DeclareExchangeRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+                _registered_method=True)
+        self.DeleteExchange = channel.unary_unary(
+                '/disq.v1.Queue/DeleteExchange',
+                request_serializer=disq_dot_v1_dot_api__pb2.ExchangeName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+                _registered_method=True)
+        self.DeclareQueue = channel.unary_unary(
+                '/disq.v1.Queue/DeclareQueue',
+                request_serializer=disq_dot_v1_dot_api__pb2.DeclareQueueRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+                _registered_method=True)
+        self.DeleteQueue = channel.unary_unary(
+                '/disq.v1.Queue/DeleteQueue',
+                request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
+                _registered_method=True)
+        self.BindQueue = channel.unary_unary(
+                '/disq.v1.Queue/BindQueue',
+                request_serializer=disq_dot_v1_dot_api__pb2.BindingRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+                _registered_method=True)
+        self.UnbindQueue = channel.unary_unary(
+                '/disq.v1.Queue/UnbindQueue',
+                request_serializer=disq_dot_v1_dot_api__pb2.BindingRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+                _registered_method=True)
+        self.ListRoutes = channel.unary_unary(
+                '/disq.v1.Queue/ListRoutes',
+                request_serializer=disq_dot_v1_dot_api__pb2.ListRoutesRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ListRoutesResponse.FromString,
+                _registered_method=True)
+        self.Publish = channel.unary_unary(
+                '/disq.v1.Queue/Publish',
+                request_serializer=disq_dot_v1_dot_api__pb2.PublishRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.PublishResponse.FromString,
+                _registered_method=True)
+        self.PurgeQueue = channel.unary_unary(
+                '/disq.v1.Queue/PurgeQueue',
+                request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -310,6 +355,71 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeclareExchange(self, request, context):
+        """Exchanges, bindings and queue declarations the cluster keeps (issue 29): any node takes
+        a change, every node holds the whole table and routes with it. Types: direct, fanout,
+        topic (kombu's pattern rules); the default exchange "" is the queue named by the
+        routing key and cannot be declared, deleted or bound.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteExchange(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeclareQueue(self, request, context):
+        """Also the lease renewal of a transient queue (expires_ms > 0).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQueue(self, request, context):
+        """The declaration and every binding of the queue; every node purges its queued jobs of
+        it when it learns the delete. count: the jobs purged on this node.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BindQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnbindQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRoutes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Publish(self, request, context):
+        """Route with this node's table, then one add per matched queue (as one AddJobs batch).
+        No match, or an unknown exchange: nothing added (dropped, as RabbitMQ does).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeQueue(self, request, context):
+        """Every job queued on THIS node in the queue, acked (ACKJOB's path): a cluster's purge
+        calls it on every node. count: how many.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -432,6 +542,51 @@ def add_QueueServicer_to_server(servicer, server):
                     servicer.ShowSchedule,
                     request_deserializer=disq_dot_v1_dot_api__pb2.ScheduleName.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.ShowScheduleResponse.SerializeToString,
+            ),
+            'DeclareExchange': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclareExchange,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.DeclareExchangeRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.SerializeToString,
+            ),
+            'DeleteExchange': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteExchange,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ExchangeName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.SerializeToString,
+            ),
+            'DeclareQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclareQueue,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.DeclareQueueRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.SerializeToString,
+            ),
+            'DeleteQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQueue,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
+            ),
+            'BindQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindQueue,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.BindingRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.SerializeToString,
+            ),
+            'UnbindQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnbindQueue,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.BindingRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.RouteChangeResponse.SerializeToString,
+            ),
+            'ListRoutes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoutes,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ListRoutesRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ListRoutesResponse.SerializeToString,
+            ),
+            'Publish': grpc.unary_unary_rpc_method_handler(
+                    servicer.Publish,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.PublishRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.PublishResponse.SerializeToString,
+            ),
+            'PurgeQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeQueue,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1082,6 +1237,249 @@ class Queue:
             '/disq.v1.Queue/ShowSchedule',
             disq_dot_v1_dot_api__pb2.ScheduleName.SerializeToString,
             disq_dot_v1_dot_api__pb2.ShowScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclareExchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeclareExchange',
+            disq_dot_v1_dot_api__pb2.DeclareExchangeRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteExchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeleteExchange',
+            disq_dot_v1_dot_api__pb2.ExchangeName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclareQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeclareQueue',
+            disq_dot_v1_dot_api__pb2.DeclareQueueRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeleteQueue',
+            disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.Count.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/BindQueue',
+            disq_dot_v1_dot_api__pb2.BindingRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnbindQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/UnbindQueue',
+            disq_dot_v1_dot_api__pb2.BindingRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.RouteChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRoutes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ListRoutes',
+            disq_dot_v1_dot_api__pb2.ListRoutesRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ListRoutesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Publish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/Publish',
+            disq_dot_v1_dot_api__pb2.PublishRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.PublishResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/PurgeQueue',
+            disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.Count.FromString,
             options,
             channel_credentials,
             insecure,

@@ -337,6 +337,8 @@ class AofService:
         records = disque.snapshot_records(self.runtime.now_ms())
         if core.scheduler is not None:
             records.extend(core.scheduler.snapshot_records())
+        if core.routes is not None:
+            records.extend(core.routes.snapshot_records())
         return b"".join(records)
 
     def _start_rewrite(self) -> None:

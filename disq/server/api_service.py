@@ -35,6 +35,7 @@ from disq.logging import get_logger
 from disq.proto_gen import api_pb2, api_pb2_grpc
 
 if TYPE_CHECKING:
+    from disq.core.routes.table import Routes
     from disq.core.schedule.scheduler import Scheduler
     from disq.persistence.event_log import EventLog
     from disq.server.router import Waiter
@@ -84,6 +85,9 @@ class ApiNode(NodeApi, Protocol):
 
     @property
     def scheduler(self) -> Scheduler | None: ...
+
+    @property
+    def routes(self) -> Routes | None: ...
 
     def member_grpc_port(self, node_id: str) -> int: ...
 
@@ -497,7 +501,13 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     ) -> list[DJob]:
         token = self.node.new_token()
         r = self.node.core.get_job(
-            self._now(), token, queues, nohang=req.nohang, timeout_ms=timeout_ms, count=count
+            self._now(),
+            token,
+            queues,
+            nohang=req.nohang,
+            timeout_ms=timeout_ms,
+            count=count,
+            in_order=req.in_order,
         )
         if r is None:
             self._done()

@@ -24,6 +24,7 @@ from disq.logging import get_logger
 from disq.persistence.event_log import EventLog
 from disq.persistence.fs import replace_durably
 from disq.server.advertise import advertised_host
+from disq.server.api_routes import RoutesQueueApi
 from disq.server.api_service import QueueApi
 from disq.server.node_services import NodeServices
 from disq.server.peer_link import PeerLinks
@@ -143,7 +144,7 @@ class ClusterServices:
             deferred=True,  # the runtime writes it from a timer (EVENTS_WRITE_DELAY_S)
         )
         runtime.beanstalk.events.enabled = True  # drained into the log by every flush
-        self.api = QueueApi(self.services)
+        self.api: QueueApi = RoutesQueueApi(self.services)
         self.links.add_services.append(self.api.register)
         for m in membership.members():
             if m.node_id != my_id and m.state != LEFT:

@@ -203,6 +203,8 @@ class NodeCollector(Collector):
         yield from self._latencies()
         if self.host.core.scheduler is not None:
             yield from self._schedules()
+        if self.host.core.routes is not None:
+            yield from self._routes()
         if self.host.cluster is not None:
             yield from self._cluster()
 
@@ -357,6 +359,32 @@ class NodeCollector(Collector):
             "disq_schedules",
             "Schedules the cluster keeps, as this node holds them (deleted ones not counted).",
             value=len(sched.names()),
+        )
+
+    # ------------------------------------------------------------------ routes
+    def _routes(self) -> Iterator[Metric]:
+        routes = self.host.core.routes
+        assert routes is not None
+        for name, doc, value in (
+            ("disq_route_exchanges", "Exchanges the cluster keeps, as this node holds them.",
+             len(routes.exchanges)),
+            ("disq_route_bindings", "Bindings, as this node holds them.", routes.binding_count),
+            ("disq_route_queues", "Queue declarations (transient ones included).",
+             len(routes.queues)),
+            ("disq_route_tombstones", "Deleted entries kept so a node that missed the delete "
+             "cannot bring them back.", routes.tombstones),
+        ):  # fmt: skip
+            yield GaugeMetricFamily(name, doc, value=value)
+        st = routes.stats
+        yield CounterMetricFamily(
+            "disq_route_queues_expired",
+            "Transient queues this node deleted when their lease passed.",
+            value=st.get("queues_expired", 0),
+        )
+        yield CounterMetricFamily(
+            "disq_route_jobs_purged",
+            "Jobs this node acked because their queue was deleted or expired.",
+            value=st.get("jobs_purged", 0),
         )
 
     # ------------------------------------------------------------------ cluster half

@@ -22,6 +22,7 @@ from disq.core.messages import LEFT, MEMBER_STATE_NAMES
 from disq.doors.disque import DISQUE_VERSION, NodeEntry, RespStats
 
 if TYPE_CHECKING:
+    from disq.core.routes.table import Routes
     from disq.core.schedule.scheduler import Scheduler
     from disq.persistence.event_log import EventLog
     from disq.server.flow import Flushable
@@ -46,6 +47,10 @@ class NodeServices:
     @property
     def scheduler(self) -> Scheduler | None:
         return self.runtime.core.scheduler
+
+    @property
+    def routes(self) -> Routes | None:
+        return self.runtime.core.routes
 
     @property
     def requirepass(self) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from disq.core import messages as m
+from disq.persistence.route_records import RouteRecordError, decode_entry, encode_entry
 from disq.persistence.schedule_records import ScheduleRecordError, decode_def, encode_def
 from disq.proto_gen import cluster_pb2 as pb
 
@@ -250,6 +251,14 @@ def _enc_sched_sync(t: pb.Message, x: m.SchedSync) -> None:
     s.want = x.want
 
 
+def _enc_route_sync(t: pb.Message, x: m.RouteSync) -> None:
+    s = t.route_sync
+    s.entries.extend([encode_entry(e) for e in x.entries])
+    s.digest = x.digest
+    s.want = x.want
+    s.whole = x.whole
+
+
 _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.Ping: _enc_ping,
     m.Ack: _enc_ack,
@@ -271,6 +280,7 @@ _ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
     m.Pause: _enc_pause,
     m.BeanstalkUpdate: _enc_beanstalk_update,
     m.SchedSync: _enc_sched_sync,
+    m.RouteSync: _enc_route_sync,
 }
 
 
@@ -655,6 +665,17 @@ def _dec_sched_sync(t: pb.Message) -> m.SchedSync:
     )
 
 
+def _dec_route_sync(t: pb.Message) -> m.RouteSync:
+    s = t.route_sync
+    entries = []
+    for raw in s.entries:
+        try:
+            entries.append(decode_entry(raw))
+        except RouteRecordError:
+            COUNTERS.messages_skipped += 1  # one bad entry, not the whole sync
+    return m.RouteSync(entries, s.digest, s.want, s.whole)
+
+
 _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "ping": _dec_ping,
     "ack": _dec_ack,
@@ -676,6 +697,7 @@ _DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
     "pause": _dec_pause,
     "beanstalk_update": _dec_beanstalk_update,
     "sched_sync": _dec_sched_sync,
+    "route_sync": _dec_route_sync,
 }
 
 ONEOF_CLASSES: dict[str, type] = {
@@ -699,6 +721,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "key_vote": m.KeyVote,
     "key_votes": m.KeyVotes,
     "sched_sync": m.SchedSync,
+    "route_sync": m.RouteSync,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

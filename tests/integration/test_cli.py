@@ -77,6 +77,28 @@ def test_put_get_ack_round_trip(node: str) -> None:
     assert ok_json(node, "qlen", "rt") == {"queue": "rt", "len": 0}
 
 
+def test_purge_empties_a_queue_and_prints_the_count(node: str) -> None:
+    for body in ("a", "b", "c"):
+        ok(node, "put", "pq", body)
+    assert ok(node, "purge", "pq") == "3\n"
+    assert ok(node, "qlen", "pq") == "0\n"
+    assert ok_json(node, "purge", "pq") == {"queue": "pq", "purged": 0}
+
+
+def test_routes_lists_the_table(node: str) -> None:
+    with Client(node, discover=False) as c:
+        c.declare_exchange("cli-ev", "topic")
+        c.bind_queue("cli-audit", "cli-ev", "task.#")
+        c.declare_queue("cli-audit", message_ttl_ms=60_000)
+    data = ok_json(node, "routes")
+    assert data["exchanges"]["cli-ev"] == "topic"
+    assert {"exchange": "cli-ev", "queue": "cli-audit", "routing_key": "task.#"} in data["bindings"]
+    assert data["queues"]["cli-audit"] == {"expires_ms": 0, "message_ttl_ms": 60_000}
+    human = rows(ok(node, "routes"))
+    assert ["cli-ev", "topic"] in human and ["cli-ev", "cli-audit", "task.#"] in human
+    assert ["cli-audit", "0", "60000"] in human
+
+
 def test_nack_brings_the_job_back_with_one_nack(node: str) -> None:
     job_id = ok_json(node, "put", "nq", "work")["id"]
     first = ok_json(node, "get", "nq")

@@ -3,13 +3,18 @@ SimpleQueue, Consumer, Producer), as kombu's own transport tests drive theirs.""
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import kombu
 import pytest
 from conftest import ServerFactory, free_port
+from eventually import eventually
 from kombu.exceptions import ChannelError, OperationalError
 
 from disq.client import Client
@@ -200,3 +205,100 @@ def test_the_password_goes_in_the_url(server_factory: ServerFactory) -> None:
     with pytest.raises(OperationalError, match=r"NOAUTH|password|Authentication|invalid"):
         wrong.ensure_connection(max_retries=1)
     wrong.release()
+
+
+def _jobs_of(grpc_addr: str, queue: str) -> list[Any]:
+    with Client(grpc_addr) as c:
+        return [j for j in c.scan_jobs(grpc_addr, queue=queue) if j.queue == queue]
+
+
+def test_priorities_are_served_highest_first_in_amqps_order(
+    conn: kombu.Connection, grpc_addr: str
+) -> None:
+    queue = kombu.Queue("kq-prio", routing_key="kq-prio")
+    sent = [(0, 0), (1, None), (2, 9), (3, 4), (4, 6), (5, 2), (6, 9), (7, 3), (8, 7), (9, 42)]
+    with conn.channel() as channel:
+        producer = kombu.Producer(channel)
+        for k, priority in sent:
+            producer.publish({"k": k}, routing_key="kq-prio", declare=[queue], priority=priority)
+    # One disq queue per step (0 is the queue itself), as kombu's Redis transport keeps them.
+    with Client(grpc_addr) as c:
+        lens = {s: c.qlen("kq-prio" + (f"\x06\x16{s}" if s else "")) for s in (0, 3, 6, 9)}
+    assert lens == {0: 3, 3: 2, 6: 2, 9: 3}
+    got: list[int] = []
+
+    def on_message(body: Any, message: kombu.Message) -> None:
+        got.append(body["k"])
+        assert message.delivery_info["routing_key"] == "kq-prio"  # the queue, not its step
+        message.ack()
+
+    # One drain is one GETJOB for the whole prefetch: the steps come highest first, each in
+    # the order it was published (the round-robin of Disque's GETJOB would interleave them).
+    with kombu.Consumer(conn, [queue], callbacks=[on_message]):
+        conn.drain_events(timeout=5)
+    assert got == [2, 6, 9, 4, 8, 3, 7, 0, 1, 5]
+
+
+def test_size_and_purge_cover_every_priority_step(conn: kombu.Connection) -> None:
+    q = conn.SimpleQueue("kq-prio-purge")
+    for k in range(12):
+        q.put(k, priority=k % 10)
+    assert q.qsize() == 12
+    assert q.clear() == 12
+    assert q.qsize() == 0
+    with pytest.raises(q.Empty):
+        q.get(timeout=0.3)
+    q.close()
+
+
+def test_a_message_with_expiration_2_is_gone_after_it(
+    conn: kombu.Connection, grpc_addr: str
+) -> None:
+    q = conn.SimpleQueue("kq-ttl")
+    q.put("short", expiration=2)
+    q.put("rounded up", expiration=0.2)
+    ttls = sorted(j.ttl_s for j in _jobs_of(grpc_addr, "kq-ttl"))
+    assert ttls and ttls[-1] <= 2 and len(ttls) == 2
+    eventually(lambda: not _jobs_of(grpc_addr, "kq-ttl"), "the expired jobs to be gone", 10)
+    with pytest.raises(q.Empty):
+        q.get(timeout=1)
+    q.close()
+
+
+def test_a_declared_message_ttl_caps_what_is_published_to_the_queue(
+    conn: kombu.Connection, grpc_addr: str
+) -> None:
+    queue = kombu.Queue("kq-qttl", routing_key="kq-qttl", message_ttl=2)
+    with conn.channel() as channel:
+        producer = kombu.Producer(channel)
+        producer.publish("capped", routing_key="kq-qttl", declare=[queue])
+        producer.publish("lower", routing_key="kq-qttl", declare=[queue], expiration=1)
+    # The TTL left, in whole seconds (the transport's default would leave about a day).
+    ttl_left = {
+        base64.b64decode(json.loads(j.body)["body"]): j.ttl_s
+        for j in _jobs_of(grpc_addr, "kq-qttl")
+    }
+    assert ttl_left.keys() == {b"capped", b"lower"}
+    assert ttl_left[b"capped"] <= 2 and ttl_left[b"lower"] <= 1
+    eventually(lambda: not _jobs_of(grpc_addr, "kq-qttl"), "the expired jobs to be gone", 10)
+
+
+def test_a_waiting_consumer_is_woken_by_a_message_of_any_priority(grpc_addr: str) -> None:
+    """The consumer's one blocking GETJOB lists every step: a message of a step other than
+    0 wakes it (published from another connection while it waits on the node)."""
+    url = f"disq://{grpc_addr}?replicate=1"
+    got: list[Any] = []
+    with kombu.Connection(url) as consumer_conn, kombu.Connection(url) as producer_conn:
+        q = consumer_conn.SimpleQueue("kq-prio-wake")
+        waiting = threading.Thread(target=lambda: got.append(q.get(timeout=20)))
+        waiting.start()
+        with Client(grpc_addr) as c:
+            eventually(
+                lambda: int(c.info("clients").get("blocked_clients", 0)) > 0,
+                "the consumer to wait on the node",
+            )
+        producer_conn.SimpleQueue("kq-prio-wake").put("urgent", priority=9)
+        waiting.join(20)
+        assert [m.payload for m in got] == ["urgent"]
+        got[0].ack()
+        q.close()

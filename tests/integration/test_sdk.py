@@ -134,10 +134,18 @@ def test_add_get_ack_across_nodes(lab3: Lab) -> None:
 
 def test_client_learns_the_cluster_and_routes_acks_to_the_creator(lab3: Lab) -> None:
     with Client(addr(lab3, 0)) as c:
+        assert c.cluster_size() == 1  # the seeds: no call yet
         c.qlen("anything")  # the first call learns the cluster
         known = {n.addr for n in c.nodes()}
         assert known == {addr(lab3, i) for i in range(3)}
         assert len({n.node_id for n in c.nodes()}) == 3
+        assert c.cluster_size() == 3
+    with Client(addr(lab3, 0), discover=False) as c:
+        c.qlen("anything")
+        assert c.cluster_size() == 1  # no discovery...
+        c.hello()
+        assert c.cluster_size() == 3  # ...but HELLO says how many nodes there are
+        assert [n.addr for n in c.nodes()] == [addr(lab3, 0)]  # and it still uses one
     with Client(addr(lab3, 1), discover=False) as creator_client:
         job_id = creator_client.add_job("route", "x", replicate=1)
     creator = lab3.node(1).id

@@ -10,8 +10,14 @@ REQUIRED_RPCS = {
     # issue 25: schedules
     "AddSchedule", "DeleteSchedule", "PauseSchedule", "ResumeSchedule", "ListSchedules",
     "ShowSchedule",
+    # issue 29: exchanges, bindings, transient queues, publish, purge
+    "DeclareExchange", "DeleteExchange", "DeclareQueue", "DeleteQueue", "BindQueue",
+    "UnbindQueue", "ListRoutes", "Publish", "PurgeQueue",
 }  # fmt: skip
-REQUIRED_REASONS = {"NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING"}
+REQUIRED_REASONS = {
+    "NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING",
+    "NOT_FOUND", "PRECONDITION_FAILED", "LIMIT",
+}  # fmt: skip
 
 
 def test_every_rpc_of_the_issue_is_in_the_service() -> None:

@@ -9,7 +9,17 @@ from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.disque.api import NOREPL_EXPIRED, PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.membership import FORGOTTEN, Membership
-from disq.core.messages import ALIVE, Ack, JobData, Member, Ping, Queued, ReplJob
+from disq.core.messages import (
+    ALIVE,
+    Ack,
+    JobData,
+    Member,
+    Ping,
+    Queued,
+    ReplJob,
+    RouteSync,
+    SchedSync,
+)
 from disq.core.node_core import NodeCore
 
 T0 = 1_000_000
@@ -85,8 +95,13 @@ def test_a_forgotten_node_makes_no_state_until_it_meets_the_node_again() -> None
     copy = _copy_of("D-00000002-bbbbbbbbbbbbbbbbbbbbbbbb-05a1")
     node.on_peer_messages(T0 + 10, _id(1), [Ping(probe_id=7, gossip=[_rec(1), _rec(2)])])
     node.on_peer_messages(T0 + 10, _id(1), [copy, Queued("D-x")])
+    # A digest that differs would make the routes table and the scheduler answer with
+    # their whole tables: they do not hear it.
+    node.on_peer_messages(T0 + 10, _id(1), [RouteSync(digest=7), SchedSync(digest=7)])
     assert disque.jobs == {} and disque.queues == {} and m.cluster_size() == 1
-    assert m.ignored == 3 and m.outbox == [] and disque.outbox == []
+    assert m.ignored == 5 and m.outbox == [] and disque.outbox == []
+    assert node.routes is not None and node.routes.outbox == []
+    assert node.scheduler is not None and node.scheduler.outbox == []
     # Its meet (CLUSTER MEET there) brings it back, and what it sends after is read.
     node.on_peer_messages(T0 + 20, _id(1), [Ping(probe_id=8, gossip=[_rec(1)], meet=True)])
     node.on_peer_messages(T0 + 20, _id(1), [copy])

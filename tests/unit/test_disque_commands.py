@@ -701,6 +701,23 @@ def test_show_at_most_once_job_has_null_requeue(door: RespDoor) -> None:
     assert b"$19\r\nnext-requeue-within\r\n$-1\r\n" in reply
 
 
+def test_qpurge_acks_every_queued_job_of_the_queue_and_answers_the_count(
+    door: RespDoor,
+) -> None:
+    assert door.feed(cmd("QPURGE", "q")) == b":0\r\n"
+    ids = [add(door, "q", b"x%d" % i) for i in range(5)]
+    add(door, "other")
+    door.feed(cmd("GETJOB", "FROM", "q"))  # one delivered: not queued, it stays
+    assert door.feed(cmd("QPURGE", "q")) == b":4\r\n"
+    assert door.feed(cmd("QLEN", "q")) == b":0\r\n"
+    assert door.feed(cmd("QLEN", "other")) == b":1\r\n"
+    # One node: an acked job has no other copy to wait for, so it is gone at once.
+    shown = [door.feed(cmd("SHOW", i)) for i in ids]
+    assert [s == b"$-1\r\n" for s in shown] == [False, True, True, True, True]
+    assert b"$6\r\nactive\r\n" in shown[0]  # the delivered one (the oldest)
+    assert door.feed(cmd("QPURGE")) == err("ERR wrong number of arguments for 'qpurge' command")
+
+
 def test_qlen_qstat(door: RespDoor, node: FakeNode) -> None:
     assert door.feed(cmd("QSTAT", "q")) == b"*-1\r\n"
     add(door)

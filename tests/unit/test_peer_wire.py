@@ -149,6 +149,24 @@ ONE_OF_EACH: list[m.Message] = [
     m.ReplJob(
         m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3, beanstalk_id=42)
     ),
+    m.RouteSync(
+        [
+            m.RouteEntry(m.ROUTE_EXCHANGE, "celeryev", exchange_type="topic"),
+            m.RouteEntry(m.ROUTE_BINDING, "celeryev", "q\u00e9", "worker.#", version_ms=5),
+            m.RouteEntry(
+                m.ROUTE_QUEUE,
+                "reply",
+                expires_ms=10_000,
+                message_ttl_ms=300_000,
+                deleted=True,
+                version_ms=1_700_000_000_000,
+                version_node="b" * 40,
+            ),
+        ],
+        digest=0xFFFFFFFF,
+        want=True,
+        whole=True,
+    ),
     m.SchedSync(
         [
             m.ScheduleDef("nightly", "30 2 * * *", "Europe/Berlin", "reports", b"\x00run"),
@@ -200,6 +218,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.Pause("", 0),
     m.BeanstalkUpdate("", 0, 0),
     m.SchedSync(),
+    m.RouteSync(),
 ]
 
 

@@ -59,6 +59,21 @@ class AckMixin(CoreParts):
         self.stats["jobs_acked"] += known
         return known
 
+    def purge_queue(self, now_ms: int, queue: str, before_ctime: int = 0) -> int:
+        """Ack every job queued here in ``queue`` (only those with a ctime below
+        ``before_ctime`` when it is not 0), as ACKJOB does: the ack GC reaches every copy,
+        and each is an ACKED event. The number acked. disq's purge (issue 29): a client that
+        walked the queue with JSCAN and acked page by page skipped jobs, since acking while
+        walking moves the cursor; this takes the queue's jobs in one step."""
+        q = self.queues.get(queue)
+        if q is None or not q.skiplist:
+            return 0
+        if before_ctime:
+            job_ids = [job_id for ctime, job_id in q.skiplist if ctime < before_ctime]
+        else:
+            job_ids = [job_id for _, job_id in q.skiplist]
+        return self.ack_job(now_ms, job_ids)
+
     def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
         if j.state == WAIT_REPL:
             # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so

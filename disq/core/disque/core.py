@@ -635,9 +635,23 @@ class DisqueCore(
         nohang: bool = False,
         timeout_ms: int = 0,
         count: int = 1,
+        in_order: bool = False,
     ) -> list[DJob] | Pending | None:
+        """getjobCommand: one job per queue per pass, round-robin, as Disque. ``in_order``
+        (gRPC only) takes a queue's jobs before the next queue's: priority sub-queues,
+        highest first. A blocked GETJOB is woken by a job in any of its queues."""
         out: list[DJob] = []
-        left = count
+        if in_order:
+            for name in queues:
+                q = self.queues.get(name)
+                while q is not None and len(out) < count:
+                    j = self._fetch(q, now_ms)
+                    if j is None:
+                        break
+                    out.append(j)
+            if out:
+                return out
+        left = 0 if in_order else count
         while left > 0:
             before = left
             for name in queues:

@@ -1,4 +1,4 @@
-"""Queue commands: QLEN, QSTAT, QPEEK, QSCAN, JSCAN, PAUSE."""
+"""Queue commands: QLEN, QSTAT, QPEEK, QSCAN, JSCAN, PAUSE, and disq's QPURGE."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ from disq.doors.disque.replies import (
 
 def _qlen(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     return b":%d\r\n" % c.node.core.qlen(queue_name(argv[1]))
+
+
+def _qpurge(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """QPURGE queue (a disq extension): ack every job queued on this node in the queue, as
+    ACKJOB would (the copies elsewhere are collected); the number acked. Queues are per
+    node: emptying one everywhere is a QPURGE on each node."""
+    return b":%d\r\n" % c.node.core.purge_queue(now_ms, queue_name(argv[1]))
 
 
 def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:

@@ -22,7 +22,7 @@ from disq.doors.disque.client import Client, Handler
 from disq.doors.disque.cluster import _cluster, _hello
 from disq.doors.disque.introspect import _client, _config_live, _latency, _monitor, _slowlog
 from disq.doors.disque.jobs import _addjob, _getjob, _ids_command, _show, _working
-from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qscan, _qstat
+from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qpurge, _qscan, _qstat
 from disq.doors.disque.replies import (
     _CRLF,
     NOAUTH_ERR,
@@ -205,6 +205,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("working", _working, 2, "wF"),
         CommandSpec("pause", _pause, -3, "rF"),
         CommandSpec("schedule", _schedule, -2, "w"),  # disq's: recurring jobs
+        CommandSpec("qpurge", _qpurge, 2, "wF"),  # disq's: empty a queue on this node
         # Not in Disque: Redis commands that Redis clients send.
         CommandSpec("echo", _echo, 2, "rF"),
         CommandSpec("select", _select, 2, "rlF"),

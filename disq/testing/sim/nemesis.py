@@ -248,6 +248,8 @@ class NemesisMixin(SimBase):
         framed += self._guard(nd, nc.disque.snapshot_records, now)
         if nc.scheduler is not None:  # as aof_service does: schedules and last ticks stay
             framed += nc.scheduler.snapshot_records()
+        if nc.routes is not None:  # and the routes table
+            framed += nc.routes.snapshot_records()
         records = list(iter_frames(b"".join(framed)))
         nd.aof = records
         nd.synced = len(records)  # written, fsynced, renamed

@@ -1,0 +1,241 @@
+"""The SDK's exchanges, bindings, queue declarations, publish and purge (issue 29), shared by
+:class:`~disq.client.AsyncClient` and :class:`~disq.client.Client` as mixins (aio.py stays
+within its size).
+
+The cluster keeps one routes table (every node holds all of it), so a declare or a bind on
+any node is seen by every client of every node; ``publish`` routes on the node it reaches.
+Queues are per node, so ``purge_queue`` asks every node the client knows and sums.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import grpc.aio
+
+from disq.client.errors import (
+    DisqError,
+    IndeterminateError,
+    LeavingError,
+    UnavailableError,
+    from_info,
+)
+from disq.proto_gen import api_pb2
+
+if TYPE_CHECKING:
+    from disq.client.aio import AsyncClient
+    from disq.client.sync import Client
+
+_NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The cluster's routes table as one node holds it (``list_routes``)."""
+
+    exchanges: dict[str, str] = field(default_factory=dict)  # name -> type
+    bindings: list[tuple[str, str, str]] = field(default_factory=list)  # (exchange, queue, key)
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (expires_ms,
+    # message_ttl_ms)
+
+
+def _aio(mixin: object) -> AsyncClient:
+    return cast("AsyncClient", mixin)
+
+
+def _sync(mixin: object) -> Client:
+    return cast("Client", mixin)
+
+
+class AsyncRoutesMixin:
+    """The routes methods of AsyncClient."""
+
+    async def declare_exchange(
+        self, name: str, type: str = "direct", *, passive: bool = False
+    ) -> None:
+        """Declare an exchange (direct, fanout or topic) for every node. Redeclaring with
+        another type raises PreconditionFailedError; an unsupported type
+        InvalidArgumentError. ``passive``: only check it exists (NotFoundError otherwise)."""
+        req = api_pb2.DeclareExchangeRequest(name=name, type=type, passive=passive)
+        await _aio(self)._call("DeclareExchange", req)
+
+    async def delete_exchange(self, name: str) -> bool:
+        """The exchange and its bindings; True if it existed."""
+        r = await _aio(self)._call("DeleteExchange", api_pb2.ExchangeName(name=name))
+        return bool(r.found)
+
+    async def declare_queue(
+        self, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0
+    ) -> None:
+        """A queue's options. ``expires_ms`` > 0 makes it transient (RabbitMQ's x-expires):
+        deleted with its bindings and jobs on every node unless declared again within that
+        time (each call renews the lease). ``message_ttl_ms`` > 0 caps the TTL of what
+        ``publish`` adds to it."""
+        req = api_pb2.DeclareQueueRequest(
+            name=name, expires_ms=expires_ms, message_ttl_ms=message_ttl_ms
+        )
+        await _aio(self)._call("DeclareQueue", req)
+
+    async def delete_queue(self, name: str) -> int:
+        """Remove the queue's declaration and bindings and purge its queued jobs on every
+        node; the number of jobs purged (a node that does not answer is skipped here, and
+        purges when it learns the delete)."""
+        purged = await _aio(self).purge_queue(name)
+        r = await _aio(self)._call("DeleteQueue", api_pb2.QueueName(queue=name))
+        return purged + int(r.count)  # the jobs that arrived there since the purge
+
+    async def bind_queue(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        """Bind ``queue`` to ``exchange`` (NotFoundError when the exchange does not exist)."""
+        req = api_pb2.BindingRequest(queue=queue, exchange=exchange, routing_key=routing_key)
+        await _aio(self)._call("BindQueue", req)
+
+    async def unbind_queue(self, queue: str, exchange: str, routing_key: str = "") -> bool:
+        """True if the binding existed."""
+        req = api_pb2.BindingRequest(queue=queue, exchange=exchange, routing_key=routing_key)
+        r = await _aio(self)._call("UnbindQueue", req)
+        return bool(r.found)
+
+    async def list_routes(self) -> Routes:
+        r = await _aio(self)._call("ListRoutes", api_pb2.ListRoutesRequest())
+        return Routes(
+            exchanges={e.name: e.type for e in r.exchanges},
+            bindings=[(b.exchange, b.queue, b.routing_key) for b in r.bindings],
+            queues={q.name: (int(q.expires_ms), int(q.message_ttl_ms)) for q in r.queues},
+        )
+
+    async def publish(
+        self, exchange: str, routing_key: str, body: bytes | str, **options: Any
+    ) -> list[str]:
+        """Route through ``exchange`` on a node and add one job per matched queue with
+        add_job's ``options``; their ids in route order (queues sorted). [] when nothing
+        matched or the exchange is unknown: the message is dropped, as RabbitMQ does. The
+        default exchange ``""`` is the queue named by ``routing_key``. A refused add raises
+        its error (the jobs of the other queues may exist); like add_job, an answer lost
+        after the call left is an IndeterminateError, never a silent second copy."""
+        from disq.client.aio import _fill_add
+
+        if _aio(self)._closed:
+            raise UnavailableError("client is closed")
+        await _aio(self)._maybe_refresh()
+        req = api_pb2.PublishRequest(exchange=exchange, routing_key=routing_key)
+        _fill_add(req.job, "", body, **options)
+        results = await _send_publish(_aio(self), req, req.job.timeout_ms / 1000, frozenset())
+        if isinstance(results, DisqError):
+            raise results
+        for res in results:
+            if isinstance(res, DisqError):
+                raise res
+        return [res for res in results if isinstance(res, str)]
+
+    async def purge_queue(self, queue: str) -> int:
+        """Every queued job of ``queue`` on every node the client knows, acked (as ACKJOB:
+        the copies elsewhere are collected); how many in total. A node that does not answer
+        is skipped. Jobs being worked on or waiting out a delay are not queued: they stay."""
+        if _aio(self)._closed:
+            raise UnavailableError("client is closed")
+        await _aio(self)._maybe_refresh()
+        addrs = [n.addr for n in _aio(self).nodes()]
+        req = api_pb2.QueueName(queue=queue)
+        answers = await asyncio.gather(
+            *(_aio(self)._call_node(addr, "PurgeQueue", req) for addr in addrs),
+            return_exceptions=True,
+        )
+        total = 0
+        for answer in answers:
+            if isinstance(answer, UnavailableError):
+                continue  # down: its jobs stay until it comes back (as ack_queued did)
+            if isinstance(answer, BaseException):
+                raise answer
+            total += int(answer.count)
+        return total
+
+
+async def _send_publish(
+    client: AsyncClient, req: api_pb2.PublishRequest, wait_s: float, refused: frozenset[str]
+) -> list[str | DisqError] | DisqError:
+    """One Publish on the first node whose channel is connected: an id or an error per
+    matched queue, or one error for the call. Sent again elsewhere only when it certainly
+    did not leave, or when the node refused every add as LEAVING (it added nothing)."""
+    deadline = wait_s + client.timeout_s
+    last = "no node known"
+    for n in client._candidates():
+        if n.addr in refused:
+            continue
+        stub = client._stub(n)
+        if not await client._connected(n):
+            last = f"{n.addr}: not reachable"
+            continue
+        try:
+            r = await stub.Publish(req, timeout=deadline, metadata=client._metadata)
+        except grpc.aio.AioRpcError as exc:
+            err = client._error(exc, n)
+            if err is not None:
+                return err
+            details = exc.details() or ""
+            client._mark_down(n)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and any(s in details for s in _NOT_SENT):
+                last = f"{n.addr}: {details}"
+                continue  # never left: safe to send elsewhere
+            return IndeterminateError(
+                f"publish sent to {n.addr} but no answer came ({exc.code().name}): "
+                "its jobs may exist",
+                node=n.addr,
+            )
+        client._mark_up(n)
+        client.last_node = n.addr
+        results: list[str | DisqError] = [
+            from_info(res.error, n.addr) if res.HasField("error") else res.id for res in r.results
+        ]
+        if results and all(isinstance(res, LeavingError) for res in results):
+            # The node is draining and added nothing: the next node routes it.
+            client._mark_down(n)
+            if client.last_node == n.addr:
+                client.last_node = None
+            return await _send_publish(client, req, wait_s, refused | {n.addr})
+        return results
+    return UnavailableError(f"Publish: no node reachable (last: {last})")
+
+
+class SyncRoutesMixin:
+    """The routes methods of the blocking Client (the AsyncClient's, on its loop)."""
+
+    def declare_exchange(self, name: str, type: str = "direct", *, passive: bool = False) -> None:
+        c = _sync(self)
+        c._run(c._aio.declare_exchange(name, type, passive=passive))
+
+    def delete_exchange(self, name: str) -> bool:
+        c = _sync(self)
+        return c._run(c._aio.delete_exchange(name))
+
+    def declare_queue(self, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0) -> None:
+        c = _sync(self)
+        c._run(c._aio.declare_queue(name, expires_ms=expires_ms, message_ttl_ms=message_ttl_ms))
+
+    def delete_queue(self, name: str) -> int:
+        c = _sync(self)
+        return c._run(c._aio.delete_queue(name))
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        c = _sync(self)
+        c._run(c._aio.bind_queue(queue, exchange, routing_key))
+
+    def unbind_queue(self, queue: str, exchange: str, routing_key: str = "") -> bool:
+        c = _sync(self)
+        return c._run(c._aio.unbind_queue(queue, exchange, routing_key))
+
+    def list_routes(self) -> Routes:
+        c = _sync(self)
+        return c._run(c._aio.list_routes())
+
+    def publish(
+        self, exchange: str, routing_key: str, body: bytes | str, **options: Any
+    ) -> list[str]:
+        c = _sync(self)
+        return c._run(c._aio.publish(exchange, routing_key, body, **options))
+
+    def purge_queue(self, queue: str) -> int:
+        c = _sync(self)
+        return c._run(c._aio.purge_queue(queue))
