@@ -12,8 +12,9 @@
 # code, pure Python unless DISQ_PURE is set to something else than 1 in the environment.
 # Prints the suite's own output, then one line: units, checks passed, checks failed.
 # DISQUE_BASE_PORT sets the first node's port (the suite's own is 25000; its bus is 10000
-# above, which the suite does not check): random in 20000-28999 by default, so two runs on
-# one machine seldom meet.
+# above, which the suite does not check). By default a random base in 20000-22699 whose 7
+# client ports and 7 bus ports are free: the buses stay under 32768, where the kernel's
+# ephemeral ports start, and two runs on one machine seldom meet.
 set -euo pipefail
 
 DISQUE_REPO=https://github.com/antirez/disque
@@ -47,7 +48,26 @@ fi
 mkdir -p "$work/run/src"
 cp -R "$src/tests" "$work/run/tests"
 mkdir -p "$work/run/tests/cluster/tmp"
-base_port=${DISQUE_BASE_PORT:-$((20000 + RANDOM % 9000))}
+base_port=${DISQUE_BASE_PORT:-$("$PYTHON" - <<'PY'
+import random, socket
+
+def free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+for _ in range(200):
+    base = random.randrange(20000, 22700)
+    if all(free(p) and free(p + 10000) for p in range(base, base + 7)):
+        print(base)
+        break
+else:
+    raise SystemExit("run_disque_suite: no free range of ports found")
+PY
+)}
 sed -i "s/^set ::disque_base_port .*/set ::disque_base_port $base_port/" \
   "$work/run/tests/instances.tcl"
 cat >"$work/run/src/disque-server" <<EOF
