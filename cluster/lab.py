@@ -451,6 +451,16 @@ class Lab:
         reply = node.call("CLUSTER", "MYID")
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
+    def cluster_reset(self, i: int, hard: bool = True) -> None:
+        """``CLUSTER RESET HARD|SOFT`` on node ``i``. HARD gives the node a new id, as
+        Disque's: the lab learns it, so its views and checks name the node rightly."""
+        node = self.nodes[i]
+        reply = node.call("CLUSTER", "RESET", "HARD" if hard else "SOFT")
+        if _text(reply) != "OK":
+            raise LabError(f"node {i}: CLUSTER RESET answered {reply!r}")
+        old, node.id = node.id, self._fetch_id(node)
+        self._note("reset", node=i, hard=hard, old=old, new=node.id)
+
     def meet(self) -> None:
         """``CLUSTER MEET`` every other node from node 0; gossip does the rest."""
         first = self.nodes[0]

@@ -42,6 +42,17 @@ Protocol (Das, Gupta, Motivala: "SWIM", 2002, with the usual memberlist refineme
 Disque specifics: HELLO priorities (1 ok, 5 no link yet, 10 PFAIL/suspect, 100 FAIL or
 leaving), CLUSTER LEAVING (a flag in the member record, gossiped under a raised incarnation),
 CLUSTER FORGET with Redis's 60 s ban, CLUSTER RESET.
+
+CLUSTER RESET and the forgotten nodes: Disque forgets every node and then ignores whatever an
+unknown node sends until a MEET (clusterProcessPacket drops every packet of an unknown sender
+but a MEET's). SWIM here takes an unknown sender in by design (its Ping carries its record:
+that is how a node that lost its view is found again), so a reset would undo itself within a
+probe period: the peers that still know the node ping it and are back, with their job
+messages. So a reset puts the nodes it forgot in ``_forgotten``, and everything they send is
+ignored (``ignores``; the node core drops their job messages too) until a meet makes one
+known again: its meet Ping (``Ping.meet``, from CLUSTER MEET or ``--join`` there), its Ack to
+our own meet, or its record in the gossip of a member we know again (Disque learns nodes from
+a known node's gossip the same way). Nodes never forgotten are taken in as before.
 """
 
 from __future__ import annotations
@@ -64,6 +75,15 @@ RETRANSMIT_MULT = 3
 
 DEAD_PROBE_EVERY = 5
 """Every this many periods, ping one DEAD member (round-robin) in case it came back."""
+
+MEET_PROBES_KEPT = 256
+"""Probe ids of this node's last meets, whose Acks take a forgotten node back."""
+
+FORGOTTEN_MAX = 4096
+"""Bound of the nodes a CLUSTER RESET keeps ignoring (the oldest are let go past it)."""
+
+FORMER_IDS_MAX = 64
+"""This node's ids before its hard resets, kept so that no gossip teaches them back."""
 
 FORGET_BAN_MS = 60_000
 """Redis's CLUSTER FORGET blacklist: the node cannot be re-added by gossip for 60 s, so the
@@ -185,6 +205,14 @@ class Membership:
 
         self._members: dict[str, _Entry] = {}
         self._banned: dict[str, int] = {}  # node id -> ban end (ms)
+        # CLUSTER RESET: the nodes it forgot, ignored until a meet (see the module's doc);
+        # insertion order is age, for FORGOTTEN_MAX.
+        self._forgotten: dict[str, None] = {}
+        self._meet_probes: dict[int, None] = {}  # our meets' probe ids, while _forgotten
+        # Our own ids before a CLUSTER RESET HARD: the peers that knew us by one gossip it,
+        # at our own address, and a node taken from it would be a ghost peer (ours).
+        self._former_ids: dict[str, None] = {}
+        self.ignored = 0  # messages of forgotten nodes ignored (membership's and the cores')
         # Pending dissemination: node id -> [times sent, change sequence]. The record itself is
         # read from the view when sent, so a newer change of the same node replaces the old one.
         self._gossip: dict[str, list[int]] = {}
@@ -284,9 +312,16 @@ class Membership:
         """A Ping for an address whose node id is unknown (--join, CLUSTER MEET).
 
         It carries only our own record: the receiver adds us and its Ack (own record, recent
-        changes, random filler) starts teaching us the cluster. Counted as sent.
+        changes, random filler) starts teaching us the cluster. Counted as sent. Flagged as
+        a meet, which a node that forgot us in a reset takes us back on; after our own
+        reset, the Ack to it takes the node that answers back here (``_meet_probes``).
         """
-        msg = Ping(probe_id=self._new_probe_id(), gossip=[_copy(self._me)])
+        msg = Ping(probe_id=self._new_probe_id(), gossip=[_copy(self._me)], meet=True)
+        if self._forgotten:
+            probes = self._meet_probes
+            probes[msg.probe_id] = None
+            if len(probes) > MEET_PROBES_KEPT:
+                del probes[next(iter(probes))]
         self._count_sent(msg)
         return msg
 
@@ -312,15 +347,45 @@ class Membership:
         self._remove(node_id)
         self._banned[node_id] = now_ms + FORGET_BAN_MS
 
-    def reset(self, now_ms: int) -> None:
-        """CLUSTER RESET: forget every peer. No ban (and old bans are lifted), so a CLUSTER
-        MEET right after works; peers that still know us will re-add themselves by pinging us."""
+    def reset(self, now_ms: int, new_id: str = "") -> None:
+        """CLUSTER RESET: forget every peer, and ignore what they send until a meet (see
+        the module's doc). Old bans are lifted: a forgotten node comes back by a meet alone,
+        at once. What was still to be sent to them is dropped. ``new_id``: HARD, this node
+        is a new node from now on (incarnation 0), and its old id is never taken as a peer."""
+        if new_id and new_id != self._me.node_id:
+            former = self._former_ids
+            former[self._me.node_id] = None
+            while len(former) > FORMER_IDS_MAX:
+                del former[next(iter(former))]
+            self._me = replace(self._me, node_id=new_id, incarnation=0)
+        forgotten = self._forgotten
         for node_id in list(self._members):
             self._remove(node_id)
+            forgotten.pop(node_id, None)
+            forgotten[node_id] = None  # the newest last
+        while len(forgotten) > FORGOTTEN_MAX:
+            del forgotten[next(iter(forgotten))]
         self._banned.clear()
         self._relays.clear()
+        self._gossip.clear()
+        self._meet_probes.clear()
         self._order = []
         self._order_pos = 0
+        self.outbox = [(dest, msg) for dest, msg in self.outbox if dest not in forgotten]
+
+    def ignores(self, sender: str) -> bool:
+        """``sender`` was forgotten by a CLUSTER RESET and not met since: what it sends is
+        dropped (the node core asks this of every peer message that is not membership's)."""
+        return sender in self._forgotten
+
+    def forgotten(self) -> list[str]:
+        """The nodes a CLUSTER RESET forgot and no meet brought back, oldest first."""
+        return list(self._forgotten)
+
+    def _met(self, node_id: str) -> None:
+        del self._forgotten[node_id]
+        if not self._forgotten:
+            self._meet_probes.clear()
 
     def announce_left(self, now_ms: int) -> None:
         """Leave the cluster for good: tell every peer we are LEFT (one Ping each) and go inert.
@@ -338,12 +403,18 @@ class Membership:
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able view so a restarted node knows whom to contact (bans are not kept)."""
-        return {
+        """JSON-able view so a restarted node knows whom to contact (bans are not kept;
+        the nodes a reset forgot are: a restart must not take them back)."""
+        snap: dict[str, Any] = {
             "version": SNAPSHOT_VERSION,
             "me": asdict(self._me),
             "members": [asdict(self._members[n].rec) for n in sorted(self._members)],
         }
+        if self._forgotten:
+            snap["forgotten"] = list(self._forgotten)
+        if self._former_ids:
+            snap["former_ids"] = list(self._former_ids)
+        return snap
 
     @classmethod
     def restore(
@@ -401,6 +472,12 @@ class Membership:
             m._add(now_ms, rec, confirmed=False)
             m._members[rec.node_id].failed_before_restart = was_dead
         m._gossip.clear()  # old news: nobody needs it retransmitted
+        for node_id in snapshot.get("forgotten", ()):
+            if isinstance(node_id, str) and node_id not in m._members:
+                m._forgotten[node_id] = None
+        for node_id in snapshot.get("former_ids", ()):
+            if isinstance(node_id, str) and node_id != me.node_id:
+                m._former_ids[node_id] = None
         m._invalidate()
         for node_id, e in m._members.items():
             if e.rec.state == ALIVE:
@@ -420,9 +497,20 @@ class Membership:
             return
         if self._is_banned(sender, now_ms):
             return  # forgotten: we do not talk to it, not even to answer
+        if self._forgotten and sender in self._forgotten:
+            if (isinstance(msg, Ping) and msg.meet) or (
+                isinstance(msg, Ack) and msg.probe_id in self._meet_probes
+            ):
+                self._met(sender)  # it met us, or answered our meet: known again
+            else:
+                self.ignored += 1
+                return
         if not isinstance(msg, PingReq):
+            # Forgotten nodes come back through the gossip of a member only: an unknown
+            # sender may still be one of the reset's cluster.
+            trusted = sender in self._members or (isinstance(msg, Ping) and msg.meet)
             for rec in msg.gossip:
-                self._merge(now_ms, rec)
+                self._merge(now_ms, rec, trusted)
             self._sender_address(now_ms, sender, msg.gossip)
         e = self._members.get(sender)
         if e is not None and not e.confirmed:
@@ -610,14 +698,18 @@ class Membership:
         self._send(node_id, Ping(probe_id=self._new_probe_id(), gossip=self._gossip_for(node_id)))
 
     # ------------------------------------------------------------------ view updates
-    def _merge(self, now_ms: int, rec: Member) -> None:
+    def _merge(self, now_ms: int, rec: Member, trusted: bool = True) -> None:
         if not rec.node_id or rec.state not in _MEMBER_STATES:
             return
         if rec.node_id == self._me.node_id:
             self._about_me(rec)
             return
-        if self._is_banned(rec.node_id, now_ms):
+        if self._is_banned(rec.node_id, now_ms) or rec.node_id in self._former_ids:
             return
+        if self._forgotten and rec.node_id in self._forgotten:
+            if not trusted or rec.state not in (ALIVE, SUSPECT):
+                return
+            self._met(rec.node_id)
         e = self._members.get(rec.node_id)
         if e is None:
             # Learning a node from news of its death teaches nothing useful and would let

@@ -37,6 +37,7 @@ class Member:
 class Ping:
     probe_id: int
     gossip: list[Member] = field(default_factory=list)
+    meet: bool = False  # CLUSTER MEET / --join (membership.meet_message)
 
 
 @dataclass(slots=True)

@@ -192,11 +192,20 @@ class NodeCore:
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
         membership, disque = self.membership, self.disque
+        # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
+        # messages (a requeue, a copy, a lane frame still in flight) must not make state
+        # here; only membership reads its messages, for a meet.
+        forgotten = membership is not None and membership.ignores(sender)
         for msg in msgs:
             try:
                 if isinstance(msg, MEMBERSHIP_TYPES):
                     if membership is not None:
                         membership.on_message(now_ms, sender, msg)
+                        if forgotten and not membership.ignores(sender):
+                            forgotten = False  # met: what follows it is read
+                elif forgotten:
+                    assert membership is not None
+                    membership.ignored += 1
                 elif isinstance(msg, SchedSync):
                     if self.scheduler is not None:
                         self.scheduler.on_message(now_ms, sender, msg)
@@ -229,6 +238,24 @@ class NodeCore:
             if not self.contain_errors:
                 raise
             self.errors.append((f"link up {node_id}", exc))
+
+    def cluster_reset(self, now_ms: int, new_id: str = "") -> None:
+        """CLUSTER RESET (Disque's clusterReset): membership forgets every peer and ignores
+        them until a meet, and every job and queue goes (flushServerData), their deletions
+        logged so a restart does not load them again. Nothing the cores still had for the
+        peers leaves. ``new_id`` (HARD): the node's id from now on; the cores read it from
+        membership. The beanstalk door's tubes are not the cluster's and stay, as do the
+        schedule definitions and the routes table (tables a meet syncs again)."""
+        membership, disque = self.membership, self.disque
+        if membership is not None:
+            membership.reset(now_ms, new_id)
+        if disque is not None:
+            disque.flushall(log_deletes=True)
+            disque.outbox.clear()
+        if self.scheduler is not None:
+            self.scheduler.outbox.clear()
+        if self.routes is not None:
+            self.routes.outbox.clear()
 
     def tick(self, now_ms: int) -> None:
         """Run what is due in every core."""

@@ -2,7 +2,8 @@
 
 A node that restarts on the same directory rejoins the cluster with the same id (its peers
 know it, and job ids carry its first 8 characters), so the id is written once, atomically,
-and never changed. Kept in ``node.json`` next to the AOF, with room for the cluster view.
+and changed only by CLUSTER RESET HARD (Disque's new node name, ``save_node_id``). Kept in
+``node.json`` next to the AOF, with room for the cluster view.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def load_or_create_node_id(data_dir: Path) -> str:
         assert isinstance(node_id, str)
         return node_id
     node_id = secrets.token_hex(20)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    replace_durably(path, json.dumps({"node_id": node_id}).encode())
+    save_node_id(data_dir, node_id)
     return node_id
+
+
+def save_node_id(data_dir: Path, node_id: str) -> None:
+    """Write ``node_id`` as the directory's node, atomically (a new one, or a hard reset's)."""
+    if not _valid(node_id):
+        raise NodeIdentityError("node_id must be 40 lowercase hex characters")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    replace_durably(data_dir / NODE_FILE, json.dumps({"node_id": node_id}).encode())

@@ -103,12 +103,14 @@ class Member(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., host: _Optional[str] = ..., grpc_port: _Optional[int] = ..., client_port: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[_Union[MemberState, str]] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class Ping(_message.Message):
-    __slots__ = ("probe_id", "gossip")
+    __slots__ = ("probe_id", "gossip", "meet")
     PROBE_ID_FIELD_NUMBER: _ClassVar[int]
     GOSSIP_FIELD_NUMBER: _ClassVar[int]
+    MEET_FIELD_NUMBER: _ClassVar[int]
     probe_id: int
     gossip: _containers.RepeatedCompositeFieldContainer[Member]
-    def __init__(self, probe_id: _Optional[int] = ..., gossip: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+    meet: bool
+    def __init__(self, probe_id: _Optional[int] = ..., gossip: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., meet: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("probe_id", "target", "gossip")

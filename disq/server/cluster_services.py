@@ -316,6 +316,23 @@ class ClusterServices:
             replace_durably(path, json.dumps(snapshot).encode())
             self._saved_addresses = self._peer_addresses()
 
+    def adopt_node_id(self, node_id: str) -> None:
+        """CLUSTER RESET HARD gave membership a new id: the links, the lane and the data
+        dir take it too. node.json first: a crash between the two files leaves a view of
+        the old id, which a start refuses (an empty view: what the reset left anyway)."""
+        from disq.persistence.node_identity import save_node_id
+
+        state_dir = self.settings.state_dir
+        if state_dir is not None:
+            try:
+                save_node_id(state_dir, node_id)
+            except OSError as exc:
+                self.log.error("node_id_not_saved", error=str(exc))
+        self.links.rename(node_id)
+        self.log = get_logger("disq.cluster").bind(node=node_id[:8])
+        self.log.info("node_id_changed", reason="CLUSTER RESET HARD")
+        self._save_view()
+
     # ------------------------------------------------------------------ joins
     def meet_grpc(self, host: str, port: int) -> None:
         """Contact a bus address whose node id is unknown. A meet can be lost (the peer is

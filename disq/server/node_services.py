@@ -227,8 +227,19 @@ class NodeServices:
         return m.leaving
 
     def cluster_reset(self, hard: bool) -> None:
-        self.cluster.membership.reset(self.now_ms())
+        # HARD also takes a new node id, as Disque's: the peers that knew the old one are
+        # refused at their next connect (a link checks the id it reaches), and the jobs
+        # made from now on carry the new one.
+        runtime = self.runtime
+        new_id = secrets.token_hex(20) if hard else ""
+        runtime.core.cluster_reset(self.now_ms(), new_id)
+        if new_id:
+            self.cluster.adopt_node_id(new_id)
         self.after_commands()
+        if runtime.aof.writer is not None:
+            # The DELJOBs are in the file; a rewrite also drops the idempotency keys and
+            # key votes of the flushed jobs, which a restart would otherwise load again.
+            runtime.aof.request_rewrite()
 
     def cluster_info(self) -> list[tuple[str, str | int]]:
         m = self.cluster.membership

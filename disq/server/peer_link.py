@@ -346,6 +346,15 @@ class PeerLinks:
         if self._loop is not None:
             self._spawn(peer)
 
+    def rename(self, my_id: str) -> None:
+        """This node's new id (CLUSTER RESET HARD, which forgot every peer first): what
+        its frames, lane hellos and handshakes say from now on, so a peer that dials the
+        old id here is refused."""
+        self.my_id = my_id
+        if self._lane is not None:
+            self._lane.my_id = my_id
+        self._log = get_logger("disq.peer_link").bind(node=my_id[:8])
+
     def _spawn(self, peer: _Peer) -> None:
         assert self._loop is not None
         if peer.task is None:

@@ -104,6 +104,8 @@ def _fill_job(t: pb.Job, j: m.JobData) -> None:
 def _enc_ping(t: pb.Message, x: m.Ping) -> None:
     s = t.ping
     s.probe_id = x.probe_id  # assigning, even a default, selects the oneof
+    if x.meet:
+        s.meet = True
     add = s.gossip.add
     for g in x.gossip:
         _fill_member(add(), g)
@@ -534,7 +536,7 @@ def _dec_got_acks(t: pb.Message) -> list[m.GotAck]:
 
 def _dec_ping(t: pb.Message) -> m.Ping:
     s = t.ping
-    return m.Ping(s.probe_id, [_member(g) for g in s.gossip])
+    return m.Ping(s.probe_id, [_member(g) for g in s.gossip], s.meet)
 
 
 def _dec_ack(t: pb.Message) -> m.Ack:

@@ -32,7 +32,7 @@ NODE_TIMEOUT_MS = 3000
 
 def _reset_and_chain_meet(lab: Lab) -> None:
     for node in lab.nodes:
-        assert node.call("CLUSTER", "RESET", "HARD") == "OK"
+        lab.cluster_reset(node.index)  # CLUSTER RESET HARD: a new node id
         assert node.call("CLUSTER", "LEAVING", "no") == "OK"
         assert node.call("CONFIG", "SET", "cluster-node-timeout", NODE_TIMEOUT_MS) == "OK"
         assert node.call("CONFIG", "REWRITE") == "OK"
@@ -144,7 +144,7 @@ def test_a_node_killed_right_after_a_meet_restarts_knowing_its_peer(tmp_path: Pa
     # Redis writes nodes.conf: killed the moment it learned its peer, the node reads it back.
     with Lab(2, tmp_path / "lab", node_timeout_ms=NODE_TIMEOUT_MS) as lab:
         for node in lab.nodes:
-            assert node.call("CLUSTER", "RESET", "HARD") == "OK"
+            lab.cluster_reset(node.index)
         a, b = lab.nodes
         assert a.call("CLUSTER", "MEET", b.host, b.port) == "OK"
         eventually(lambda: int(lab.cluster_info(1)["cluster_known_nodes"]) == 2, "B knows A")

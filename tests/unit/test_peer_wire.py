@@ -113,6 +113,7 @@ MEMBER = m.Member("c" * 40, "10.0.0.3", 7710, 7711, 4, m.SUSPECT, leaving=True)
 
 ONE_OF_EACH: list[m.Message] = [
     m.Ping(7, [MEMBER]),
+    m.Ping(9, [MEMBER], meet=True),  # CLUSTER MEET / --join (issue 31)
     m.Ack(7, "d" * 40, [MEMBER, MEMBER]),
     m.PingReq(8, "e" * 40),
     m.ReplJob(_job()),

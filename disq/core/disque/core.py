@@ -51,6 +51,7 @@ from disq.core.disque.api import (
 from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
 from disq.core.disque.bridge import BeanstalkBridgeMixin
 from disq.core.disque.federation import FederationMixin
+from disq.core.disque.flush import FlushMixin
 from disq.core.disque.handoff import HandoffMixin
 from disq.core.disque.idempotency import (
     IDEM_KEY_MAX_BYTES,
@@ -128,6 +129,7 @@ class DisqueCore(
     MemoryMixin,
     RequeueMixin,
     AofMixin,
+    FlushMixin,
 ):
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
         self.view = view
@@ -745,21 +747,6 @@ class DisqueCore(
                 self._unregister(j, now_ms)
                 n += 1
         return n
-
-    def flushall(self) -> None:
-        for token in list(self._follower_of):  # first, so no follower inherits an add
-            self.cancel(token)
-        for token in list(self._adds):
-            self.cancel(token)
-        self._idem.clear()
-        self.jobs.clear()
-        self.used_bytes = 0
-        self.queues = {name: q for name, q in self.queues.items() if q.blocked}
-        for q in self.queues.values():
-            q.skiplist.clear()
-        self._awake.clear()
-        self._awake_acked.clear()
-        self._tombstones.clear()
 
     # ================================================================== messages
     def on_message(self, now_ms: int, sender: str, msg: Message) -> None:

@@ -193,7 +193,8 @@ class NodeApi(Protocol):
         ...
 
     def cluster_reset(self, hard: bool) -> None:
-        """CLUSTER RESET: forget every peer; ``hard`` also takes a new node id."""
+        """CLUSTER RESET: forget every peer (ignored until a meet) and every job and queue.
+        ``hard`` is accepted as Disque's, without its new node id."""
         ...
 
     def cluster_info(self) -> list[tuple[str, str | int]]:

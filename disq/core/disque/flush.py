@@ -1,0 +1,92 @@
+"""Every job and queue gone at once: Disque's flushServerData, behind DEBUG FLUSHALL and
+CLUSTER RESET.
+
+Disque frees every job (a client still waiting for a job's copies is answered -NOREPL by
+unregisterJob), answers every blocked GETJOB with its timeout reply, then destroys every
+queue. So does this, and it also lets go of what the jobs had the peers doing: idempotency
+keys and their announcements, key votes, adds held for a key. Nothing of it can come back
+by a timer: the job timers go with their jobs, and the replication and client timers find
+no waiter.
+
+The AOF: Disque logs nothing, so a reset node restarted on its AOF loads its jobs again. A
+reset (``log_deletes``) logs a DELJOB for every job the file may hold, so a restart finds
+none; DEBUG FLUSHALL keeps Disque's way (DEBUG LOADAOF reads the file back after it).
+"""
+
+from __future__ import annotations
+
+from mypy_extensions import mypyc_attr, trait
+
+from disq.core.disque.api import NOREPL_EXPIRED, DisqueError
+from disq.core.disque.job import ACKED, BEANSTALK_OWNED, WAIT_REPL
+from disq.core.disque.parts import CoreParts
+
+
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
+class FlushMixin(CoreParts):
+    """DisqueCore's flushall."""
+
+    def flushall(self, log_deletes: bool = False) -> None:
+        """Forget every job and queue; every blocked client is answered."""
+        gone = DisqueError("NOREPL", NOREPL_EXPIRED)
+        replies = self.replies
+        for token in list(self._adds):
+            self._reply_add(token, gone)  # and its followers
+        for token in self._held_retry_of:
+            replies.append((token, gone))
+        for h in self._idem_reruns:  # held retries released, not re-run yet
+            replies.append((h.token, gone))
+        for held in self._held_replies.values():
+            for token in held.tokens:
+                replies.append((token, held.job_id))  # done: its copies existed
+        for p in self._kv_prop.values():
+            for token in p.tokens:
+                replies.append((token, gone))
+        for token in self._gets:
+            replies.append((token, None))  # GETJOB's timeout reply, as Disque's
+        log = log_deletes and self.persist
+        for j in self.jobs.values():
+            if log and j.state != ACKED:  # an acked job's DELJOB is logged already
+                self._log_del(j.id)
+            if j.state == WAIT_REPL and j.flags & BEANSTALK_OWNED and j.bid:
+                # A replicated beanstalk put whose client is told INTERNAL_ERROR (its add
+                # answered NOREPL above): its job goes, as when such an add times out.
+                self.beanstalk_dropped.append(j.bid)
+            j.awake_ms = -1
+        self.jobs.clear()
+        self.queues.clear()
+        self.used_bytes = 0
+        self._clear_waits()
+        self._clear_keys()
+
+    def _clear_waits(self) -> None:
+        self._adds.clear()
+        self._add_by_job.clear()
+        self._followers.clear()
+        self._follower_of.clear()
+        self._gets.clear()
+        self._client_timers.clear()
+        self._repl_timers.clear()
+        self._awake.clear()
+        self._awake_acked.clear()
+        self._one_copy.clear()
+        self._tombstones.clear()
+        self._idem_timer_ms = 0
+        self._kv_timer_ms = 0
+
+    def _clear_keys(self) -> None:
+        self._idem.clear()
+        self._idem_tentative.clear()
+        self._idem_shadow.clear()
+        self._idem_unacked.clear()
+        self._idem_resend.clear()
+        self._idem_reannounce = False
+        self._idem_live.clear()
+        self._held_retries.clear()
+        self._held_retry_of.clear()
+        self._held_replies.clear()
+        self._held_reply_of.clear()
+        self._idem_reruns.clear()
+        self._kv_acc.clear()
+        self._kv_prop.clear()
