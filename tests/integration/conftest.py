@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -192,8 +193,7 @@ class ServerProcess:
         return self
 
     def _limit_files(self) -> None:
-        import resource
-
+        # In the child between fork and exec: nothing to import, nothing to allocate much.
         assert self.nofile is not None
         resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
