@@ -229,8 +229,12 @@ class _InboundLane(asyncio.Protocol):
             self._gone()  # asyncio reports no connection_lost for a failed handshake
             return
         if tls is None or self.closed:
+            # Closed during the handshake (the hello timer, the cap): start_tls returns
+            # None rather than raising when that close was ours.
             if tls is not None:
                 tls.close()
+            raw.close()
+            self._gone()
             return
         self.transport = tls
 
