@@ -150,11 +150,12 @@ def parse_max_frame(value: Any) -> int:
 def pending_caps(soft_fd_limit: int) -> tuple[int, int]:
     """(per lane port, all lane ports of the process) caps on connections that have not
     said hello, from the open-files limit: together they never hold more than an eighth of
-    the descriptors, so a flood of the lane port leaves the client ports theirs."""
+    the descriptors (nor 1,024), so a flood of the lane port leaves the client ports theirs.
+    The closes of one accept batch (up to LANE_BACKLOG) land in the next loop iteration."""
     if soft_fd_limit < 0:  # RLIM_INFINITY
         soft_fd_limit = 1 << 20
-    total = max(16, min(1024, soft_fd_limit // 8))
-    return max(8, total // 2), total
+    total = min(1024, max(2, soft_fd_limit // 8))
+    return max(1, total // 2), total
 
 
 def set_keepalive(sock: Any) -> None:
