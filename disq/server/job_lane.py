@@ -20,8 +20,9 @@ How a lane comes up
     dialled at that address on both paths, and a node that comes back at a new address is
     dialled at the new one. The dialling node opens a TCP connection (TLS with the bus's
     certificates when the bus has TLS) and sends a 64-byte hello: the magic, its own node id
-    and the token. After that the connection carries one direction only, as the gRPC streams
-    do: length-prefixed frames, each the same protobuf ``Frame`` the stream would carry
+    and the token; the port answers a hello it takes with one byte (``HELLO_ACK``), the only
+    byte it ever writes. After that the connection carries one direction only, as the gRPC
+    streams do: length-prefixed frames, each the same protobuf ``Frame`` the stream would carry
     (``u32 big-endian length | Frame``), so the codec and its columnar forms are shared and a
     frame means the same on either path.
 
@@ -47,7 +48,9 @@ Bounds
 Lifetime
     A lane lives inside its Link: it opens after the stream's handshake and is closed when the
     stream ends, and a lane that breaks ends its stream too, so the sender reconnects both
-    (a restarted peer has a new port and token anyway). A lane that cannot be opened (a
+    (a restarted peer has a new port and token anyway). A lane closed before its hello was
+    taken (refused, or dropped unread at the port's cap under a flood) does not: the stream
+    carries everything until it reconnects, so a flood cannot flap the links. A lane that cannot be opened (a
     firewall between the nodes, an older build that announces none) leaves the link on gRPC
     alone: slower, never broken.
 """
@@ -66,6 +69,7 @@ from typing import Any
 from disq.logging import get_logger
 
 __all__ = [
+    "HELLO_ACK",
     "HELLO_SIZE",
     "LANE_KEY",
     "LANE_MAX_FRAME_KEY",
@@ -91,6 +95,11 @@ LANE_MAX_FRAME_KEY = "disq-lane-max-frame"
 MAGIC = b"DISQLN1\n"
 TOKEN_BYTES = 16
 HELLO_SIZE = len(MAGIC) + 40 + TOKEN_BYTES  # magic | sender's node id (40 hex) | token
+# The one byte a lane port ever writes: the hello was taken. A lane lost before it is one
+# the port refused or closed unread (its cap, under a flood): the sender keeps its stream and
+# sends everything there, instead of taking the link down and up. An older build's port
+# writes nothing, and an older build's sender ignores it.
+HELLO_ACK = b"\x01"
 # The largest frame a lane reads: one job of the largest size a node takes (1 GiB, the
 # beanstalk door's -z ceiling) with its envelope. A length past this is not a frame of ours
 # (or a corrupted stream) and ends the connection; a sender never writes one.
@@ -195,6 +204,8 @@ class _InboundLane(asyncio.Protocol):
         self.closed = False
         self.gone = False
         self.tls_task: asyncio.Task[None] | None = None
+        self.upgraded = True  # False while a TLS handshake runs: nothing may be written
+        self.ack_due = False  # the hello came with the handshake's last bytes: ack after it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -213,6 +224,7 @@ class _InboundLane(asyncio.Protocol):
         self.hello_timer = loop.call_later(HELLO_TIMEOUT_S, self._hello_timeout)
         ctx = server.ssl_context
         if ctx is not None:
+            self.upgraded = False
             transport.pause_reading()  # type: ignore[attr-defined]  # no plaintext read
             self.tls_task = loop.create_task(self._start_tls(loop, ctx))
 
@@ -238,6 +250,9 @@ class _InboundLane(asyncio.Protocol):
             self._gone()
             return
         self.transport = tls
+        self.upgraded = True
+        if self.ack_due:
+            tls.write(HELLO_ACK)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._gone()
@@ -285,6 +300,12 @@ class _InboundLane(asyncio.Protocol):
                 self.hello_timer = None
             server.release(self)
             del buf[:HELLO_SIZE]
+            # asyncio's TLS layer can hand us the hello before start_tls has returned the
+            # TLS transport: the raw one must not be written then.
+            if self.upgraded and self.transport is not None:
+                self.transport.write(HELLO_ACK)
+            else:
+                self.ack_due = True
             server.on_up(sender)
         pos = 0
         end = len(buf)
@@ -505,6 +526,7 @@ class OutboundLane(asyncio.Protocol):
         self.on_lost = on_lost
         self.transport: asyncio.WriteTransport | None = None
         self.lost = False
+        self.acked = False  # the peer's port took our hello (HELLO_ACK)
         # The largest frame the peer reads (its handshake's LANE_MAX_FRAME_KEY).
         self.max_frame_bytes = OLD_PEER_MAX_FRAME_BYTES
 
@@ -520,7 +542,8 @@ class OutboundLane(asyncio.Protocol):
         self.on_lost()
 
     def data_received(self, data: bytes) -> None:
-        pass  # the receiver never writes on a lane
+        if data:
+            self.acked = True  # HELLO_ACK: the only byte a lane port writes
 
     def send(self, frame: bytes) -> bool:
         """Write one frame; False (nothing written) when the socket is not draining, or the

@@ -250,6 +250,7 @@ class PeerLinks:
         self._lane_frames_sent = 0  # of frames_sent, those on a job lane
         self._lane_frames_received = 0
         self._messages_too_large = 0  # refused, over their path's frame limit alone
+        self._lanes_refused = 0  # outbound lanes closed before the peer took the hello
         # Called with the grpc.aio server before it starts: other services on the same port
         # (the client API, health, reflection).
         self.add_services: list[Callable[[Any], None]] = []
@@ -476,7 +477,9 @@ class PeerLinks:
     def _dispatch(self, peer: _Peer, msgs: list[Message]) -> None:
         """One flush's messages to a peer whose link is up."""
         lane = peer.lane
-        if lane is None:
+        if lane is None or lane.lost:
+            # A lost lane: its stream is about to end (an acknowledged lane) or to go on
+            # alone (a refused one, _connect_and_pump): the stream takes the messages.
             self._enqueue(peer, msgs)
             return
         # Job messages take the lane; membership (rare: a few per probe period) stays on the
@@ -652,8 +655,18 @@ class PeerLinks:
             loop = asyncio.get_running_loop()
             queue = peer.queue
             while not call.done():
-                if peer.lane is not None and peer.lane.lost:
-                    raise ConnectionError("job lane lost")
+                lane = peer.lane
+                if lane is not None and lane.lost:
+                    if lane.acked:
+                        raise ConnectionError("job lane lost")
+                    # Closed before the port took our hello: refused or dropped unread at
+                    # its cap (a flood of connections that say none). Taking the link down
+                    # would not help, and under a flood would flap it: the stream carries
+                    # everything until it reconnects (job_lane.HELLO_ACK).
+                    peer.lane = None
+                    self._lanes_refused += 1
+                    self._log.warning("peer_lane_refused", peer=peer.node_id[:8])
+                    continue
                 if not queue:
                     peer.wakeup = loop.create_future()
                     await peer.wakeup
@@ -857,6 +870,7 @@ class PeerLinks:
             "lane_frames_sent": self._lane_frames_sent,
             "lane_frames_received": self._lane_frames_received,
             "messages_too_large": self._messages_too_large,
+            "lanes_refused": self._lanes_refused,
             # The lane port: connections without a hello (now, and closed by reason), the
             # bytes inbound lanes buffer, lanes closed past that bound (job_lane.py).
             **(self._lane.stats() if self._lane is not None else {}),

@@ -18,7 +18,14 @@ from test_peer_link import A, B, C, Node, run, until
 
 from disq.core.messages import GotJob, JobData, Ping, ReplJob
 from disq.server import job_lane
-from disq.server.job_lane import HELLO_SIZE, LANE_KEY, MAGIC, hello, parse_announcement
+from disq.server.job_lane import (
+    HELLO_ACK,
+    HELLO_SIZE,
+    LANE_KEY,
+    MAGIC,
+    hello,
+    parse_announcement,
+)
 from disq.server.peer_link import _LINK_METHOD as LINK_METHOD
 from disq.server.peer_wire import WireCounters, encode_frame
 
@@ -163,6 +170,7 @@ def test_each_link_stream_gets_its_own_token_good_for_one_lane_and_dropped_with_
         assert t1 != t2
         r1, w1 = await asyncio.open_connection("127.0.0.1", lane_port)
         w1.write(hello(B, t1) + framed([_job(1)]))
+        assert await asyncio.wait_for(r1.readexactly(1), 5) == HELLO_ACK  # the hello taken
         await a.wait_messages(B, 1)
         # One lane per token: a second connection with t1 is closed, and delivers nothing.
         r, w = await asyncio.open_connection("127.0.0.1", lane_port)
@@ -290,5 +298,25 @@ def test_connections_without_a_hello_are_capped_per_port_and_per_process() -> No
         )
         for _r, w in opened:
             w.close()
+
+    run(main)
+
+
+def test_a_lane_closed_before_its_hello_was_taken_leaves_the_link_up_on_its_stream() -> None:
+    """Refused or dropped unread (the port's cap under a flood): the sender's link stays up
+    and carries the job messages itself, instead of going down and up."""
+
+    async def main() -> None:
+        a, b = await Node(A).start(), await Node(B).start()
+        assert a.links._lane is not None
+        a.links._lane.check_hello = lambda data, lane: None  # type: ignore[method-assign]
+        b.links.set_address(A, "127.0.0.1", a.port)
+        assert await b.link_event() == (A, True)
+        await until(lambda: b.links.stats()["lanes_refused"] == 1)
+        assert b.links.stats()["links_lane"] == 0
+        b.links.send(A, _job(6))
+        await a.wait_messages(B, 1)
+        assert a.messages_from(B) == [_job(6)]
+        assert b.link_events.empty() and b.links.is_up(A)
 
     run(main)
