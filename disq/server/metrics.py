@@ -492,6 +492,12 @@ class NodeCollector(Collector):
             value=s.get("lane_closed_buffer_full", 0),
         )
         yield CounterMetricFamily(
+            "disq_peer_lanes_refused",
+            "Outbound job lanes closed before the peer took their hello (refused, or dropped "
+            "at its cap): the link went on on its stream alone.",
+            value=s.get("lanes_refused", 0),
+        )
+        yield CounterMetricFamily(
             "disq_peer_messages_too_large",
             "Messages to peers refused unsent: over their path's frame limit on their own.",
             value=s.get("messages_too_large", 0),
