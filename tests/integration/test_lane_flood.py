@@ -4,7 +4,8 @@ A node started with a low RLIMIT_NOFILE (systemd's default soft 1024) raises its
 toward the hard limit and logs what it got. One whose hard limit is 1024 as well (it cannot
 raise past it) keeps serving RESP clients while thousands of connections to its lane port
 never say hello: those are capped (the oldest closed for each new one past the cap), the
-rest are closed by the hello timer, and the metric shows the cap at work.
+rest are closed by the hello timer, and the metric shows the cap at work. A node that joins
+it meanwhile forms the cluster with it and replicates to it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if str(ROOT) not in sys.path:
 from eventually import eventually  # noqa: E402
 from test_metrics import scrape, value  # noqa: E402
 
-from cluster.resp_client import RespClient  # noqa: E402
+from cluster.resp_client import RespClient, info_fields  # noqa: E402
 
 FLOOD = 3000
 
@@ -183,3 +184,39 @@ def test_a_lane_flood_leaves_resp_clients_served_and_is_closed(
     assert value(s, "disq_peer_lane_pending_closed_total", reason="timeout") >= 1
     with RespClient(port=resp, timeout=10) as c:
         assert c.call("PING") == "PONG"
+
+
+def test_a_node_joining_a_flooded_lane_port_keeps_its_link_and_replicates(
+    server_factory: ServerFactory,
+) -> None:
+    """B joins A while A's lane port is flooded: the flood starves neither A's bus nor its
+    client port. B's lane to A opens, or does not, or is closed unread at A's cap; in every
+    case B's link stays up (on its gRPC stream alone if need be: it does not go down and
+    up), and a job added on B with two copies gets its copy on A."""
+    a_resp, a_bus, a_lane = free_port(), free_port(), free_port()
+    a = server_factory.new(
+        "--resp-port", str(a_resp), "--grpc-port", str(a_bus), "--job-lane-port", str(a_lane),
+        "--node-timeout-ms", "3000",
+        nofile=(1024, 1024),
+    )  # fmt: skip
+    with Flood(a_lane, FLOOD) as flood:
+        assert flood.full.wait(60), "the flood never had its connections open"
+        b_resp = free_port()
+        b = server_factory.new(
+            "--resp-port", str(b_resp), "--grpc-port", str(free_port()),
+            "--node-timeout-ms", "3000", "--join", f"127.0.0.1:{a_bus}",
+        )  # fmt: skip
+        for port in (a_resp, b_resp):
+            eventually(
+                lambda port=port: info_fields(
+                    RespClient(port=port, timeout=10).call("CLUSTER", "INFO")
+                )["cluster_reachable_nodes"]
+                == "1",
+                "each node reaches the other",
+            )
+        with RespClient(port=b_resp, timeout=30) as c:
+            job_id = c.call("ADDJOB", "flooded", "body", 20000, "REPLICATE", 2)
+        assert isinstance(job_id, str) and job_id.startswith("D-")
+        with RespClient(port=a_resp, timeout=10) as c:
+            assert c.call("SHOW", job_id) is not None  # A holds its copy
+    assert log_events(b, "peer_link_down") == []
