@@ -186,6 +186,11 @@ def test_a_lane_flood_leaves_resp_clients_served_and_is_closed(
         assert c.call("PING") == "PONG"
 
 
+def reachable(resp_port: int) -> str:
+    with RespClient(port=resp_port, timeout=10) as c:
+        return str(info_fields(c.call("CLUSTER", "INFO"))["cluster_reachable_nodes"])
+
+
 def test_a_node_joining_a_flooded_lane_port_keeps_its_link_and_replicates(
     server_factory: ServerFactory,
 ) -> None:
@@ -199,6 +204,7 @@ def test_a_node_joining_a_flooded_lane_port_keeps_its_link_and_replicates(
         "--node-timeout-ms", "3000",
         nofile=(1024, 1024),
     )  # fmt: skip
+    assert a.proc is not None and soft_nofile(a.proc.pid) == 1024
     with Flood(a_lane, FLOOD) as flood:
         assert flood.full.wait(60), "the flood never had its connections open"
         b_resp = free_port()
@@ -207,13 +213,7 @@ def test_a_node_joining_a_flooded_lane_port_keeps_its_link_and_replicates(
             "--node-timeout-ms", "3000", "--join", f"127.0.0.1:{a_bus}",
         )  # fmt: skip
         for port in (a_resp, b_resp):
-            eventually(
-                lambda port=port: info_fields(
-                    RespClient(port=port, timeout=10).call("CLUSTER", "INFO")
-                )["cluster_reachable_nodes"]
-                == "1",
-                "each node reaches the other",
-            )
+            eventually(lambda port=port: reachable(port) == "1", "each node reaches the other")
         with RespClient(port=b_resp, timeout=30) as c:
             job_id = c.call("ADDJOB", "flooded", "body", 20000, "REPLICATE", 2)
         assert isinstance(job_id, str) and job_id.startswith("D-")
