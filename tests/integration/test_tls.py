@@ -273,6 +273,9 @@ def test_peer_links_verify_each_other_both_ways(certs: Path) -> None:
             links["other"].send(ids["good"], GotJob("D-over-the-lane"))
             assert await asyncio.wait_for(got.get(), 10) == [GotJob("D-over-the-lane")]
             assert links["good"].stats()["lane_frames_received"] == 1
+            # The port acknowledged the hello over TLS (never on the raw socket mid-handshake).
+            lane = links["other"]._peers[ids["good"]].lane
+            assert lane is not None and lane.acked
         finally:
             for link in links.values():
                 await link.close()
