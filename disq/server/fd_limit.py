@@ -22,7 +22,7 @@ __all__ = ["RESERVED_FDS", "OpenFilesLimit", "raise_open_files_limit", "wanted_o
 # Descriptors beside the client connections: the AOF and its rewrite, the event log, the
 # listening sockets, the admin port's connections, gRPC's sockets, pipes and timers, the job
 # lanes to and from every peer and the lane port's connections that have not said hello yet
-# (job_lane.pending_cap). Redis reserves 32 for its handful; a node has more of its own.
+# (job_lane.pending_caps). Redis reserves 32 for its handful; a node has more of its own.
 RESERVED_FDS = 1024
 
 
