@@ -50,9 +50,9 @@ Lifetime
     stream ends, and a lane that breaks ends its stream too, so the sender reconnects both
     (a restarted peer has a new port and token anyway). A lane closed before its hello was
     taken (refused, or dropped unread at the port's cap under a flood) does not: the stream
-    carries everything until it reconnects, so a flood cannot flap the links. A lane that cannot be opened (a
-    firewall between the nodes, an older build that announces none) leaves the link on gRPC
-    alone: slower, never broken.
+    carries everything until it reconnects, so a flood cannot flap the links. A lane that
+    cannot be opened (a firewall between the nodes, an older build that announces none)
+    leaves the link on gRPC alone: slower, never broken.
 """
 
 from __future__ import annotations
