@@ -40,7 +40,8 @@ Job lanes
     messages: job messages go on the lane, a plain TCP connection whose round trip costs a
     fifth of the stream's. The lane opens right after the handshake and lives inside the
     stream; without one (``lane_port`` None here, an older build there, a lane that cannot
-    be opened) the stream carries everything, as before.
+    be opened, or one closed before the peer acknowledged its hello) the stream carries
+    everything, as before. Frames are cut under the peer's announced limit (frame_bound.py).
 
 Coalescing
     When the peer's writer falls behind, the frames waiting in its queue are written as one
