@@ -165,33 +165,50 @@ def framed(msgs: list[Any], seq: int = 1, sender: str = B) -> bytes:
 def test_each_link_stream_gets_its_own_token_good_for_one_lane_and_dropped_with_it() -> None:
     async def main() -> None:
         a = await Node(A).start()
-        call1, ch1, lane_port, t1 = await open_link(a.port)
-        call2, ch2, _, t2 = await open_link(a.port)
-        assert t1 != t2
-        r1, w1 = await asyncio.open_connection("127.0.0.1", lane_port)
-        w1.write(hello(B, t1) + framed([_job(1)]))
-        assert await asyncio.wait_for(r1.readexactly(1), 5) == HELLO_ACK  # the hello taken
-        await a.wait_messages(B, 1)
-        # One lane per token: a second connection with t1 is closed, and delivers nothing.
-        r, w = await asyncio.open_connection("127.0.0.1", lane_port)
-        w.write(hello(C, t1) + framed([_job(2)], sender=C))
-        assert await asyncio.wait_for(r.read(), 5) == b""
-        # The stream ends: its lane is closed by the receiver, and its token is gone.
-        call1.cancel()
-        assert await asyncio.wait_for(r1.read(), 5) == b""
-        r, w = await asyncio.open_connection("127.0.0.1", lane_port)
-        w.write(hello(B, t1) + framed([_job(3)]))
-        assert await asyncio.wait_for(r.read(), 5) == b""
-        # So is t2's once its stream ends, before it was ever used.
-        call2.cancel()
-        await until(lambda: not a.links._lane.grants)  # type: ignore[union-attr]
-        r, w = await asyncio.open_connection("127.0.0.1", lane_port)
-        w.write(hello(B, t2) + framed([_job(4)]))
-        assert await asyncio.wait_for(r.read(), 5) == b""
-        assert a.messages_from(B) == [_job(1)] and a.messages_from(C) == []
-        assert a.links.stats()["lane_pending_closed_refused"] == 3
-        for ch in (ch1, ch2):
-            await ch.close()
+        calls: list[Any] = []
+        channels: list[Any] = []
+        writers: list[asyncio.StreamWriter] = []
+
+        async def lane(hello_bytes: bytes) -> asyncio.StreamReader:
+            r, w = await asyncio.open_connection("127.0.0.1", lane_port)
+            writers.append(w)
+            w.write(hello_bytes)
+            return r
+
+        try:
+            call1, ch1, lane_port, t1 = await open_link(a.port)
+            call2, ch2, _, t2 = await open_link(a.port)
+            calls += [call1, call2]
+            channels += [ch1, ch2]
+            assert t1 != t2
+            r1 = await lane(hello(B, t1) + framed([_job(1)]))
+            assert await asyncio.wait_for(r1.readexactly(1), 5) == HELLO_ACK  # hello taken
+            await a.wait_messages(B, 1)
+            # One lane per token: a second connection with t1 is closed, delivering nothing.
+            r = await lane(hello(C, t1) + framed([_job(2)], sender=C))
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            # The stream ends: its lane is closed by the receiver, and its token is gone.
+            call1.cancel()
+            assert await asyncio.wait_for(r1.read(), 5) == b""
+            r = await lane(hello(B, t1) + framed([_job(3)]))
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            # So is t2's once its stream ends, before it was ever used.
+            call2.cancel()
+            await until(lambda: not a.links._lane.grants)  # type: ignore[union-attr]
+            r = await lane(hello(B, t2) + framed([_job(4)]))
+            assert await asyncio.wait_for(r.read(), 5) == b""
+            assert a.messages_from(B) == [_job(1)] and a.messages_from(C) == []
+            assert a.links.stats()["lane_pending_closed_refused"] == 3
+        finally:
+            for w in writers:
+                w.close()
+            # Each call's status before its channel closes: a completion that arrived after
+            # this test's loop closed would land in the next test's loop.
+            for call in calls:
+                call.cancel()
+                await asyncio.wait_for(call.code(), 5)
+            for ch in channels:
+                await ch.close()
 
     run(main)
 
