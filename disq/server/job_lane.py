@@ -211,10 +211,6 @@ class _InboundLane(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         server = self.server
         server.inbound.add(self)
-        try:
-            set_keepalive(transport.get_extra_info("socket"))
-        except OSError:
-            pass  # the peer is gone already: connection_lost follows
         if not server.admit(self):
             return
         loop = asyncio.get_running_loop()
@@ -300,6 +296,11 @@ class _InboundLane(asyncio.Protocol):
                 self.hello_timer = None
             server.release(self)
             del buf[:HELLO_SIZE]
+            # Keepalive for peers only: a flood's connections, closed unread, cost no syscall.
+            try:
+                set_keepalive(self.transport.get_extra_info("socket") if self.transport else None)
+            except OSError:
+                pass  # the peer is gone already: connection_lost follows
             # asyncio's TLS layer can hand us the hello before start_tls has returned the
             # TLS transport: the raw one must not be written then.
             if self.upgraded and self.transport is not None:
