@@ -342,9 +342,7 @@ class ServerFactory:
         RLIMIT_NOFILE the process starts with.
         """
         d = data_dir if data_dir is not None else self.base_dir / f"srv{len(self.servers)}"
-        srv = ServerProcess(
-            self.kind, d, tuple(extra), listen=listen, binlog=binlog, nofile=nofile
-        )
+        srv = ServerProcess(self.kind, d, tuple(extra), listen=listen, binlog=binlog, nofile=nofile)
         self.servers.append(srv)
         if start:
             srv.start()
