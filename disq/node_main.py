@@ -34,6 +34,7 @@ DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
 DEFAULT_DATA_DIR = "disq-data"
 JOB_SIZE_MAX = 1 << 30  # beanstalkd's -z ceiling (1 GiB)
+DEFAULT_MAX_CLIENTS = 10_000  # Disque's maxclients, for the open-files limit of a flags start
 BEANSTALKD_FLAGS = (
     "listen",
     "port",
@@ -394,6 +395,23 @@ def _without_rich() -> None:
         sys.modules["rich"] = None  # type: ignore[assignment]
 
 
+def _raise_open_files_limit(cluster: dict[str, Any] | None) -> None:
+    """Redis's adjustOpenFilesLimit: enough descriptors for maxclients and the node's own
+    (disq/server/fd_limit.py), logged; a hard limit below that is the operator's to raise."""
+    from disq.logging import get_logger
+    from disq.server.fd_limit import raise_open_files_limit, wanted_open_files
+
+    store = (cluster or {}).get("config_store")
+    max_clients = store.settings.maxclients if store is not None else DEFAULT_MAX_CLIENTS
+    got = raise_open_files_limit(wanted_open_files(max_clients))
+    log = get_logger("disq")
+    fields = {"soft": got.soft, "hard": got.hard, "was": got.before, "wanted": got.wanted}
+    if got.short:
+        log.warning("open_files_limit_low", maxclients=max_clients, **fields)
+    else:
+        log.info("open_files_limit", **fields)
+
+
 def _run(
     args: argparse.Namespace,
     socks: list[socket.socket],
@@ -424,6 +442,7 @@ def _run(
         log_options.pop("loglevel", None),
         log_options.pop("syslog", None),
     )
+    _raise_open_files_limit(cluster)
     max_job_size = 65535 if args.max_job_size is None else args.max_job_size
     if max_job_size > JOB_SIZE_MAX:
         from disq.logging import get_logger

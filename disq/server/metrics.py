@@ -490,6 +490,46 @@ class NodeCollector(Collector):
             "Outbound peer links up whose job messages take a job lane (TCP beside the stream).",
             value=s.get("links_lane", 0),
         )
+        yield GaugeMetricFamily(
+            "disq_peer_lane_pending",
+            "Connections to the job lane port that have not said their hello yet (capped per "
+            "port and per process by the open-files limit).",
+            value=s.get("lane_pending", 0),
+        )
+        pending_closed = CounterMetricFamily(
+            "disq_peer_lane_pending_closed",
+            "Connections to the job lane port closed before a valid hello, by reason.",
+            labels=["reason"],
+        )
+        for key, reason in (
+            ("lane_pending_closed_cap", "cap"),
+            ("lane_pending_closed_timeout", "timeout"),
+            ("lane_pending_closed_refused", "refused"),
+        ):
+            pending_closed.add_metric([reason], s.get(key, 0))
+        yield pending_closed
+        yield GaugeMetricFamily(
+            "disq_peer_lane_buffered_bytes",
+            "Bytes the inbound job lanes hold together (frames not yet whole).",
+            value=s.get("lane_buffered_bytes", 0),
+        )
+        yield CounterMetricFamily(
+            "disq_peer_lane_closed_buffer_full",
+            "Inbound job lanes closed because their read took the lanes' buffered bytes past "
+            "the bound.",
+            value=s.get("lane_closed_buffer_full", 0),
+        )
+        yield CounterMetricFamily(
+            "disq_peer_lanes_refused",
+            "Outbound job lanes closed before the peer took their hello (refused, or dropped "
+            "at its cap): the link went on on its stream alone.",
+            value=s.get("lanes_refused", 0),
+        )
+        yield CounterMetricFamily(
+            "disq_peer_messages_too_large",
+            "Messages to peers refused unsent: over their path's frame limit on their own.",
+            value=s.get("messages_too_large", 0),
+        )
         for key, doc in (
             ("frames_sent", "Frames sent to peers."),
             ("frames_received", "Frames received from peers."),

@@ -40,7 +40,8 @@ Job lanes
     messages: job messages go on the lane, a plain TCP connection whose round trip costs a
     fifth of the stream's. The lane opens right after the handshake and lives inside the
     stream; without one (``lane_port`` None here, an older build there, a lane that cannot
-    be opened) the stream carries everything, as before.
+    be opened, or one closed before the peer acknowledged its hello) the stream carries
+    everything, as before. Frames are cut under the peer's announced limit (frame_bound.py).
 
 Coalescing
     When the peer's writer falls behind, the frames waiting in its queue are written as one
@@ -67,7 +68,16 @@ import grpc
 from disq.core.messages import MEMBERSHIP_TYPES, Message
 from disq.logging import get_logger
 from disq.proto_gen import cluster_pb2
-from disq.server.job_lane import LANE_KEY, LaneServer, OutboundLane, open_lane, parse_announcement
+from disq.server.frame_bound import STREAM_MAX_FRAME_BYTES, encode_within
+from disq.server.job_lane import (
+    LANE_KEY,
+    LANE_MAX_FRAME_KEY,
+    LaneServer,
+    OutboundLane,
+    open_lane,
+    parse_announcement,
+    parse_max_frame,
+)
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
 from disq.tls import TlsConfig
 
@@ -240,6 +250,8 @@ class PeerLinks:
         self._frames_blocked = 0
         self._lane_frames_sent = 0  # of frames_sent, those on a job lane
         self._lane_frames_received = 0
+        self._messages_too_large = 0  # refused, over their path's frame limit alone
+        self._lanes_refused = 0  # outbound lanes closed before the peer took the hello
         # Called with the grpc.aio server before it starts: other services on the same port
         # (the client API, health, reflection).
         self.add_services: list[Callable[[Any], None]] = []
@@ -475,7 +487,9 @@ class PeerLinks:
     def _dispatch(self, peer: _Peer, msgs: list[Message]) -> None:
         """One flush's messages to a peer whose link is up."""
         lane = peer.lane
-        if lane is None:
+        if lane is None or lane.lost:
+            # A lost lane: its stream is about to end (an acknowledged lane) or to go on
+            # alone (a refused one, _connect_and_pump): the stream takes the messages.
             self._enqueue(peer, msgs)
             return
         # Job messages take the lane; membership (rare: a few per probe period) stays on the
@@ -484,13 +498,16 @@ class PeerLinks:
         if gossip:
             msgs = [m for m in msgs if type(m) not in MEMBERSHIP_TYPES]
             self._enqueue(peer, gossip)
-        if msgs:
-            peer.seq += 1
-            frame = encode_frame(self.my_id, peer.seq, msgs, self._wire, True)
+        if not msgs:
+            return
+        frames, refused = encode_within(msgs, lane.max_frame_bytes, self._encoder(peer, True))
+        if refused:
+            self._too_large(peer, refused, lane.max_frame_bytes, "lane")
+        for frame, n_msgs in frames:
             if lane.send(frame):
                 self._frames_sent += 1
                 self._lane_frames_sent += 1
-                self._messages_sent += len(msgs)
+                self._messages_sent += n_msgs
             else:
                 self._frames_dropped += 1
 
@@ -504,11 +521,44 @@ class PeerLinks:
         if len(peer.queue) >= self.max_queued_frames:
             self._frames_dropped += 1
             return
-        peer.seq += 1
-        peer.queue.append(encode_frame(self.my_id, peer.seq, msgs, self._wire, peer.columnar))
-        self._frames_sent += 1
-        self._messages_sent += len(msgs)
-        peer.wake()
+        frames, refused = encode_within(
+            msgs, STREAM_MAX_FRAME_BYTES, self._encoder(peer, peer.columnar)
+        )
+        if refused:
+            self._too_large(peer, refused, STREAM_MAX_FRAME_BYTES, "stream")
+        for frame, n_msgs in frames:
+            if len(peer.queue) >= self.max_queued_frames:
+                self._frames_dropped += 1
+                continue
+            peer.queue.append(frame)
+            self._frames_sent += 1
+            self._messages_sent += n_msgs
+        if frames:
+            peer.wake()
+
+    def _encoder(self, peer: _Peer, columnar: bool) -> Callable[[list[Message]], bytes]:
+        def encode(msgs: list[Message]) -> bytes:
+            peer.seq += 1
+            return encode_frame(self.my_id, peer.seq, msgs, self._wire, columnar)
+
+        return encode
+
+    def _too_large(
+        self, peer: _Peer, refused: list[tuple[str, int]], limit: int, path: str
+    ) -> None:
+        """Messages over the frame limit of their path on their own: never sent (writing one
+        would end the link, and the protocols' retry would resend it into the same failure);
+        an error per flush, naming them."""
+        self._messages_too_large += len(refused)
+        self._log.error(
+            "peer_message_too_large",
+            peer=peer.node_id[:8],
+            path=path,
+            limit_bytes=limit,
+            count=len(refused),
+            first_type=refused[0][0],
+            first_bytes=refused[0][1],
+        )
 
     def send_to_address(self, host: str, port: int, msgs: list[Message]) -> None:
         """Send one frame to an address whose node id is not known yet (join, CLUSTER MEET).
@@ -600,7 +650,8 @@ class PeerLinks:
             if self._lane is not None:
                 lane_at = parse_announcement(metadata.get(LANE_KEY))
                 if lane_at is not None:
-                    peer.lane = await self._open_lane(peer, *lane_at)
+                    max_frame = parse_max_frame(metadata.get(LANE_MAX_FRAME_KEY))
+                    peer.lane = await self._open_lane(peer, *lane_at, max_frame)
             came_up = True
             peer.up = True
             peer.up_event.set()
@@ -614,8 +665,18 @@ class PeerLinks:
             loop = asyncio.get_running_loop()
             queue = peer.queue
             while not call.done():
-                if peer.lane is not None and peer.lane.lost:
-                    raise ConnectionError("job lane lost")
+                lane = peer.lane
+                if lane is not None and lane.lost:
+                    if lane.acked:
+                        raise ConnectionError("job lane lost")
+                    # Closed before the port took our hello: refused or dropped unread at
+                    # its cap (a flood of connections that say none). Taking the link down
+                    # would not help, and under a flood would flap it: the stream carries
+                    # everything until it reconnects (job_lane.HELLO_ACK).
+                    peer.lane = None
+                    self._lanes_refused += 1
+                    self._log.warning("peer_lane_refused", peer=peer.node_id[:8])
+                    continue
                 if not queue:
                     peer.wakeup = loop.create_future()
                     await peer.wakeup
@@ -672,14 +733,18 @@ class PeerLinks:
             await _close_channel(channel)
         return came_up
 
-    async def _open_lane(self, peer: _Peer, port: int, token: bytes) -> OutboundLane | None:
+    async def _open_lane(
+        self, peer: _Peer, port: int, token: bytes, max_frame: int
+    ) -> OutboundLane | None:
         """The lane to ``peer`` at ``port``; None (the stream carries everything) if it
         cannot be opened."""
         ctx = self._lane_ssl[1] if self._lane_ssl else None
         name = (self.tls.server_name if self.tls is not None else None) or peer.host
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                return await open_lane(peer.host, port, self.my_id, token, peer.wake, ctx, name)
+                return await open_lane(
+                    peer.host, port, self.my_id, token, peer.wake, ctx, name, max_frame
+                )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self._log.warning(
                 "peer_lane_unavailable", peer=peer.node_id[:8], port=port, error=_describe(exc)
@@ -693,11 +758,16 @@ class PeerLinks:
         if task is not None:
             self._inbound.add(task)
         sender = ""
+        lane = self._lane
+        # This stream's own lane token (job_lane.py, "What the lane trusts"): good for one
+        # lane, dropped with the stream below, which closes that lane.
+        token = lane.grant() if lane is not None else None
         try:
             # The client's handshake: proof that a disq handler, not just a socket, is there.
             metadata = [(_NODE_ID_KEY, self.my_id), (_FEATURES_KEY, ",".join(WIRE_FEATURES))]
-            if self._lane is not None:
-                metadata.append((LANE_KEY, self._lane.announcement()))
+            if lane is not None and token is not None:
+                metadata.append((LANE_KEY, lane.announcement(token)))
+                metadata.append((LANE_MAX_FRAME_KEY, str(lane.announced_max_frame())))
             await context.send_initial_metadata(tuple(metadata))
             async for raw in request_iterator:
                 from_node = self._receive(raw, sender)
@@ -716,6 +786,8 @@ class PeerLinks:
         finally:
             if task is not None:
                 self._inbound.discard(task)
+            if lane is not None and token is not None:
+                lane.revoke(token)
             if sender:
                 self._log.info("peer_inbound_down", peer=sender[:8])
 
@@ -807,6 +879,11 @@ class PeerLinks:
             "links_lane": sum(1 for p in self._peers.values() if p.up and p.lane is not None),
             "lane_frames_sent": self._lane_frames_sent,
             "lane_frames_received": self._lane_frames_received,
+            "messages_too_large": self._messages_too_large,
+            "lanes_refused": self._lanes_refused,
+            # The lane port: connections without a hello (now, and closed by reason), the
+            # bytes inbound lanes buffer, lanes closed past that bound (job_lane.py).
+            **(self._lane.stats() if self._lane is not None else {}),
         }
 
 

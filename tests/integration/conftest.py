@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -129,8 +130,11 @@ class ServerProcess:
         extra: tuple[str, ...] = (),
         listen: str | None = None,
         binlog: bool = False,
+        nofile: tuple[int, int] | None = None,
     ) -> None:
         self.kind = kind
+        # (soft, hard) RLIMIT_NOFILE the process starts with; None: this process's own.
+        self.nofile = nofile
         self.data_dir = data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.binlog_dir = data_dir / "binlog"
@@ -182,10 +186,16 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=self._limit_files if self.nofile is not None else None,
         )
         self.probe_connections = 0
         self._wait_ready()
         return self
+
+    def _limit_files(self) -> None:
+        # In the child between fork and exec: nothing to import, nothing to allocate much.
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def _connect_once(self) -> socket.socket:
         if self.unix_path is not None:
@@ -322,15 +332,17 @@ class ServerFactory:
         binlog: bool = False,
         data_dir: Path | None = None,
         start: bool = True,
+        nofile: tuple[int, int] | None = None,
     ) -> ServerProcess:
         """Create (and by default start) a server.
 
         ``extra``: extra flags, e.g. ``"-z", "10"``.  ``binlog=True`` adds ``-b <data_dir>/binlog``.
         ``listen="unix:/path"`` listens on a UNIX socket.  ``data_dir`` reuses a directory
-        (e.g. to start a second server on the same binlog).
+        (e.g. to start a second server on the same binlog). ``nofile``: the (soft, hard)
+        RLIMIT_NOFILE the process starts with.
         """
         d = data_dir if data_dir is not None else self.base_dir / f"srv{len(self.servers)}"
-        srv = ServerProcess(self.kind, d, tuple(extra), listen=listen, binlog=binlog)
+        srv = ServerProcess(self.kind, d, tuple(extra), listen=listen, binlog=binlog, nofile=nofile)
         self.servers.append(srv)
         if start:
             srv.start()

@@ -273,9 +273,62 @@ def test_peer_links_verify_each_other_both_ways(certs: Path) -> None:
             links["other"].send(ids["good"], GotJob("D-over-the-lane"))
             assert await asyncio.wait_for(got.get(), 10) == [GotJob("D-over-the-lane")]
             assert links["good"].stats()["lane_frames_received"] == 1
+            # The port acknowledged the hello over TLS (never on the raw socket mid-handshake).
+            lane = links["other"]._peers[ids["good"]].lane
+            assert lane is not None
+            async with asyncio.timeout(5):  # the byte's arrival has no event of its own
+                while not lane.acked:
+                    await asyncio.sleep(0.01)
         finally:
             for link in links.values():
                 await link.close()
+
+    asyncio.run(main())
+
+
+def test_the_tls_lane_port_closes_a_silent_connection_after_the_hello_timer(
+    certs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hello timer runs from accept, the TLS handshake included: a connection that
+    never starts its handshake, and one that finishes it and says nothing, are both closed
+    after HELLO_TIMEOUT_S, not after asyncio's 60 s handshake timeout; while they wait they
+    count among the port's connections without a hello (the cap)."""
+    import asyncio
+    import ssl
+
+    from disq.server import job_lane
+    from disq.server.peer_link import PeerLinks
+    from disq.tls import TlsConfig
+
+    monkeypatch.setattr(job_lane, "HELLO_TIMEOUT_S", 0.3)
+    tls = TlsConfig.for_node(certs / "node.pem", certs / "node.key", certs / "ca.pem")
+
+    async def main() -> None:
+        links = PeerLinks("a" * 40, lambda s, m: None, tls=tls)
+        await links.start()
+        try:
+            port = links.lane_port
+            assert port
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await asyncio.sleep(0)  # the accept
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the lane
+            writer.close()
+            # A TLS client that completes the handshake (with the cluster's certificate) and
+            # then says nothing.
+            ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            ctx.load_cert_chain(certs / "node.pem", certs / "node.key")
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+            assert links.stats()["lane_pending"] == 1
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            # The client may read the close before the server's side of it is done: poll,
+            # bounded (the release has no event of its own).
+            async with asyncio.timeout(5):
+                while links.stats()["lane_pending"]:
+                    await asyncio.sleep(0.01)
+            assert links.stats()["lane_pending_closed_timeout"] == 2
+        finally:
+            await links.close()
 
     asyncio.run(main())
 
