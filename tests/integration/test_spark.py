@@ -139,7 +139,9 @@ def test_bad_options_columns_and_modes_are_clear_errors(
 def test_unreachable_nodes_fail_the_write_on_the_driver(spark: Any) -> None:
     df = spark.range(0, 3).selectExpr("concat('x', id) as body")
     w = df.write.format("disq").mode("append").option("nodes", "127.0.0.1:1").option("queue", "q")
-    with pytest.raises(Exception, match="no disq gRPC port answered.*127.0.0.1:1: nothing answers"):
+    with pytest.raises(
+        Exception, match=r"no disq gRPC port answered.*127\.0\.0\.1:1: nothing answers"
+    ):
         w.save()
 
 
@@ -265,6 +267,30 @@ def _event(node: str, seq: int, t: int, kind: str, queue: str, job: str) -> dict
             "job_id": job, "attempt": 1, "size": 1}  # fmt: skip
 
 
+def _ack_rates(
+    events: list[dict[str, Any]], window_s: int
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], float]]:
+    """Without Spark: per (queue, window of the ack) the jobs first acked then, and those
+    per second of the part of the window the events cover."""
+    first: dict[str, tuple[int, str]] = {}
+    for e in events:
+        if e["kind"] == "acked":
+            t = first.get(e["job_id"], (e["time_ms"], e["queue"]))[0]
+            first[e["job_id"]] = (min(t, e["time_ms"]), e["queue"])
+    w_ms = window_s * 1000
+    t0 = min(e["time_ms"] for e in events)
+    t1 = max(e["time_ms"] for e in events)
+    counts: dict[tuple[str, int], int] = {}
+    for t, queue in first.values():
+        key = (queue, t // w_ms * w_ms)
+        counts[key] = counts.get(key, 0) + 1
+    rates = {
+        (q, w): n / max(1.0, (min(w + w_ms, t1 + 1) - max(w, t0)) / 1000)
+        for (q, w), n in counts.items()
+    }
+    return counts, rates
+
+
 def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: Path) -> None:
     import json
 
@@ -293,12 +319,17 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     out = tmp_path / "out"
     rows = analytics.run(spark, str(src), out, 3600, dead_letter_queues=("alpha-dead",))
     got = {(r["queue"], r["window_start_ms"]): r for r in rows}
-    assert set(got) == set(expect)
+    acks, rates = _ack_rates(events, 3600)
+    assert set(got) == set(expect) | set(acks)  # a window of acks alone has a row too
+    for key in set(got) - set(expect):
+        assert got[key]["enqueued"] == 0 and got[key]["acks_in_window"] == acks[key]
+    for key in got:
+        assert got[key]["acks_in_window"] == acks.get(key, 0)
+        assert got[key]["ack_rate_per_s"] == pytest.approx(rates.get(key, 0.0))
     for key, e in expect.items():
         r = got[key]
         assert (r["enqueued"], r["acked"], r["dead"]) == (e["enqueued"], e["acked"], len(e["dead"]))
         assert r["dead_ids"] == sorted(e["dead"])
-        assert r["throughput_per_s"] == pytest.approx(e["acked"] / 3600)
         assert r["retry_rate"] == pytest.approx(e["retried"] / e["delivered"])
         for name, values in (("delivery", e["deliv"]), ("ack", e["ack"])):
             for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
@@ -307,8 +338,47 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     assert (out / "chart.png").stat().st_size > 1000
     text = (out / "summary.txt").read_text()
     assert "alpha" in text and "beta" in text and "DELIV p50/p95/p99 ms" in text
+    assert "ACK/S        ACKS per second of the window" in text  # the legend
     back = spark.read.parquet(str(out / "summary.parquet")).count()
     assert back == len(expect)
+
+
+def test_analytics_chart_of_one_window_shows_its_points(spark: Any, tmp_path: Path) -> None:
+    """The default 1 h window over a 20 s run: one point per series. The chart had no
+    markers (a single point drew nothing), an x-axis over years, and an ack rate divided by
+    the whole hour. Now: markers inside both plots of the PNG, an x-axis of one window, and
+    the rate of the 20 s the events cover."""
+    import json
+
+    import matplotlib.image as mpimg
+
+    from disq.spark import analytics
+
+    base = 500_000 * 3_600_000 + 600_000  # 10 min into an hour
+    events = []
+    for k in range(200):
+        job = f"D-00000009-one{k:021d}-05a1"
+        t = base + 100 * k  # 200 jobs over 20 s, each acked 50 ms later
+        events += [_event("n1", 3 * k + 1, t, "enqueued", "one", job),
+                   _event("n1", 3 * k + 2, t + 20, "delivered", "one", job),
+                   _event("n1", 3 * k + 3, t + 50, "acked", "one", job)]  # fmt: skip
+    src, out = tmp_path / "events", tmp_path / "out"
+    src.mkdir()
+    (src / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    [row] = analytics.run(spark, str(src), out, 3600)
+    assert row["acks_in_window"] == 200
+    # The events cover 19.95 s and the last one's millisecond: 200 acks in 19.951 s.
+    assert row["ack_rate_per_s"] == pytest.approx(200 / 19.951)  # not 200 / 3600
+    rows = [row.asDict()]
+    drawn = analytics.chart(rows, tmp_path / "again.png", 3600)
+    lo, hi = drawn["span"]
+    assert hi - lo == pytest.approx(1 / 24)  # days: one window wide, not years
+    png = mpimg.imread(out / "chart.png")[:, :, :3]
+    # Coloured pixels (the frames, ticks and text are black, grey or white).
+    coloured = (png.max(axis=2) - png.min(axis=2)) > 0.3
+    for left, top, right, bottom in drawn["plots_px"]:
+        inside = coloured[top + 2 : bottom - 2, left + 2 : right - 2]
+        assert inside.sum() > 20, "no point drawn inside a plot"
 
 
 def test_snapshot_read_of_a_queue_takes_nothing(spark: Any, lab3: Lab) -> None:
