@@ -5,7 +5,9 @@ Slow: the JVM starts once (~10 s), then each write of 100k rows takes seconds.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,15 +147,114 @@ def test_unreachable_nodes_fail_the_write_on_the_driver(spark: Any) -> None:
         w.save()
 
 
-def test_readme_sink_example_runs(spark: Any, lab3: Lab) -> None:
+def _run_script(code: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` as a script of its own (its own driver and JVM), as a user runs it."""
+    path.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISQ_PURE": "1"}
+    return subprocess.run(
+        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def _offsets_now(lab: Lab) -> dict[str, int]:
+    """Every node's next event sequence number."""
+    out = {}
+    for i in range(lab.n):
+        a = f"127.0.0.1:{lab.node(i).bus_port}"
+        with Client(a, discover=False) as c:
+            r = c.read_events(a, 0, max_events=1)
+            out[r.node_id] = r.next_seq
+    return out
+
+
+def test_readme_spark_snippets_run_as_scripts(spark: Any, lab3: Lab, tmp_path: Path) -> None:
+    """Each README Python block that uses disq.spark is a complete program: run as a script
+    it writes what it says (the stream's block waited for nothing before, and exited with
+    nothing written)."""
+    import json
     import re
 
     readme = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "disq.spark" in b)
-    assert len(block.strip().splitlines()) <= 10
-    exec(block.replace("127.0.0.1:7710", nodes(lab3)), {})  # session() returns this session
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "disq.spark" in b]
+    sink, stream = blocks
+    assert len(sink.strip().splitlines()) <= 10
+    before = _offsets_now(lab3)
+    done = _run_script(sink.replace("127.0.0.1:7710", nodes(lab3)), tmp_path / "sink.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out, ck = tmp_path / "events", tmp_path / "events-ck"
+    code = (
+        stream.replace("127.0.0.1:7710", nodes(lab3))
+        .replace('"earliest"', repr(json.dumps(before)))  # only the sink's events
+        .replace("/tmp/disq-events-ck", str(ck))
+        .replace("/tmp/disq-events", str(out))
+    )
+    done = _run_script(code, tmp_path / "stream.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = spark.read.parquet(str(out))
+    assert events.select("node", "seq").distinct().count() == events.count()
+    enqueued = events.where("queue = 'orders' AND kind = 'enqueued'")
+    assert enqueued.select("job_id").distinct().count() == 100_000
     bodies = drain(lab3, "orders")
     assert len(bodies) == 100_000 and len(set(bodies)) == 100_000
+
+
+def test_events_stream_available_now_reads_in_fair_batches_and_stops(
+    spark: Any, lab3: Lab, tmp_path: Path
+) -> None:
+    """trigger(availableNow=True) with maxOffsetsPerTrigger: batches within the limit, each
+    advancing every node that still has events, and the query stops by itself. Before, it
+    fell back to one batch of everything, and the limit went to one node at a time."""
+    import json
+
+    start = _offsets_now(lab3)
+    for i in range(lab3.n):
+        with Client(f"127.0.0.1:{lab3.node(i).bus_port}", discover=False) as c:
+            for k in range(12):
+                c.add_job("avnow", f"{i}-{k}", replicate=1)
+    there = _offsets_now(lab3)
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    q = (
+        spark.readStream.format("disq-events")
+        .option("nodes", nodes(lab3))
+        .option("startingOffsets", json.dumps(start))
+        .option("maxOffsetsPerTrigger", "9")
+        .load()
+        .writeStream.format("json")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert q.awaitTermination(300), "the availableNow query did not stop by itself"
+    finally:
+        q.stop()
+    assert q.exception() is None
+    rows = spark.read.json(str(out)).collect()
+    seen: dict[str, list[int]] = {}
+    for r in rows:
+        seen.setdefault(r.node, []).append(r.seq)
+    for nid in start:
+        seqs = sorted(seen.get(nid, []))
+        # From where it started, without a gap, at least up to what was there.
+        assert seqs[: there[nid] - start[nid]] == list(range(start[nid], there[nid])), nid
+    assert sum(1 for r in rows if r.queue == "avnow" and r.kind == "enqueued") == 36
+    # The offsets log: each batch within the limit, and advancing every node still behind.
+    ends = []
+    for f in sorted(
+        (ck / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    ):
+        if f.name.isdigit():
+            ends.append(json.loads(f.read_text().strip().splitlines()[-1]))
+    final = ends[-1]
+    prev = start
+    for end in ends:
+        assert sum(end[n] - prev.get(n, end[n]) for n in end) <= 9
+        for n in start:
+            if prev[n] < final[n]:
+                assert end[n] > prev[n], (n, prev, end)
+        prev = end
+    assert len(ends) >= 4  # 36 events or more, 9 a batch
 
 
 def _stream_once(spark: Any, lab: Lab, out: Path, ck: Path, **options: str) -> None:
