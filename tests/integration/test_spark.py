@@ -138,6 +138,133 @@ def test_bad_options_columns_and_modes_are_clear_errors(
         w.save()
 
 
+@pytest.mark.parametrize(
+    ("options", "columns", "message"),
+    [
+        ({"replicate": "0"}, "", "option replicate must be between 1 and 65535, not 0"),
+        ({"replicate": "two"}, "", "option replicate must be an integer, not 'two'"),
+        ({"replicate": "4"}, "", "option replicate is 4, but the cluster has 3 nodes"),
+        ({"ttl": "0"}, "", r"option ttl must be >= 1 \(seconds\), not 0"),
+        ({"retry": "-1"}, "", r"option retry must be >= 0 \(seconds\), not -1"),
+        ({"delay": "100", "ttl": "50"}, "", r"option delay \(100 s\) must be below ttl"),
+        ({"retry": "0"}, "", "option retry 0 .* needs option replicate 1, not 3"),
+        ({"queue": ""}, "", "option queue must not be empty"),
+        ({"bodyColumn": "payload"}, "", "option bodyColumn: no body column 'payload'"),
+        ({}, "'x' AS body; 'two' AS replicate", "column replicate must be an integer type"),
+        ({"nodes": "RESP"}, "", r"is a RESP \(Disque/Redis\) port, not disq's gRPC port"),
+    ],
+)
+def test_bad_options_fail_on_the_driver_before_any_task(
+    spark: Any, lab3: Lab, options: dict[str, str], columns: str, message: str
+) -> None:
+    """Each bad value is named, on the driver: no Spark job ran and nothing was added
+    (replicate 0 was stored at the default level; a RESP port said 'not reachable')."""
+    import uuid
+
+    exprs = columns.split("; ") if columns else ["concat('x', id) AS body"]
+    df = spark.range(0, 20, numPartitions=2).selectExpr(*exprs)
+    queue = f"badopt-{uuid.uuid4().hex[:8]}"
+    w = df.write.format("disq").mode("append").option("nodes", nodes(lab3)).option("queue", queue)
+    ports = {"RESP": lab3.node(0).port}
+    for k, v in options.items():
+        if v in ports:
+            v = f"127.0.0.1:{ports[v]}"
+        w = w.option(k, v)
+    group = f"g-{queue}"
+    spark.sparkContext.setJobGroup(group, "a write with a bad option")
+    try:
+        with pytest.raises(Exception, match=message):
+            w.save()
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+    assert qlen_all(lab3, queue) == 0
+
+
+def _snapshot_bodies(spark: Any, lab: Lab, queue: str) -> list[str]:
+    r = spark.read.format("disq").option("nodes", nodes(lab)).option("queue", queue).load()
+    return [bytes(x.body).decode() for x in r.collect()]
+
+
+def test_a_null_body_fails_its_partition_with_nothing_of_it_written(spark: Any, lab3: Lab) -> None:
+    """Row 500 of partition 1 has a null body: its task fails naming the row, and nothing of
+    partition 1 is in the queue (500 of its rows were, before). Fixed and written again with
+    the same writeId, every row is there once."""
+    rows = spark.range(0, 4000, numPartitions=4)
+    bad = rows.selectExpr("CASE WHEN id = 1500 THEN NULL ELSE concat('r-', id) END AS body")
+    w = bad.write.format("disq").mode("append").option("nodes", nodes(lab3))
+    w = w.option("queue", "badrow").option("replicate", "2").option("writeId", "fix-me")
+    with pytest.raises(
+        Exception,
+        match="DisqSinkError: row 500 of partition 1: null body \\(column 'body'\\); "
+        "nothing of this partition was written",
+    ):
+        w.save()
+    assert not [b for b in _snapshot_bodies(spark, lab3, "badrow") if 1000 <= int(b[2:]) < 2000]
+    fixed = rows.selectExpr("concat('r-', id) AS body")
+    (
+        fixed.write.format("disq")
+        .mode("append")
+        .option("nodes", nodes(lab3))
+        .option("queue", "badrow")
+        .option("replicate", "2")
+        .option("writeId", "fix-me")
+        .save()
+    )
+    bodies = drain(lab3, "badrow")
+    assert sorted(bodies) == sorted(f"r-{i}".encode() for i in range(4000))
+
+
+def test_a_partition_over_buffer_bytes_is_sent_in_spans_and_says_so(spark: Any, lab3: Lab) -> None:
+    """bufferBytes bounds what a task holds: a partition larger than it is checked and sent
+    span by span, and the error says how many of its rows went before the bad one."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        rows = spark.range(0, 1000, numPartitions=1)
+        bad = rows.selectExpr("CASE WHEN id = 250 THEN NULL ELSE concat('s-', id) END AS body")
+        w = bad.write.format("disq").mode("append").option("nodes", nodes(lab3))
+        w = w.option("queue", "spans").option("replicate", "1").option("bufferBytes", "1")
+        with pytest.raises(
+            Exception, match=r"row 250 of partition 0: null body .*the 200 rows before it"
+        ):
+            w.save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(drain(lab3, "spans")) == sorted(f"s-{i}".encode() for i in range(200))
+
+
+@pytest.mark.parametrize(
+    ("schema", "data", "options", "message"),
+    [
+        ("body STRING", [("ok",), ("much too long",)], {"maxBodyBytes": "5"},
+         r"row 1 of partition 0: body over maxBodyBytes \(5 bytes\)"),
+        ("body STRING, replicate INT", [("a", 1), ("b", 0)], {},
+         "row 1 of partition 0: replicate below 1"),
+        ("body STRING, ttl_s INT, delay_s INT", [("a", 60, 0), ("b", 60, 60)], {},
+         "row 1 of partition 0: delay_s not below ttl_s"),
+        ("body STRING, queue STRING", [("a", "q1"), ("b", None)], {"queue": None},
+         "row 1 of partition 0: no queue"),
+    ],
+)  # fmt: skip
+def test_bad_rows_are_named(
+    spark: Any,
+    lab3: Lab,
+    schema: str,
+    data: list[tuple[Any, ...]],
+    options: dict[str, str | None],
+    message: str,
+) -> None:
+    df = spark.createDataFrame(data, schema).coalesce(1)
+    w = df.write.format("disq").mode("append").option("nodes", nodes(lab3))
+    settings: dict[str, str | None] = {"queue": "rowcheck", "replicate": "1", **options}
+    for k, v in settings.items():
+        if v is not None:
+            w = w.option(k, v)
+    with pytest.raises(Exception, match=message):
+        w.save()
+    assert qlen_all(lab3, "rowcheck") == 0 and qlen_all(lab3, "q1") == 0
+
+
 def test_unreachable_nodes_fail_the_write_on_the_driver(spark: Any) -> None:
     df = spark.range(0, 3).selectExpr("concat('x', id) as body")
     w = df.write.format("disq").mode("append").option("nodes", "127.0.0.1:1").option("queue", "q")
