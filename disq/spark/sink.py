@@ -9,7 +9,7 @@ Options (all strings, as Spark passes them; names are case-insensitive):
   ``replTimeoutMs``: ADDJOB's options, unless a row has the column of the same name
   (``replicate``, ``retry_s``, ``ttl_s``, ``delay_s``: integer columns)
 - ``bodyColumn`` (default ``body``): string or binary
-- ``batchSize`` (default 1000): jobs per AddJobs; ``inFlightBatches`` (default 4): concurrent
+- ``batchSize`` (default 500): jobs per AddJobs; ``inFlightBatches`` (default 4): concurrent
   AddJobs per task
 - ``maxBodyBytes`` (default and ceiling 60 MiB, under the SDK's 64 MiB message cap)
 - ``bufferBytes`` (default 64 MiB): how much of a partition's bodies are checked before the
@@ -199,7 +199,7 @@ class DisqWriter(DataSourceArrowWriter):
             "repl_timeout_ms": opts.integer("replTimeoutMs", 5000, minimum=1),
             "async_": opts.boolean("async", False),
         }
-        self.batch_size = opts.integer("batchSize", 1000, minimum=1) or 1
+        self.batch_size = opts.integer("batchSize", 500, minimum=1) or 1
         self.in_flight = opts.integer("inFlightBatches", 4, minimum=1) or 1
         max_body = opts.integer("maxBodyBytes", MAX_BODY_BYTES, minimum=1, maximum=MAX_BODY_BYTES)
         self.buffer_bytes = opts.integer("bufferBytes", 64 << 20, minimum=1) or 1
