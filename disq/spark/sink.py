@@ -6,7 +6,8 @@ Options (all strings, as Spark passes them; names are case-insensitive):
 - ``queue``: the queue, unless the rows have a ``queue`` column
 - ``replicate`` (1 to 65535, and at most the cluster's size), ``retry`` (>= 0), ``ttl``
   (>= 1), ``delay`` (>= 0, below ttl), all in seconds but replicate; ``async`` (true/false),
-  ``replTimeoutMs``: ADDJOB's options, unless a row has the column of the same name
+  ``replTimeoutMs`` (default 30000, the SDK's is 5000: a bulk write waits for its copies rather
+  than fail a task): ADDJOB's options, unless a row has the column of the same name
   (``replicate``, ``retry_s``, ``ttl_s``, ``delay_s``: integer columns)
 - ``bodyColumn`` (default ``body``): string or binary
 - ``batchSize`` (default 500): jobs per AddJobs; ``inFlightBatches`` (default 4): concurrent
@@ -196,7 +197,10 @@ class DisqWriter(DataSourceArrowWriter):
             "retry_s": retry,
             "ttl_s": ttl,
             "delay_s": delay,
-            "repl_timeout_ms": opts.integer("replTimeoutMs", 5000, minimum=1),
+            # A bulk write would rather wait for its copies than fail a task (and, in local
+            # mode, which retries no task, the whole write) when the nodes are slow for a
+            # while: 30 s, not the SDK's 5 s.
+            "repl_timeout_ms": opts.integer("replTimeoutMs", 30_000, minimum=1),
             "async_": opts.boolean("async", False),
         }
         self.batch_size = opts.integer("batchSize", 500, minimum=1) or 1
