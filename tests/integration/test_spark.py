@@ -325,6 +325,36 @@ def test_readme_spark_snippets_run_as_scripts(spark: Any, lab3: Lab, tmp_path: P
     assert len(bodies) == 100_000 and len(set(bodies)) == 100_000
 
 
+def test_a_failed_write_shows_the_disq_error_first_and_keeps_spark_in_its_log(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    """A script whose write fails on a bad row: its first line of output is the disq error;
+    Spark's start-up warnings and the failed task's Java trace (about 660 lines) are in the
+    session's log file, not on the console."""
+    log = tmp_path / "spark.log"
+    code = f"""
+from disq.spark import session
+
+spark = session("fails", master="local[2]", log_file={str(log)!r})
+df = spark.range(0, 100).selectExpr("CASE WHEN id = 7 THEN NULL ELSE 'x' END AS body")
+w = df.coalesce(1).write.format("disq").mode("append").option("queue", "f")
+w.option("nodes", {nodes(lab3)!r}).save()
+"""
+    done = _run_script(code, tmp_path / "fails.py")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        "disq: DisqSinkError: row 7 of partition 0: null body (column 'body'); "
+        "nothing of this partition was written"
+    ), done.stderr[:2000]
+    assert lines[1] == f"(Spark's log, with the Java traces: {log})"
+    for noise in ("at org.apache.spark", "NativeCodeLoader", "jdk.incubator", "loopback"):
+        assert noise not in done.stderr
+    spark_log = log.read_text()
+    assert "at org.apache.spark" in spark_log and "DisqSinkError" in spark_log
+    assert qlen_all(lab3, "f") == 0
+
+
 def test_events_stream_available_now_reads_in_fair_batches_and_stops(
     spark: Any, lab3: Lab, tmp_path: Path
 ) -> None:
