@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from disq.spark.events_source import fair_share  # noqa: E402
+from disq.spark.events_source import fair_share
 
 
 def test_every_node_with_events_advances_in_every_batch() -> None:
