@@ -176,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _listen(role: str, listen: str, port: int) -> socket.socket:
+    """``_bind``, its failure named with the port's role (ListenError)."""
+    from disq.server.listen_error import ListenError, reason_of
+
+    try:
+        return _bind(listen, port)
+    except OSError as exc:
+        raise ListenError(role, listen, port, reason_of(exc)) from exc
+
+
 def _bind(listen: str, port: int) -> socket.socket:
     if listen.startswith("unix:"):
         path = listen[5:]
@@ -274,12 +284,18 @@ def main(argv: list[str] | None = None) -> int:
     host = DEFAULT_ADDR if listen.startswith("unix:") else listen
     args.metrics_host = host
     try:
-        sock = _bind(listen, args.port or DEFAULT_PORT)
-        resp_socks = [_bind(host, resp_port)] if resp_port else []
-        resp_tls_socks = [_bind(host, args.resp_tls_port)] if args.resp_tls_port else []
-        tls_socks = [_bind(host, args.beanstalk_tls_port)] if args.beanstalk_tls_port else []
+        sock = _listen("beanstalk", listen, args.port or DEFAULT_PORT)
+        resp_socks = [_listen("RESP", host, resp_port)] if resp_port else []
+        resp_tls_socks = (
+            [_listen("RESP TLS", host, args.resp_tls_port)] if args.resp_tls_port else []
+        )
+        tls_socks = (
+            [_listen("beanstalk TLS", host, args.beanstalk_tls_port)]
+            if args.beanstalk_tls_port
+            else []
+        )
     except OSError as exc:
-        sys.stderr.write(f"disq-node: cannot listen on {listen}: {exc}\n")
+        sys.stderr.write(f"disq-node: {exc}\n")
         return 1
     cluster = None
     if resp_port or grpc_port or resp_tls_socks:
@@ -333,12 +349,16 @@ def _main_config_file(args: argparse.Namespace) -> int:
     st = store.settings
     binds = list(st.effective_bind) or [DEFAULT_ADDR]
     try:
-        resp_socks = [_bind(b, st.port) for b in binds] if st.port else []
-        resp_tls_socks = [_bind(b, st.tls_port) for b in binds] if st.tls_port else []
-        tls_socks = [_bind(binds[0], st.beanstalk_tls_port)] if st.beanstalk_tls_port else []
-        socks = [_bind(binds[0], st.beanstalk_port)] if st.beanstalk_port else []
+        resp_socks = [_listen("RESP", b, st.port) for b in binds] if st.port else []
+        resp_tls_socks = [_listen("RESP TLS", b, st.tls_port) for b in binds] if st.tls_port else []
+        tls_socks = (
+            [_listen("beanstalk TLS", binds[0], st.beanstalk_tls_port)]
+            if st.beanstalk_tls_port
+            else []
+        )
+        socks = [_listen("beanstalk", binds[0], st.beanstalk_port)] if st.beanstalk_port else []
     except OSError as exc:
-        sys.stderr.write(f"disq-node: cannot listen on port {st.port}: {exc}\n")
+        sys.stderr.write(f"disq-node: {exc}\n")
         return 1
     if st.renamed_commands:
         # Checked once the sockets listen (the table imports the engine): Disque's error for
@@ -431,6 +451,7 @@ def _run(
 
     from disq.core.beanstalk.core import Limits
     from disq.logging import configure_logging, defer, load
+    from disq.server.listen_error import ListenError
     from disq.server.node_config import NodeConfig
     from disq.server.runtime import NodeRuntime
 
@@ -526,6 +547,9 @@ def _run(
                 ssl_context=ssl_context,
             )
         )
+    except ListenError as exc:  # the gRPC, job lane or admin port, bound as the node starts
+        sys.stderr.write(f"disq-node: {exc}\n")
+        return 1
     finally:
         loop.close()
         if pidfile is not None:

@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = cmd("put", "add a job; prints its id")
     s.add_argument("queue")
     s.add_argument("body", help="the job's body; - reads it from stdin (bytes as they are)")
-    s.add_argument("--replicate", type=_non_negative, help="copies (default min(3, nodes))")
+    s.add_argument("--replicate", type=_positive, help="copies (default min(3, nodes))")
     s.add_argument("--timeout-ms", type=_non_negative, default=5000, help="replication wait")
     s.add_argument("--delay", type=_non_negative, default=0, help="seconds before queued")
     s.add_argument("--retry", type=_non_negative, help="seconds before redelivery; 0: once")

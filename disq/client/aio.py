@@ -199,7 +199,9 @@ def _fill_add(
     req.queue = queue
     req.body = body.encode() if isinstance(body, str) else body
     req.timeout_ms = repl_timeout_ms
-    if replicate:
+    if replicate is not None:
+        if not 1 <= replicate <= 65535:  # RESP's REPLICATE bounds; 0 is not "the default"
+            raise ValueError(f"replicate must be between 1 and 65535, not {replicate}")
         req.replicate = replicate
     if delay_s:
         req.delay_s = delay_s

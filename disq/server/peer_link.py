@@ -78,6 +78,7 @@ from disq.server.job_lane import (
     parse_announcement,
     parse_max_frame,
 )
+from disq.server.listen_error import ListenError, reason_of
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
 from disq.tls import TlsConfig
 
@@ -280,11 +281,13 @@ class PeerLinks:
                 port = server.add_secure_port(target, self.tls.server_credentials())
             else:
                 port = server.add_insecure_port(target)
-        except RuntimeError as exc:  # grpc reports a failed bind this way
+        except RuntimeError as exc:  # grpc reports a failed bind this way, without errno
             await server.stop(None)  # else its finaliser runs on a loop that may be gone
             if self._lane is not None:
                 await self._lane.close()
-            raise OSError(f"cannot bind the cluster port {self.host}:{self.port}: {exc}") from exc
+            raise ListenError(
+                "gRPC", self.host, self.port, "in use, or not an address of this host"
+            ) from exc
         await server.start()
         self._server = server
         self._loop = asyncio.get_running_loop()
@@ -314,7 +317,7 @@ class PeerLinks:
         try:
             await lane.start(self.host, port, self._lane_ssl[0] if self._lane_ssl else None)
         except OSError as exc:
-            raise OSError(f"cannot bind the job lane port {self.host}:{port}: {exc}") from exc
+            raise ListenError("job lane", self.host, port, reason_of(exc)) from exc
         self._lane = lane
         self.lane_port = lane.port
 

@@ -35,6 +35,7 @@ from disq.protocol.beanstalk import OP_COUNT
 from disq.server.aof_service import AofService
 from disq.server.beanstalk_tcp import BeanstalkProtocol
 from disq.server.clock import NodeClock
+from disq.server.listen_error import ListenError, reason_of
 from disq.server.node_config import NodeConfig
 from disq.server.router import ReplyRouter
 
@@ -513,7 +514,9 @@ class NodeRuntime:
             )
         except OSError as exc:
             if cfg.metrics_port_required:
-                raise
+                raise ListenError(
+                    "admin (HTTP)", cfg.metrics_host, cfg.metrics_port, reason_of(exc)
+                ) from exc
             # A port derived from the client port (Disque's config has no such key): a
             # clash with something else must not keep the node from serving jobs.
             self.log.warning("metrics_port_unavailable", port=cfg.metrics_port, error=str(exc))

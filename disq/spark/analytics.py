@@ -8,9 +8,14 @@ Exports are at-least-once, so events are deduplicated on (node, seq) first.
 
 A job's story is put together from all nodes' events by job id: its queue and enqueue time
 come from its ``enqueued`` event, then the first ``delivered`` and the first ``acked`` anywhere.
-The window is the one its enqueue time falls in. Per (queue, window):
+The window is the one its enqueue time falls in (its ack time for the ack rate). Per (queue,
+window):
 
-- enqueued, acked, throughput_per_s (acked / window length)
+- enqueued (jobs whose enqueue time is in the window), acked (of those, acked by now)
+- acks_in_window: acks that happened in the window (of jobs enqueued in it or before), and
+  ack_rate_per_s: those per second of the window the export covers (a window the events
+  cover only in part, as the first, the last, or the only window of a short run, is divided
+  by that part: a 20 s burst in a 1 h window reads as its own rate, not a 180th of it)
 - delivery_ms_p50/p95/p99: enqueue -> first delivery; ack_ms_p50/p95/p99: enqueue -> ack
   (exact percentiles, Spark's ``percentile``: linear interpolation between the closest ranks)
 - retry_rate: of the jobs delivered, the share delivered more than once
@@ -19,7 +24,8 @@ The window is the one its enqueue time falls in. Per (queue, window):
   their ids (``dead_ids``)
 
 Output in DIR: ``summary.parquet/``, ``summary.json/`` (one JSON object per line), a readable
-``summary.txt`` (also printed) and ``chart.png`` (latency percentiles and throughput over time).
+``summary.txt`` (also printed, with a legend of its columns) and ``chart.png`` (ack latency
+percentiles and the ack rate per window).
 """
 
 from __future__ import annotations
@@ -68,6 +74,21 @@ def job_stories(events: Any) -> Any:
     )
 
 
+def acks_by_window(events: Any, window_s: int) -> Any:
+    """Per (queue, window of the ack): how many jobs were acked then (a job's first ack)."""
+    from pyspark.sql import functions as F
+
+    window_ms = window_s * 1000
+    acks = (
+        events.where(F.col("kind") == "acked")
+        .groupBy("job_id")
+        .agg(F.max("queue").alias("queue"), F.min("time_ms").alias("acked_ms"))
+    )
+    return acks.groupBy(
+        "queue", (F.floor(F.col("acked_ms") / window_ms) * window_ms).alias("window_start_ms")
+    ).agg(F.count("*").alias("acks_in_window"))
+
+
 def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = ()) -> Any:
     from pyspark.sql import functions as F
 
@@ -95,12 +116,26 @@ def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = 
             )
         ).alias("dead_ids"),
     )
+    # Windows with acks but no enqueue (a backlog drained later) get a row too.
+    out = out.join(acks_by_window(events, window_s), ["queue", "window_start_ms"], "full")
+    span = events.agg(F.min("time_ms").alias("t0"), F.max("time_ms").alias("t1"))
+    out = out.crossJoin(span)
+    # The part of the window the export covers, in seconds (at least 1).
+    covered_s = F.greatest(
+        F.lit(1.0),
+        (
+            F.least(F.col("window_start_ms") + window_ms, F.col("t1") + 1)
+            - F.greatest(F.col("window_start_ms"), F.col("t0"))
+        )
+        / 1000.0,
+    )
     cols = [
         "queue",
         "window_start_ms",
-        "enqueued",
-        "acked",
-        (F.col("acked") / F.lit(window_s)).alias("throughput_per_s"),
+        F.coalesce("enqueued", F.lit(0)).alias("enqueued"),
+        F.coalesce("acked", F.lit(0)).alias("acked"),
+        F.coalesce("acks_in_window", F.lit(0)).alias("acks_in_window"),
+        (F.coalesce("acks_in_window", F.lit(0)) / covered_s).alias("ack_rate_per_s"),
     ]
     for name in ("delivery", "ack"):
         for i, p in enumerate(("p50", "p95", "p99")):
@@ -109,15 +144,30 @@ def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = 
         F.when(F.col("delivered") > 0, F.col("retried") / F.col("delivered"))
         .otherwise(F.lit(0.0))
         .alias("retry_rate"),
-        F.size("dead_ids").alias("dead"),
-        "dead_ids",
+        F.coalesce(F.size("dead_ids"), F.lit(0)).alias("dead"),
+        F.coalesce("dead_ids", F.array().cast("array<string>")).alias("dead_ids"),
     ]
     return out.select(*cols).orderBy("queue", "window_start_ms")
 
 
+LEGEND = """\
+QUEUE        the queue
+WINDOW(UTC)  the window's start
+ENQ          jobs enqueued in the window
+ACKED        of those, acked by the end of the export
+ACKS         acks that happened in the window (of jobs enqueued in it or before)
+ACK/S        ACKS per second of the window the export covers (all of it, or the part a
+             first, last or only window has)
+DELIV        enqueue -> first delivery, ms (p50/p95/p99 of the window's jobs)
+ACK          enqueue -> ack, ms (p50/p95/p99 of the window's acked jobs)
+RETRY        of the window's delivered jobs, the share delivered more than once
+DEAD         of the window's jobs, never acked and expired or in a dead-letter queue
+"""
+
+
 def render(rows: list[Any]) -> str:
     head = (
-        "QUEUE", "WINDOW(UTC)", "ENQ", "ACKED", "ACK/S", "DELIV p50/p95/p99 ms",
+        "QUEUE", "WINDOW(UTC)", "ENQ", "ACKED", "ACKS", "ACK/S", "DELIV p50/p95/p99 ms",
         "ACK p50/p95/p99 ms", "RETRY", "DEAD",
     )  # fmt: skip
     import datetime as dt
@@ -134,7 +184,8 @@ def render(rows: list[Any]) -> str:
             ),
             str(r["enqueued"]),
             str(r["acked"]),
-            f"{r['throughput_per_s']:.2f}",
+            str(r["acks_in_window"]),
+            f"{r['ack_rate_per_s']:.2f}",
             ms3(r, "delivery"),
             ms3(r, "ack"),
             f"{r['retry_rate']:.1%}",
@@ -146,34 +197,66 @@ def render(rows: list[Any]) -> str:
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in [head, *body]
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + LEGEND
 
 
-def chart(rows: list[Any], path: Path) -> None:
-    """Latency percentiles and throughput per window, one line per queue."""
+def chart(rows: list[Any], path: Path, window_s: int) -> dict[str, Any]:
+    """Ack latency percentiles and the ack rate per window, one line per queue, a marker on
+    every point (a single window is a point, not an invisible line); the x-axis spans the
+    windows, half a window either side; the legends sit right of the plots. Returns what
+    was drawn: ``span`` (the x-axis, matplotlib date numbers) and ``plots_px``, each plot's
+    box in the PNG's pixels (left, top, right, bottom), for a test to look inside."""
     import datetime as dt
 
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    fig, (lat, thr) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    def at(ms: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+    fig, (lat, thr) = plt.subplots(2, 1, figsize=(12, 7), sharex=True, dpi=100)
     for queue in sorted({r["queue"] for r in rows}):
         qr = [r for r in rows if r["queue"] == queue]
-        x = [dt.datetime.fromtimestamp(r["window_start_ms"] / 1000, dt.UTC) for r in qr]
-        for p, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
-            lat.plot(x, [r[f"ack_ms_{p}"] for r in qr], style, label=f"{queue} ack {p}")
-        thr.plot(x, [r["throughput_per_s"] for r in qr], label=queue)
+        x = [at(r["window_start_ms"]) for r in qr]
+        for p, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
+            y = [r[f"ack_ms_{p}"] for r in qr]
+            lat.plot(x, [float("nan") if v is None else v for v in y], style,
+                     label=f"{queue} ack {p}")  # fmt: skip
+        thr.plot(x, [r["ack_rate_per_s"] for r in qr], "o-", label=queue)
+    starts = [r["window_start_ms"] for r in rows]
+    half_ms = window_s * 500
+    span = (0.0, 1.0)
+    if starts:
+        lo, hi = at(min(starts) - half_ms), at(max(starts) + half_ms)
+        thr.set_xlim(lo, hi)  # shared: both panels
+        span = (float(mdates.date2num(lo)), float(mdates.date2num(hi)))  # type: ignore[no-untyped-call]
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=8)  # type: ignore[no-untyped-call]
+        thr.xaxis.set_major_locator(locator)
+        thr.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    # From 0 to a margin over the highest point: a lone point is not drawn on the frame.
+    for ax, names in (
+        (lat, ("ack_ms_p50", "ack_ms_p95", "ack_ms_p99")),
+        (thr, ("ack_rate_per_s",)),
+    ):
+        top = max((float(r[n]) for r in rows for n in names if r[n] is not None), default=0.0)
+        ax.set_ylim(0, top * 1.15 or 1.0)
     lat.set_ylabel("enqueue -> ack (ms)")
-    lat.legend(fontsize="small")
-    thr.set_ylabel("acked jobs / s")
-    thr.set_xlabel("window start (UTC)")
-    fig.autofmt_xdate()
-    thr.legend(fontsize="small")
-    fig.tight_layout()
+    thr.set_ylabel("acks / s (in the window)")
+    thr.set_xlabel(f"window start (UTC), windows of {window_s} s")
+    for ax in (lat, thr):
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.subplots_adjust(left=0.08, right=0.78, top=0.96, bottom=0.1, hspace=0.12)
     fig.savefig(path)
+    height = fig.get_size_inches()[1] * fig.dpi
+    plots = []
+    for ax in (lat, thr):
+        box = ax.get_window_extent()
+        plots.append((int(box.x0), int(height - box.y1), int(box.x1), int(height - box.y0)))
     plt.close(fig)
+    return {"span": span, "plots_px": plots}
 
 
 def run(
@@ -192,7 +275,7 @@ def run(
     rows: list[Any] = summary.collect()
     text = render(rows)
     (out / "summary.txt").write_text(text)
-    chart(rows, out / "chart.png")
+    chart(rows, out / "chart.png", window_s)
     summary.unpersist()
     return rows
 

@@ -10,10 +10,17 @@ Options:
 - ``startingOffsets``: ``earliest`` (default: everything the logs still hold), ``latest``, or
   JSON ``{"<node id>": seq, ...}`` with -2 meaning earliest and -1 latest for a node. Only for
   a new query; a restarted one uses its checkpoint.
-- ``maxOffsetsPerTrigger``: at most this many events per micro-batch, over all nodes.
+- ``maxOffsetsPerTrigger``: at most this many events per micro-batch, over all nodes, shared
+  fairly: every node with events waiting gets an equal part (a node with fewer waiting leaves
+  its unused part to the others), so each batch advances every node that has events (as long
+  as the limit is at least the number of such nodes).
 - ``failOnDataLoss`` (default true): fail when events the query still needs were dropped by
   retention (or a node lost its log); false: skip them and go on.
 - ``password``
+
+Triggers: any. With ``trigger(availableNow=True)`` the query reads what every node's log
+held when it started (in batches within ``maxOffsetsPerTrigger``) and stops by itself: a
+one-off export. A node that joins during such a run is read by the next run.
 
 Columns: node, seq, time_ms, kind, queue, job_id, attempt, size.
 """
@@ -26,10 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from disq.spark.sink import DisqSinkError, _bool, _connection, _int, _lower, _tls_options
+from disq.spark.options import DisqSparkError, Options
 
 SCHEMA = (
     "node STRING, seq LONG, time_ms LONG, kind STRING, queue STRING, job_id STRING, "
@@ -62,36 +74,63 @@ class DisqEventsDataSource(DataSource):
         return EventsStreamReader(dict(self.options))
 
 
-class EventsStreamReader(DataSourceStreamReader):
+def fair_share(waiting: dict[str, int], budget: int) -> dict[str, int]:
+    """How many of its ``waiting`` events each node gives to a batch of at most ``budget``:
+    equal parts, a node that needs less than its part leaving the rest to the others. With
+    fewer rows than nodes, one each to the nodes with the most waiting (then by id)."""
+    take = dict.fromkeys(waiting, 0)
+    live = sorted((n for n, w in waiting.items() if w > 0), key=lambda n: (waiting[n], n))
+    left = budget
+    while live and left > 0:
+        each = left // len(live)
+        if each == 0:
+            most = sorted(live, key=lambda n: (take[n] - waiting[n], n))
+            for n in most[:left]:
+                take[n] += 1
+            break
+        still = []
+        for n in live:
+            t = min(each, waiting[n] - take[n])
+            take[n] += t
+            left -= t
+            if take[n] < waiting[n]:
+                still.append(n)
+        live = still
+    return take
+
+
+class EventsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        lower = _lower(options)
-        self.nodes, self.password = _connection(lower)
-        self.tls = _tls_options(lower)
-        self.starting = lower.get("startingoffsets", "earliest")
+        opts = Options(options)
+        self.starting = opts.get("startingOffsets", "earliest") or "earliest"
         if self.starting not in ("earliest", "latest"):
             try:
                 parsed = json.loads(self.starting)
-            except ValueError as exc:
-                raise DisqSinkError(
-                    "startingOffsets: earliest, latest or JSON {node id: seq}"
-                ) from exc
+            except ValueError:
+                parsed = None
             if not isinstance(parsed, dict):
-                raise DisqSinkError("startingOffsets JSON must be an object {node id: seq}")
-        self.max_per_trigger = _int(lower, "maxoffsetspertrigger", None)
-        self.fail_on_data_loss = _bool(lower.get("failondataloss"), True)
+                raise DisqSparkError(
+                    "option startingOffsets: earliest, latest or a JSON object "
+                    f'{{"<node id>": seq}}, not {self.starting!r}'
+                )
+        self.max_per_trigger = opts.integer("maxOffsetsPerTrigger", None, minimum=1)
+        self.fail_on_data_loss = opts.boolean("failOnDataLoss", True)
+        self.connection = opts.connection()
         self.addrs: dict[str, str] = {}
+        # Trigger.AvailableNow: each node's next seq when the query started; no batch reads
+        # past it (None: any other trigger, read what there is).
+        self.target: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ on the driver
     def _client(self) -> Any:
-        from disq.client import Client
-
-        return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
+        return self.connection.client()
 
     def _windows(self) -> dict[str, tuple[int, int]]:
         """Every node's (first_seq, next_seq), and its address in ``self.addrs``."""
         out: dict[str, tuple[int, int]] = {}
+        hello = self.connection.hello()
         with self._client() as c:
-            for n in c.hello().nodes:
+            for n in hello.nodes:
                 if not n.grpc_port:
                     continue
                 addr = f"{n.host}:{n.grpc_port}"
@@ -121,17 +160,28 @@ class EventsStreamReader(DataSourceStreamReader):
             return ReadMaxRows(self.max_per_trigger)
         return ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {nid: nxt for nid, (_, nxt) in self._windows().items()}
+
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         windows = self._windows()
+        if self.target is not None:
+            # availableNow: only the nodes, and the events, there were at the start.
+            windows = {
+                nid: (first, min(nxt, self.target[nid]))
+                for nid, (first, nxt) in windows.items()
+                if nid in self.target
+            }
+        # A node seen for the first time is read from the start of its log.
+        frm = {nid: start.get(nid, first) for nid, (first, _) in windows.items()}
+        waiting = {nid: max(0, nxt - frm[nid]) for nid, (_, nxt) in windows.items()}
+        if isinstance(limit, ReadMaxRows):
+            take = fair_share(waiting, limit.max_rows)
+        else:
+            take = waiting
         end = dict(start)
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        for nid, (first, nxt) in sorted(windows.items()):
-            frm = start.get(nid, first)  # a node seen for the first time: from its start
-            take = max(0, nxt - frm)
-            if budget is not None:
-                take = min(take, budget)
-                budget -= take
-            end[nid] = frm + take
+        for nid, n in take.items():
+            end[nid] = frm[nid] + n
         return end
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:

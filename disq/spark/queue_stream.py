@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from disq.spark.sink import DisqSinkError, _connection, _int, _lower, _tls_options
+from disq.spark.options import DisqSparkError, Options
 
 Row = tuple[str, str, str, str, bytes, int, int, None, None, int]
 
@@ -40,22 +40,14 @@ class TakenJobs(InputPartition):
 
 class QueueStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        lower = _lower(options)
-        self.nodes, self.password = _connection(lower)
-        self.tls = _tls_options(lower)
-        self.queues = [q for q in (lower.get("queue") or "").split(",") if q]
+        opts = Options(options)
+        self.queues = [q for q in (opts.get("queue") or "").split(",") if q]
         if not self.queues:
-            raise DisqSinkError("option queue is required: readStream.format('disq') consumes it")
-        self.max_per_trigger = max(1, _int(lower, "maxjobspertrigger", 1000) or 1)
+            raise DisqSparkError("option queue is required: readStream.format('disq') consumes it")
+        self.max_per_trigger = opts.integer("maxJobsPerTrigger", 1000, minimum=1) or 1
+        self.connection = opts.connection()
         # Taken and not yet committed: {(start, end) of the offsets: jobs}.
         self.taken: dict[tuple[int, int], list[Row]] = {}
-
-    def _client(self, addr: str | None = None) -> Any:
-        from disq.client import Client
-
-        if addr is None:
-            return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
-        return Client(addr, password=self.password, timeout_s=30, discover=False, **self.tls)
 
     def initialOffset(self) -> dict[str, int]:
         return {"taken": 0}
@@ -67,14 +59,14 @@ class QueueStreamReader(DataSourceStreamReader):
         # ``commit`` only later (or, for the last batch before a stop, not at all).
         self._ack_upto(begin)
         rows: list[Row] = []
-        with self._client() as c:
-            addrs = [(n.id, f"{n.host}:{n.grpc_port}") for n in c.hello().nodes if n.grpc_port]
+        hello = self.connection.hello()
+        addrs = [(n.id, f"{n.host}:{n.grpc_port}") for n in hello.nodes if n.grpc_port]
         for node_id, addr in addrs:
             want = self.max_per_trigger - len(rows)
             if want <= 0:
                 break
             try:
-                with self._client(addr) as node:
+                with self.connection.client(addr) as node:
                     jobs = node.get_jobs(self.queues, count=want, nohang=True)
             except Exception:  # a node that is down: its jobs are read when it is back
                 continue
@@ -115,7 +107,7 @@ class QueueStreamReader(DataSourceStreamReader):
         done = [k for k in self.taken if k[1] <= upto]
         ids = [row[1] for k in done for row in self.taken[k]]
         if ids:
-            with self._client() as c:
+            with self.connection.client() as c:
                 c.ack(*ids)
         for k in done:
             del self.taken[k]

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from disq.spark.sink import DisqSinkError, _connection, _lower, _tls_options
+from disq.spark.options import DisqSparkError, Options
 
 SCHEMA = (
     "node STRING, id STRING, queue STRING, state STRING, body BINARY, nacks INT, "
@@ -37,33 +37,27 @@ class NodeJobs(InputPartition):
 
 class SnapshotReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        lower = _lower(options)
-        self.nodes, self.password = _connection(lower)
-        self.tls = _tls_options(lower)
-        self.queue = lower.get("queue") or ""
+        opts = Options(options)
+        self.queue = opts.get("queue") or ""
         if not self.queue:
-            raise DisqSinkError("option queue is required: spark.read.format('disq') reads one")
-        self.states = [s.strip() for s in lower.get("states", "queued").split(",") if s.strip()]
+            raise DisqSparkError("option queue is required: spark.read.format('disq') reads one")
+        states = opts.get("states", "queued") or ""
+        self.states = [s.strip() for s in states.split(",") if s.strip()]
         bad = [s for s in self.states if s not in STATES]
         if bad:
-            raise DisqSinkError(f"unknown states {bad}: use {', '.join(STATES)}")
-
-    def _client(self) -> Any:
-        from disq.client import Client
-
-        return Client(self.nodes, password=self.password, timeout_s=30, **self.tls)
+            raise DisqSparkError(f"option states: unknown {bad}, use {', '.join(STATES)}")
+        self.connection = opts.connection()
 
     def partitions(self) -> list[InputPartition]:
-        with self._client() as c:
-            return [
-                NodeJobs(n.id, f"{n.host}:{n.grpc_port}")
-                for n in sorted(c.hello().nodes, key=lambda n: n.id)
-                if n.grpc_port
-            ]
+        return [
+            NodeJobs(n.id, f"{n.host}:{n.grpc_port}")
+            for n in sorted(self.connection.hello().nodes, key=lambda n: n.id)
+            if n.grpc_port
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, NodeJobs)
-        with self._client() as c:
+        with self.connection.client() as c:
             jobs = c.scan_jobs(partition.addr, queue=self.queue, states=self.states)
         for j in jobs:
             yield (

@@ -194,6 +194,20 @@ def test_add_jobs_reports_errors_per_job(lab3: Lab) -> None:
         assert c.qlen("per-job") == 2 and c.qlen("per-job-2") == 1
 
 
+def test_replicate_0_is_refused_as_resp_refuses_it(lab3: Lab) -> None:
+    """REPLICATE 0 is an error over RESP; the SDK refused nothing and stored the job at the
+    default level. Now it raises before sending, and nothing is added."""
+    with pytest.raises(Exception, match="REPLICATE must be between 1 and 65535"):
+        lab3.node(0).call("ADDJOB", "repl-zero", "x", "0", "REPLICATE", "0")
+    with Client(addr(lab3, 0), discover=False) as c:
+        with pytest.raises(ValueError, match="replicate must be between 1 and 65535, not 0"):
+            c.add_job("repl-zero", "x", replicate=0)
+        with pytest.raises(ValueError, match="not 65536"):
+            c.add_jobs([{"queue": "repl-zero", "body": "y", "replicate": 65536}])
+        assert c.qlen("repl-zero") == 0
+        assert isinstance(c.add_job("repl-zero", "z", replicate=1), str)  # the client works on
+
+
 def test_every_error_reason_is_reachable_and_mapped(lab3: Lab) -> None:
     with Client(addr(lab3, 0), discover=False) as c:
         with pytest.raises(NoReplError):

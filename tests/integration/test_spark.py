@@ -5,7 +5,9 @@ Slow: the JVM starts once (~10 s), then each write of 100k rows takes seconds.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,22 +138,280 @@ def test_bad_options_columns_and_modes_are_clear_errors(
         w.save()
 
 
-def test_unreachable_nodes_fail_the_write_with_unavailable(spark: Any) -> None:
+@pytest.mark.parametrize(
+    ("options", "columns", "message"),
+    [
+        ({"replicate": "0"}, "", "option replicate must be between 1 and 65535, not 0"),
+        ({"replicate": "two"}, "", "option replicate must be an integer, not 'two'"),
+        ({"replicate": "4"}, "", "option replicate is 4, but the cluster has 3 nodes"),
+        ({"ttl": "0"}, "", r"option ttl must be >= 1 \(seconds\), not 0"),
+        ({"retry": "-1"}, "", r"option retry must be >= 0 \(seconds\), not -1"),
+        ({"delay": "100", "ttl": "50"}, "", r"option delay \(100 s\) must be below ttl"),
+        ({"retry": "0"}, "", "option retry 0 .* needs option replicate 1, not 3"),
+        ({"queue": ""}, "", "option queue must not be empty"),
+        ({"bodyColumn": "payload"}, "", "option bodyColumn: no body column 'payload'"),
+        ({}, "'x' AS body; 'two' AS replicate", "column replicate must be an integer type"),
+        ({"nodes": "RESP"}, "", r"is a RESP \(Disque/Redis\) port, not disq's gRPC port"),
+    ],
+)
+def test_bad_options_fail_on_the_driver_before_any_task(
+    spark: Any, lab3: Lab, options: dict[str, str], columns: str, message: str
+) -> None:
+    """Each bad value is named, on the driver: no Spark job ran and nothing was added
+    (replicate 0 was stored at the default level; a RESP port said 'not reachable')."""
+    import uuid
+
+    exprs = columns.split("; ") if columns else ["concat('x', id) AS body"]
+    df = spark.range(0, 20, numPartitions=2).selectExpr(*exprs)
+    queue = f"badopt-{uuid.uuid4().hex[:8]}"
+    w = df.write.format("disq").mode("append").option("nodes", nodes(lab3)).option("queue", queue)
+    ports = {"RESP": lab3.node(0).port}
+    for k, v in options.items():
+        if v in ports:
+            v = f"127.0.0.1:{ports[v]}"
+        w = w.option(k, v)
+    group = f"g-{queue}"
+    spark.sparkContext.setJobGroup(group, "a write with a bad option")
+    try:
+        with pytest.raises(Exception, match=message):
+            w.save()
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+    assert qlen_all(lab3, queue) == 0
+
+
+def _snapshot_bodies(spark: Any, lab: Lab, queue: str) -> list[str]:
+    r = spark.read.format("disq").option("nodes", nodes(lab)).option("queue", queue).load()
+    return [bytes(x.body).decode() for x in r.collect()]
+
+
+def test_a_null_body_fails_its_partition_with_nothing_of_it_written(spark: Any, lab3: Lab) -> None:
+    """Row 500 of partition 1 has a null body: its task fails naming the row, and nothing of
+    partition 1 is in the queue (500 of its rows were, before). Fixed and written again with
+    the same writeId, every row is there once."""
+    rows = spark.range(0, 4000, numPartitions=4)
+    bad = rows.selectExpr("CASE WHEN id = 1500 THEN NULL ELSE concat('r-', id) END AS body")
+    w = bad.write.format("disq").mode("append").option("nodes", nodes(lab3))
+    w = w.option("queue", "badrow").option("replicate", "2").option("writeId", "fix-me")
+    with pytest.raises(
+        Exception,
+        match="DisqSinkError: row 500 of partition 1: null body \\(column 'body'\\); "
+        "nothing of this partition was written",
+    ):
+        w.save()
+    assert not [b for b in _snapshot_bodies(spark, lab3, "badrow") if 1000 <= int(b[2:]) < 2000]
+    fixed = rows.selectExpr("concat('r-', id) AS body")
+    (
+        fixed.write.format("disq")
+        .mode("append")
+        .option("nodes", nodes(lab3))
+        .option("queue", "badrow")
+        .option("replicate", "2")
+        .option("writeId", "fix-me")
+        .save()
+    )
+    bodies = drain(lab3, "badrow")
+    assert sorted(bodies) == sorted(f"r-{i}".encode() for i in range(4000))
+
+
+def test_a_partition_over_buffer_bytes_is_sent_in_spans_and_says_so(spark: Any, lab3: Lab) -> None:
+    """bufferBytes bounds what a task holds: a partition larger than it is checked and sent
+    span by span, and the error says how many of its rows went before the bad one."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        rows = spark.range(0, 1000, numPartitions=1)
+        bad = rows.selectExpr("CASE WHEN id = 250 THEN NULL ELSE concat('s-', id) END AS body")
+        w = bad.write.format("disq").mode("append").option("nodes", nodes(lab3))
+        w = w.option("queue", "spans").option("replicate", "1").option("bufferBytes", "1")
+        with pytest.raises(
+            Exception, match=r"row 250 of partition 0: null body .*the 200 rows before it"
+        ):
+            w.save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(drain(lab3, "spans")) == sorted(f"s-{i}".encode() for i in range(200))
+
+
+@pytest.mark.parametrize(
+    ("schema", "data", "options", "message"),
+    [
+        ("body STRING", [("ok",), ("much too long",)], {"maxBodyBytes": "5"},
+         r"row 1 of partition 0: body over maxBodyBytes \(5 bytes\)"),
+        ("body STRING, replicate INT", [("a", 1), ("b", 0)], {},
+         "row 1 of partition 0: replicate below 1"),
+        ("body STRING, ttl_s INT, delay_s INT", [("a", 60, 0), ("b", 60, 60)], {},
+         "row 1 of partition 0: delay_s not below ttl_s"),
+        ("body STRING, queue STRING", [("a", "q1"), ("b", None)], {"queue": None},
+         "row 1 of partition 0: no queue"),
+    ],
+)  # fmt: skip
+def test_bad_rows_are_named(
+    spark: Any,
+    lab3: Lab,
+    schema: str,
+    data: list[tuple[Any, ...]],
+    options: dict[str, str | None],
+    message: str,
+) -> None:
+    df = spark.createDataFrame(data, schema).coalesce(1)
+    w = df.write.format("disq").mode("append").option("nodes", nodes(lab3))
+    settings: dict[str, str | None] = {"queue": "rowcheck", "replicate": "1", **options}
+    for k, v in settings.items():
+        if v is not None:
+            w = w.option(k, v)
+    with pytest.raises(Exception, match=message):
+        w.save()
+    assert qlen_all(lab3, "rowcheck") == 0 and qlen_all(lab3, "q1") == 0
+
+
+def test_unreachable_nodes_fail_the_write_on_the_driver(spark: Any) -> None:
     df = spark.range(0, 3).selectExpr("concat('x', id) as body")
     w = df.write.format("disq").mode("append").option("nodes", "127.0.0.1:1").option("queue", "q")
-    with pytest.raises(Exception, match="no node reachable"):
+    with pytest.raises(
+        Exception, match=r"no disq gRPC port answered.*127\.0\.0\.1:1: nothing answers"
+    ):
         w.save()
 
 
-def test_readme_sink_example_runs(spark: Any, lab3: Lab) -> None:
+def _run_script(code: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` as a script of its own (its own driver and JVM), as a user runs it."""
+    path.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISQ_PURE": "1"}
+    return subprocess.run(
+        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def _offsets_now(lab: Lab) -> dict[str, int]:
+    """Every node's next event sequence number."""
+    out = {}
+    for i in range(lab.n):
+        a = f"127.0.0.1:{lab.node(i).bus_port}"
+        with Client(a, discover=False) as c:
+            r = c.read_events(a, 0, max_events=1)
+            out[r.node_id] = r.next_seq
+    return out
+
+
+def test_readme_spark_snippets_run_as_scripts(spark: Any, lab3: Lab, tmp_path: Path) -> None:
+    """Each README Python block that uses disq.spark is a complete program: run as a script
+    it writes what it says (the stream's block waited for nothing before, and exited with
+    nothing written)."""
+    import json
     import re
 
     readme = (ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "disq.spark" in b)
-    assert len(block.strip().splitlines()) <= 10
-    exec(block.replace("127.0.0.1:7710", nodes(lab3)), {})  # session() returns this session
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "disq.spark" in b]
+    sink, stream = blocks
+    assert len(sink.strip().splitlines()) <= 10
+    before = _offsets_now(lab3)
+    done = _run_script(sink.replace("127.0.0.1:7710", nodes(lab3)), tmp_path / "sink.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out, ck = tmp_path / "events", tmp_path / "events-ck"
+    code = (
+        stream.replace("127.0.0.1:7710", nodes(lab3))
+        .replace('"earliest"', repr(json.dumps(before)))  # only the sink's events
+        .replace("/tmp/disq-events-ck", str(ck))
+        .replace("/tmp/disq-events", str(out))
+    )
+    done = _run_script(code, tmp_path / "stream.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = spark.read.parquet(str(out))
+    assert events.select("node", "seq").distinct().count() == events.count()
+    enqueued = events.where("queue = 'orders' AND kind = 'enqueued'")
+    assert enqueued.select("job_id").distinct().count() == 100_000
     bodies = drain(lab3, "orders")
     assert len(bodies) == 100_000 and len(set(bodies)) == 100_000
+
+
+def test_a_failed_write_shows_the_disq_error_first_and_keeps_spark_in_its_log(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    """A script whose write fails on a bad row: its first line of output is the disq error;
+    Spark's start-up warnings and the failed task's Java trace (about 660 lines) are in the
+    session's log file, not on the console."""
+    log = tmp_path / "spark.log"
+    code = f"""
+from disq.spark import session
+
+spark = session("fails", master="local[2]", log_file={str(log)!r})
+df = spark.range(0, 100).selectExpr("CASE WHEN id = 7 THEN NULL ELSE 'x' END AS body")
+w = df.coalesce(1).write.format("disq").mode("append").option("queue", "f")
+w.option("nodes", {nodes(lab3)!r}).save()
+"""
+    done = _run_script(code, tmp_path / "fails.py")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        "disq: DisqSinkError: row 7 of partition 0: null body (column 'body'); "
+        "nothing of this partition was written"
+    ), done.stderr[:2000]
+    assert lines[1] == f"(Spark's log, with the Java traces: {log})"
+    for noise in ("at org.apache.spark", "NativeCodeLoader", "jdk.incubator", "loopback"):
+        assert noise not in done.stderr
+    spark_log = log.read_text()
+    assert "at org.apache.spark" in spark_log and "DisqSinkError" in spark_log
+    assert qlen_all(lab3, "f") == 0
+
+
+def test_events_stream_available_now_reads_in_fair_batches_and_stops(
+    spark: Any, lab3: Lab, tmp_path: Path
+) -> None:
+    """trigger(availableNow=True) with maxOffsetsPerTrigger: batches within the limit, each
+    advancing every node that still has events, and the query stops by itself. Before, it
+    fell back to one batch of everything, and the limit went to one node at a time."""
+    import json
+
+    start = _offsets_now(lab3)
+    for i in range(lab3.n):
+        with Client(f"127.0.0.1:{lab3.node(i).bus_port}", discover=False) as c:
+            for k in range(12):
+                c.add_job("avnow", f"{i}-{k}", replicate=1)
+    there = _offsets_now(lab3)
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    q = (
+        spark.readStream.format("disq-events")
+        .option("nodes", nodes(lab3))
+        .option("startingOffsets", json.dumps(start))
+        .option("maxOffsetsPerTrigger", "9")
+        .load()
+        .writeStream.format("json")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert q.awaitTermination(300), "the availableNow query did not stop by itself"
+    finally:
+        q.stop()
+    assert q.exception() is None
+    rows = spark.read.json(str(out)).collect()
+    seen: dict[str, list[int]] = {}
+    for r in rows:
+        seen.setdefault(r.node, []).append(r.seq)
+    for nid in start:
+        seqs = sorted(seen.get(nid, []))
+        # From where it started, without a gap, at least up to what was there.
+        assert seqs[: there[nid] - start[nid]] == list(range(start[nid], there[nid])), nid
+    assert sum(1 for r in rows if r.queue == "avnow" and r.kind == "enqueued") == 36
+    # The offsets log: each batch within the limit, and advancing every node still behind.
+    ends = []
+    for f in sorted(
+        (ck / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    ):
+        if f.name.isdigit():
+            ends.append(json.loads(f.read_text().strip().splitlines()[-1]))
+    final = ends[-1]
+    prev = start
+    for end in ends:
+        assert sum(end[n] - prev.get(n, end[n]) for n in end) <= 9
+        for n in start:
+            if prev[n] < final[n]:
+                assert end[n] > prev[n], (n, prev, end)
+        prev = end
+    assert len(ends) >= 4  # 36 events or more, 9 a batch
 
 
 def _stream_once(spark: Any, lab: Lab, out: Path, ck: Path, **options: str) -> None:
@@ -265,6 +525,30 @@ def _event(node: str, seq: int, t: int, kind: str, queue: str, job: str) -> dict
             "job_id": job, "attempt": 1, "size": 1}  # fmt: skip
 
 
+def _ack_rates(
+    events: list[dict[str, Any]], window_s: int
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], float]]:
+    """Without Spark: per (queue, window of the ack) the jobs first acked then, and those
+    per second of the part of the window the events cover."""
+    first: dict[str, tuple[int, str]] = {}
+    for e in events:
+        if e["kind"] == "acked":
+            t = first.get(e["job_id"], (e["time_ms"], e["queue"]))[0]
+            first[e["job_id"]] = (min(t, e["time_ms"]), e["queue"])
+    w_ms = window_s * 1000
+    t0 = min(e["time_ms"] for e in events)
+    t1 = max(e["time_ms"] for e in events)
+    counts: dict[tuple[str, int], int] = {}
+    for t, queue in first.values():
+        key = (queue, t // w_ms * w_ms)
+        counts[key] = counts.get(key, 0) + 1
+    rates = {
+        (q, w): n / max(1.0, (min(w + w_ms, t1 + 1) - max(w, t0)) / 1000)
+        for (q, w), n in counts.items()
+    }
+    return counts, rates
+
+
 def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: Path) -> None:
     import json
 
@@ -293,12 +577,17 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     out = tmp_path / "out"
     rows = analytics.run(spark, str(src), out, 3600, dead_letter_queues=("alpha-dead",))
     got = {(r["queue"], r["window_start_ms"]): r for r in rows}
-    assert set(got) == set(expect)
+    acks, rates = _ack_rates(events, 3600)
+    assert set(got) == set(expect) | set(acks)  # a window of acks alone has a row too
+    for key in set(got) - set(expect):
+        assert got[key]["enqueued"] == 0 and got[key]["acks_in_window"] == acks[key]
+    for key in got:
+        assert got[key]["acks_in_window"] == acks.get(key, 0)
+        assert got[key]["ack_rate_per_s"] == pytest.approx(rates.get(key, 0.0))
     for key, e in expect.items():
         r = got[key]
         assert (r["enqueued"], r["acked"], r["dead"]) == (e["enqueued"], e["acked"], len(e["dead"]))
         assert r["dead_ids"] == sorted(e["dead"])
-        assert r["throughput_per_s"] == pytest.approx(e["acked"] / 3600)
         assert r["retry_rate"] == pytest.approx(e["retried"] / e["delivered"])
         for name, values in (("delivery", e["deliv"]), ("ack", e["ack"])):
             for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
@@ -307,8 +596,47 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     assert (out / "chart.png").stat().st_size > 1000
     text = (out / "summary.txt").read_text()
     assert "alpha" in text and "beta" in text and "DELIV p50/p95/p99 ms" in text
+    assert "ACK/S        ACKS per second of the window" in text  # the legend
     back = spark.read.parquet(str(out / "summary.parquet")).count()
     assert back == len(expect)
+
+
+def test_analytics_chart_of_one_window_shows_its_points(spark: Any, tmp_path: Path) -> None:
+    """The default 1 h window over a 20 s run: one point per series. The chart had no
+    markers (a single point drew nothing), an x-axis over years, and an ack rate divided by
+    the whole hour. Now: markers inside both plots of the PNG, an x-axis of one window, and
+    the rate of the 20 s the events cover."""
+    import json
+
+    import matplotlib.image as mpimg
+
+    from disq.spark import analytics
+
+    base = 500_000 * 3_600_000 + 600_000  # 10 min into an hour
+    events = []
+    for k in range(200):
+        job = f"D-00000009-one{k:021d}-05a1"
+        t = base + 100 * k  # 200 jobs over 20 s, each acked 50 ms later
+        events += [_event("n1", 3 * k + 1, t, "enqueued", "one", job),
+                   _event("n1", 3 * k + 2, t + 20, "delivered", "one", job),
+                   _event("n1", 3 * k + 3, t + 50, "acked", "one", job)]  # fmt: skip
+    src, out = tmp_path / "events", tmp_path / "out"
+    src.mkdir()
+    (src / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    [row] = analytics.run(spark, str(src), out, 3600)
+    assert row["acks_in_window"] == 200
+    # The events cover 19.95 s and the last one's millisecond: 200 acks in 19.951 s.
+    assert row["ack_rate_per_s"] == pytest.approx(200 / 19.951)  # not 200 / 3600
+    rows = [row.asDict()]
+    drawn = analytics.chart(rows, tmp_path / "again.png", 3600)
+    lo, hi = drawn["span"]
+    assert hi - lo == pytest.approx(1 / 24)  # days: one window wide, not years
+    png = mpimg.imread(out / "chart.png")[:, :, :3]
+    # Coloured pixels (the frames, ticks and text are black, grey or white).
+    coloured = (png.max(axis=2) - png.min(axis=2)) > 0.3
+    for left, top, right, bottom in drawn["plots_px"]:
+        inside = coloured[top + 2 : bottom - 2, left + 2 : right - 2]
+        assert inside.sum() > 20, "no point drawn inside a plot"
 
 
 def test_snapshot_read_of_a_queue_takes_nothing(spark: Any, lab3: Lab) -> None:
