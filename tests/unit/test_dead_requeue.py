@@ -192,3 +192,21 @@ def test_a_delayed_job_is_not_queued_before_its_delay_ends() -> None:
     assert c.queued_on(job_id) == []
     c.advance(SOON_MS)
     assert len(c.queued_on(job_id)) == 1
+
+
+def test_a_job_given_away_by_federation_is_requeued_soon_when_its_importer_dies() -> None:
+    c = Cluster(3)
+    job_id = c.add(0, repl=2)
+    holders = {i for i in range(3) if job_id in c.core(i).jobs}
+    [far] = {0, 1, 2} - holders
+    # A consumer blocked on the node without a copy: NEEDJOBS, node 0 gives the job away
+    # (YOURJOBS) and the consumer there gets it.
+    assert c.core(far).get_job(c.now, 77, ["q"], timeout_ms=0) is PENDING
+    c.advance(100)
+    [(token, got)] = c.replies[c.ids[far]]
+    assert token == 77 and isinstance(got, list) and got[0].id == job_id
+    assert c.core(0).jobs[job_id].state == ACTIVE
+    c.kill(far)  # with the job in its consumer's hands
+    c.advance(SOON_MS)
+    assert c.queued_on(job_id) == [0]
+    assert c.core(0).stats["jobs_requeue_advanced"] == 1

@@ -13,7 +13,8 @@ holder to fire queues it and its QUEUED makes the others stand down.
 
 Where a job is: ``DJob.queued_at``, the node this copy last heard queued or worked on the
 job (the REPLJOB's sender, which queues it once its add is done; a QUEUED's or WORKING's
-sender; this node when it queued the job). Why not every job whose holder set includes the
+sender; the importer of a job this node gave away with YOURJOBS; this node when it queued
+the job). Why not every job whose holder set includes the
 dead node (the simpler rule): a job delivered by a live node to a worker still on it has
 the dead node among its holders too, and would be run twice well before its RETRY; with
 REPLICATE 2 that is every in-flight job whose other copy was on the dead node.
