@@ -22,8 +22,8 @@ REPLICATE 2 that is every in-flight job whose other copy was on the dead node.
 The work is bounded per loop iteration: a death takes a snapshot of the job ids (one C-level
 copy of the dict's keys, 15-20 ms of CPU per million; a dict's iterator cannot be kept
 across ticks while jobs come and go) and the timer looks at ``DEAD_SWEEP_BATCH`` of them per
-tick, so a node holding a million jobs does not stall its loop for the whole walk. A second death during
-a sweep starts it again with both nodes (a job already brought forward is left as it is).
+tick, so a node holding a million jobs does not stall its loop for the whole walk. A second
+death during a sweep starts it again with both nodes (a job brought forward stays so).
 """
 
 from __future__ import annotations
