@@ -44,6 +44,7 @@ from disq.core.events import EventBuffer
 from disq.core.messages import (
     BSTATE_BURIED,
     BSTATE_READY,
+    DEAD,
     MEMBERSHIP_TYPES,
     DelJob,
     IdemKeys,
@@ -470,6 +471,8 @@ class NodeCore:
                 membership.outbox.clear()
             if membership.events:
                 rd.member_changes, membership.events = membership.events, []
+                if disque is not None:
+                    self._tell_deaths(now_ms, rd.member_changes, disque)
         if disque is not None:
             if disque.outbox:
                 self._add_messages(rd, disque.outbox)
@@ -493,6 +496,17 @@ class NodeCore:
             rd.wakeups, beanstalk.wakeups = beanstalk.wakeups, []
         self._in_flight = rd
         return rd
+
+    def _tell_deaths(self, now_ms: int, changes: list[tuple[str, int]], disque: DisqueCore) -> None:
+        """The Disque core hears of confirmed deaths (DEAD, not SUSPECT: a suspicion comes
+        after one missed probe) and of peers back alive: it requeues a dead peer's jobs
+        soon (dead_peers.py). It only notes them here; the sweep runs from its tick. Any
+        other state (alive, suspected, left after its drain, forgotten) ends the reason."""
+        for node_id, state in changes:
+            if state == DEAD:
+                disque.peer_dead(now_ms, node_id)
+            else:
+                disque.peer_alive(node_id)
 
     def advance(self) -> None:
         """The last Ready is applied: the next may be taken."""

@@ -398,6 +398,11 @@ class NodeCollector(Collector):
             ("jobs_delivered", "disq_jobs_delivered", "Job deliveries (GETJOB)."),
             ("jobs_acked", "disq_jobs_acked", "Jobs acknowledged."),
             ("jobs_requeued", "disq_jobs_requeued", "Jobs queued again by their retry timer."),
+            (
+                "jobs_requeue_advanced",
+                "disq_jobs_requeue_advanced",
+                "Requeue times brought forward because a holder was confirmed dead.",
+            ),
             ("jobs_expired", "disq_jobs_expired", "Jobs removed by their TTL."),
             ("jobs_imported", "disq_jobs_imported", "Jobs imported from other nodes (federation)."),
             ("jobs_exported", "disq_jobs_exported", "Jobs exported to other nodes (federation)."),

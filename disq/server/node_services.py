@@ -174,6 +174,7 @@ class NodeServices:
                 ("jobs_delivered", s["jobs_delivered"]),
                 ("jobs_acked", s["jobs_acked"]),
                 ("jobs_requeued", s["jobs_requeued"]),
+                ("jobs_requeue_advanced", s["jobs_requeue_advanced"]),
                 ("jobs_expired", s["jobs_expired"]),
                 ("jobs_imported", s["jobs_imported"]),
                 ("jobs_exported", s["jobs_exported"]),

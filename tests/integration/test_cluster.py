@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,37 @@ def test_killing_the_queueing_node_requeues_elsewhere(tmp_path: Path) -> None:
         # A replica requeues after RETRY (no QUEUED/WILLQUEUE answer from the dead node).
         got = lab.node(1).call("GETJOB", "TIMEOUT", 15000, "FROM", "kq", timeout=20)
         assert got == [[b"kq", job_id.encode(), b"survivor"]]
+
+
+def test_a_killed_nodes_queued_jobs_reach_a_consumer_long_before_their_retry(
+    tmp_path: Path,
+) -> None:
+    """Jobs queued on node 0 with a copy on node 1 or 2 (REPLICATE 2), RETRY 120 s; node 0
+    killed with SIGKILL. Once membership confirms it dead (the node timeout, 1.5 s here)
+    the copies are queued within a second or two (dead_peers.py): a consumer on node 1 gets
+    every job once, far before any RETRY could have fired."""
+    retry_s = 120
+    with new_lab(tmp_path) as lab:
+        ids = {
+            lab.node(0).call("ADDJOB", "dq", f"job {k}", 5000, "REPLICATE", 2, "RETRY", retry_s)
+            for k in range(40)
+        }
+        assert lab.node(0).call("QLEN", "dq") == 40  # queued on node 0 only
+        assert lab.node(1).call("QLEN", "dq") == lab.node(2).call("QLEN", "dq") == 0
+        lab.kill9(0)
+        killed = time.monotonic()
+        seen: list[str] = []
+        consumer = RespClient(lab.host, lab.node(1).port, timeout=10)
+        try:
+            # The bound is half the RETRY: a requeue by RETRY could not have served any job.
+            while set(seen) != ids and time.monotonic() - killed < retry_s / 2:
+                got = consumer.call("GETJOB", "TIMEOUT", 1000, "COUNT", 40, "FROM", "dq")
+                for _queue, job_id, _body in got or []:
+                    seen.append(job_id.decode())
+                    assert consumer.call("ACKJOB", job_id) == 1
+        finally:
+            consumer.close()
+        assert sorted(seen) == sorted(ids)  # every job, each once
 
 
 @pytest.mark.slow

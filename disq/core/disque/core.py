@@ -50,6 +50,7 @@ from disq.core.disque.api import (
 )
 from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
 from disq.core.disque.bridge import BeanstalkBridgeMixin
+from disq.core.disque.dead_peers import DeadPeersMixin
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
 from disq.core.disque.handoff import HandoffMixin
@@ -128,6 +129,7 @@ class DisqueCore(
     BlockedClientsMixin,
     MemoryMixin,
     RequeueMixin,
+    DeadPeersMixin,
     AofMixin,
     FlushMixin,
 ):
@@ -195,6 +197,10 @@ class DisqueCore(
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         self.max_queues = MAX_QUEUES
+        self._dead_peers: set[str] = set()  # dead_peers.py
+        self._dead_sweep: list[str] = []
+        self._dead_sweep_pos = 0
+        self._dead_sweep_due_ms = 0
         self._handoffs = None  # handoff.py: no drain started
         self._handoff_usable = None
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
@@ -207,6 +213,7 @@ class DisqueCore(
             "jobs_delivered": 0,
             "jobs_acked": 0,
             "jobs_requeued": 0,
+            "jobs_requeue_advanced": 0,  # requeue times brought forward by a death
             "jobs_expired": 0,
             "jobs_imported": 0,
             "jobs_exported": 0,
@@ -435,6 +442,7 @@ class DisqueCore(
         else:
             j.qtime_ms = 0
         j.state = QUEUED
+        j.queued_at = self.view.my_id
         q = self._queue(j.queue, now_ms)
         q.skiplist.add((j.ctime, j.id))
         q.jobs_in += 1
@@ -770,9 +778,13 @@ class DisqueCore(
             nxt = self._client_timers[0][0] + 1
         if self._repl_timers and self._repl_timers[0][0] < nxt:
             nxt = self._repl_timers[0][0]
+        if self._dead_sweep and self._dead_sweep_due_ms < nxt:
+            nxt = self._dead_sweep_due_ms  # a death's sweep: at once, a batch per tick
         return nxt
 
     def tick(self, now_ms: int) -> None:
+        if self._dead_sweep:
+            self._sweep_dead(now_ms)
         self._expire_keys(now_ms)
         self._process_jobs(now_ms)
         self._process_clients(now_ms)

@@ -73,6 +73,7 @@ class FederationMixin(CoreParts):
                 kept.append(item)
                 continue
             j.state = ACTIVE
+            j.queued_at = node  # queued at the importer now (dead_peers.py)
             q.jobs_out += 1
             j.deliver_to(node)
             jobs.append(self._job_data(j, now_ms))

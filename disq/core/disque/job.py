@@ -53,6 +53,7 @@ class DJob:
         "priority",
         "qtime_ms",
         "queue",
+        "queued_at",
         "repl",
         "retry_s",
         "state",
@@ -94,6 +95,9 @@ class DJob:
         self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
         self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
         self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
+        # The node this copy last heard queued or worked on the job ("": unknown, e.g.
+        # restored from the AOF): whose death brings its requeue forward (dead_peers.py).
+        self.queued_at = ""
 
     def deliver_to(self, *nodes: str) -> None:
         """Add ``nodes`` to those that may have a copy (the set is made on the first)."""

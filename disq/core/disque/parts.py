@@ -95,6 +95,11 @@ class CoreParts:
     # handoff.py
     _handoffs: dict[str, _Handoff] | None  # None: no drain started
     _handoff_usable: Callable[[str], bool] | None  # the runtime's link check
+    # dead_peers.py: the peers confirmed dead whose jobs are being swept
+    _dead_peers: set[str]
+    _dead_sweep: list[str]  # job ids to look at, a snapshot taken at the death
+    _dead_sweep_pos: int
+    _dead_sweep_due_ms: int
     # memory.py
     memory_warning: int  # 0 ok, 1 >75%, 2 >95%, 3 full
     max_memory_bytes: int  # 0: no limit

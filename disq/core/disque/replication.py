@@ -133,6 +133,7 @@ class ReplicationMixin(CoreParts):
             if self._tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
             j = self._job_from_data(d, now_ms)  # its key is tentative: the add may still fail
+            j.queued_at = sender  # the creator queues it once its add is done (dead_peers.py)
             self._register(j)
             self._log_job(j, now_ms)
             self.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))

@@ -77,6 +77,8 @@ class RequeueMixin(CoreParts):
             )
         if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
             self._dequeue(j)  # two copies queued: the one whose node wins keeps it
+        if j.state != QUEUED:
+            j.queued_at = sender  # where the job is now (dead_peers.py)
         j.flags |= BCAST_QUEUED
         if j.state in (ACTIVE, QUEUED) and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
@@ -98,4 +100,5 @@ class RequeueMixin(CoreParts):
             return
         if j.state == QUEUED:
             self._dequeue(j)
+        j.queued_at = sender  # a worker of the sender's has it (dead_peers.py)
         self._postpone(j, now_ms)
