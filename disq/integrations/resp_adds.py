@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -76,6 +77,9 @@ RESP_RETRY_S = 30.0
 # An ADDJOB's reply is a job id or one error line: anything longer is not a reply to it.
 MAX_REPLY_BYTES = 64 << 10
 _RECV_BYTES = 4096
+# Distinct option sets whose ADDJOB encoding an adder keeps (a producer has one or a few:
+# the TTL or DELAY of a message varies with its ETA); cleared when full.
+MAX_KEPT_OPTIONS = 256
 
 # The node's error codes (``-CODE message``), as the gRPC door maps them to reasons.
 _BY_CODE: dict[str, type[DisqError]] = {
@@ -122,7 +126,12 @@ class _Conn:
         """Write ``command`` (raises _NotSent if that fails), then read one reply (a lost
         answer raises OSError or hiredis.ProtocolError)."""
         if timeout_s != self.timeout_s:
-            self.sock.settimeout(timeout_s)
+            # The kernel's timeouts on a blocking socket, not Python's settimeout: that one
+            # polls before every recv, a system call more per add. A timed-out recv raises
+            # BlockingIOError (an OSError: the answer was lost).
+            tv = struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6))
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
             self.timeout_s = timeout_s
         try:
             self.sock.sendall(command)
@@ -164,9 +173,22 @@ def command(*args: bytes) -> bytes:
     return b"".join(parts)
 
 
-def addjob_command(
-    queue: str,
-    body: bytes | str,
+def addjob_command(queue: str, body: bytes | str, **options: Any) -> bytes:
+    """ADDJOB with ``Client.add_job``'s keyword arguments (:func:`addjob_options`)."""
+    q = queue.encode()
+    data = body.encode() if isinstance(body, str) else bytes(body)
+    argc, tail = addjob_options(**options)
+    return b"*%d\r\n$6\r\nADDJOB\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+        argc,
+        len(q),
+        q,
+        len(data),
+        data,
+        tail,
+    )
+
+
+def addjob_options(
     *,
     replicate: int | None = None,
     repl_timeout_ms: int = 5000,
@@ -176,10 +198,10 @@ def addjob_command(
     maxlen: int | None = None,
     async_: bool = False,
     idempotency_key: str | None = None,
-) -> bytes:
-    """ADDJOB with ``Client.add_job``'s keyword arguments, set as the gRPC request sets
-    them (:func:`disq.client.aio._fill_add`): a falsy REPLICATE, DELAY or MAXLEN is the
-    node's default; RETRY 0 and TTL are sent when given."""
+) -> tuple[int, bytes]:
+    """ADDJOB's arguments after the body, encoded, and the command's argument count; set as
+    the gRPC request sets them (:func:`disq.client.aio._fill_add`): a falsy REPLICATE,
+    DELAY or MAXLEN is the node's default; RETRY 0 and TTL are sent when given."""
     for name, value in (
         ("replicate", replicate),
         ("repl_timeout_ms", repl_timeout_ms),
@@ -190,12 +212,7 @@ def addjob_command(
     ):
         if value is not None and (not isinstance(value, int) or value < 0):
             raise ValueError(f"add_job {name}: a non-negative integer, got {value!r}")
-    args = [
-        b"ADDJOB",
-        queue.encode(),
-        body.encode() if isinstance(body, str) else bytes(body),
-        b"%d" % repl_timeout_ms,
-    ]
+    args = [b"%d" % repl_timeout_ms]
     if replicate:
         args += [b"REPLICATE", b"%d" % replicate]
     if delay_s:
@@ -210,7 +227,7 @@ def addjob_command(
         args.append(b"ASYNC")
     if idempotency_key:
         args += [b"IDEMPOTENCY-KEY", idempotency_key.encode()]
-    return command(*args)
+    return len(args) + 3, b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 def refusal(reply: hiredis.ReplyError, addr: str) -> DisqError:
@@ -248,6 +265,7 @@ class RespAdds:
         self._open: weakref.WeakSet[_Conn] = weakref.WeakSet()
         self._closed = False
         self._asked = False  # _learn_ports ran
+        self._options: dict[tuple[tuple[str, Any], ...], tuple[int, bytes]] = {}
         # A node's RESP port failed to connect: its adds go over gRPC until then (monotonic).
         self._resp_down_until: dict[str, float] = {}
 
@@ -265,7 +283,26 @@ class RespAdds:
         is known and answers."""
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return self._client.add_job(queue, body, **options)
-        cmd = addjob_command(queue, body, **options)
+        # A producer sends the same options with every message: their encoding is kept (by
+        # the options as given, in their order), bounded; only the queue and body are new.
+        key = tuple(options.items())
+        encoded = self._options.get(key)
+        if encoded is None:
+            encoded = addjob_options(**options)  # TypeError/ValueError: a bad argument
+            if len(self._options) >= MAX_KEPT_OPTIONS:
+                self._options.clear()
+            self._options[key] = encoded
+        argc, tail = encoded
+        q = queue.encode()
+        data = body.encode() if isinstance(body, str) else body
+        cmd = b"*%d\r\n$6\r\nADDJOB\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+            argc,
+            len(q),
+            q,
+            len(data),
+            data,
+            tail,
+        )
         reply_s = options.get("repl_timeout_ms", 5000) / 1000 + self._timeout_s
         refused: set[str] = set()  # said LEAVING to this add
         for n in self._client.add_candidates():
@@ -376,6 +413,7 @@ class RespAdds:
             sock = socket.create_connection((host, n.resp_port), timeout=self._connect_timeout_s)
         except OSError as exc:
             raise _NotSent(f"connect to {host}:{n.resp_port}: {exc}") from exc
+        sock.settimeout(None)  # blocking, with the kernel's timeouts (_Conn.call)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Conn(sock)
         if not self._auth:
