@@ -64,6 +64,7 @@ from disq.integrations.common import (
     parse_url,
     settings,
 )
+from disq.integrations.resp_adds import RespAdds, resp_adds_for
 
 log = structlog.get_logger("disq.dramatiq")
 
@@ -115,6 +116,8 @@ class DisqBroker(dramatiq.Broker):
         self._client = client
         self._client_lock = threading.Lock()
         self._hello_of: Client | None = None  # the client that has asked the cluster
+        self._adds: RespAdds | None = None  # the enqueue path of _adds_client (resp_adds.py)
+        self._adds_client: Client | None = None
 
     @property
     def client(self) -> Client:
@@ -125,9 +128,23 @@ class DisqBroker(dramatiq.Broker):
                 self._client = Client(self.settings.addresses, **self.settings.client_options)
             return self._client
 
+    def _adds_of(self, client: Client) -> RespAdds:
+        """The enqueue path of ``client``: ADDJOB over the node's RESP port, or the
+        client's gRPC add (``publish_over``)."""
+        with self._client_lock:
+            if self._adds is None or self._adds_client is not client:
+                if self._adds is not None:
+                    self._adds.close()
+                self._adds = resp_adds_for(client, self.settings)
+                self._adds_client = client
+            return self._adds
+
     def close(self) -> None:
         with self._client_lock:
             c, self._client = self._client, None
+            adds, self._adds, self._adds_client = self._adds, None, None
+        if adds is not None:
+            adds.close()
         if c is not None:
             c.close()
 
@@ -180,7 +197,7 @@ class DisqBroker(dramatiq.Broker):
                     opts = self.settings.add_options(delay_s, cluster_size=client.cluster_size())
                     if ttl_s is not None:
                         opts["ttl_s"] = ttl_s
-                    return client.add_job(queue_name, body, **opts)
+                    return self._adds_of(client).add_job(queue_name, body, **opts)
                 except _ADD_RETRY_REASONS as exc:
                     if attempt == MAX_ENQUEUE_ATTEMPTS:
                         raise  # the last: its error raises

@@ -15,11 +15,17 @@ Rows (``--calls`` each, after 200 warm-up calls; REPLICATE as ``--replicate``):
   SDK add_job via loop     ``Client.add_job`` as it was: a hop to the client's loop
                            thread, then AddJobs through grpc.aio
   SDK add_job              ``Client.add_job`` now: grpc's sync channel on the caller's thread
-  celery on disq (loop)    ``send_task`` on ``disq://`` with the loop-thread add
-  celery on disq           ``send_task`` on ``disq://`` with the caller's-thread add
-  celery on disq, RESP add a prototype, not the SDK: ``Client.add_job`` replaced by one
-                           ADDJOB on a socket to the node's RESP port (what an add could
-                           cost without gRPC; no failover, no TLS, one thread)
+  SDK-view RESP add        ``disq.integrations.resp_adds.RespAdds.add_job``: one ADDJOB
+                           on the node's RESP port with the SDK's node view (what the
+                           transport ships, ``publish_over=resp``)
+  celery on disq, gRPC (loop)  ``send_task`` on ``disq://?publish_over=grpc`` with the
+                           loop-thread add
+  celery on disq, gRPC     ``send_task`` on ``disq://?publish_over=grpc``: the
+                           caller's-thread gRPC add
+  celery on disq, RESP     ``send_task`` on ``disq://`` as shipped (``publish_over=resp``)
+  celery on disq, RESP add (prototype)  ``publish_over=grpc`` with ``Client.add_job``
+                           replaced by one ADDJOB on a bare socket (no failover, no TLS,
+                           one thread): the floor the shipped RESP path is measured against
 
 Columns: wall time per call, this process's CPU per call (``time.process_time``), and node
 0's CPU per call (``/proc/<pid>/stat``, every thread of the node; 0 for rows that do not
@@ -168,6 +174,7 @@ def main() -> int:
     import grpc
 
     from disq.client import Client
+    from disq.integrations.resp_adds import RespAdds
     from disq.proto_gen import api_pb2, api_pb2_grpc
 
     n, r = args.calls, args.replicate
@@ -234,6 +241,17 @@ def main() -> int:
                     f"SDK add_job R{r}", lambda: c.add_job("probe-sdk", BODY, replicate=r), n, pid
                 )
             )
+            c.hello()  # the RESP ports (discovery is off)
+            adds = RespAdds(c)
+            rows.append(
+                measure(
+                    f"SDK-view RESP add R{r}",
+                    lambda: adds.add_job("probe-sdk", BODY, replicate=r),
+                    n,
+                    pid,
+                )
+            )
+            adds.close()
 
         from disq.client import sync
 
@@ -242,19 +260,23 @@ def main() -> int:
         def loop_add(self: Any, queue: str, body: bytes | str, **options: Any) -> str:
             return str(self._run(self._aio.add_job(queue, body, **options)))
 
+        grpc_url = f"{disq_url}&publish_over=grpc"
         sync.Client.add_job = loop_add  # type: ignore[method-assign]
         try:
-            call, close = celery_publisher(disq_url, "probe-disq")
-            rows.append(measure(f"celery on disq R{r} (loop)", call, n, pid))
+            call, close = celery_publisher(grpc_url, "probe-disq")
+            rows.append(measure(f"celery on disq R{r}, gRPC (loop)", call, n, pid))
             close()
         finally:
             sync.Client.add_job = fast_add  # type: ignore[method-assign]
+        call, close = celery_publisher(grpc_url, "probe-disq")
+        rows.append(measure(f"celery on disq R{r}, gRPC", call, n, pid))
+        close()
         call, close = celery_publisher(disq_url, "probe-disq")
-        rows.append(measure(f"celery on disq R{r}", call, n, pid))
+        rows.append(measure(f"celery on disq R{r}, RESP", call, n, pid))
         close()
         sync.Client.add_job = resp_add_job(node.port)  # type: ignore[method-assign]
         try:
-            call, close = celery_publisher(disq_url, "probe-disq")
+            call, close = celery_publisher(grpc_url, "probe-disq")
             rows.append(measure(f"celery on disq R{r}, RESP add (prototype)", call, n, pid))
             close()
         finally:

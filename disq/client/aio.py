@@ -123,6 +123,7 @@ class NodeAddr:
     backoff_s: float = BACKOFF_MIN_S
     channel: Any = None
     stub: Any = None
+    resp_port: int = 0  # its RESP port as HELLO gives it (0: not known yet)
 
     def usable(self, now: float) -> bool:
         return now >= self.down_until
@@ -367,6 +368,7 @@ class AsyncClient(AsyncRoutesMixin):
                     known = self._nodes[addr] = NodeAddr(addr)
                 known.node_id = info.id
                 known.priority = info.priority
+                known.resp_port = info.resp_port
             self._forget_unlisted(seen)
             self._cluster_size = len(seen) or self._cluster_size
             return
@@ -883,6 +885,10 @@ class AsyncClient(AsyncRoutesMixin):
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
         # The cluster's size even with discovery off (the URL may name one Service).
         self._cluster_size = sum(1 for n in r.nodes if n.grpc_port) or self._cluster_size
+        for info in r.nodes:  # with discovery off too: the RESP ports of the nodes it knows
+            known = self._nodes.get(f"{info.host}:{info.grpc_port}")
+            if known is not None:
+                known.resp_port = info.resp_port
         return r
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:

@@ -146,14 +146,10 @@ class BlockingAdder:
         request = api_pb2.AddJobRequest()
         _fill_add(request, queue, body, **options)  # TypeError/ValueError: a bad argument
         aio = self._aio
-        if aio.discover and (
-            aio._refreshed_at < 0 or time.monotonic() - aio._refreshed_at >= aio.refresh_s
-        ):
-            self._refresh()
         deadline_s = request.timeout_ms / 1000 + aio.timeout_s
         refused: set[str] = set()  # said LEAVING to this add
         last = "no node known"
-        for n in aio._candidates():
+        for n in self.candidates():
             if n.addr in refused:
                 continue
             node = self._node(n.addr)
@@ -194,6 +190,28 @@ class BlockingAdder:
             aio.last_node = n.addr
             return str(response.id)
         raise UnavailableError(f"AddJob: no node reachable (last: {last})")
+
+    def candidates(self) -> list[NodeAddr]:
+        """The nodes an add tries, in order, the view refreshed first when it is due (on
+        the loop thread): the async client's own records, not copies."""
+        aio = self._aio
+        if aio.discover and (
+            aio._refreshed_at < 0 or time.monotonic() - aio._refreshed_at >= aio.refresh_s
+        ):
+            self._refresh()
+        return aio._candidates()
+
+    def answered(self, n: NodeAddr) -> None:
+        """``n`` took an add: it is up, and the client's home."""
+        self._aio._mark_up(n)
+        self._aio.last_node = n.addr
+
+    def failed(self, n: NodeAddr, *, leaving: bool = False) -> None:
+        """``n`` failed an add (its transport, or LEAVING): set aside for a backoff; a
+        leaving node stops being the client's home."""
+        self._aio._mark_down(n)
+        if leaving and self._aio.last_node == n.addr:
+            self._aio.last_node = None
 
     def _node(self, addr: str) -> _SyncNode:
         node = self._nodes.get(addr)

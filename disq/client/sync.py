@@ -87,6 +87,22 @@ class Client(SyncRoutesMixin):
         """AsyncClient.add_job's options and errors; runs on the calling thread."""
         return self._adder.add_job(queue, body, **options)
 
+    def add_candidates(self) -> list[NodeAddr]:
+        """The nodes ``add_job`` would try, in its order (the view refreshed first when due),
+        for an add made outside this client (the integrations' RESP path,
+        :mod:`disq.integrations.resp_adds`); report the outcome with :meth:`add_answered`
+        or :meth:`add_failed`. The client's own records: read them, do not keep them."""
+        return self._adder.candidates()
+
+    def add_answered(self, node: NodeAddr) -> None:
+        """``node`` took an add made outside the client: up, and the client's home."""
+        self._adder.answered(node)
+
+    def add_failed(self, node: NodeAddr, *, leaving: bool = False) -> None:
+        """``node`` failed an add made outside the client (no answer, or LEAVING): set
+        aside for a backoff, as ``add_job`` sets it aside."""
+        self._adder.failed(node, leaving=leaving)
+
     def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
         return self._run(self._aio.add_jobs(list(jobs)))
 

@@ -61,7 +61,9 @@ _JOB_OPTIONS = {
     "wait_s": float,
     "dead_message_ttl_s": int,
     "priority_steps": tuple,  # "0,3,6,9" in a URL, a list in the options
+    "publish_over": str,  # "resp" (the default) or "grpc": see disq.integrations.resp_adds
 }
+PUBLISH_OVER = ("resp", "grpc")
 
 
 class OptionError(ValueError):
@@ -86,6 +88,16 @@ class Settings:
     wait_s: float = 1.0  # the longest one blocking GETJOB waits on the node
     dead_message_ttl_s: int = 7 * 86400  # Dramatiq's dead letters live as long as Redis's
     priority_steps: tuple[int, ...] = PRIORITY_STEPS  # ascending, 0 first
+    # How a message is added: one ADDJOB on the node's RESP port ("resp"), or the SDK's
+    # gRPC AddJob ("grpc"); TLS connections always use gRPC (resp_adds.py says why).
+    publish_over: str = "resp"
+
+    @property
+    def over_resp(self) -> bool:
+        """Adds go over the nodes' RESP ports: asked for, and no TLS (HELLO does not give
+        the RESP TLS port, and a TLS client is never downgraded to plaintext)."""
+        tls = any(v for k, v in self.client_options.items() if k.startswith("tls"))
+        return self.publish_over == "resp" and not tls
 
     def add_options(
         self, delay_s: int = 0, *, ttl_s: int | None = None, cluster_size: int = 0
@@ -262,6 +274,11 @@ def settings(
     replicate = job.get("replicate")
     if replicate is not None and replicate < 1:
         raise OptionError("disq option replicate: at least 1")
+    publish_over = job.get("publish_over", "resp").strip().lower()
+    if publish_over not in PUBLISH_OVER:
+        raise OptionError(
+            f"disq option publish_over: {' or '.join(PUBLISH_OVER)}, got {publish_over!r}"
+        )
     if job.get("max_message_bytes", 1) < 1:
         raise OptionError("disq option max_message_bytes: at least 1")
     return Settings(
@@ -277,6 +294,7 @@ def settings(
         wait_s=job.get("wait_s", 1.0) or 1.0,
         dead_message_ttl_s=job.get("dead_message_ttl_s", 7 * 86400),
         priority_steps=job.get("priority_steps", PRIORITY_STEPS),
+        publish_over=publish_over,
     )
 
 

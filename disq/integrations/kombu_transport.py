@@ -91,6 +91,7 @@ from disq.integrations.common import (
     settings,
     ttl_from_ms,
 )
+from disq.integrations.resp_adds import RespAdds, resp_adds_for
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
 log = structlog.get_logger("disq.kombu")
@@ -374,7 +375,7 @@ class Channel(virtual.Channel):
             delay_s, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
         )
         with _kombu_errors(f"publish to {queue!r}"):
-            self._client.add_job(target, body, **opts)
+            self.connection.disq_adds().add_job(target, body, **opts)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Nothing to create (a Disque queue exists from its first job); a declared message
@@ -651,6 +652,7 @@ class Transport(virtual.Transport):
         super().__init__(client, **kwargs)
         self.settings = _settings_of(client)
         self._disq: Client | None = None
+        self._adds: RespAdds | None = None  # the client's publish path (resp_adds.py)
         self._disq_pid = 0
         self._lock = threading.Lock()
         self._slot = threading.Condition()
@@ -675,11 +677,20 @@ class Transport(virtual.Transport):
     def disq_client(self) -> Client:
         """The SDK client of this connection, made on first use (so a Celery parent that
         only looked at the transport forks no gRPC state), and anew in a forked child."""
+        return self._client_and_adds()[0]
+
+    def disq_adds(self) -> RespAdds:
+        """The default exchange's publish path: ADDJOB over the node's RESP port, or
+        the client's gRPC add (``publish_over``); made with the client, anew after a fork."""
+        return self._client_and_adds()[1]
+
+    def _client_and_adds(self) -> tuple[Client, RespAdds]:
         with self._lock:
-            if self._disq is None or self._disq_pid != os.getpid():
+            if self._disq is None or self._adds is None or self._disq_pid != os.getpid():
                 self._disq = Client(self.settings.addresses, **self.settings.client_options)
+                self._adds = resp_adds_for(self._disq, self.settings)
                 self._disq_pid = os.getpid()
-            return self._disq
+            return self._disq, self._adds
 
     def establish_connection(self) -> Transport:
         # Ask the cluster once, so a URL that leads nowhere fails here, as kombu expects.
@@ -702,7 +713,10 @@ class Transport(virtual.Transport):
     def _drop_client(self, *, close: bool) -> None:
         with self._lock:
             c, self._disq = self._disq, None
+            adds, self._adds = self._adds, None
         if c is not None and close and self._disq_pid == os.getpid():
+            if adds is not None:
+                adds.close()
             c.close()
 
     def _renew_leases(self, now: float) -> float | None:
