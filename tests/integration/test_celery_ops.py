@@ -383,17 +383,17 @@ def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
 def test_celery_purge_empties_10000_queued_tasks_in_one_call(lab3: Lab, tmp_path: Path) -> None:
     """``celery purge -f`` as a user runs it: every queued message of the app's queues, on
     every node, removed by the one call, and counted (the JSCAN walk of issue 24 purged
-    5,005 of 8,000 and needed two more passes)."""
+    5,005 of 8,000 and needed two more passes). A queue of its own: the lab is shared."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
     for i in range(3):  # queued on every node: each node's share is its own queue
         with Client(f"127.0.0.1:{lab3.node(i).bus_port}", discover=False) as c:
             n = 3334 if i < 2 else 3332
-            ids = c.add_jobs([{"queue": "ops", "body": b"{}", "replicate": 1}] * n)
+            ids = c.add_jobs([{"queue": "purge10k", "body": b"{}", "replicate": 1}] * n)
             assert all(isinstance(x, str) for x in ids)
     with Client(broker.removeprefix("disq://")) as c:
-        assert sum(c.qlen("ops", node=node.addr) for node in c.nodes()) == 10_000
-        purged = celery_command(app_dir, broker, "purge", "-f", "-Q", "ops")
+        assert sum(c.qlen("purge10k", node=node.addr) for node in c.nodes()) == 10_000
+        purged = celery_command(app_dir, broker, "purge", "-f", "-Q", "purge10k")
         assert purged.returncode == 0, purged.stderr
         assert "Purged 10000 messages" in purged.stdout, purged.stdout
-        assert sum(c.qlen("ops", node=node.addr) for node in c.nodes()) == 0
+        assert sum(c.qlen("purge10k", node=node.addr) for node in c.nodes()) == 0

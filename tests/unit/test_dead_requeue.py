@@ -5,6 +5,7 @@ with a fake clock; membership's verdicts reach them as Membership reports them (
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from disq.core.disque.api import PENDING
@@ -15,7 +16,8 @@ from disq.core.disque.dead_peers import (
     DEAD_SWEEP_BATCH,
 )
 from disq.core.disque.job import ACTIVE, QUEUED
-from disq.core.messages import ALIVE, DEAD, SUSPECT, JobData, Message, ReplJob
+from disq.core.membership import Membership
+from disq.core.messages import ALIVE, DEAD, SUSPECT, JobData, Member, ReplJob
 from disq.testing.mesh import Mesh
 
 RETRY_S = 120
@@ -24,33 +26,20 @@ RETRY_S = 120
 SOON_MS = DEAD_REQUEUE_DELAY_MS + DEAD_REQUEUE_JITTER_MS + 10
 
 
-class _Verdicts:
-    """Membership as the node core sees it: ``events`` ((node id, state), as
-    ``Membership.events``), nothing to send, no timer."""
-
-    def __init__(self) -> None:
-        self.outbox: list[tuple[str, Message]] = []
-        self.events: list[tuple[str, int]] = []
-
-    def next_deadline_ms(self) -> int:
-        return 1 << 62
-
-    def tick(self, now_ms: int) -> None:
-        pass
-
-    def on_message(self, now_ms: int, sender: str, msg: Any) -> None:
-        pass
-
-    def on_link_up(self, now_ms: int, node_id: str) -> None:
-        pass
+def _verdicts(node_id: str) -> Membership:
+    """A real Membership (the compiled node core takes no other) that knows no peer, so it
+    probes nobody: the test speaks for its failure detector by appending to ``events``
+    ((node id, state), what Membership reports to the node core)."""
+    me = Member(node_id, "127.0.0.1", 7710, 7711, 0, ALIVE)
+    return Membership(me, random.Random(0), 0)
 
 
 class Cluster(Mesh):
     def __init__(self, n: int, seed: int = 1) -> None:
         super().__init__(n, seed)
-        self.verdicts = [_Verdicts() for _ in range(n)]
+        self.verdicts = [_verdicts(nid) for nid in self.ids]
         for node, v in zip(self.nodes, self.verdicts, strict=True):
-            node.membership = v  # type: ignore[assignment]
+            node.membership = v
 
     def core(self, i: int) -> DisqueCore:
         return self.disque(i)
