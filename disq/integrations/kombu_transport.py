@@ -21,9 +21,10 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   RabbitMQ (kombu's integration suite's ``PRIORITY_ORDER = 'asc'``).
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
   queues this connection declared) become the job's TTL, whole seconds rounded up.
-* consume: one blocking GETJOB over the channel's queues (their priority steps, highest
-  first, taken in that order) for as many messages as the QoS prefetch leaves room for;
-  the wait is on the node, never a sleep-and-poll loop.
+* consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
+  highest first, taken in that order; the queues take turns at the head of the list) for
+  as many messages as the QoS prefetch leaves room for; the wait is on the node, never a
+  sleep-and-poll loop.
 * ack -> ACKJOB (queued, sent within the client's loop iteration, batched per node);
   reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
@@ -205,6 +206,7 @@ class Channel(virtual.Channel):
         self._no_ack_queues: set[str] = set()
         self._pid = os.getpid()
         self._next_renewal_at: float | None = None
+        self._fetch_turn = 0  # which consumed queue heads the next GETJOB's list (_fetch)
 
     def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
         """A Queue's ``message_ttl`` (and kombu's other queue options) as RabbitMQ's
@@ -524,10 +526,21 @@ class Channel(virtual.Channel):
         return payload
 
     def _fetch(self, queues: list[str], count: int, wait_s: float | None) -> list[Job]:
-        """GETJOB over ``queues`` (their priority steps, highest first), in that order: a
-        step's jobs before any lower step's."""
-        steps = reversed(self._settings.priority_steps)
-        names = [self._settings.step_queue(q, s) for s in steps for q in queues]
+        """GETJOB over ``queues``, each queue's priority steps highest first, in that order:
+        a queue's higher step's jobs before its lower step's.
+
+        ``in_order`` is strict over the whole list, so the list is queue by queue and the
+        queues take turns at its head, one more each fetch (as kombu's Redis transport
+        rotates its queues). A strict order across queues would let the first one's backlog
+        take every fetch's room: a busy task queue would starve a worker's pidbox (it never
+        answered ``celery inspect ping``). The trade-off: between queues, priority is per
+        queue, as on RabbitMQ (a priority-9 message of one queue does not pass another
+        queue's priority-0 ones within a fetch; it is first in its own queue)."""
+        if len(queues) > 1:
+            turn = self._fetch_turn % len(queues)
+            self._fetch_turn += 1
+            queues = queues[turn:] + queues[:turn]
+        names = [q for queue in queues for q in self._settings.sub_queues(queue)]
         with _kombu_errors(f"GETJOB from {queues}"):
             if wait_s is None or wait_s <= 0:
                 return self._client.get_jobs(names, count=count, nohang=True, in_order=True)

@@ -308,6 +308,36 @@ def test_a_waiting_consumer_is_woken_by_a_message_of_any_priority(grpc_addr: str
         q.close()
 
 
+def test_a_consumer_of_two_queues_is_served_from_both_while_one_has_a_backlog(
+    conn: kombu.Connection,
+) -> None:
+    """The queues of one GETJOB take turns at the head of its list: a backlog in the first
+    one does not hold back the second's message until it is drained (as a busy task queue
+    held back a Celery worker's pidbox, and so its answer to ``celery inspect ping``)."""
+    busy = kombu.Queue("kq-fair-busy", routing_key="kq-fair-busy")
+    quiet = kombu.Queue("kq-fair-quiet", routing_key="kq-fair-quiet")
+    with conn.channel() as channel:
+        producer = kombu.Producer(channel)
+        for k in range(10):
+            producer.publish(f"busy {k}", routing_key="kq-fair-busy", declare=[busy])
+        producer.publish("quiet", routing_key="kq-fair-quiet", declare=[quiet])
+    got: list[str] = []
+
+    def on_message(body: Any, message: kombu.Message) -> None:
+        got.append(body)
+        message.ack()
+
+    # One message per fetch (prefetch 1): with the busy queue always first, the quiet
+    # queue's message would be the 11th.
+    with kombu.Consumer(conn, [busy, quiet], callbacks=[on_message], prefetch_count=1):
+        while "quiet" not in got and len(got) < 11:
+            conn.drain_events(timeout=5)
+        assert got.index("quiet") <= 1, got
+        while len(got) < 11:
+            conn.drain_events(timeout=5)
+    assert sorted(got) == sorted([f"busy {k}" for k in range(10)] + ["quiet"])
+
+
 # -- exchanges, bindings and transient queues: the cluster's routes table ------------------
 
 
