@@ -116,8 +116,15 @@ _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per G
 # process declaring more queues than this with a TTL is refused, with a clear error).
 MAX_QUEUE_TTLS = 10_000
 # While one channel's prefetch is full, how often the other channels' queues (a worker's
-# pidbox) are looked at (NOHANG) between waits for an ack: a control command's latency then.
+# pidbox) are looked at between waits for an ack: a control command's latency then.
 HELD_LOOK_INTERVAL_S = 0.2
+# Each such look waits this long on the node, the least a blocking GETJOB waits, not NOHANG:
+# a NOHANG GETJOB takes only what the node holds and asks no other node (no NEEDJOBS), so a
+# message published at another node (``celery inspect`` connected elsewhere) would stay
+# there for as long as the prefetch is full. A blocking one that finds nothing asks the
+# cluster, as any waiting consumer's does; what the others send is queued on the node and
+# taken by a later look.
+HELD_LOOK_WAIT_S = 0.001
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -756,11 +763,12 @@ class Transport(virtual.Transport):
             consumable = [ch for ch in consuming if ch.qos.can_consume()]
             # A channel whose prefetch slots are all taken (a worker's tasks with acks_late)
             # beside others that may fetch (its pidbox): a blocking GETJOB on the others
-            # would make a slot freed by an ack wait it out. So a quick look at the others,
-            # then a wait on the slot condition an ack signals, a short one.
+            # would make a slot freed by an ack wait it out. So a quick look at the others
+            # (HELD_LOOK_WAIT_S), then a wait on the slot condition an ack signals, a short
+            # one.
             held = len(consumable) < len(consuming)
             if consumable:
-                wait_s = 0.0 if held else self.settings.wait_s
+                wait_s = HELD_LOOK_WAIT_S if held else self.settings.wait_s
                 if remaining is not None:
                     wait_s = min(wait_s, remaining)
                 if next_renewal is not None:

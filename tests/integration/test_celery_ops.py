@@ -13,7 +13,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import kombu
 import pytest
 from celery import Celery
 from conftest import free_port
@@ -397,3 +399,47 @@ def test_celery_purge_empties_10000_queued_tasks_in_one_call(lab3: Lab, tmp_path
         assert purged.returncode == 0, purged.stderr
         assert "Purged 10000 messages" in purged.stdout, purged.stdout
         assert sum(c.qlen("purge10k", node=node.addr) for node in c.nodes()) == 0
+
+
+def test_a_full_prefetch_still_takes_the_other_queues_messages_from_other_nodes(
+    lab3: Lab,
+) -> None:
+    """One connection to node 0 alone, two channels: one whose prefetch of 1 is taken by an
+    unacked message, one consuming a queue it never waited on (a worker's pidbox). A
+    message for that queue published at node 1 reaches it: the looks at the other channels
+    while the prefetch is full ask the other nodes, as a waiting consumer does."""
+    node0, node1 = (f"127.0.0.1:{lab3.node(i).bus_port}" for i in (0, 1))
+    held_q = kombu.Queue("held-tasks", routing_key="held-tasks")
+    other_q = kombu.Queue("held-other", routing_key="held-other")
+    with (
+        kombu.Connection(f"disq://{node0}?discover=false&replicate=1") as conn,
+        kombu.Connection(f"disq://{node1}?discover=false&replicate=1") as far,
+    ):
+        with conn.Producer() as producer:
+            producer.publish("task", routing_key="held-tasks")
+        held: list[kombu.Message] = []
+        got: list[str] = []
+
+        def on_other(body: Any, message: kombu.Message) -> None:
+            got.append(body)
+            message.ack()
+
+        tasks = kombu.Consumer(
+            conn.channel(), [held_q], callbacks=[lambda _b, m: held.append(m)], prefetch_count=1
+        )
+        other = kombu.Consumer(conn.channel(), [other_q], callbacks=[on_other])
+        with tasks, other:
+            conn.drain_events(timeout=10)  # the task, left unacked: the prefetch is full
+            assert len(held) == 1 and not got
+            with far.Producer() as producer:
+                producer.publish("from node 1", routing_key="held-other")
+
+            def delivered() -> bool:
+                try:
+                    conn.drain_events(timeout=0.5)
+                except TimeoutError:
+                    pass
+                return got == ["from node 1"]
+
+            eventually(delivered, "the message published at node 1 to be delivered", 20)
+            held[0].ack()
