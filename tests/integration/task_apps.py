@@ -118,7 +118,7 @@ import time
 
 import dramatiq
 
-from disq.dramatiq import DisqBroker
+from disq.integrations.dramatiq import DisqBroker
 
 OUT = os.environ["RUNS_DIR"]
 dramatiq.set_broker(DisqBroker(os.environ["BROKER_URL"]))

@@ -22,7 +22,7 @@ from task_apps import (
 )
 
 from cluster.lab import Lab
-from disq.dramatiq import DisqBroker
+from disq.integrations.dramatiq import DisqBroker
 
 
 @pytest.fixture(scope="module")

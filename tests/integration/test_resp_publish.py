@@ -33,8 +33,8 @@ from task_apps import (
 
 from cluster.lab import Lab
 from disq.client import AuthError, Client, NoReplError
-from disq.dramatiq import DisqBroker, DisqBrokerError
 from disq.integrations import resp_adds
+from disq.integrations.dramatiq import DisqBroker, DisqBrokerError
 from disq.integrations.kombu_transport import DisqChannelError, DisqConnectionError
 from disq.integrations.resp_adds import RespAdds
 

@@ -86,3 +86,14 @@ def test_an_explicit_replicate_wins_and_no_view_leaves_it_to_the_node() -> None:
     assert _settings(replicate=3).add_options(cluster_size=3)["replicate"] == 3
     assert _settings("disq://h:1?replicate=1").add_options(cluster_size=5)["replicate"] == 1
     assert "replicate" not in _settings().add_options()
+
+
+def test_the_dramatiq_broker_is_still_importable_from_its_first_home() -> None:
+    """It moved beside the kombu transport (disq.integrations.dramatiq); apps written for
+    ``from disq.dramatiq import DisqBroker`` run unchanged."""
+    import disq.dramatiq as old
+    from disq.integrations import dramatiq as new
+
+    assert old.DisqBroker is new.DisqBroker
+    assert old.DisqBrokerError is new.DisqBrokerError
+    assert old.MAX_ENQUEUE_ATTEMPTS == new.MAX_ENQUEUE_ATTEMPTS
