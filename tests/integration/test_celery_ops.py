@@ -130,14 +130,32 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
         rate = celery_command(app_dir, broker, "control", "rate_limit", "capp.rec", "100/m")
         assert rate.returncode == 0, rate.stdout + rate.stderr
         assert rate.stdout.count("new rate limit set successfully") == 2
+        # add_consumer and cancel_consumer answer after the worker declared, bound or
+        # cancelled through the cluster (several calls): a reply window of 5 s, not 1.
         added = celery_command(
-            app_dir, broker, "control", "add_consumer", "ops_extra", "-d", f"w1@{HOST}"
+            app_dir,
+            broker,
+            "control",
+            "add_consumer",
+            "ops_extra",
+            "-d",
+            f"w1@{HOST}",
+            "--timeout",
+            "5",
         )
         assert added.returncode == 0 and "add consumer ops_extra" in added.stdout, added.stdout
         p.send_task("capp.rec", args=(2,), queue="ops_extra")
         wait_all_done(app_dir, {1, 2}, timeout=60)
         cancelled = celery_command(
-            app_dir, broker, "control", "cancel_consumer", "ops_extra", "-d", f"w1@{HOST}"
+            app_dir,
+            broker,
+            "control",
+            "cancel_consumer",
+            "ops_extra",
+            "-d",
+            f"w1@{HOST}",
+            "--timeout",
+            "5",
         )
         assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
         assert "no longer consuming from ops_extra" in cancelled.stdout
