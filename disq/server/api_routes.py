@@ -210,22 +210,7 @@ class RoutesQueueApi(QueueApi):
             if not waits:
                 self._done()
                 return response
-            done = await self._wait([token for _, token in waits])
-            results = response.results
-            for (index, _), outcome in zip(waits, done, strict=True):
-                if isinstance(outcome, str):
-                    results[index].id = outcome
-                else:
-                    err = (
-                        ApiError.from_disque(outcome)
-                        if isinstance(outcome, DisqueError)
-                        else ApiError(
-                            api_pb2.ERROR_REASON_UNSPECIFIED,
-                            grpc.StatusCode.INTERNAL,
-                            f"unexpected add result {outcome!r}",
-                        )
-                    )
-                    results[index].error.CopyFrom(err.info())
+            await self._wait_adds(response, waits)
             return response
 
         return await self._call(context, body)

@@ -465,25 +465,30 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 self._done()
             else:
                 # Every sync add of the batch replicates at once; wait for all of them.
-                done = await self._wait([token for _, token in waits])
-                results = response.results
-                for (index, _), outcome in zip(waits, done, strict=True):
-                    if isinstance(outcome, str):
-                        results[index].id = outcome
-                    else:
-                        err = (
-                            ApiError.from_disque(outcome)
-                            if isinstance(outcome, DisqueError)
-                            else ApiError(
-                                api_pb2.ERROR_REASON_UNSPECIFIED,
-                                grpc.StatusCode.INTERNAL,
-                                f"unexpected add result {outcome!r}",
-                            )
-                        )
-                        results[index].error.CopyFrom(err.info())
+                await self._wait_adds(response, waits)
             return response
 
         return await self._call(context, body)
+
+    async def _wait_adds(self, response: Any, waits: list[tuple[int, int]]) -> None:
+        """Each waiting add's outcome into its place in ``response.results`` (AddJobs' and
+        Publish's): the job id, or the error the RESP door would give."""
+        done = await self._wait([token for _, token in waits])
+        results = response.results
+        for (index, _), outcome in zip(waits, done, strict=True):
+            if isinstance(outcome, str):
+                results[index].id = outcome
+            else:
+                err = (
+                    ApiError.from_disque(outcome)
+                    if isinstance(outcome, DisqueError)
+                    else ApiError(
+                        api_pb2.ERROR_REASON_UNSPECIFIED,
+                        grpc.StatusCode.INTERNAL,
+                        f"unexpected add result {outcome!r}",
+                    )
+                )
+                results[index].error.CopyFrom(err.info())
 
     # ------------------------------------------------------------------ getting
     def _get_args(self, req: api_pb2.GetJobsRequest) -> tuple[list[str], int]:
