@@ -56,7 +56,6 @@ from disq.core.messages import (
 )
 from disq.core.routes.table import Routes
 from disq.core.schedule.scheduler import Scheduler
-from disq.persistence.cluster_records import to_core_records
 from disq.persistence.route_records import ROUTE_RECORD_TYPES
 from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
@@ -580,11 +579,19 @@ class NodeCore:
             wakeups.append((session, job_id if isinstance(result, str) else "INTERNAL_ERROR"))
 
     # ------------------------------------------------------------------ persistence
-    def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> int:
-        """Replay an AOF's records into empty cores; the number of jobs they hold."""
+    def restore(
+        self,
+        now_ms: int,
+        records: list[tuple[int, bytes]],
+        buf: bytes = b"",
+        job_offsets: list[int] | None = None,
+    ) -> int:
+        """Replay an AOF's records into empty cores; the number of jobs they hold. The node's
+        reader leaves the Disque core's job records (JOB_RECORD_TYPES) in the file's buffer
+        ``buf`` and gives where each starts, ``job_offsets`` (DisqueCore.restore)."""
         jobs = self.beanstalk.restore(records)
         if self.disque is not None:
-            self.disque.restore(now_ms, to_core_records(records))
+            self.disque.restore(now_ms, records, buf, job_offsets)
             jobs += len(self.disque.jobs)
         if self.scheduler is not None:
             kinds = SCHEDULE_RECORD_TYPES

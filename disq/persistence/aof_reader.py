@@ -21,6 +21,8 @@ from disq.persistence.framing import (
     SearchBudgetExceeded,
     find_valid_record,
     scan,
+    scan_split,
+    type_mask,
 )
 from disq.persistence.fs import acquire_dir_lock, fsync_dir, truncate_file, write_file_synced
 
@@ -34,19 +36,30 @@ class AofReadResult:
     object (not a view), so decoders may keep it without pinning the whole file in memory.
     ``valid_end`` is the offset just after the last good record (the file's size afterwards,
     unless the caller asked not to truncate); ``torn_bytes`` is how many bytes after it were cut.
+    The records of the types asked for ``by_offset`` are not in ``records``: ``offsets`` holds
+    where each starts (its header) in ``buf``, the whole file, in file order.
     """
 
-    __slots__ = ("records", "torn_bytes", "valid_end")
+    __slots__ = ("buf", "offsets", "records", "torn_bytes", "valid_end")
 
-    def __init__(self, records: list[tuple[int, bytes]], valid_end: int, torn_bytes: int) -> None:
+    def __init__(
+        self,
+        records: list[tuple[int, bytes]],
+        valid_end: int,
+        torn_bytes: int,
+        buf: bytes = b"",
+        offsets: list[int] | None = None,
+    ) -> None:
         self.records = records
         self.valid_end = valid_end
         self.torn_bytes = torn_bytes
+        self.buf = buf
+        self.offsets: list[int] = [] if offsets is None else offsets
 
     def __repr__(self) -> str:
         return (
-            f"AofReadResult(records=<{len(self.records)}>, valid_end={self.valid_end}, "
-            f"torn_bytes={self.torn_bytes})"
+            f"AofReadResult(records=<{len(self.records)}>, offsets=<{len(self.offsets)}>, "
+            f"valid_end={self.valid_end}, torn_bytes={self.torn_bytes})"
         )
 
 
@@ -81,8 +94,11 @@ def _check_header(buf: bytes, path: Path) -> None:
         )
 
 
-def _parse_file(path: Path) -> tuple[bytes, list[tuple[int, bytes]], int]:
-    """Read and parse ``path``: (whole file, good records, offset of the first bad record)."""
+def _parse_file(
+    path: Path, by_offset: tuple[int, ...] = (), offsets: list[int] | None = None
+) -> tuple[bytes, list[tuple[int, bytes]], int]:
+    """Read and parse ``path``: (whole file, good records, offset of the first bad record).
+    The records of the types in ``by_offset`` go to ``offsets`` instead (``scan_split``)."""
     with open(path, "rb", buffering=0) as f:
         buf = f.read()
     _check_header(buf, path)
@@ -93,15 +109,24 @@ def _parse_file(path: Path) -> tuple[bytes, list[tuple[int, bytes]], int]:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        bad = scan(buf, HEADER_SIZE, records)
+        if by_offset:
+            assert offsets is not None
+            bad = scan_split(buf, HEADER_SIZE, records, offsets, type_mask(by_offset))
+        else:
+            bad = scan(buf, HEADER_SIZE, records)
     finally:
         if gc_was_enabled:
             gc.enable()
     return buf, records, bad
 
 
-def read_aof(path: Path, *, truncate: bool = True) -> AofReadResult:
+def read_aof(
+    path: Path, *, truncate: bool = True, by_offset: tuple[int, ...] = ()
+) -> AofReadResult:
     """Read every record of the AOF at ``path``, cutting a torn tail.
+
+    The records of the types in ``by_offset`` are left in the file's buffer: the result's
+    ``offsets`` say where (a restart decodes a million jobs' records in place).
 
     The caller must hold the data directory's lock (open an ``AofWriter`` and use its ``load``),
     because cutting a torn tail under a live writer would destroy its appends.
@@ -118,10 +143,12 @@ def read_aof(path: Path, *, truncate: bool = True) -> AofReadResult:
     silently cut. Refusing to start is recoverable (repair); dropping acknowledged records is not.
     """
     path = Path(path)
-    buf, records, bad = _parse_file(path)
+    offsets: list[int] = []
+    buf, records, bad = _parse_file(path, by_offset, offsets)
+    kept = buf if by_offset else b""
     size = len(buf)
     if bad == size:
-        return AofReadResult(records, bad, 0)
+        return AofReadResult(records, bad, 0, kept, offsets)
     try:
         nxt = find_valid_record(buf, bad + 1, size)
     except SearchBudgetExceeded:
@@ -138,9 +165,9 @@ def read_aof(path: Path, *, truncate: bool = True) -> AofReadResult:
         raise AofCorruptError(
             f"{path}: corrupt record at offset {bad} of {size} bytes, with valid records after "
             f"it (the next at offset {nxt}); this is not a torn write from a crash, so disq "
-            f"refuses to start rather than drop them. To keep the {len(records)} records before "
-            f"offset {bad} and discard the rest (a backup copy of the file is kept), "
-            f"{_repair_hint(path)}",
+            f"refuses to start rather than drop them. To keep the {len(records) + len(offsets)} "
+            f"records before offset {bad} and discard the rest (a backup copy of the file is "
+            f"kept), {_repair_hint(path)}",
             path=path,
             offset=bad,
         )
@@ -154,9 +181,9 @@ def read_aof(path: Path, *, truncate: bool = True) -> AofReadResult:
         path=str(path),
         offset=bad,
         bytes_cut=torn,
-        records_kept=len(records),
+        records_kept=len(records) + len(offsets),
     )
-    return AofReadResult(records, bad, torn)
+    return AofReadResult(records, bad, torn, kept, offsets)
 
 
 def repair_aof(path: Path) -> int:

@@ -113,10 +113,11 @@ class AofWriter:
     def _create(self) -> None:
         replace_durably(self.path, HEADER, self.data_dir / _INIT_NAME)
 
-    def load(self) -> AofReadResult:
-        """Read the existing records (cutting a torn tail) and make the writer ready."""
+    def load(self, by_offset: tuple[int, ...] = ()) -> AofReadResult:
+        """Read the existing records (cutting a torn tail) and make the writer ready; those of
+        the types in ``by_offset`` stay in the file's buffer (``read_aof``)."""
         self._check_open()
-        result = read_aof(self.path)
+        result = read_aof(self.path, by_offset=by_offset)
         self._size = os.fstat(self._fd).st_size
         self._ready = True
         return result

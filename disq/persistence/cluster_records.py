@@ -32,6 +32,9 @@ REC_DELJOB = 17
 REC_IDEMKEY = 18
 REC_KEYVOTE = 19
 CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE)
+# The records of jobs: many, so a restart leaves them in the file's buffer and the core
+# decodes them in place (aof_reader's ``by_offset``, disq/core/disque/aof.py).
+JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB)
 
 # An IDEMKEY entry: (queue, key, job id, until_ms).
 IdemKeyEntry = tuple[str, str, str, int]
@@ -40,6 +43,8 @@ IdemKeyEntry = tuple[str, str, str, int]
 KeyVoteEntry = tuple[str, str, int, str, int, str, str, int]
 
 _LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
+LOADJOB_STRUCT = _LOAD  # a restart decodes LOADJOB records in place (restart time is a target)
+JOB_ID_LEN = 40  # LOADJOB and DELJOB both start with the job's id
 _DEL = struct.Struct("<40s")
 _IDEM_N = struct.Struct("<I")
 _IDEM = struct.Struct("<QBIH")
@@ -109,13 +114,7 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
     body = bytes(payload[pos : pos + blen])
     key = ""
     if end < len(payload):
-        trailer = bytes(payload[end:])
-        if trailer[:1] != b"K" or len(trailer) < 1 + _KEYLEN.size:
-            raise ClusterRecordError("LOADJOB record has junk after the body")
-        (klen,) = _KEYLEN.unpack_from(trailer, 1)
-        if 1 + _KEYLEN.size + klen != len(trailer):
-            raise ClusterRecordError("LOADJOB idempotency key length does not match")
-        key = trailer[1 + _KEYLEN.size :].decode("utf-8", "surrogateescape")
+        key = decode_key_trailer(bytes(payload[end:]))
     return JobData(
         id=f[0].decode(),
         queue=queue,
@@ -135,6 +134,16 @@ def decode_loadjob(payload: bytes | memoryview) -> JobData:
         beanstalk_id=f[11],
         idempotency_key=key,
     )
+
+
+def decode_key_trailer(trailer: bytes) -> str:
+    """The idempotency key of a LOADJOB record from what follows its body (not empty)."""
+    if trailer[:1] != b"K" or len(trailer) < 1 + _KEYLEN.size:
+        raise ClusterRecordError("LOADJOB record has junk after the body")
+    (klen,) = _KEYLEN.unpack_from(trailer, 1)
+    if 1 + _KEYLEN.size + klen != len(trailer):
+        raise ClusterRecordError("LOADJOB idempotency key length does not match")
+    return trailer[1 + _KEYLEN.size :].decode("utf-8", "surrogateescape")
 
 
 def encode_deljob(job_id: str) -> bytes:

@@ -39,6 +39,7 @@ from disq.persistence.aof_errors import (
     AofRewriteError,
     AofWriteError,
 )
+from disq.persistence.cluster_records import JOB_RECORD_TYPES
 from disq.persistence.fs import RESERVE_NAME, create_reserve, disk_space, release_reserve
 from disq.server.node_config import NodeConfig
 
@@ -145,8 +146,8 @@ class AofService:
         # over and over. Off during replay, then frozen so later collections skip them.
         gc.disable()
         try:
-            result = writer.load()
-            jobs = core.restore(now_ms, result.records)
+            result = writer.load(by_offset=JOB_RECORD_TYPES)
+            jobs = core.restore(now_ms, result.records, result.buf, result.offsets)
             del result
         finally:
             gc.enable()

@@ -224,7 +224,7 @@ def test_disque_replay_takes_the_aof_wall_times_back_to_the_node_clock(step: int
     # Restarted 10 s later (wall), with a node clock anchored on the wall clock again.
     again = Mesh(1, now_ms=T0 + step + 10_000).disque(0)
     again.view = d0.view
-    again.restore(T0 + step + 10_000, to_core_records(frames))
+    again.restore(T0 + step + 10_000, frames)
     j = again.jobs[job_id]
     assert j.etime_ms == T0 + step + 100_000  # 90 s left, as on the wall clock
     # Still in its DELAY (20 s left on the wall clock): its first queueing is to come.

@@ -21,7 +21,6 @@ from disq.core.disque.memory import (
     QUEUE_OVERHEAD_BYTES,
 )
 from disq.core.messages import PAUSE_IN, Message, Queued
-from disq.persistence.cluster_records import to_core_records
 from disq.persistence.framing import iter_frames
 from disq.server.peer_wire import decode_frame, encode_frame
 from disq.testing.mesh import Mesh
@@ -62,7 +61,7 @@ def _restored(m: Mesh, i: int) -> DisqueCore:
     """Node ``i`` restarted from the records its Readies wrote."""
     frames = list(iter_frames(b"".join(m.aof[m.ids[i]])))
     fresh = DisqueCore(m.views[m.ids[i]], random.Random(99), m.now)
-    fresh.restore(m.now, to_core_records(frames))
+    fresh.restore(m.now, frames)
     return fresh
 
 
@@ -201,7 +200,7 @@ def test_a_restart_from_the_aof_keeps_the_counters() -> None:
         # A rewritten AOF too.
         snap = list(iter_frames(b"".join(m.disque(i).snapshot_records(m.now))))
         third = DisqueCore(m.views[m.ids[i]], random.Random(7), m.now)
-        third.restore(m.now, to_core_records(snap))
+        third.restore(m.now, snap)
         assert (third.jobs[job_id].nacks, third.jobs[job_id].add_deliveries) == (1, 1)
 
 
@@ -211,7 +210,7 @@ def test_an_enqueue_once_restart_counts_no_delivery() -> None:
     frames = list(iter_frames(b"".join(m.aof[m.ids[0]])))
     fresh = DisqueCore(m.views[m.ids[0]], random.Random(3), m.now)
     fresh.aof_enqueue_once = True
-    fresh.restore(m.now, to_core_records(frames))
+    fresh.restore(m.now, frames)
     assert fresh.jobs[job_id].state == QUEUED
     assert (fresh.jobs[job_id].nacks, fresh.jobs[job_id].add_deliveries) == (0, 0)
 

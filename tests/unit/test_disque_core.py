@@ -12,7 +12,7 @@ from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED
 from disq.core.messages import DelJob, GotJob, IdemKeys
 from disq.core.timers import REBUILD_SLACK
-from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE, to_core_records
+from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE
 from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 
@@ -609,12 +609,12 @@ def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() 
     for i in range(3):
         frames = list(iter_frames(b"".join(c.aof[c.ids[i]])))
         again = DisqueCore(c.views[c.ids[i]], random.Random(5), c.now)
-        again.restore(c.now, to_core_records(frames))
+        again.restore(c.now, frames)
         assert again.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
         # A rewritten AOF keeps the key too, though the job is gone.
         snap = list(iter_frames(b"".join(c.core(i).snapshot_records(c.now))))
         third = DisqueCore(c.views[c.ids[i]], random.Random(6), c.now)
-        third.restore(c.now, to_core_records(snap))
+        third.restore(c.now, snap)
         assert third.add_job(c.now, 4, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
 
 
@@ -628,7 +628,7 @@ def test_a_restarted_node_announces_its_keys_again() -> None:
     # Node 0 restarts from its AOF before node 2 ever got the key.
     frames = list(iter_frames(b"".join(c.aof[c.ids[0]])))
     fresh = DisqueCore(c.views[c.ids[0]], random.Random(9), c.now)
-    fresh.restore(c.now, to_core_records(frames))
+    fresh.restore(c.now, frames)
     c.nodes[0].disque = fresh
     lossy["on"] = False
     c.advance(1000)

@@ -99,7 +99,7 @@ def key_jobs(c: Cluster, key: str = "k") -> dict[str, set[int]]:
 def restart(c: Cluster, i: int, seed: int = 99) -> DisqueCore:
     """Node ``i`` crashes and comes back from its AOF (what its records say, nothing more)."""
     fresh = DisqueCore(c.views[c.ids[i]], random.Random(seed), c.now)
-    fresh.restore(c.now, records(c, i))
+    fresh.restore(c.now, list(iter_frames(b"".join(c.aof[c.ids[i]]))))
     c.nodes[i].disque = fresh
     return fresh
 
@@ -309,7 +309,7 @@ def test_a_promise_and_an_accept_survive_a_restart() -> None:
     snap = list(iter_frames(b"".join(accepted.snapshot_records(c.now))))
     assert [rtype for rtype, _ in snap] == [REC_KEYVOTE]
     third = DisqueCore(c.views[c.ids[1]], random.Random(3), c.now)
-    third.restore(c.now, to_core_records(snap))
+    third.restore(c.now, snap)
     refused = third._kv_prepare(K, (6, other), c.now)
     assert not refused.ok and (refused.acc_ballot, refused.acc_node) == (6, other)
 

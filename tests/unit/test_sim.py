@@ -19,7 +19,6 @@ from disq.core.disque.job import ACKED, DJob
 from disq.core.disque.queue import DQueue
 from disq.core.messages import DelJob, Enqueue, GotAck, Message, ReplJob
 from disq.core.node_core import NodeCore
-from disq.persistence.cluster_records import to_core_records
 from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 from disq.testing.sim import (
@@ -276,7 +275,13 @@ def _mutate(monkeypatch: pytest.MonkeyPatch, name: str, mutant: type) -> None:
 
 
 class _ForgetsItsAof(SimDisqueCore):
-    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+    def restore(
+        self,
+        now_ms: int,
+        records: list[tuple[int, bytes]],
+        buf: bytes = b"",
+        offsets: list[int] | None = None,
+    ) -> None:
         return None
 
 
@@ -578,7 +583,7 @@ def test_core_enqueue_once_restore_does_not_redeliver_at_most_once_jobs() -> Non
     assert isinstance(job_id, str)
     got = core.get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and got[0].id == job_id  # delivered once, not acked
-    records = to_core_records(list(iter_frames(b"".join(core.aof_out))))
+    records = list(iter_frames(b"".join(core.aof_out)))
     restarted = DisqueCore(core.view, random.Random(9), c.now + 1000)
     restarted.aof_enqueue_once = True
     restarted.restore(c.now + 1000, records)

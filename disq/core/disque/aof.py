@@ -7,11 +7,11 @@ deletion; acks themselves are not persisted (a restarted node re-learns them by 
 
 from __future__ import annotations
 
-import dataclasses
+import heapq
 
 from mypy_extensions import mypyc_attr, trait
 
-from disq.core import ids
+from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.job import (
     ACTIVE,
     BCAST_QUEUED,
@@ -22,12 +22,19 @@ from disq.core.disque.job import (
     DJob,
 )
 from disq.core.disque.parts import CoreParts
-from disq.core.messages import JobData
 from disq.persistence.cluster_records import (
+    JOB_ID_LEN,
+    LOADJOB_STRUCT,
     REC_DELJOB,
+    REC_IDEMKEY,
+    REC_KEYVOTE,
     REC_LOADJOB,
+    ClusterRecordError,
     IdemKeyEntry,
     KeyVoteEntry,
+    decode_idemkeys,
+    decode_key_trailer,
+    decode_keyvotes,
     encode_deljob,
     encode_loadjob,
 )
@@ -50,58 +57,36 @@ class AofMixin(CoreParts):
     def _loadjob_record(self, j: DJob, now_ms: int) -> bytes:
         return frame(REC_LOADJOB, encode_loadjob(self._job_data(j, now_ms, absolute=True)))
 
-    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
+    def restore(
+        self,
+        now_ms: int,
+        records: list[tuple[int, bytes]],
+        buf: bytes = b"",
+        offsets: list[int] | None = None,
+    ) -> None:
         """Replay AOF records (LOADJOB/DELJOB, last wins; IDEMKEY: the idempotency keys
-        taken). Jobs come back active and are requeued by their retry as in Disque, unless
-        ``aof_enqueue_once`` asks to queue them at once (a controlled restart)."""
-        loaded: dict[str, JobData] = {}
+        taken; KEYVOTE: this acceptor's votes). Jobs come back active and are requeued by
+        their retry as in Disque, unless ``aof_enqueue_once`` asks to queue them at once
+        (a controlled restart).
+
+        ``records`` are ``(type, payload)``; other types than the core's are skipped. The
+        node's reader leaves the LOADJOB and DELJOB records in the file's buffer ``buf``
+        and gives where each starts (``offsets``, file order); without ``offsets`` they are
+        taken from ``records``. Restart time is a target (docs/benchmarks.md "Issue 31"):
+        the jobs are decoded once, in place, straight into their DJob (no JobData), only
+        those whose last record is a LOADJOB, and their timers heapified at once.
+        """
+        if offsets is None:
+            buf, offsets = _frame_jobs(records)
         keys: list[IdemKeyEntry] = []
         votes: list[KeyVoteEntry] = []
-        requeue: list[DJob] = []
-        mine = self.my_id[:8]
-        for kind, payload in records:
-            if kind == "LOADJOB":
-                assert isinstance(payload, JobData)
-                loaded[payload.id] = payload
-            elif kind == "DELJOB":
-                assert isinstance(payload, str)
-                loaded.pop(payload, None)
-            elif kind == "IDEMKEY":
-                assert isinstance(payload, list)
-                keys.extend(payload)
-            elif kind == "KEYVOTE":
-                assert isinstance(payload, list)
-                votes.extend(payload)
+        for rtype, payload in records:
+            if rtype == REC_IDEMKEY:
+                keys.extend(decode_idemkeys(payload))
+            elif rtype == REC_KEYVOTE:
+                votes.extend(decode_keyvotes(payload))
         persist, self.persist = self.persist, False  # what is replayed is logged already
-        # The file's times (expiry, ctime) are wall-clock; in memory, node-clock.
-        off = self.wall_offset_ms
-        for d in loaded.values():
-            etime_ms = d.expire_ms - off
-            if etime_ms < now_ms:  # passed: expired (a deadline is due once passed)
-                continue
-            rel = dataclasses.replace(d)
-            rel.ttl_remaining_s = max(1, (etime_ms - now_ms) // 1000)
-            # This node's own jobs were logged once their add was done; a keyed one may
-            # still be a candidate in its key's vote (keyvote.py): its key is done only if
-            # an IDEMKEY record says so (restored below).
-            own = ids.node_prefix(d.id) == mine
-            j = self._job_from_data(rel, now_ms, key_done=own and not d.idempotency_key)
-            j.etime_ms = etime_ms
-            if j.delay_s and now_ms <= j.ctime // 1_000_000 - off + j.delay_s * 1000:
-                # Still in its DELAY: its first queueing is to come, and counts nothing.
-                j.flags &= ~BCAST_QUEUED
-            if d.beanstalk and d.beanstalk_id:
-                # This node owned it: the engine's AOF has the live job under that id.
-                j.flags = (j.flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
-                j.bid = d.beanstalk_id
-                j.qtime_ms = 0
-                self.relinks.append(j)
-            if j.ctime > self._prev_ctime and ids.node_prefix(j.id) == self.my_id[:8]:
-                self._prev_ctime = j.ctime
-            self._register(j)
-            if self.aof_enqueue_once and j.retry_s and not j.flags & BEANSTALK_ORIGIN:
-                # Never an at-most-once job: whether it was delivered is not in the AOF.
-                requeue.append(j)
+        requeue = self._restore_jobs(now_ms, buf, _last_loads(buf, offsets))
         self._restore_keys(now_ms, keys)
         self._kv_restore(now_ms, votes)
         self._kv_after_restore()
@@ -119,6 +104,120 @@ class AofMixin(CoreParts):
         self.aof_enqueue_once = False
         self.persist = persist
 
+    def _restore_jobs(self, now_ms: int, buf: bytes, loads: list[int]) -> list[DJob]:
+        """A DJob for each LOADJOB record at ``loads`` in ``buf`` whose job has not expired,
+        as ``_job_from_data`` makes one from a peer's copy; returns those ``aof_enqueue_once``
+        queues. The file's times (expiry, ctime) are wall-clock; in memory, node-clock."""
+        off = self.wall_offset_ms
+        me = self.my_id
+        mine = me[:8]
+        me_raw = me.encode()
+        only_me = self._only_me()
+        unpack = LOADJOB_STRUCT.unpack_from
+        fixed = LOADJOB_STRUCT.size
+        enqueue_once = self.aof_enqueue_once
+        requeue: list[DJob] = []
+        awake: list[tuple[int, int, str]] = []
+        jobs = self.jobs
+        used = 0
+        restored = 0
+        # Queue names: one str per queue, not one per job (most jobs share a few queues).
+        names: dict[bytes, str] = {}
+        last_raw = b""
+        last_name = ""
+        for rec in loads:
+            ln = buf[rec] | buf[rec + 1] << 8 | buf[rec + 2] << 16 | buf[rec + 3] << 24
+            pos = rec + 9
+            rec_end = rec + 8 + ln
+            if ln - 1 < fixed:
+                raise ClusterRecordError(f"short LOADJOB record at offset {rec}")
+            f = unpack(buf, pos)
+            etime_ms: int = f[5] - off
+            if etime_ms < now_ms:  # passed: expired (a deadline is due once passed)
+                continue
+            n_nodes: int = f[12]
+            qlen: int = f[13]
+            blen: int = f[14]
+            pos += fixed
+            qpos = pos + JOB_ID_LEN * n_nodes
+            bpos = qpos + qlen
+            end = bpos + blen
+            if end > rec_end:
+                raise ClusterRecordError(
+                    f"LOADJOB record at offset {rec}: its length does not match its fields"
+                )
+            job_id: str = f[0].decode()
+            if qlen == len(last_raw) and buf.startswith(last_raw, qpos):
+                queue = last_name
+            else:
+                last_raw = buf[qpos:bpos]
+                got = names.get(last_raw)
+                if got is None:
+                    got = names[last_raw] = last_raw.decode("utf-8", "surrogateescape")
+                queue = last_name = got
+            repl: int = f[1]
+            ctime: int = f[2]
+            delay_s: int = f[3]
+            retry_s: int = f[4]
+            j = DJob(job_id, queue, buf[bpos:end], repl, ctime, delay_s, retry_s, etime_ms)
+            j.state = ACTIVE
+            # The counters travel with the job. BCAST_QUEUED as Disque's REPLJOB sets it:
+            # the job was (or is being) queued somewhere, so this copy's own requeue counts
+            # a delivery (core.py _enqueue).
+            flags = BCAST_QUEUED
+            j.nacks = f[6]
+            j.add_deliveries = f[7]
+            if n_nodes == 0 or (n_nodes == 1 and buf.startswith(me_raw, pos)):
+                j.delivered = only_me  # shared, as add_job's REPLICATE 1 jobs share it
+            else:
+                nodes = {me}
+                for k in range(n_nodes):
+                    a = pos + JOB_ID_LEN * k
+                    nodes.add(buf[a : a + JOB_ID_LEN].decode())
+                j.delivered = nodes
+            j.priority = f[8]
+            own = job_id[2:10] == mine  # ids.node_prefix
+            if end < rec_end:
+                # Its key is tentative: this node's own keyed jobs may still be candidates
+                # in their key's vote (keyvote.py); an IDEMKEY record says which are done.
+                j.idem_key = decode_key_trailer(buf[end:rec_end])
+                self._remember_key(j, now_ms, tentative=True)
+            beanstalk: int = f[9]
+            if beanstalk:
+                flags |= BEANSTALK_ORIGIN
+                j.bstate = f[10]
+            if retry_s:
+                flags |= BCAST_WILLQUEUE
+                j.qtime_ms = now_ms + (delay_s + retry_s) * 1000 + self._jitter()
+            if delay_s and now_ms <= ctime // 1_000_000 - off + delay_s * 1000:
+                # Still in its DELAY: its first queueing is to come, and counts nothing.
+                flags &= ~BCAST_QUEUED
+            beanstalk_id: int = f[11]
+            if beanstalk and beanstalk_id:
+                # This node owned it: the engine's AOF has the live job under that id.
+                flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
+                j.bid = beanstalk_id
+                j.qtime_ms = 0
+                self.relinks.append(j)
+            j.flags = flags
+            if own and ctime > self._prev_ctime:
+                self._prev_ctime = ctime
+            jobs[job_id] = j
+            used += blen
+            restored += 1
+            at = self._awake_time(j)
+            if at:  # as _update_awake: 0 is the "no entry" a new DJob has
+                j.awake_ms = at
+                awake.append((at, ctime, job_id))
+            if enqueue_once and retry_s and not beanstalk:
+                # Never an at-most-once job: whether it was delivered is not in the AOF.
+                requeue.append(j)
+        self.used_bytes += used + JOB_OVERHEAD_BYTES * restored
+        # One heapify instead of a push per job; the heap was empty, or a few entries.
+        self._awake.extend(awake)
+        heapq.heapify(self._awake)
+        return requeue
+
     def snapshot_records(self, now_ms: int) -> list[bytes]:
         """What a rewritten AOF holds: every active or queued job (acked ones are gone),
         and the idempotency keys in their window (their jobs may be gone)."""
@@ -131,3 +230,33 @@ class AofMixin(CoreParts):
             + self.key_records()
             + self.vote_records(now_ms)
         )
+
+
+def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
+    """The LOADJOB and DELJOB records of ``records`` framed into one buffer, and where each
+    starts: what the node's reader gives (the simulator and the tests pass records)."""
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    pos = 0
+    for rtype, payload in records:
+        if rtype == REC_LOADJOB or rtype == REC_DELJOB:
+            rec = frame(rtype, payload)
+            offsets.append(pos)
+            parts.append(rec)
+            pos += len(rec)
+    return b"".join(parts), offsets
+
+
+def _last_loads(buf: bytes, offsets: list[int]) -> list[int]:
+    """The offsets of the LOADJOB records that are their job's last record (a DELJOB after
+    one drops it), in the order the jobs first appear: what a replay in file order keeps."""
+    last: dict[bytes, int] = {}
+    for rec in offsets:
+        job = buf[rec + 9 : rec + 9 + JOB_ID_LEN]
+        if buf[rec + 8] == REC_LOADJOB:
+            last[job] = rec
+        else:
+            if buf[rec] != 1 + JOB_ID_LEN or buf[rec + 1] or buf[rec + 2] or buf[rec + 3]:
+                raise ClusterRecordError(f"DELJOB record at offset {rec} has the wrong length")
+            last.pop(job, None)
+    return list(last.values())

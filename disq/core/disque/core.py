@@ -259,23 +259,28 @@ class DisqueCore(
             q = self.queues[name] = DQueue(name, now_ms)
         return q
 
+    def _awake_time(self, j: DJob) -> int:
+        """When the timer next looks at ``j``: its expiry, or its requeue (or GC) if sooner.
+        At expiry: etime is in ms and _process_job expires a job once now > etime (Disque
+        adds a second because its etime is in whole seconds; disq a millisecond, since
+        now_ms is truncated, disq/core/timers.py). A sync add waiting for its copies is
+        answered NOREPL at its TTL, not a second later."""
+        at = j.etime_ms
+        if j.state == ACKED:
+            # For an acked job qtime_ms holds the next GC attempt.
+            if j.qtime_ms and j.qtime_ms < at:
+                at = j.qtime_ms
+        elif j.state in (ACTIVE, QUEUED) and j.qtime_ms:
+            qt = j.qtime_ms
+            if j.flags & BCAST_WILLQUEUE:
+                qt -= WILLQUEUE_ADVANCE_MS
+            if qt < at:
+                at = qt
+        return at
+
     def _update_awake(self, j: DJob, at: int = 0) -> None:
         if at == 0:
-            # At expiry: etime is in ms and _process_job expires a job once now > etime (Disque
-            # adds a second because its etime is in whole seconds; disq a millisecond, since
-            # now_ms is truncated, disq/core/timers.py). A sync add waiting for its copies is
-            # answered NOREPL at its TTL, not a second later.
-            at = j.etime_ms
-            if j.state == ACKED:
-                # For an acked job qtime_ms holds the next GC attempt.
-                if j.qtime_ms and j.qtime_ms < at:
-                    at = j.qtime_ms
-            elif j.state in (ACTIVE, QUEUED) and j.qtime_ms:
-                qt = j.qtime_ms
-                if j.flags & BCAST_WILLQUEUE:
-                    qt -= WILLQUEUE_ADVANCE_MS
-                if qt < at:
-                    at = qt
+            at = self._awake_time(j)
         if at != j.awake_ms:
             j.awake_ms = at
             entry = (at, j.ctime, j.id)
@@ -457,8 +462,14 @@ class DisqueCore(
     # What the simulator's core (SimDisqueCore) and the tests' mutants override in Python.
     # Defined here, not only in the parts: compiled, a Python override is called only for a
     # method of the class itself (a method a trait gives it is called directly).
-    def restore(self, now_ms: int, records: list[tuple[str, object]]) -> None:
-        AofMixin.restore(self, now_ms, records)
+    def restore(
+        self,
+        now_ms: int,
+        records: list[tuple[int, bytes]],
+        buf: bytes = b"",
+        offsets: list[int] | None = None,
+    ) -> None:
+        AofMixin.restore(self, now_ms, records, buf, offsets)
 
     def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
         return MemoryMixin.update_memory(self, now_ms, other_bytes)

@@ -149,6 +149,12 @@ class CoreParts:
     def _update_awake(self, j: DJob, at: int = 0) -> None:
         raise NotImplementedError
 
+    def _awake_time(self, j: DJob) -> int:
+        raise NotImplementedError
+
+    def _only_me(self) -> frozenset[str]:
+        raise NotImplementedError
+
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
         raise NotImplementedError
 
