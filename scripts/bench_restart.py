@@ -8,6 +8,9 @@ polled by its own thread; beanstalkd on its one port (``stats``). Disque is not 
 the issue's own measurement of disque-server 1.0-rc1 (PING 0.01-0.05 s after a restart, an
 almost empty dir) is the comparison docs/benchmarks.md quotes.
 
+Each run also reads the server's RSS once every port answered; for the large dir, the
+RSS over the empty dir's per job is what the replayed jobs cost in memory.
+
 Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]``.
 """
 
@@ -35,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parents[1]
 DISQ_NODE = ROOT / ".venv" / "bin" / "disq-node"
 POLL_S = 0.001
+RSS_KEY = "rss"  # in a run's results: the server's RSS once every port answered, bytes
 
 
 def _free_port() -> int:
@@ -95,6 +99,8 @@ def _first_answers(
         t.start()
     for t in threads:
         t.join(120)
+    if proc.poll() is None:
+        out[RSS_KEY] = _rss_bytes(proc.pid)  # what the replay left (not a time)
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(30)
@@ -104,10 +110,18 @@ def _first_answers(
     errors.seek(0)
     tail = errors.read()[-2000:]
     errors.close()
-    if len(out) != len(probes):
+    if not set(probes) <= set(out):
         missing = sorted(set(probes) - set(out))
         raise RuntimeError(f"{cmd[0]}: no answer on {missing}; its stderr ends:\n{tail}")
     return out
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _fill(port: int, request: Callable[[int], bytes], reply_line: bytes, jobs: int) -> None:
@@ -195,14 +209,25 @@ def _beanstalkd(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
     return [_first_answers(cmd, probes, data_dir) for _ in range(runs)]
 
 
-def _report(name: str, results: list[dict[str, float]]) -> None:
+def _report(
+    name: str, results: list[dict[str, float]], jobs: int = 0, empty_rss: float = 0.0
+) -> float:
+    """Print the runs' times per port and their median RSS; return that RSS (bytes)."""
     for port_name in results[0]:
+        if port_name == RSS_KEY:
+            continue
         times = [r[port_name] * 1000 for r in results]
         shown = ", ".join(f"{t:.0f}" for t in times)
         print(
             f"{name:28s} {port_name:9s} median {statistics.median(times):7.0f} ms  ({shown})",
             flush=True,
         )
+    rss = statistics.median(r.get(RSS_KEY, 0.0) for r in results)
+    line = f"{name:28s} RSS once answering {rss / 2**20:.1f} MiB"
+    if jobs and empty_rss:
+        line += f", {(rss - empty_rss) / jobs:.0f} B/job over the empty dir's"
+    print(line, flush=True)
+    return rss
 
 
 def main() -> int:
@@ -220,6 +245,7 @@ def main() -> int:
         print("beanstalkd not found (scripts/ensure_beanstalkd.sh installs it)", file=sys.stderr)
         return 1
     sizes = [0] if args.skip_large else [0, args.jobs]
+    empty_rss: dict[str, float] = {}
     for jobs in sizes:
         runs: list[tuple[str, Callable[[Path, int, int], list[dict[str, float]]]]] = [
             ("disq-node", _disq),
@@ -231,7 +257,7 @@ def main() -> int:
             for name, run in runs:
                 with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
                     results = run(Path(tmp), jobs, args.runs)
-                _report(f"{name} ({jobs:,} jobs)", results)
+                _report(f"{name} ({jobs:,} jobs)", results, jobs, empty_rss.get(name, 0.0))
             continue
         # An empty dir: run by run, each server in turn (the machine's drift hits them
         # alike), each restarted on its own dir.
@@ -244,7 +270,7 @@ def main() -> int:
                 for i, (_name, run) in enumerate(runs):
                     each[i] += run(dirs[i], 0, 1)
         for (name, _run), results in zip(runs, each, strict=True):
-            _report(f"{name} (0 jobs)", results)
+            empty_rss[name] = _report(f"{name} (0 jobs)", results)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus", flush=True)
     return 0
 
