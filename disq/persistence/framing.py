@@ -166,7 +166,6 @@ def scan_split(
     """
     app = records.append
     put = offsets.append
-    unpack = _HDR.unpack_from
     crc32 = zlib.crc32
     type_crc = _TYPE_CRC
     maxlen = MAX_RECORD_LENGTH
@@ -174,10 +173,14 @@ def scan_split(
     last = end - RECORD_HEADER_SIZE - 1
     off = start
     while off <= last:
-        ln, crc, rtype = unpack(buf, off)
+        # The header read byte by byte: compiled, nine byte reads cost less than the tuple
+        # and the ints of an unpack.
+        ln = buf[off] | buf[off + 1] << 8 | buf[off + 2] << 16 | buf[off + 3] << 24
+        rtype = buf[off + 8]
         e = off + 8 + ln
         if e > end or not 0 < ln <= maxlen or not rtype:
             break
+        crc = buf[off + 4] | buf[off + 5] << 8 | buf[off + 6] << 16 | buf[off + 7] << 24
         payload = buf[off + 9 : e]
         if crc32(payload, type_crc[rtype]) != crc:
             break

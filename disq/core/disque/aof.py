@@ -18,6 +18,7 @@ from disq.core.disque.job import (
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
+    NO_NODES,
     QUEUED,
     DJob,
 )
@@ -86,7 +87,7 @@ class AofMixin(CoreParts):
             elif rtype == REC_KEYVOTE:
                 votes.extend(decode_keyvotes(payload))
         persist, self.persist = self.persist, False  # what is replayed is logged already
-        requeue = self._restore_jobs(now_ms, buf, _last_loads(buf, offsets))
+        requeue = self._restore_jobs(now_ms, buf, offsets)
         self._restore_keys(now_ms, keys)
         self._kv_restore(now_ms, votes)
         self._kv_after_restore()
@@ -104,115 +105,61 @@ class AofMixin(CoreParts):
         self.aof_enqueue_once = False
         self.persist = persist
 
-    def _restore_jobs(self, now_ms: int, buf: bytes, loads: list[int]) -> list[DJob]:
-        """A DJob for each LOADJOB record at ``loads`` in ``buf`` whose job has not expired,
-        as ``_job_from_data`` makes one from a peer's copy; returns those ``aof_enqueue_once``
-        queues. The file's times (expiry, ctime) are wall-clock; in memory, node-clock."""
-        off = self.wall_offset_ms
+    def _restore_jobs(self, now_ms: int, buf: bytes, offsets: list[int]) -> list[DJob]:
+        """The jobs of the LOADJOB and DELJOB records at ``offsets`` in ``buf``: a DJob for
+        each job whose last record is a LOADJOB not expired, as ``_job_from_data`` makes one
+        from a peer's copy. Returns those ``aof_enqueue_once`` queues.
+
+        Two passes: the records in file order into a dict (a later record of a job replaces
+        or drops it, as a replay in file order would), then what a restored job sets beyond
+        its fields (its key, its requeue time, its timer) for the survivors only."""
         me = self.my_id
+        loaded = _decode_jobs(buf, offsets, me.encode(), now_ms, self.wall_offset_ms)
+        self.jobs.update(loaded)
         mine = me[:8]
-        me_raw = me.encode()
         only_me = self._only_me()
-        unpack = LOADJOB_STRUCT.unpack_from
-        fixed = LOADJOB_STRUCT.size
         enqueue_once = self.aof_enqueue_once
         requeue: list[DJob] = []
         awake: list[tuple[int, int, str]] = []
-        jobs = self.jobs
         used = 0
-        restored = 0
-        # Queue names: one str per queue, not one per job (most jobs share a few queues).
-        names: dict[bytes, str] = {}
-        last_raw = b""
-        last_name = ""
-        for rec in loads:
-            ln = buf[rec] | buf[rec + 1] << 8 | buf[rec + 2] << 16 | buf[rec + 3] << 24
-            pos = rec + 9
-            rec_end = rec + 8 + ln
-            if ln - 1 < fixed:
-                raise ClusterRecordError(f"short LOADJOB record at offset {rec}")
-            f = unpack(buf, pos)
-            etime_ms: int = f[5] - off
-            if etime_ms < now_ms:  # passed: expired (a deadline is due once passed)
-                continue
-            n_nodes: int = f[12]
-            qlen: int = f[13]
-            blen: int = f[14]
-            pos += fixed
-            qpos = pos + JOB_ID_LEN * n_nodes
-            bpos = qpos + qlen
-            end = bpos + blen
-            if end > rec_end:
-                raise ClusterRecordError(
-                    f"LOADJOB record at offset {rec}: its length does not match its fields"
-                )
-            job_id: str = f[0].decode()
-            if qlen == len(last_raw) and buf.startswith(last_raw, qpos):
-                queue = last_name
-            else:
-                last_raw = buf[qpos:bpos]
-                got = names.get(last_raw)
-                if got is None:
-                    got = names[last_raw] = last_raw.decode("utf-8", "surrogateescape")
-                queue = last_name = got
-            repl: int = f[1]
-            ctime: int = f[2]
-            delay_s: int = f[3]
-            retry_s: int = f[4]
-            j = DJob(job_id, queue, buf[bpos:end], repl, ctime, delay_s, retry_s, etime_ms)
-            j.state = ACTIVE
-            # The counters travel with the job. BCAST_QUEUED as Disque's REPLJOB sets it:
-            # the job was (or is being) queued somewhere, so this copy's own requeue counts
-            # a delivery (core.py _enqueue).
-            flags = BCAST_QUEUED
-            j.nacks = f[6]
-            j.add_deliveries = f[7]
-            if n_nodes == 0 or (n_nodes == 1 and buf.startswith(me_raw, pos)):
+        prev_ctime = self._prev_ctime
+        for j in loaded.values():
+            delivered = j.delivered
+            if delivered is NO_NODES:
                 j.delivered = only_me  # shared, as add_job's REPLICATE 1 jobs share it
             else:
-                nodes = {me}
-                for k in range(n_nodes):
-                    a = pos + JOB_ID_LEN * k
-                    nodes.add(buf[a : a + JOB_ID_LEN].decode())
-                j.delivered = nodes
-            j.priority = f[8]
-            own = job_id[2:10] == mine  # ids.node_prefix
-            if end < rec_end:
+                j.delivered = {*delivered, me}
+            if j.idem_key:
                 # Its key is tentative: this node's own keyed jobs may still be candidates
                 # in their key's vote (keyvote.py); an IDEMKEY record says which are done.
-                j.idem_key = decode_key_trailer(buf[end:rec_end])
                 self._remember_key(j, now_ms, tentative=True)
-            beanstalk: int = f[9]
-            if beanstalk:
-                flags |= BEANSTALK_ORIGIN
-                j.bstate = f[10]
-            if retry_s:
-                flags |= BCAST_WILLQUEUE
-                j.qtime_ms = now_ms + (delay_s + retry_s) * 1000 + self._jitter()
-            if delay_s and now_ms <= ctime // 1_000_000 - off + delay_s * 1000:
+            if j.retry_s:
+                j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + self._jitter()
+            flags = j.flags
+            if (
+                j.delay_s
+                and now_ms <= j.ctime // 1_000_000 - self.wall_offset_ms + j.delay_s * 1000
+            ):
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
                 flags &= ~BCAST_QUEUED
-            beanstalk_id: int = f[11]
-            if beanstalk and beanstalk_id:
+            if flags & BEANSTALK_ORIGIN and j.bid:
                 # This node owned it: the engine's AOF has the live job under that id.
                 flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
-                j.bid = beanstalk_id
                 j.qtime_ms = 0
                 self.relinks.append(j)
             j.flags = flags
-            if own and ctime > self._prev_ctime:
-                self._prev_ctime = ctime
-            jobs[job_id] = j
-            used += blen
-            restored += 1
+            if j.ctime > prev_ctime and j.id[2:10] == mine:  # ids.node_prefix
+                prev_ctime = j.ctime
+            used += len(j.body)
             at = self._awake_time(j)
             if at:  # as _update_awake: 0 is the "no entry" a new DJob has
                 j.awake_ms = at
-                awake.append((at, ctime, job_id))
-            if enqueue_once and retry_s and not beanstalk:
+                awake.append((at, j.ctime, j.id))
+            if enqueue_once and j.retry_s and not flags & BEANSTALK_ORIGIN:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 requeue.append(j)
-        self.used_bytes += used + JOB_OVERHEAD_BYTES * restored
+        self._prev_ctime = prev_ctime
+        self.used_bytes += used + JOB_OVERHEAD_BYTES * len(loaded)
         # One heapify instead of a push per job; the heap was empty, or a few entries.
         self._awake.extend(awake)
         heapq.heapify(self._awake)
@@ -247,16 +194,86 @@ def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
     return b"".join(parts), offsets
 
 
-def _last_loads(buf: bytes, offsets: list[int]) -> list[int]:
-    """The offsets of the LOADJOB records that are their job's last record (a DELJOB after
-    one drops it), in the order the jobs first appear: what a replay in file order keeps."""
-    last: dict[bytes, int] = {}
+def _u32(buf: bytes, at: int) -> int:
+    return buf[at] | buf[at + 1] << 8 | buf[at + 2] << 16 | buf[at + 3] << 24
+
+
+def _decode_jobs(
+    buf: bytes, offsets: list[int], me: bytes, min_etime_ms: int, off_ms: int
+) -> dict[str, DJob]:
+    """Job id -> DJob of every job whose last record at ``offsets`` is a LOADJOB whose expiry
+    (node clock: the file's wall-clock one less ``off_ms``) is not before ``min_etime_ms``.
+    A dict keeps a job where its first record put it, and a DELJOB (or a LOADJOB of an
+    expired job) drops it: the order and the state a replay in file order gives.
+
+    Only the record's own fields: the counters, the flags they imply, and the nodes that may
+    hold a copy: a set for jobs another node may hold, NO_NODES for "this node only" (``me``,
+    or none: the caller shares one set for those).
+    """
+    unpack = LOADJOB_STRUCT.unpack_from
+    fixed = LOADJOB_STRUCT.size
+    out: dict[str, DJob] = {}
+    # Queue names: one str per queue, not one per job (most jobs share a few queues).
+    names: dict[bytes, str] = {}
+    last_raw = b""
+    last_name = ""
     for rec in offsets:
-        job = buf[rec + 9 : rec + 9 + JOB_ID_LEN]
-        if buf[rec + 8] == REC_LOADJOB:
-            last[job] = rec
-        else:
-            if buf[rec] != 1 + JOB_ID_LEN or buf[rec + 1] or buf[rec + 2] or buf[rec + 3]:
+        ln = _u32(buf, rec)
+        pos = rec + 9
+        job_id = buf[pos : pos + JOB_ID_LEN].decode()
+        if buf[rec + 8] != REC_LOADJOB:
+            if ln != 1 + JOB_ID_LEN:
                 raise ClusterRecordError(f"DELJOB record at offset {rec} has the wrong length")
-            last.pop(job, None)
-    return list(last.values())
+            out.pop(job_id, None)
+            continue
+        if ln - 1 < fixed:
+            raise ClusterRecordError(f"short LOADJOB record at offset {rec}")
+        rec_end = rec + 8 + ln
+        f = unpack(buf, pos)
+        etime_ms: int = f[5] - off_ms
+        if etime_ms < min_etime_ms:  # passed: expired (a deadline is due once passed)
+            out.pop(job_id, None)
+            continue
+        n_nodes: int = f[12]
+        qlen: int = f[13]
+        blen: int = f[14]
+        pos += fixed
+        qpos = pos + JOB_ID_LEN * n_nodes
+        bpos = qpos + qlen
+        end = bpos + blen
+        if end > rec_end:
+            raise ClusterRecordError(
+                f"LOADJOB record at offset {rec}: its length does not match its fields"
+            )
+        raw = buf[qpos:bpos]
+        if raw == last_raw:
+            queue = last_name
+        else:
+            got = names.get(raw)
+            if got is None:
+                got = names[raw] = raw.decode("utf-8", "surrogateescape")
+            last_raw = raw
+            queue = last_name = got
+        retry_s: int = f[4]
+        j = DJob(job_id, queue, buf[bpos:end], f[1], f[2], f[3], retry_s, etime_ms)
+        j.state = ACTIVE
+        # The counters travel with the job. BCAST_QUEUED as Disque's REPLJOB sets it: the
+        # job was (or is being) queued somewhere, so this copy's own requeue counts a
+        # delivery (core.py _enqueue).
+        flags = BCAST_QUEUED
+        j.nacks = f[6]
+        j.add_deliveries = f[7]
+        if n_nodes > 1 or (n_nodes == 1 and buf[pos:qpos] != me):
+            j.delivered = {buf[a : a + JOB_ID_LEN].decode() for a in range(pos, qpos, JOB_ID_LEN)}
+        j.priority = f[8]
+        if end < rec_end:
+            j.idem_key = decode_key_trailer(buf[end:rec_end])
+        if f[9]:
+            flags |= BEANSTALK_ORIGIN
+            j.bstate = f[10]
+            j.bid = f[11]
+        if retry_s:
+            flags |= BCAST_WILLQUEUE
+        j.flags = flags
+        out[job_id] = j
+    return out
