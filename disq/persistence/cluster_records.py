@@ -44,8 +44,6 @@ KeyVoteEntry = tuple[str, str, int, str, int, str, str, int]
 
 _LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
 LOADJOB_STRUCT = _LOAD  # a restart decodes LOADJOB records in place (restart time is a target)
-# Its fields after the id: the id is read as text straight from the record, not as bytes.
-LOADJOB_FIELDS = struct.Struct("<" + _LOAD.format[4:])
 JOB_ID_LEN = 40  # LOADJOB and DELJOB both start with the job's id
 _DEL = struct.Struct("<40s")
 _IDEM_N = struct.Struct("<I")

@@ -19,7 +19,17 @@ import pytest
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.core import REQUEUE_JITTER_MS, DisqueCore
-from disq.core.disque.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, QUEUED, DJob
+from disq.core.disque.job import (
+    ACKED,
+    ACTIVE,
+    BCAST_QUEUED,
+    BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
+    BEANSTALK_OWNED,
+    QUEUED,
+    DJob,
+)
+from disq.core.messages import JobData
 from disq.core.node_core import NodeCore
 from disq.persistence import framing
 from disq.persistence.aof_reader import read_aof
@@ -30,6 +40,7 @@ from disq.persistence.cluster_records import (
     REC_LOADJOB,
     ClusterRecordError,
     encode_deljob,
+    encode_loadjob,
     to_core_records,
 )
 from disq.persistence.framing import HEADER, frame, iter_frames
@@ -273,3 +284,63 @@ def test_a_job_record_whose_fields_do_not_fit_it_stops_the_replay() -> None:
     _, d = _fresh(c)
     with pytest.raises(ClusterRecordError):
         d.restore(c.now, [(REC_DELJOB, encode_deljob(loadjob[:40].decode()) + b"x")])
+
+
+def test_every_field_of_a_loadjob_record_comes_back() -> None:
+    """Values unlike any default, and a job put through a beanstalk door that this node
+    owned: its record links back to the engine's job (relinks), with no requeue of its own."""
+    c = Mesh(3, 1)
+    me, other = c.ids[0], c.ids[1]
+    now = c.now
+    owned = JobData(
+        id="D-" + me[:8] + "-" + "a" * 24 + "-05a1",
+        queue="tube-\u00e9",
+        body=bytes(range(256)) * 3,
+        repl=3,
+        ctime=now * 1_000_000 - 123_456_789,
+        delay_s=0,
+        retry_s=45,
+        ttl_remaining_s=0,
+        nacks=70_000,
+        additional_deliveries=2**31 + 5,
+        nodes_delivered=[me, other],
+        priority=7,
+        beanstalk=True,
+        bstate=3,
+        beanstalk_id=2**40 + 9,
+        idempotency_key="k\u00e9y",
+        expire_ms=now + 3_600_000,
+    )
+    plain = JobData(
+        id="D-" + other[:8] + "-" + "b" * 24 + "-05a1",
+        queue="q",
+        body=b"",
+        repl=2,
+        ctime=(now - 5000) * 1_000_000,
+        delay_s=600,
+        retry_s=300,
+        ttl_remaining_s=0,
+        nodes_delivered=[other],
+        expire_ms=now + 7_200_000,
+    )
+    _, d = _fresh(c)
+    d.restore(now, [(REC_LOADJOB, encode_loadjob(owned)), (REC_LOADJOB, encode_loadjob(plain))])
+    j = d.jobs[owned.id]
+    assert (j.queue, j.body, j.repl, j.ctime, j.retry_s) == (
+        owned.queue,
+        owned.body,
+        3,
+        owned.ctime,
+        45,
+    )
+    assert (j.nacks, j.add_deliveries, j.priority) == (70_000, 2**31 + 5, 7)
+    assert (j.bstate, j.bid, j.idem_key, j.etime_ms) == (3, 2**40 + 9, "k\u00e9y", now + 3_600_000)
+    assert j.delivered == {me, other}
+    assert j.flags & BEANSTALK_ORIGIN and j.flags & BEANSTALK_OWNED
+    assert not j.flags & BCAST_WILLQUEUE and j.qtime_ms == 0 and d.relinks == [j]
+    k = d.jobs[plain.id]
+    assert (k.queue, k.body, k.repl, k.delay_s, k.retry_s) == ("q", b"", 2, 600, 300)
+    assert k.delivered == {me, other} and k.bid == 0 and not k.flags & BEANSTALK_ORIGIN
+    assert not k.flags & BCAST_QUEUED  # still in its DELAY
+    base = now + 900 * 1000
+    assert base <= k.qtime_ms < base + REQUEUE_JITTER_MS
