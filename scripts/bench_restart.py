@@ -8,8 +8,10 @@ polled by its own thread; beanstalkd on its one port (``stats``). Disque is not 
 the issue's own measurement of disque-server 1.0-rc1 (PING 0.01-0.05 s after a restart, an
 almost empty dir) is the comparison docs/benchmarks.md quotes.
 
-Each run also reads the server's RSS once every port answered; for the large dir, the
-RSS over the empty dir's per job is what the replayed jobs cost in memory.
+Each server has its own dir of each size (the large one filled once); the runs go run by
+run, each server in turn, so the machine's drift hits them alike. Each run also reads the
+server's RSS once every port answered; for the large dir, the RSS over the empty dir's per
+job is what the replayed jobs cost in memory.
 
 Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]``.
 """
@@ -246,6 +248,7 @@ def main() -> int:
         return 1
     sizes = [0] if args.skip_large else [0, args.jobs]
     empty_rss: dict[str, float] = {}
+    each: list[list[dict[str, float]]]
     for jobs in sizes:
         runs: list[tuple[str, Callable[[Path, int, int], list[dict[str, float]]]]] = [
             ("disq-node", _disq),
@@ -254,9 +257,18 @@ def main() -> int:
         if args.before is not None:
             runs.insert(1, ("disq-node before", functools.partial(_disq, node=args.before)))
         if jobs:
-            for name, run in runs:
-                with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-                    results = run(Path(tmp), jobs, args.runs)
+            # Each server's dir filled once (a run of 0 restarts), then restarted run by run,
+            # each server in turn, as for the empty dir below.
+            with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+                dirs = [Path(tmp) / str(i) for i in range(len(runs))]
+                for d, (_name, run) in zip(dirs, runs, strict=True):
+                    d.mkdir()
+                    run(d, jobs, 0)
+                each = [[] for _ in runs]
+                for _ in range(args.runs):
+                    for i, (_name, run) in enumerate(runs):
+                        each[i] += run(dirs[i], 0, 1)
+            for (name, _run), results in zip(runs, each, strict=True):
                 _report(f"{name} ({jobs:,} jobs)", results, jobs, empty_rss.get(name, 0.0))
             continue
         # An empty dir: run by run, each server in turn (the machine's drift hits them
@@ -265,7 +277,7 @@ def main() -> int:
             dirs = [Path(tmp) / str(i) for i in range(len(runs))]
             for d in dirs:
                 d.mkdir()
-            each: list[list[dict[str, float]]] = [[] for _ in runs]
+            each = [[] for _ in runs]
             for _ in range(args.runs):
                 for i, (_name, run) in enumerate(runs):
                     each[i] += run(dirs[i], 0, 1)
