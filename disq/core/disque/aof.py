@@ -8,6 +8,7 @@ deletion; acks themselves are not persisted (a restarted node re-learns them by 
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
 from mypy_extensions import mypyc_attr, trait
 
@@ -128,9 +129,12 @@ class AofMixin(CoreParts):
         awake: list[tuple[int, int, str]] = []
         used = 0
         prev_ctime = self._prev_ctime
+        no_nodes = NO_NODES  # read once (see _decode_jobs)
+        origin = BEANSTALK_ORIGIN
+        off = self.wall_offset_ms
         for j in loaded.values():
             delivered = j.delivered
-            if delivered is NO_NODES:
+            if delivered is no_nodes:
                 j.delivered = only_me  # shared, as add_job's REPLICATE 1 jobs share it
             else:
                 j.delivered = {*delivered, me}
@@ -141,13 +145,10 @@ class AofMixin(CoreParts):
             if j.retry_s:
                 j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + self._jitter()
             flags = j.flags
-            if (
-                j.delay_s
-                and now_ms <= j.ctime // 1_000_000 - self.wall_offset_ms + j.delay_s * 1000
-            ):
+            if j.delay_s and now_ms <= j.ctime // 1_000_000 - off + j.delay_s * 1000:
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
                 flags &= ~BCAST_QUEUED
-            if flags & BEANSTALK_ORIGIN and j.bid:
+            if flags & origin and j.bid:
                 # This node owned it: the engine's AOF has the live job under that id.
                 flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
                 j.qtime_ms = 0
@@ -160,7 +161,7 @@ class AofMixin(CoreParts):
             if at:  # as _update_awake: 0 is the "no entry" a new DJob has
                 j.awake_ms = at
                 awake.append((at, j.ctime, j.id))
-            if enqueue_once and j.retry_s and not flags & BEANSTALK_ORIGIN:
+            if enqueue_once and j.retry_s and not flags & origin:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 requeue.append(j)
         self._prev_ctime = prev_ctime
@@ -202,20 +203,20 @@ def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
 # Where LOADJOB_STRUCT's fields sit in a LOADJOB payload (after the 40-byte id), read byte by
 # byte: compiled, that costs less than the tuple and the fifteen ints of an unpack, which
 # were a tenth of a replay (perf). test_replay.py holds the result to decode_loadjob's.
-_AT_REPL = 40  # u16
-_AT_CTIME = 42  # u64
-_AT_DELAY = 50  # u32
-_AT_RETRY = 54  # u32
-_AT_ETIME = 58  # u64, wall-clock ms
-_AT_NACKS = 66  # u32
-_AT_ADD_DELIVERIES = 70  # u32
-_AT_PRIORITY = 74  # u32
-_AT_BEANSTALK = 78  # u8
-_AT_BSTATE = 79  # u8
-_AT_BEANSTALK_ID = 80  # u64
-_AT_NODES = 88  # u16
-_AT_QUEUE_LEN = 90  # u32
-_AT_BODY_LEN = 94  # u32
+_AT_REPL: Final = 40  # u16
+_AT_CTIME: Final = 42  # u64
+_AT_DELAY: Final = 50  # u32
+_AT_RETRY: Final = 54  # u32
+_AT_ETIME: Final = 58  # u64, wall-clock ms
+_AT_NACKS: Final = 66  # u32
+_AT_ADD_DELIVERIES: Final = 70  # u32
+_AT_PRIORITY: Final = 74  # u32
+_AT_BEANSTALK: Final = 78  # u8
+_AT_BSTATE: Final = 79  # u8
+_AT_BEANSTALK_ID: Final = 80  # u64
+_AT_NODES: Final = 88  # u16
+_AT_QUEUE_LEN: Final = 90  # u32
+_AT_BODY_LEN: Final = 94  # u32
 
 
 def _u16(buf: bytes, at: int) -> int:
@@ -244,6 +245,14 @@ def _decode_jobs(
     or none: the caller shares one set for those).
     """
     fixed = LOADJOB_STRUCT.size
+    # Module-level names read once: compiled, each read of another module's global is a
+    # dict lookup, a dozen per job otherwise.
+    loadjob = REC_LOADJOB
+    id_len = JOB_ID_LEN
+    active = ACTIVE
+    bcast_queued = BCAST_QUEUED
+    beanstalk_origin = BEANSTALK_ORIGIN
+    bcast_willqueue = BCAST_WILLQUEUE
     # Queue names: one str per queue, not one per job (most jobs share a few queues).
     names: dict[bytes, str] = {}
     last_raw = b""
@@ -251,9 +260,9 @@ def _decode_jobs(
     for rec in offsets:
         ln = _u32(buf, rec)
         p = rec + 9
-        job_id = buf[p : p + JOB_ID_LEN].decode()
-        if buf[rec + 8] != REC_LOADJOB:
-            if ln != 1 + JOB_ID_LEN:
+        job_id = buf[p : p + id_len].decode()
+        if buf[rec + 8] != loadjob:
+            if ln != 1 + id_len:
                 raise ClusterRecordError(f"DELJOB record at offset {rec} has the wrong length")
             out.pop(job_id, None)
             continue
@@ -266,7 +275,7 @@ def _decode_jobs(
             continue
         n_nodes = _u16(buf, p + _AT_NODES)
         pos = p + fixed
-        qpos = pos + JOB_ID_LEN * n_nodes
+        qpos = pos + id_len * n_nodes
         bpos = qpos + _u32(buf, p + _AT_QUEUE_LEN)
         end = bpos + _u32(buf, p + _AT_BODY_LEN)
         if end > rec_end:
@@ -293,23 +302,23 @@ def _decode_jobs(
             retry_s,
             etime_ms,
         )
-        j.state = ACTIVE
+        j.state = active
         # The counters travel with the job. BCAST_QUEUED as Disque's REPLJOB sets it: the
         # job was (or is being) queued somewhere, so this copy's own requeue counts a
         # delivery (core.py _enqueue).
-        flags = BCAST_QUEUED
+        flags = bcast_queued
         j.nacks = _u32(buf, p + _AT_NACKS)
         j.add_deliveries = _u32(buf, p + _AT_ADD_DELIVERIES)
         if n_nodes > 1 or (n_nodes == 1 and buf[pos:qpos] != me):
-            j.delivered = {buf[a : a + JOB_ID_LEN].decode() for a in range(pos, qpos, JOB_ID_LEN)}
+            j.delivered = {buf[a : a + id_len].decode() for a in range(pos, qpos, id_len)}
         j.priority = _u32(buf, p + _AT_PRIORITY)
         if end < rec_end:
             j.idem_key = decode_key_trailer(buf[end:rec_end])
         if buf[p + _AT_BEANSTALK]:
-            flags |= BEANSTALK_ORIGIN
+            flags |= beanstalk_origin
             j.bstate = buf[p + _AT_BSTATE]
             j.bid = _u64(buf, p + _AT_BEANSTALK_ID)
         if retry_s:
-            flags |= BCAST_WILLQUEUE
+            flags |= bcast_willqueue
         j.flags = flags
         out[job_id] = j
