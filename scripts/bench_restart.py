@@ -10,8 +10,9 @@ almost empty dir) is the comparison docs/benchmarks.md quotes.
 
 Each server has its own dir of each size (the large one filled once); the runs go run by
 run, each server in turn, so the machine's drift hits them alike. Each run also reads the
-server's RSS once every port answered; for the large dir, the RSS over the empty dir's per
-job is what the replayed jobs cost in memory.
+server's RSS and CPU time (user + system) once every port answered; for the large dir, the
+RSS over the empty dir's per job is what the replayed jobs cost in memory, and the CPU time
+is what a loaded machine's scheduling does not change.
 
 Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]``.
 """
@@ -41,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DISQ_NODE = ROOT / ".venv" / "bin" / "disq-node"
 POLL_S = 0.001
 RSS_KEY = "rss"  # in a run's results: the server's RSS once every port answered, bytes
+# ... and the CPU it had used by then (user + system, s): on a loaded machine a run's time is
+# mostly the CPU share it got, which this does not depend on.
+CPU_KEY = "cpu"
 
 
 def _free_port() -> int:
@@ -103,6 +107,7 @@ def _first_answers(
         t.join(120)
     if proc.poll() is None:
         out[RSS_KEY] = _rss_bytes(proc.pid)  # what the replay left (not a time)
+        out[CPU_KEY] = _cpu_s(proc.pid)
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(30)
@@ -124,6 +129,12 @@ def _rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _fill(port: int, request: Callable[[int], bytes], reply_line: bytes, jobs: int) -> None:
@@ -216,7 +227,7 @@ def _report(
 ) -> float:
     """Print the runs' times per port and their median RSS; return that RSS (bytes)."""
     for port_name in results[0]:
-        if port_name == RSS_KEY:
+        if port_name in (RSS_KEY, CPU_KEY):
             continue
         times = [r[port_name] * 1000 for r in results]
         shown = ", ".join(f"{t:.0f}" for t in times)
@@ -225,6 +236,9 @@ def _report(
             flush=True,
         )
     rss = statistics.median(r.get(RSS_KEY, 0.0) for r in results)
+    cpu = [r.get(CPU_KEY, 0.0) for r in results]
+    shown = ", ".join(f"{c:.2f}" for c in cpu)
+    print(f"{name:28s} CPU to first answer median {statistics.median(cpu):.2f} s  ({shown})")
     line = f"{name:28s} RSS once answering {rss / 2**20:.1f} MiB"
     if jobs and empty_rss:
         line += f", {(rss - empty_rss) / jobs:.0f} B/job over the empty dir's"
