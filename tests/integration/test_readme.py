@@ -9,12 +9,17 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ServerFactory, ServerProcess, free_port
+from conftest import PROJECT_ROOT, ServerFactory, ServerProcess, free_port
+from eventually import eventually
+
+from cluster.lab import Lab
+from cluster.resp_client import RespClient, RespError
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -132,3 +137,174 @@ def test_readme_recurring_jobs_commands_run(server_factory: ServerFactory) -> No
     shown = dict(zip(outputs[3][::2], outputs[3][1::2], strict=False))
     assert shown["queue"] == "reports" and shown["tz"] == "Europe/Berlin"
     assert outputs[4] == ["(integer)", "1"] or outputs[4] == ["1"]
+
+
+def _redis_cli() -> str:
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli not installed (scripts/ensure_redis_cli.sh installs it)")
+    return cli
+
+
+def test_readme_redis_cli_block_runs(server_factory: ServerFactory) -> None:
+    """The README's "Use it with redis-cli or a Disque client", line by line through
+    redis-cli: the add answers an id, GETJOB the queue, that id and the body, ACKJOB 1, and
+    the keyed add run twice answers one id for one job."""
+    if server_factory.kind != "disq":
+        pytest.skip("the RESP door is disq's")
+    cli = _redis_cli()
+    resp_port = free_port()
+    server_factory.new("--resp-port", str(resp_port))
+    text = README.read_text()
+    section = text[text.index("## Use it with redis-cli") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = [ln.partition("#")[0] for ln in block.group(1).splitlines() if ln.strip()]
+    assert len(lines) == 4
+
+    def run(line: str, job_id: str = "") -> list[str]:
+        argv = shlex.split(line.replace("7711", str(resp_port)).replace("D-1f2e3d4c-...", job_id))
+        out = subprocess.run(
+            [cli, *argv[1:]], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+        assert "ERR" not in out, (line, out)
+        return out.split()
+
+    [job_id] = run(lines[0])
+    assert job_id.startswith("D-")
+    assert run(lines[1]) == ["emails", job_id, "hello"]
+    assert run(lines[2], job_id) == ["1"]
+    [first] = run(lines[3])
+    assert run(lines[3]) == [first] and first.startswith("D-")
+    with RespClient("127.0.0.1", resp_port) as c:
+        assert c.call("QLEN", "emails") == 1  # hello was acked: the keyed job alone
+
+
+def test_readme_a_node_started_like_beanstalkd_keeps_nothing(server: ServerProcess) -> None:
+    """`disq-node -l 127.0.0.1 -p 11300`: "started like beanstalkd: in memory" (the fixture
+    starts every node so): a job put, the node restarted, the job is gone, as a fresh
+    beanstalkd has none; and nothing was written in its working directory."""
+    before = {p.name for p in PROJECT_ROOT.iterdir()}
+    c = server.connect()
+    c.send(b"put 0 0 60 5\r\nhello\r\n")
+    c.expect(b"INSERTED 1\r\n")
+    c.close()
+    server.restart()
+    c = server.connect()
+    c.send(b"peek 1\r\n")
+    c.expect(b"NOT_FOUND\r\n")
+    c.send(b"put 0 0 60 2\r\nhi\r\n")
+    c.expect(b"INSERTED 1\r\n")  # ids start again at 1: nothing was replayed
+    c.close()
+    assert {p.name for p in PROJECT_ROOT.iterdir()} == before
+
+
+def _listening(ports: set[int]) -> list[str]:
+    """The local addresses of the TCP sockets listening on ``ports`` (from /proc/net)."""
+    found = []
+    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for row in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = row.split()
+            address, port = fields[1].split(":")
+            if fields[3] != "0A" or int(port, 16) not in ports:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(address)
+            # The kernel prints each 32-bit word in host (little-endian) order.
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append(socket.inet_ntop(family, raw))
+    return found
+
+
+def _accepts(port: int) -> bool:
+    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    return True
+
+
+def test_readme_make_run_serves_the_embedded_defaults(tmp_path: Path) -> None:
+    """`make run` (`disq-node`, no argument): beanstalk on 127.0.0.1:11300, RESP on 7711, the
+    bus (gRPC) on 7710, every port on loopback only, the AOF on with fsync every second in
+    ./disq-data, and SIGTERM stops it with status 0. The ports are fixed: on a machine where
+    one is taken the test cannot run there, and says so."""
+    ports = {11300: "beanstalk", 7711: "RESP", 7710: "gRPC"}
+    for port, role in ports.items():
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                pytest.skip(f"port {port} ({role}) is taken on this machine")
+    node = Path(sys.executable).with_name("disq-node")
+    argv = [str(node)] if node.exists() else [sys.executable, "-m", "disq.node_main"]
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    with open(tmp_path / "node.log", "wb") as log:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=log)
+    try:
+        eventually(lambda: _accepts(11300), "the beanstalk port")
+        with socket.create_connection(("127.0.0.1", 11300), timeout=5) as s:
+            s.sendall(b"put 0 0 60 5\r\nhello\r\n")
+            assert s.recv(100) == b"INSERTED 1\r\n"
+        with RespClient("127.0.0.1", 7711) as c:
+            assert c.call("PING") == "PONG"
+            assert c.call("CONFIG", "GET", "appendonly") == [b"appendonly", b"yes"]
+            assert c.call("CONFIG", "GET", "appendfsync") == [b"appendfsync", b"everysec"]
+        from disq.client import Client
+
+        with Client("127.0.0.1:7710") as client:
+            job_id = client.add_job("emails", b"hello", replicate=1)
+            assert client.qlen("emails") == 1 and job_id.startswith("D-")
+        assert (tmp_path / "disq-data" / "disq.aof").is_file()
+        listening = _listening(set(ports))
+        assert len(listening) >= 3 and all(
+            a in ("127.0.0.1", "::ffff:127.0.0.1") for a in listening
+        ), listening
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(30)
+    assert status == 0, (tmp_path / "node.log").read_text()
+
+
+def test_readme_disque_default_replicate_with_one_node_of_3_down(tmp_path: Path) -> None:
+    """The README: "A Disque client's ADDJOB without REPLICATE keeps Disque's min(3, cluster
+    size): on 3 nodes with one down it gets NOREPL; pass REPLICATE 2." """
+    with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
+        lab.kill9(2)
+        with pytest.raises(RespError, match=r"^NOREPL"):
+            lab.node(0).call("ADDJOB", "q", "x", 2000, timeout=10)
+        job_id = lab.node(0).call("ADDJOB", "q", "x", 2000, "REPLICATE", 2, timeout=10)
+        assert isinstance(job_id, str) and job_id.startswith("D-")
+
+
+def test_readme_dramatiq_resends_an_add_6_times_then_raises_connection_closed(
+    server_factory: ServerFactory,
+) -> None:
+    """The README: "The Dramatiq broker re-sends an add up to 6 times, as Dramatiq's RabbitMQ broker
+    re-publishes, before it raises ConnectionClosed": an add no node can take (REPLICATE 2 on
+    a lone node: NOREPL) reaches the node 6 times, then the send raises."""
+    if server_factory.kind != "disq":
+        pytest.skip("the Dramatiq broker is disq's")
+    import dramatiq
+    from dramatiq.errors import ConnectionClosed
+
+    from disq.integrations.dramatiq import DisqBroker
+
+    grpc_port, resp_port = free_port(), free_port()
+    server_factory.new("--grpc-port", str(grpc_port), "--resp-port", str(resp_port))
+
+    def addjob_calls() -> int:
+        with RespClient("127.0.0.1", resp_port) as c:
+            stats = c.call("INFO", "commandstats")
+        assert isinstance(stats, bytes)
+        m = re.search(rb"cmdstat_addjob:calls=(\d+)", stats)
+        return int(m.group(1)) if m else 0
+
+    broker = DisqBroker(f"disq://127.0.0.1:{grpc_port}", replicate=2)
+    try:
+
+        @dramatiq.actor(broker=broker, queue_name="resent", actor_name="resent")
+        def resent(x: int) -> None: ...
+
+        before = addjob_calls()
+        with pytest.raises(ConnectionClosed):
+            resent.send(1)
+        assert addjob_calls() - before == 6
+    finally:
+        broker.close()
