@@ -12,10 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT_ROOT, ServerFactory, ServerProcess, free_port
+from conftest import PROJECT_ROOT, SERVER_KIND, ServerFactory, ServerProcess, free_port
 from eventually import eventually
 
 from cluster.lab import Lab
@@ -139,6 +142,26 @@ def test_readme_recurring_jobs_commands_run(server_factory: ServerFactory) -> No
     assert outputs[4] == ["(integer)", "1"] or outputs[4] == ["1"]
 
 
+@dataclass(frozen=True)
+class ReadmeNode:
+    resp_port: int
+    grpc_port: int
+
+
+@pytest.fixture(scope="module")
+def readme_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeNode]:
+    """One node with every client port, shared by the checks below (each its own queue)."""
+    if SERVER_KIND != "disq":
+        pytest.skip("RESP, gRPC and the integrations are disq's")
+    factory = ServerFactory(tmp_path_factory.mktemp("readme"))
+    resp_port, grpc_port = free_port(), free_port()
+    factory.new("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
+    try:
+        yield ReadmeNode(resp_port, grpc_port)
+    finally:
+        factory.close()
+
+
 def _redis_cli() -> str:
     cli = shutil.which("redis-cli")
     if cli is None:
@@ -146,15 +169,12 @@ def _redis_cli() -> str:
     return cli
 
 
-def test_readme_redis_cli_block_runs(server_factory: ServerFactory) -> None:
+def test_readme_redis_cli_block_runs(readme_node: ReadmeNode) -> None:
     """The README's "Use it with redis-cli or a Disque client", line by line through
     redis-cli: the add answers an id, GETJOB the queue, that id and the body, ACKJOB 1, and
     the keyed add run twice answers one id for one job."""
-    if server_factory.kind != "disq":
-        pytest.skip("the RESP door is disq's")
     cli = _redis_cli()
-    resp_port = free_port()
-    server_factory.new("--resp-port", str(resp_port))
+    resp_port = readme_node.resp_port
     text = README.read_text()
     section = text[text.index("## Use it with redis-cli") :]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
@@ -274,20 +294,17 @@ def test_readme_disque_default_replicate_with_one_node_of_3_down(tmp_path: Path)
 
 
 def test_readme_dramatiq_resends_an_add_6_times_then_raises_connection_closed(
-    server_factory: ServerFactory,
+    readme_node: ReadmeNode,
 ) -> None:
     """The README: "The Dramatiq broker re-sends an add up to 6 times, as Dramatiq's RabbitMQ broker
     re-publishes, before it raises ConnectionClosed": an add no node can take (REPLICATE 2 on
     a lone node: NOREPL) reaches the node 6 times, then the send raises."""
-    if server_factory.kind != "disq":
-        pytest.skip("the Dramatiq broker is disq's")
     import dramatiq
     from dramatiq.errors import ConnectionClosed
 
     from disq.integrations.dramatiq import DisqBroker
 
-    grpc_port, resp_port = free_port(), free_port()
-    server_factory.new("--grpc-port", str(grpc_port), "--resp-port", str(resp_port))
+    grpc_port, resp_port = readme_node.grpc_port, readme_node.resp_port
 
     def addjob_calls() -> int:
         with RespClient("127.0.0.1", resp_port) as c:
@@ -308,3 +325,44 @@ def test_readme_dramatiq_resends_an_add_6_times_then_raises_connection_closed(
         assert addjob_calls() - before == 6
     finally:
         broker.close()
+
+
+def test_readme_schedule_shortcuts_tick_in_utc_by_default(readme_node: ReadmeNode) -> None:
+    """The README's "a shortcut (@hourly, @daily, @weekly, @monthly, @yearly)" and "Cron
+    fields are in the zone (an IANA name, UTC by default)": added without TZ, each shows tz
+    UTC and its next ticks at midnight UTC of each Sunday, each month's first day, each
+    year's first day."""
+    first = {"@weekly": lambda d: d.weekday() == 6, "@monthly": lambda d: d.day == 1}
+    first["@yearly"] = lambda d: (d.month, d.day) == (1, 1)
+    with RespClient("127.0.0.1", readme_node.resp_port) as c:
+        for shortcut, due in first.items():
+            name = "readme-" + shortcut[1:]
+            assert c.call("SCHEDULE", "ADD", name, shortcut, "readme-q", "b") == "OK"
+            shown = c.call("SCHEDULE", "SHOW", name)
+            assert isinstance(shown, list)
+            pairs = dict(zip(shown[::2], shown[1::2], strict=True))
+            assert pairs[b"tz"] == b"UTC"
+            ticks = [datetime.fromtimestamp(int(t), UTC) for t in pairs[b"next"]]
+            assert len(ticks) >= 2 and ticks == sorted(set(ticks))
+            assert all(due(t) and (t.hour, t.minute, t.second) == (0, 0, 0) for t in ticks)
+            assert c.call("SCHEDULE", "DEL", name) == 1
+
+
+def test_readme_kombu_refuses_exchange_to_exchange_bindings(readme_node: ReadmeNode) -> None:
+    """The README's "Not supported: ... exchange-to-exchange bindings": kombu's bind of one
+    exchange to another is refused at once, and the channel keeps serving."""
+    import kombu
+
+    with kombu.Connection(f"disq://127.0.0.1:{readme_node.grpc_port}?replicate=1") as conn:
+        channel = conn.default_channel
+        source = kombu.Exchange("readme-src", "fanout")(channel)
+        dest = kombu.Exchange("readme-dst", "fanout")(channel)
+        source.declare()
+        dest.declare()
+        with pytest.raises(NotImplementedError, match="exchange_bind"):
+            dest.bind_to(source)
+        q = conn.SimpleQueue("readme-e2e")
+        q.put("still served")
+        message = q.get(timeout=5)
+        assert message.payload == "still served"
+        message.ack()

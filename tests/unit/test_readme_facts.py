@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -35,6 +38,8 @@ def test_make_run_and_make_test_do_what_the_readme_says() -> None:
     assert re.search(r"pytest .*\btests$", recipe, re.M)  # the whole suite, compiled
     assert re.search(r"^\tDISQ_PURE=1 \$\(BIN\)/pytest .*-m \"not slow\" tests/unit$", recipe, re.M)
     assert "DISQ_TEST_SERVER=beanstalkd" in recipe
+    # "Java 17 for Spark and Debian's Chromium for the dashboard's browser tests too"
+    assert "scripts/ensure_java.sh" in recipe and "scripts/ensure_chromium.sh" in recipe
     _, lint = _target(makefile, "lint")
     assert "ruff check" in lint and "lint-imports" in lint
     _, typecheck = _target(makefile, "typecheck")
@@ -129,3 +134,58 @@ def test_every_path_the_readme_names_exists() -> None:
 )
 def test_the_path_pattern_finds_repository_paths_only(text: str, paths: set[str]) -> None:
     assert _named_paths(text) - {"ARCHITECTURE.md"} == paths
+
+
+def test_the_package_its_extras_and_commands_are_the_readme_s() -> None:
+    """`pip install 'disq-server[celery]'` (or `[dramatiq]`, `[spark]`), `disq-node`, `disq`;
+    "mypy is a build requirement" (setup.py compiles with mypyc, which is mypy's)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    assert project["name"] == "disq-server"
+    assert {"celery", "dramatiq", "spark"} <= set(project["optional-dependencies"])
+    assert project["scripts"] == {"disq-node": "disq.node_main:main", "disq": "disq.cli:main"}
+    assert any(r.startswith("mypy") for r in pyproject["build-system"]["requires"])
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"DISQ_PURE": "1"}, "DISQ_PURE is set"),
+        ({"CC": "/nonexistent/cc"}, "no C compiler (/nonexistent/cc not found)"),
+    ],
+)
+def test_a_build_with_disq_pure_or_without_a_compiler_is_pure(
+    tmp_path: Path, env: dict[str, str], reason: str
+) -> None:
+    """The README: "DISQ_PURE=1 at install or build time gives a pure Python install, and so
+    does a machine without a C compiler": setup.py's build says so and compiles nothing (into
+    a scratch directory: the tree's own build is left alone)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("DISQ_PURE", "CC")}
+    build = ["build_ext", "--build-lib", str(tmp_path / "lib"), "--build-temp", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, "setup.py", "-q", *build],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert f"pure Python install (no compiled modules): {reason}" in out.stderr
+    assert not list(tmp_path.rglob("*.so"))
+
+
+def test_celery_keeps_mingle_and_gossip_off_on_disq() -> None:
+    """The README: "Mingle and gossip stay off: Celery runs them only on the transports it lists": a
+    worker's two steps ask the app's transport, and a disq:// broker is not on their lists
+    (redis:// is, the control)."""
+    from celery import Celery
+    from celery.worker.consumer.gossip import Gossip
+    from celery.worker.consumer.mingle import Mingle
+
+    disq_app = Celery("readme", broker="disq://127.0.0.1:1", set_as_current=False)
+    redis_app = Celery("control", broker="redis://127.0.0.1:1", set_as_current=False)
+    for step in (Mingle, Gossip):
+        unbound = object.__new__(step)  # compatible_transport reads nothing of the step
+        assert not step.compatible_transport(unbound, disq_app)
+        assert step.compatible_transport(unbound, redis_app)
