@@ -366,3 +366,99 @@ def test_readme_kombu_refuses_exchange_to_exchange_bindings(readme_node: ReadmeN
         message = q.get(timeout=5)
         assert message.payload == "still served"
         message.ack()
+
+
+def test_readme_dashboard_actions_do_what_they_say(server_factory: ServerFactory) -> None:
+    """The Dashboard section: logged-in users (here: loopback with --dashboard-actions) may
+    "pause and resume a queue, requeue, delete, kick buried tubes, CLUSTER LEAVING a node",
+    and Dead letters "requeue or delete one job or all". Each action, confirmed, changes what
+    it says; test_dashboard_http.py checks the refusals, test_dashboard_browser.py pause,
+    resume and a requeue in a browser."""
+    if server_factory.kind != "disq":
+        pytest.skip("the dashboard is disq's")
+    from dashboard_cluster import start_cluster
+    from test_dashboard_http import Browser
+
+    from disq.client import Client
+
+    n0, n1 = start_cluster(server_factory, 2, "--dashboard-actions")
+    b = Browser()
+    token = b.csrf(b.req(n0.url + "/login")[1])
+
+    def act(**form: str) -> str:
+        status, html = b.req(n0.url + "/action", {**form, "csrf": token, "confirm": "yes"})
+        assert status == 200, (form, html)
+        return html
+
+    addrs = [n0.grpc_addr, n1.grpc_addr]
+    with Client(addrs) as c:
+
+        def qlen(queue: str) -> int:
+            return sum(c.qlen(queue, node=a) for a in addrs)
+
+        # One job deleted; then a dead-letter queue requeued whole, another deleted whole.
+        one = c.add_job("readme-dead", b"one", replicate=1)
+        act(action="delete", job=one)
+        assert c.show(one) is None
+        for k in range(3):
+            c.add_job("orders-dead", f"o{k}".encode(), replicate=1)
+            c.add_job("spam-dead", f"s{k}".encode(), replicate=1)
+        assert "3 job(s)" in act(action="requeue_all", queue="orders-dead", to="orders")
+        assert (qlen("orders-dead"), qlen("orders")) == (0, 3)
+        assert "3 job(s)" in act(action="delete_all", queue="spam-dead")
+        assert qlen("spam-dead") == 0
+        # One requeued into another queue.
+        again = c.add_job("readme-dead", b"again", replicate=1)
+        act(action="requeue", job=again, to="readme-back")
+        [job] = c.get_jobs("readme-back", count=1, timeout_s=5)
+        assert job.body == b"again" and c.show(again) is None
+
+    # A buried beanstalk job of this node's tube, kicked.
+    conn = n0.srv.connect()
+    conn.send(b"put 0 0 60 4\r\nbury\r\nreserve\r\n")
+    conn.expect(b"INSERTED 1\r\nRESERVED 1 4\r\nbury\r\n")
+    conn.send(b"bury 1 0\r\n")
+    conn.expect(b"BURIED\r\n")
+    assert "1 job(s) kicked" in act(action="kick", tube="default")
+    conn.send(b"peek-ready\r\n")
+    conn.expect(b"FOUND 1 4\r\nbury\r\n")
+    conn.close()
+
+    # CLUSTER LEAVING on the other node, through this node's page.
+    with RespClient("127.0.0.1", n1.resp) as r:
+        n1_id = r.call("CLUSTER", "MYID")
+        assert isinstance(n1_id, str | bytes)
+        n1_id = n1_id.decode() if isinstance(n1_id, bytes) else n1_id
+        assert r.call("CLUSTER", "LEAVING") == "no"
+        act(action="leaving", node=n1_id, value="yes")
+        assert r.call("CLUSTER", "LEAVING") == "yes"
+        with pytest.raises(RespError, match=r"^LEAVING"):
+            r.call("GETJOB", "TIMEOUT", 100, "FROM", "readme-q")  # it refuses consumers
+        act(action="leaving", node=n1_id, value="no")
+        assert r.call("CLUSTER", "LEAVING") == "no"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_readme_sigterm_and_sigint_flush_the_aof_and_exit(
+    server_factory: ServerFactory, signum: int
+) -> None:
+    """The README's "SIGTERM/SIGINT flush the AOF and exit": status 0 (a Ctrl-C is no
+    traceback), and the job put before it is there after a restart on the same data dir.
+    (What the flush adds over a kill, the fsync, only a power cut would show: the AOF's own
+    tests cover the fsync policies.)"""
+    if server_factory.kind != "disq":
+        pytest.skip("beanstalkd exits on SIGINT without a word; this is disq's promise")
+    srv = server_factory.new(binlog=True)
+    c = srv.connect()
+    c.send(b"put 0 0 60 4\r\nkept\r\n")
+    c.expect(b"INSERTED 1\r\n")
+    c.close()
+    srv.signal(signum)
+    assert srv.proc is not None and srv.proc.wait(30) == 0, srv.log_text()
+    assert "Traceback" not in srv.log_text()
+    srv.stop()  # reaps
+    srv.start()
+    c = srv.connect()
+    c.send(b"peek 1\r\n")
+    c.expect(b"FOUND 1 4\r\nkept\r\n")
+    c.close()

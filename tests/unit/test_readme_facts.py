@@ -189,3 +189,18 @@ def test_celery_keeps_mingle_and_gossip_off_on_disq() -> None:
         unbound = object.__new__(step)  # compatible_transport reads nothing of the step
         assert not step.compatible_transport(unbound, disq_app)
         assert step.compatible_transport(unbound, redis_app)
+
+
+def test_the_roll_the_readme_describes_is_the_manifest_s() -> None:
+    """The README's "kubectl rollout restart statefulset/disq restarts one pod at a time,
+    highest ordinal first, each after the previous one is ready": what Kubernetes does for a
+    StatefulSet whose update strategy is RollingUpdate with no partition and no
+    maxUnavailable over 1 (podManagementPolicy Parallel changes scaling only, not updates)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((ROOT / "k8s" / "statefulset.yaml").read_text()) if d]
+    [sts] = [d for d in docs if d["kind"] == "StatefulSet"]
+    strategy = sts["spec"]["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    rolling = strategy.get("rollingUpdate", {})
+    assert rolling.get("partition", 0) == 0 and rolling.get("maxUnavailable", 1) == 1
