@@ -462,3 +462,54 @@ def test_readme_sigterm_and_sigint_flush_the_aof_and_exit(
     c.send(b"peek 1\r\n")
     c.expect(b"FOUND 1 4\r\nkept\r\n")
     c.close()
+
+
+@pytest.mark.slow
+def test_readme_analytics_command_writes_the_report_it_names(tmp_path: Path) -> None:
+    """The README's `spark-submit disq/spark/analytics.py --events ... --out ... --window 1h
+    --dead-letter-queues emails-dead`: "its unacked jobs count as dead", and "/tmp/report:
+    summary.txt (printed too), summary.parquet/, summary.json/, chart.png"."""
+    pytest.importorskip("pyspark")
+    submit = Path(sys.executable).with_name("spark-submit")
+    if shutil.which("java") is None or not submit.exists():
+        pytest.skip("Java and pyspark's spark-submit are needed (make test installs them)")
+    from disq.testing.events import seeded_events
+
+    events, _ = seeded_events(7)
+    t0 = min(e["time_ms"] for e in events)
+    for k in range(3):  # moved to the dead-letter queue, never handled
+        job = f"D-00000007-dead{k:020d}-05a1"
+        events.append({"node": "n9", "seq": 1 + k, "time_ms": t0 + k, "kind": "enqueued",
+                       "queue": "emails-dead", "job_id": job, "attempt": 1, "size": 1})  # fmt: skip
+    (tmp_path / "events").mkdir()
+    with open(tmp_path / "events" / "events-n.jsonl", "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in events)
+    # The README's command as written (its two lines joined), on this export.
+    lines = README.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("spark-submit "))
+    command = " ".join(ln.partition("#")[0].rstrip().rstrip("\\") for ln in lines[at : at + 2])
+    argv = shlex.split(command)
+    assert argv[:2] == ["spark-submit", "disq/spark/analytics.py"] and "emails-dead" in argv
+    report = tmp_path / "report"
+    paths = {"/tmp/events": str(tmp_path / "events"), "/tmp/report": str(report)}
+    out = subprocess.run(
+        [str(submit), *(paths.get(a, a) for a in argv[1:])],
+        cwd=PROJECT_ROOT,
+        # The venv's bin first: spark-submit finds Spark's home and its Python there.
+        env={
+            **os.environ,
+            "PYTHONPATH": str(PROJECT_ROOT),
+            "PATH": f"{submit.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    summary = (report / "summary.txt").read_text()
+    assert out.stdout == summary  # printed too
+    assert (report / "summary.parquet" / "_SUCCESS").exists()
+    assert (report / "summary.json" / "_SUCCESS").exists()
+    assert (report / "chart.png").stat().st_size > 1000
+    [dead_row] = [ln for ln in summary.splitlines() if ln.startswith("emails-dead ")]
+    assert dead_row.split()[-1] == "3"  # DEAD: the dead-letter queue's unacked jobs
