@@ -204,3 +204,19 @@ def test_the_roll_the_readme_describes_is_the_manifest_s() -> None:
     assert strategy["type"] == "RollingUpdate"
     rolling = strategy.get("rollingUpdate", {})
     assert rolling.get("partition", 0) == 0 and rolling.get("maxUnavailable", 1) == 1
+
+
+def test_every_section_the_readme_cites_exists() -> None:
+    """`(docs/benchmarks.md, "Issue 15")`, `(ARCHITECTURE.md, "A dead holder's jobs")`: the
+    cited document has a heading, or a bold entry, that starts with the cited words."""
+    text = " ".join(README.split())
+    cited = re.findall(r"((?:docs/[\w-]+|ARCHITECTURE)\.md), \"([^\"]+)\"", text)
+    assert ("ARCHITECTURE.md", "A dead holder's jobs") in cited and len(cited) >= 4
+    missing = []
+    for doc, section in cited:
+        lines = (ROOT / doc).read_text().splitlines()
+        titles = [ln.lstrip("#").strip() for ln in lines if ln.startswith("#")]
+        titles += [ln.split("**")[1] for ln in lines if ln.lstrip("- ").startswith("**")]
+        if not any(t.startswith(section) for t in titles):
+            missing.append(f"{doc}: {section!r}")
+    assert not missing, f"README cites sections that do not exist: {missing}"
