@@ -220,3 +220,54 @@ def test_every_section_the_readme_cites_exists() -> None:
         if not any(t.startswith(section) for t in titles):
             missing.append(f"{doc}: {section!r}")
     assert not missing, f"README cites sections that do not exist: {missing}"
+
+
+class _NobodysGather:
+    """A node with one queue, read in the process; counts the reads."""
+
+    def __init__(self) -> None:
+        self.me = type("Me", (), {"short": "aaaaaaaa", "is_self": True})()
+        self.reads = 0
+
+    def local_node(self) -> object:
+        return self.me
+
+    def reachable(self) -> list[object]:
+        return [self.me]
+
+    def local_queues(self, cap: int) -> tuple[list[dict[str, object]], int]:
+        self.reads += 1
+        q = {"name": "q", "len": 1, "blocked": 0, "pause": "none", "jobs_in": 1, "jobs_out": 0}
+        return [{**q, "oldest_s": 0.0}], 1
+
+    def tubes(self) -> list[dict[str, object]]:
+        return []
+
+
+def test_the_dashboard_samples_only_while_someone_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's "it samples only while someone looks": no sampling until a page wants
+    it; sampling while wanted; none once the last viewer has been gone for the idle time."""
+    import asyncio
+    import time
+
+    from disq.dashboard import sampler
+
+    monkeypatch.setattr(sampler, "IDLE_STOP_S", 0.5)
+
+    async def run() -> None:
+        gather = _NobodysGather()
+        s = sampler.Sampler(gather, interval_s=0.05)  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)
+        assert not s.running and gather.reads == 0  # nobody looked
+        s.want()
+        assert await s.wait_next(10.0) and s.running and gather.reads >= 1
+        deadline = time.monotonic() + 10.0
+        while s.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not s.running  # the viewer left: it stopped
+        reads = gather.reads
+        await asyncio.sleep(0.2)
+        assert gather.reads == reads
+        await s.close()
+
+    asyncio.run(run())
