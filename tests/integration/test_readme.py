@@ -544,3 +544,47 @@ def test_readme_aof_group_commit(server_factory: ServerFactory) -> None:
     c.close()
     synced = fsyncs() - before
     assert 1 <= synced < 100, synced
+
+
+def test_readme_the_advertised_address_travels_and_is_dialled(
+    server_factory: ServerFactory,
+) -> None:
+    """The README's "Gossip carries it to every node, and HELLO (RESP and gRPC), CLUSTER NODES
+    and the SDK's node list show it; the peers and the job lanes dial it": node A listens on
+    127.0.0.1 and advertises `localhost`; B, joined through A's IP, shows A as `localhost` and
+    replicates to it there."""
+    if server_factory.kind != "disq":
+        pytest.skip("the cluster is disq's")
+    from disq.client import Client
+
+    ports = [(free_port(), free_port()) for _ in range(2)]
+    (resp_a, grpc_a), (resp_b, grpc_b) = ports
+    common = ("--in-memory", "--node-timeout-ms", "1500")
+    server_factory.new(
+        "--resp-port", str(resp_a), "--grpc-port", str(grpc_a), *common,
+        "--advertise-host", "localhost",
+    )  # fmt: skip
+    server_factory.new(
+        "--resp-port", str(resp_b), "--grpc-port", str(grpc_b), *common,
+        "--join", f"127.0.0.1:{grpc_a}",
+    )  # fmt: skip
+
+    def a_as_seen_by_b() -> str:
+        with RespClient("127.0.0.1", resp_b) as c:
+            nodes = c.call("CLUSTER", "NODES")
+        assert isinstance(nodes, bytes | str)
+        text = nodes.decode() if isinstance(nodes, bytes) else nodes
+        rows = [r for r in text.splitlines() if "myself" not in r and r.strip()]
+        return rows[0] if rows and " connected" in rows[0] else ""
+
+    row = eventually(a_as_seen_by_b, "B's CLUSTER NODES listing A, connected")
+    assert row.split()[1].startswith(f"localhost:{resp_a}"), row
+    with RespClient("127.0.0.1", resp_b) as c:
+        hello = c.call("HELLO")
+        assert isinstance(hello, list)
+        hosts = {bytes(n[1]).decode() if isinstance(n[1], bytes) else n[1] for n in hello[2:]}
+        assert "localhost" in hosts, hello
+        job_id = c.call("ADDJOB", "readme-adv", "x", 5000, "REPLICATE", 2)  # a copy on A
+        assert isinstance(job_id, str) and job_id.startswith("D-")
+    with Client(f"127.0.0.1:{grpc_b}") as sdk:
+        assert "localhost" in {n.host for n in sdk.hello().nodes}
