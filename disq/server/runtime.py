@@ -23,7 +23,6 @@ import time
 import traceback
 from array import array
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from disq.core.beanstalk.core import BeanstalkCore
@@ -41,6 +40,7 @@ from disq.server.router import ReplyRouter
 
 if TYPE_CHECKING:
     import ssl
+    from pathlib import Path
 
     from disq.config import DisqueSettings
     from disq.core.beanstalk.session import Session

@@ -86,6 +86,41 @@ def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> 
     assert standalone == []
 
 
+def test_a_standalone_node_loads_no_cluster_module_before_it_serves() -> None:
+    # Issue 31: a node started with beanstalkd's flags (no RESP door, no bus) builds its
+    # runtime and node core without the peer messages, the scheduler, the routes table or
+    # the gRPC modules (disq/core/node_cluster.py), and without pathlib (memory only).
+    cluster_modules = (
+        "disq.core.messages",
+        "disq.core.node_cluster",
+        "disq.core.schedule.scheduler",
+        "disq.core.routes.table",
+        "disq.core.disque.core",
+        "disq.server.cluster_services",
+        "grpc",
+        "google.protobuf",
+        "pathlib",
+    )
+    loaded = _imported_after(
+        """
+        import asyncio
+        import disq.node_main
+        disq.node_main._without_rich()
+        from disq.core.beanstalk.core import Limits
+        from disq.server.node_config import NodeConfig
+        from disq.server.runtime import NodeRuntime
+        loop = asyncio.new_event_loop()
+        node = NodeRuntime(NodeConfig(data_dir=None, limits=Limits()), loop)
+        rd = node.core.ready(node.now_ms())
+        node.core.advance()
+        node.core.tick(node.now_ms())
+        loop.close()
+        """,
+        cluster_modules,
+    )
+    assert loaded == []
+
+
 def _run(code: str, tmp_path: Path) -> list[dict[str, Any]]:
     """Run ``code`` in a fresh interpreter after a node's logging start (structlog deferred,
     JSON lines to a log file, ``dl`` the module); the lines the file holds at its end."""
