@@ -182,7 +182,8 @@ def _show(name: str, what: str, times: list[float]) -> None:
     med = f"{statistics.median(answered):.1f}" if answered else "-"
     refused = len(times) - len(answered)
     also = f", {refused} refused" if refused else ""
-    print(f"{name:10s} {what} (ms): median {med}{also} ({shown})", flush=True)
+    low = f", min {min(answered):.1f}" if answered else ""
+    print(f"{name:10s} {what} (ms): median {med}{low}{also} ({shown})", flush=True)
 
 
 if __name__ == "__main__":
