@@ -101,16 +101,28 @@ def _stale(modules: dict[str, str]) -> tuple[list[str], int]:
             continue
         found += 1
         if not manifest:
-            import json
-
-            try:
-                with open(os.path.join(_ROOT, MANIFEST)) as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError):
-                manifest = {"": ""}  # no manifest: every module is stale
+            manifest = _read_manifest()
         if manifest.get(mod) != source_digest(py):
             stale.append(mod)
     return stale, found
+
+
+def _read_manifest() -> dict[str, str]:
+    """The build's manifest: JSON of strings only (setup.py writes it), which is a Python
+    literal too; ``ast`` (asyncio's import of inspect loads it anyway) reads it without
+    json's import, a millisecond of every node start. Unreadable: every module is stale."""
+    import ast
+
+    try:
+        with open(os.path.join(_ROOT, MANIFEST)) as f:
+            data = ast.literal_eval(f.read())
+    except (OSError, ValueError, SyntaxError, MemoryError, RecursionError):
+        return {"": ""}
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        return {"": ""}
+    return data or {"": ""}
 
 
 class _LibFinder:
