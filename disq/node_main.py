@@ -27,10 +27,13 @@ import os
 import socket
 import stat
 import sys
-from typing import TYPE_CHECKING, Any
 
+# typing.TYPE_CHECKING without importing typing before the port is bound (typing is a few
+# milliseconds, asyncio imports it after); mypy reads any TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
 DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
