@@ -9,7 +9,7 @@ measures the floor and every server in turn (the machine's drift hits them alike
 
 Harnesses written for beanstalkd connect almost at once, so disq-node must listen within 0.1 s.
 Usage: ``python scripts/bench_startup.py [--runs 5] [--before OTHER/.venv/bin/disq-node]
-[--before-path OTHER_CHECKOUT]``; run it with ``PYTHONPATH`` at the checkout to measure (its
+[--before-path OTHER_CHECKOUT] [--cpu]``; run it with ``PYTHONPATH`` at the checkout to measure (its
 compiled build, when built: no ``DISQ_PURE``).
 """
 
@@ -132,6 +132,75 @@ def greenstalk_delay(cmd: list[str], env: dict[str, str] | None = None) -> float
         proc.wait()
 
 
+# ``--cpu``: the node under a wrapper that writes its CPU time (all threads) when the
+# beanstalk door reads its first bytes; the floor writes its own at the end of its import.
+CPU_NODE = """
+import os, sys, time
+import disq.server.beanstalk_tcp as bt
+first = bt.BeanstalkProtocol.data_received
+def data_received(self, data, _told=[]):
+    if not _told:
+        _told.append(1)
+        os.write(int(os.environ["CPU_FD"]), b"%.3f\\n" % (time.process_time() * 1000))
+    return first(self, data)
+bt.BeanstalkProtocol.data_received = data_received
+from disq.node_main import main
+sys.argv[0] = "disq-node"
+sys.exit(main())
+"""
+CPU_FLOOR = "import asyncio, time; print(time.process_time() * 1000)"
+
+
+def cpu_floor() -> float:
+    out = subprocess.run([str(PYTHON), "-c", CPU_FLOOR], capture_output=True, text=True, cwd="/")
+    return float(out.stdout)
+
+
+def cpu_to_answer(env: dict[str, str] | None) -> float:
+    """CPU ms of a standalone node when it reads its first command (``stats``)."""
+    port = _free_port()
+    r, w = os.pipe()
+    child_env = dict(env if env is not None else os.environ, CPU_FD=str(w))
+    proc = subprocess.Popen(
+        [str(PYTHON), "-c", CPU_NODE, "-l", "127.0.0.1", "-p", str(port)],
+        env=child_env,
+        pass_fds=(w,),
+        cwd="/",  # -c puts the working directory first on sys.path: not this checkout
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(w)
+    try:
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    _reply(s, b"stats\r\n")
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("disq-node exited") from None
+                time.sleep(0.0005)
+        return float(os.read(r, 64).split()[0])
+    finally:
+        os.close(r)
+        proc.terminate()
+        proc.wait()
+
+
+def cpu_runs(runs: int, servers: list[Server]) -> None:
+    floor: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name, _, _ in servers}
+    for _ in range(runs):
+        floor.append(cpu_floor())
+        for name, _, env in servers:
+            times[name].append(cpu_to_answer(env))
+    _show("floor", "CPU to the end of import asyncio", floor)
+    for name, _, _ in servers:
+        _show(name, "CPU to reading its first command", times[name])
+        after = statistics.median(times[name]) - statistics.median(floor)
+        print(f"{name:10s} CPU after the floor (medians) (ms): {after:.1f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
@@ -143,6 +212,12 @@ def main() -> int:
         help="another checkout whose disq this disq-node runs (PYTHONPATH), measured in the "
         "same runs: main's compiled build against this one's",
     )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="CPU time (process_time) to the first command instead of wall times: what the "
+        "load of a shared machine moves least (disq-node builds only)",
+    )
     args = parser.parse_args()
     node = [str(PYTHON), str(ROOT / ".venv" / "bin" / "disq-node")]
     servers: list[Server] = [("disq-node", node, None)]
@@ -151,6 +226,9 @@ def main() -> int:
     if args.before_path:
         env = dict(os.environ, PYTHONPATH=args.before_path)
         servers.append(("before", node, env))
+    if args.cpu:
+        cpu_runs(args.runs, servers)
+        return 0
     servers.append(("beanstalkd", ["beanstalkd"], None))
     floor_cmd = [str(PYTHON), "-c", FLOOR_CODE]
     for what, measure in (
