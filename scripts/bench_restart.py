@@ -8,10 +8,12 @@ polled by its own thread; beanstalkd on its one port (``stats``). Disque is not 
 the issue's own measurement of disque-server 1.0-rc1 (PING 0.01-0.05 s after a restart, an
 almost empty dir) is the comparison docs/benchmarks.md quotes.
 
-An empty dir is a lone node: no peer in its view, so (issue 31) its RESP and beanstalk ports
-serve before its bus loads. ``--with-peer`` gives each disq node a peer first (a second
-node, met once and kept running): its view then holds that peer, and a restart takes the
-other path, dialling the peer before it answers a client (ARCHITECTURE.md, "Restarts").
+Each empty-dir run also measures the floor: the same interpreter importing asyncio and
+exiting. An empty dir is a lone node: no peer in its view, so (issue 31) its RESP and
+beanstalk ports serve before its bus loads. ``--with-peer`` gives each disq node a peer
+first (a second node, met once and kept running): its view then holds that peer, and a
+restart takes the other path, dialling the peer before it answers a client
+(ARCHITECTURE.md, "Restarts").
 
 Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]
 [--with-peer]``.
@@ -244,6 +246,15 @@ def _beanstalkd(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
     return [_first_answers(cmd, probes, data_dir) for _ in range(runs)]
 
 
+def _floor() -> float:
+    """The floor, measured in the same runs: disq-node's interpreter spawned, importing
+    asyncio and exiting (what any asyncio server in Python pays before it can answer)."""
+    python = DISQ_NODE.parent / "python"
+    start = time.perf_counter()
+    subprocess.run([str(python), "-c", "import asyncio"], check=True, cwd="/")
+    return time.perf_counter() - start
+
+
 def _report(name: str, results: list[dict[str, float]]) -> None:
     for port_name in results[0]:
         times = [r[port_name] * 1000 for r in results]
@@ -311,14 +322,17 @@ def main() -> int:
                             args.before if "before" in name else DISQ_NODE, dirs[i], peer_port
                         )
             each: list[list[dict[str, float]]] = [[] for _ in runs]
+            floor: list[dict[str, float]] = []
             try:
                 for _ in range(args.runs):
+                    floor.append({"exit": _floor()})
                     for i, (_name, run) in enumerate(runs):
                         each[i] += run(dirs[i], 0, 1)
             finally:
                 if peer is not None:
                     peer.send_signal(signal.SIGINT)
                     peer.wait(30)
+        _report('floor: python -c "import asyncio"', floor)
         label = "0 jobs, a peer in its view" if args.with_peer else "0 jobs"
         for (name, _run), results in zip(runs, each, strict=True):
             _report(f"{name} ({label if name != 'beanstalkd' else '0 jobs'})", results)
