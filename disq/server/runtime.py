@@ -513,10 +513,16 @@ class NodeRuntime:
     async def _start_bus(self, cluster: ClusterPart) -> None:
         """A node with no peer to hear from it first: its client ports serve, then the bus
         loads (grpc and the API's modules imported in a thread, the loop serving meanwhile)
-        and starts. A bus port that cannot be bound still fails the start (ListenError, as
-        when it is bound first), after the node has stopped serving and closed its AOF."""
+        and starts. The import waits DEFERRED_IMPORT_DELAY_S, as structlog's does: grpc's
+        and protobuf's C initialisation holds the interpreter for milliseconds at a time, and
+        a client's first commands (a harness's, 0.1 s after spawning the node) come first. A
+        bus port that cannot be bound still fails the start (ListenError, as when it is
+        bound first), after the node has stopped serving and closed its AOF."""
         from disq.server.cluster_services import import_bus
 
+        await asyncio.sleep(DEFERRED_IMPORT_DELAY_S)
+        if self._stopping is not None and self._stopping.done():
+            return  # stopped meanwhile: nothing to start
         await self._off_loop(import_bus)
         try:
             await cluster.start()
