@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--disque", type=Path, help="profile Disque's node 0 instead")
     p.add_argument("--top", type=int, default=30, help="symbols to print")
     p.add_argument("--out", type=Path, help="keep perf.data here")
+    p.add_argument(
+        "--call-graph",
+        default="dwarf,16384",
+        help="perf's --call-graph (dwarf: libpython has no frame pointers); default %(default)s",
+    )
     args = p.parse_args(argv)
     if shutil.which("perf") is None:
         print("error: perf not found", file=sys.stderr)
@@ -63,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             node = cluster.nodes[0]
             assert node.proc is not None
             perf = subprocess.Popen(
-                ["perf", "record", "-q", "-g", "-F", "499", "-o", str(data),
+                ["perf", "record", "-q", "--call-graph", args.call_graph, "-F", "499",
+                 "-o", str(data),
                  "-p", str(node.proc.pid), "--", "sleep", f"{args.seconds:g}"],
                 stdout=subprocess.DEVNULL,
             )  # fmt: skip
