@@ -39,6 +39,21 @@ COMPILED_SINGLE = (
     "disq.persistence.framing",
     "disq.persistence.records",
     "disq.persistence.cluster_records",
+    # The IO layer (issue 33): the runtime's flush, the peer links and their job lane, the
+    # RESP and beanstalk TCP protocols. Their asyncio.Protocol subclasses stay Python classes
+    # (mypyc_attr native_class=False: a native class cannot inherit one) with compiled
+    # methods; the rest are native classes.
+    "disq.server.clock",
+    "disq.server.router",
+    "disq.server.frame_bound",
+    "disq.server.peer_wire",
+    "disq.server.job_lane",
+    "disq.server.peer_conn",
+    "disq.server.peer_link",
+    "disq.server.flow",
+    "disq.server.resp_tcp",
+    "disq.server.beanstalk_tcp",
+    "disq.server.runtime",
 )
 # mypyc's group: one shared library holds the modules' code, ``disq__mypyc.<ext>`` beside the
 # package directory (mypyc derives the compiled packages' __path__ from where it sits, so it
