@@ -38,11 +38,11 @@ def _short(module: str) -> str:
 
 
 def _declared_methods() -> set[str]:
-    return {
-        name
-        for name, value in vars(CoreParts).items()
-        if not name.startswith("__") and (callable(value) or isinstance(value, property))
-    }
+    # From the source (a compiled property is no ``property`` at run time); each one is
+    # really in the class.
+    names = _defined_in_class(_class_node(_source_of(CoreParts.__module__), "CoreParts"))
+    assert names <= set(vars(CoreParts)), names - set(vars(CoreParts))
+    return names
 
 
 def _declared_state() -> set[str]:
