@@ -77,7 +77,7 @@ from disq.persistence.framing import frame
 KV_RETRY_MAX_MS = 3000
 KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 
-# What the winner's job does when its vote is won (state.py: ADD, AT_ONCE, COPY).
+# What the winner's job does when its vote is won: ADD, AT_ONCE, COPY (state.py's KV_ADD, ...).
 # Only the first two propose their own job: a job is proposed by its creator once it is stored
 # as its add asked (its copies made; ASYNC and REPLICATE 1 ask for none to wait for). A copy
 # never proposes itself: its creator may have failed to make the other copies (an add that
