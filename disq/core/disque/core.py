@@ -73,16 +73,7 @@ from disq.core.disque.memory import MemoryMixin
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.disque.requeue import RequeueMixin
-from disq.core.disque.state import (
-    KV_AT_ONCE,
-    Acceptor,
-    AddWait,
-    GetWait,
-    HeldReply,
-    HeldRetry,
-    Key,
-    Proposal,
-)
+from disq.core.disque.state import KV_AT_ONCE, GetWait
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -153,10 +144,11 @@ class DisqueCore(
         # _process_jobs pops the two in one (awake_ms, ctime, id) order, as one heap would.
         self._awake_acked: list[tuple[int, int, str]] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
-        self._adds: dict[int, AddWait] = {}  # token -> blocked ADDJOB
+        # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
+        self._adds = {}  # token -> blocked ADDJOB
         self._add_by_job: dict[str, int] = {}
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
-        self._gets: dict[int, GetWait] = {}  # token -> blocked GETJOB
+        self._gets = {}  # token -> blocked GETJOB
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
         # Both are FIFOs trimmed from their oldest end: OrderedDicts, because a plain dict
@@ -165,25 +157,25 @@ class DisqueCore(
         # tombstones reached their bound).
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
-        self._idem: OrderedDict[Key, tuple[str, int]] = OrderedDict()  # idempotency.py
-        self._idem_tentative: set[Key] = set()
-        self._idem_shadow: dict[Key, list[str]] = {}
-        self._idem_unacked: dict[str, dict[Key, str]] = {}
+        self._idem = OrderedDict()  # idempotency.py
+        self._idem_tentative = set()
+        self._idem_shadow = {}
+        self._idem_unacked = {}
         self._idem_resend: dict[str, tuple[int, int]] = {}
         self._idem_timer_ms = 0
         self._idem_reannounce = False
         self._idem_live: set[str] = set()
-        self._held_retries: dict[Key, list[HeldRetry]] = {}
-        self._held_retry_of: dict[int, Key] = {}
-        self._held_replies: dict[Key, HeldReply] = {}
-        self._held_reply_of: dict[int, Key] = {}
-        self._idem_reruns: list[HeldRetry] = []
+        self._held_retries = {}
+        self._held_retry_of = {}
+        self._held_replies = {}
+        self._held_reply_of = {}
+        self._idem_reruns = []
         self.idem_reply_wait = True  # a done keyed add answers once peers have its key
         self._followers: dict[int, list[int]] = {}  # blocked.py
         self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
-        self._kv_acc: dict[Key, Acceptor] = {}  # keyvote.py
-        self._kv_prop: dict[Key, Proposal] = {}
+        self._kv_acc = {}  # keyvote.py
+        self._kv_prop = {}
         self._kv_timer_ms = 0
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
