@@ -52,6 +52,8 @@ typecheck: $(STAMP)
 # fails unless they loaded), slow tests included; then the unit tests once more against the
 # pure Python sources, but for the slow ones (the simulator's long sweeps: the same logic the
 # compiled run just swept, at twice the time; the 20-minute budget of a CI run on 2 cores).
+# The sweeps both runs make take half of their seeds each (DISQ_SIM_SHARE, tests/unit/
+# sim_share.py): together every seed once, each build half of them.
 test: $(COMPILED) lint typecheck
 	scripts/tree_state.sh save $(VENV)/.tree-before-test
 	scripts/ensure_redis_cli.sh
@@ -59,8 +61,9 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_java.sh
 	scripts/ensure_chromium.sh
 	scripts/ensure_kombu_suite.sh
-	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) $(BIN)/pytest -q -p no:cacheprovider --durations=15 tests
-	DISQ_PURE=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" tests/unit
+	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) DISQ_SIM_SHARE=0/2 $(BIN)/pytest -q -p no:cacheprovider \
+		--durations=15 tests
+	DISQ_PURE=1 DISQ_SIM_SHARE=1/2 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" tests/unit
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \
 		tests/integration/test_beanstalk_wire.py tests/integration/test_clients.py

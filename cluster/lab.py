@@ -436,16 +436,26 @@ class Lab:
                     + node.log_tail()
                 )
             try:
-                if node.call("PING", timeout=1.0) == "PONG":
+                # A node without peers answers PING before its bus listens (issue 31): the
+                # lab waits for both, the bus being what its MEETs and SDK users reach.
+                if node.call("PING", timeout=1.0) == "PONG" and self._bus_listens(node):
                     return
             except (OSError, RespError):
                 pass
             if time.monotonic() > deadline:
                 raise LabError(
-                    f"node {node.index} (port {node.port}) did not answer PING in time\n"
-                    + node.log_tail()
+                    f"node {node.index} (port {node.port}) did not answer PING and listen on "
+                    f"its bus in time\n" + node.log_tail()
                 )
             time.sleep(0.05)
+
+    @staticmethod
+    def _bus_listens(node: NodeHandle) -> bool:
+        try:
+            socket.create_connection((node.host, node.bus_port), timeout=1.0).close()
+        except OSError:
+            return False
+        return True
 
     def _fetch_id(self, node: NodeHandle) -> str:
         reply = node.call("CLUSTER", "MYID")

@@ -6,10 +6,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 # First: decides whether the compiled (mypyc) modules may load, before any of them is imported.
 from disq import _native  # noqa: F401
+
+# typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as true): this
+# package is imported before disq-node binds its port (disq/node_main.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

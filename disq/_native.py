@@ -39,6 +39,21 @@ COMPILED_SINGLE = (
     "disq.persistence.framing",
     "disq.persistence.records",
     "disq.persistence.cluster_records",
+    # The IO layer (issue 33): the runtime's flush, the peer links and their job lane, the
+    # RESP and beanstalk TCP protocols. Their asyncio.Protocol subclasses stay Python classes
+    # (mypyc_attr native_class=False: a native class cannot inherit one) with compiled
+    # methods; the rest are native classes.
+    "disq.server.clock",
+    "disq.server.router",
+    "disq.server.frame_bound",
+    "disq.server.peer_wire",
+    "disq.server.job_lane",
+    "disq.server.peer_conn",
+    "disq.server.peer_link",
+    "disq.server.flow",
+    "disq.server.resp_tcp",
+    "disq.server.beanstalk_tcp",
+    "disq.server.runtime",
 )
 # mypyc's group: one shared library holds the modules' code, ``disq__mypyc.<ext>`` beside the
 # package directory (mypyc derives the compiled packages' __path__ from where it sits, so it
@@ -101,16 +116,33 @@ def _stale(modules: dict[str, str]) -> tuple[list[str], int]:
             continue
         found += 1
         if not manifest:
-            import json
-
-            try:
-                with open(os.path.join(_ROOT, MANIFEST)) as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError):
-                manifest = {"": ""}  # no manifest: every module is stale
+            manifest = _read_manifest()
         if manifest.get(mod) != source_digest(py):
             stale.append(mod)
     return stale, found
+
+
+def _read_manifest() -> dict[str, str]:
+    """The build's manifest, as setup.py writes it (``json.dump(indent=0)`` of strings: one
+    ``"module": "digest",`` a line), read without importing json or ast: this runs before
+    disq-node binds its port, which beanstalkd harnesses connect to 0.1 s after spawning
+    it. Anything else, or an unreadable file: every module is stale."""
+    try:
+        with open(os.path.join(_ROOT, MANIFEST)) as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return {"": ""}
+    out: dict[str, str] = {}
+    body = [ln for ln in lines if ln.strip()]
+    if len(body) < 2 or body[0] != "{" or body[-1] != "}":
+        return {"": ""}
+    for ln in body[1:-1]:
+        parts = ln.rstrip(",").split('"')
+        # '"mod": "digest"' -> ['', 'mod', ': ', 'digest', '']; no escapes in either
+        if len(parts) != 5 or parts[0] or parts[2] != ": " or parts[4] or "\\" in ln:
+            return {"": ""}
+        out[parts[1]] = parts[3]
+    return out or {"": ""}
 
 
 class _LibFinder:

@@ -27,8 +27,13 @@ import os
 import socket
 import stat
 import sys
-from pathlib import Path
-from typing import Any
+
+# typing.TYPE_CHECKING without importing typing before the port is bound (typing is a few
+# milliseconds, asyncio imports it after); mypy reads any TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
@@ -222,6 +227,14 @@ def _tls_files(args: argparse.Namespace, st: Any = None) -> dict[str, Any] | Non
     return files
 
 
+def _path(text: str) -> Path:
+    """pathlib, imported for a node that has a data directory: with the modules it pulls in
+    (urllib.parse, ipaddress, fnmatch) a few milliseconds a memory-only node does without."""
+    from pathlib import Path
+
+    return Path(text)
+
+
 def _write_pidfile(path: Path) -> None:
     """Redis's createPidFile: the pid and a newline. A file that cannot be written is logged
     and the node runs on, as Redis does."""
@@ -255,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         from disq.persistence.aof_reader import repair_aof
 
         try:
-            dropped = repair_aof(Path(args.repair_aof) / "disq.aof")
+            dropped = repair_aof(_path(args.repair_aof) / "disq.aof")
         except (AofError, OSError) as exc:
             sys.stderr.write(f"disq-node: cannot repair: {exc}\n")
             return 1
@@ -480,7 +493,7 @@ def _run(
     if args.no_fsync:
         fsync = "no"
     config = NodeConfig(
-        data_dir=Path(data_dir) if data_dir else None,
+        data_dir=_path(data_dir) if data_dir else None,
         fsync=fsync,
         fsync_interval_ms=interval_ms,
         limits=Limits(max_job_size=max_job_size, max_memory_bytes=args.max_memory),

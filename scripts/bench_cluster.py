@@ -25,15 +25,24 @@ rows run and the ``aof`` rows at 50 conns, pipeline 16.
 The nodes' CPU time (utime + stime from /proc/PID/stat, whole process tree) is recorded over
 each measured run, so a row limited by the nodes' CPU can be told apart from one that waits.
 
-Disque itself is not run by this script: the Disque column is issue 14's side-by-side figure
-(Disque 1.0-rc1 and beanstalkd 1.12 on this machine, 3 nodes, 50 connections x pipeline 16,
-AOF off) quoted as a multiple of beanstalkd's put, times beanstalkd's put measured first in
-this same run (``--no-calibrate`` skips it): the machine's speed of the day cancels out.
+With ``--disque PATH`` (a ``disque-server`` binary built from antirez/disque's public source;
+never committed, and no recipe here builds it) every row also runs against 3 real Disque nodes
+started the same way (the same config-file lines, which are Disque's own; CLUSTER MEET; the
+same CLUSTER INFO wait), interleaved with disq run by run (disq first on odd runs, Disque first
+on even ones, so a drift of the shared machine falls on both), and the table shows each
+system's median and the ratio disq / Disque of the medians against issue 33's targets.
+
+Without ``--disque`` the Disque column is issue 14's side-by-side figure (Disque 1.0-rc1 and
+beanstalkd 1.12 on this machine, 3 nodes, 50 connections x pipeline 16, AOF off) quoted as a
+multiple of beanstalkd's put, times beanstalkd's put measured first in this same run
+(``--no-calibrate`` skips it): the machine's speed of the day cancels out.
 
 Examples:
   .venv/bin/python scripts/bench_cluster.py
   .venv/bin/python scripts/bench_cluster.py --quick --markdown /tmp/cluster.md
   .venv/bin/python scripts/bench_cluster.py --rows 'addjob-r3/c50/p16/*' --repeat 5
+  .venv/bin/python scripts/bench_cluster.py --disque /tmp/disque/src/disque-server --repeat 3 \
+      --rows 'addjob-r[13]/c50/p16/mem,getjob-ackjob/c50/p16/mem,addjob-r3/c1/p1/mem'
 
 Row ids for --rows (comma-separated fnmatch patterns): ``WORKLOAD/cN/pK/PERSIST`` with PERSIST
 ``mem`` or ``aof`` (e.g. ``addjob-r1/c50/p16/mem``, ``getjob-ackjob/*``, ``*/aof``).
@@ -136,6 +145,15 @@ DISQUE_REFERENCE: dict[str, Reference] = {
     "getjob-ackjob": Reference(0.63, 0.7, "GETJOB+ACKJOB at least 0.7 of Disque"),
 }
 REFERENCE_SHAPE = (50, 16)
+
+# Issue 33's targets, disq / Disque measured side by side in one run (--disque): row id -> the
+# fraction required.
+DISQUE_TARGETS: dict[str, float] = {
+    "addjob-r3/c50/p16/mem": 0.9,
+    "addjob-r1/c50/p16/mem": 0.6,
+    "getjob-ackjob/c50/p16/mem": 0.9,
+    "addjob-r3/c1/p1/mem": 0.5,
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,6 +457,7 @@ class Row:
     pipeline: int
     aof: bool
     cell: Cell | None = None
+    disque_cell: Cell | None = None  # the same row on real Disque (--disque)
 
     @property
     def id(self) -> str:
@@ -468,9 +487,11 @@ class Bench:
         d.mkdir(parents=True)
         return d
 
-    def run_row(self, row: Row) -> Cell:
-        wd = self.workdir(row.id)
-        cluster = Cluster(self.node_cmd, wd, row.aof)
+    def run_row(self, row: Row, node_cmd: list[str] | None = None) -> Cell:
+        """One measured run of ``row`` on a fresh cluster of ``node_cmd`` (disq's by default;
+        Disque's binary for the side-by-side column)."""
+        wd = self.workdir(row.id if node_cmd is None else f"disque-{row.id}")
+        cluster = Cluster(node_cmd or self.node_cmd, wd, row.aof)
         wl = row.workload
         extra: dict[str, Any] = {}
         try:
@@ -594,6 +615,94 @@ def ref_cols(row: Row, bs_put: float | None) -> tuple[str, str, str]:
     return ref_txt, f"{ratio:.2f}x ({v / bs_put:.2f}x put)", f"{met} (target {ref.target:g}x)"
 
 
+def cpu_us_per_op(cell: Cell | None) -> str:
+    """The nodes' CPU (all 3, utime + stime) per measured op, in µs."""
+    if cell is None or cell.result is None or not cell.result.ops:
+        return "-"
+    return f"{1e6 * sum(cell.result.node_cpu_s) / cell.result.ops:.1f}"
+
+
+def disque_cols(row: Row) -> tuple[str, str, str, str]:
+    """Disque's ops/s in this run, its node CPU per op, disq / Disque, and the target."""
+    dc = row.disque_cell
+    if dc is None:
+        return "-", "-", "-", "-"
+    if dc.error is not None or dc.result is None:
+        return "FAIL", "-", "-", "-"
+    d = dc.result.ops_per_s
+    d_txt = fmt_int(d) + (f" ({dc.result.errors:,} errors)" if dc.result.errors else "")
+    cell = row.cell
+    target = DISQUE_TARGETS.get(row.id)
+    if cell is None or cell.error is not None or cell.result is None:
+        return d_txt, cpu_us_per_op(dc), "-", "FAIL" if target else "-"
+    ratio = cell.result.ops_per_s / d if d else 0.0
+    if target is None:
+        met = "-"
+    elif cell.result.errors:
+        met = "no (errors)"
+    else:
+        met = f"{'yes' if ratio >= target else 'no'} (target {target:g})"
+    return d_txt, cpu_us_per_op(dc), f"{ratio:.2f}", met
+
+
+def disq_cols(row: Row) -> list[str]:
+    """ops/s (with notes), latency and node CPU of the disq run."""
+    c = row.cell
+    if c is None:
+        return ["-", "-", "-"]
+    if c.error is not None or c.result is None:
+        return ["FAIL", "-", "-"]
+    r = c.result
+    ops = fmt_int(r.ops_per_s)
+    notes = []
+    if r.errors:
+        notes.append(f"{r.errors:,} errors{fmt_kinds(r.raw)}")
+    if c.extra.get("prefill_errors"):
+        notes.append(
+            f"prefill: {c.extra['prefilled']:,} jobs, {c.extra['prefill_errors']:,} "
+            f"errors{fmt_kinds({'error_kinds': c.extra.get('prefill_error_kinds')})}"
+        )
+    if "drained_s" in c.extra:
+        notes.append(f"all {r.ops:,} jobs consumed in {c.extra['drained_s']:.2f} s: a lower bound")
+    if c.extra.get("stalled"):
+        notes.append("stalled")
+    if notes:
+        ops += f" ({', '.join(notes)})"
+    return [
+        ops,
+        f"{fmt_int(r.p50_us)} / {fmt_int(r.p99_us)}",
+        "/".join(f"{p:.0f}" for p in r.node_cpu_pct) + f" ({r.machine_busy_pct:.0f}%)",
+    ]
+
+
+def render_side_by_side(rows: list[Row]) -> str:
+    """The table of a --disque run: each system's median, measured in this run."""
+    hdr = [
+        "workload",
+        "conns",
+        "pipeline",
+        "AOF",
+        "disq ops/s",
+        "disq p50 / p99 (µs)",
+        "disq node CPU % n0/n1/n2 (machine busy %)",
+        "disq node CPU µs/op",
+        "Disque ops/s",
+        "Disque node CPU µs/op",
+        "disq / Disque",
+        "target met",
+    ]
+    out = ["| " + " | ".join(hdr) + " |"]
+    align = ["---", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---:"]
+    out.append("| " + " | ".join([*align, "---:", "---"]) + " |")
+    for row in rows:
+        cols = [row.workload.label, str(row.conns), str(row.pipeline), "on" if row.aof else "off"]
+        cols += disq_cols(row)
+        d_ops, d_cpu, ratio, met = disque_cols(row)
+        cols += [cpu_us_per_op(row.cell), d_ops, d_cpu, ratio, met]
+        out.append("| " + " | ".join(cols) + " |")
+    return "\n".join(out) + "\n"
+
+
 def render(rows: list[Row], bs_put: float | None) -> str:
     hdr = [
         "workload",
@@ -612,42 +721,20 @@ def render(rows: list[Row], bs_put: float | None) -> str:
     out.append("| " + " | ".join(align) + " |")
     for row in rows:
         cols = [row.workload.label, str(row.conns), str(row.pipeline), "on" if row.aof else "off"]
-        c = row.cell
-        if c is None:
-            cols += ["-", "-", "-"]
-        elif c.error is not None or c.result is None:
-            cols += ["FAIL", "-", "-"]
-        else:
-            r = c.result
-            ops = fmt_int(r.ops_per_s)
-            notes = []
-            if r.errors:
-                notes.append(f"{r.errors:,} errors{fmt_kinds(r.raw)}")
-            if c.extra.get("prefill_errors"):
-                notes.append(
-                    f"prefill: {c.extra['prefilled']:,} jobs, {c.extra['prefill_errors']:,} "
-                    f"errors{fmt_kinds({'error_kinds': c.extra.get('prefill_error_kinds')})}"
-                )
-            if "drained_s" in c.extra:
-                notes.append(
-                    f"all {r.ops:,} jobs consumed in {c.extra['drained_s']:.2f} s: a lower bound"
-                )
-            if c.extra.get("stalled"):
-                notes.append("stalled")
-            if notes:
-                ops += f" ({', '.join(notes)})"
-            cols += [
-                ops,
-                f"{fmt_int(r.p50_us)} / {fmt_int(r.p99_us)}",
-                "/".join(f"{p:.0f}" for p in r.node_cpu_pct) + f" ({r.machine_busy_pct:.0f}%)",
-            ]
+        cols += disq_cols(row)
         cols += list(ref_cols(row, bs_put))
         out.append("| " + " | ".join(cols) + " |")
     return "\n".join(out) + "\n"
 
 
 def failures(rows: list[Row]) -> list[str]:
-    return [f"{r.id}: {r.cell.error}" for r in rows if r.cell is not None and r.cell.error]
+    out = [f"{r.id}: {r.cell.error}" for r in rows if r.cell is not None and r.cell.error]
+    out += [
+        f"{r.id} on Disque: {r.disque_cell.error}"
+        for r in rows
+        if r.disque_cell is not None and r.disque_cell.error
+    ]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -737,6 +824,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", type=Path, help="also write the table to this markdown file")
     p.add_argument("--json", type=Path, help="write raw results as JSON to this file")
     p.add_argument(
+        "--disque",
+        type=Path,
+        help="a disque-server binary: run every row on 3 Disque nodes too, interleaved with disq "
+        "run by run, and report disq / Disque (never commit the binary)",
+    )
+    p.add_argument(
         "--no-calibrate",
         action="store_true",
         help="skip beanstalkd's put (the yardstick for the Disque column)",
@@ -757,6 +850,12 @@ def main(argv: list[str] | None = None) -> int:
         return any(fnmatch.fnmatchcase(row_id, pat) for pat in patterns)
 
     node_cmd = shlex.split(args.node_cmd)
+    disque_cmd: list[str] | None = None
+    if args.disque is not None:
+        if not os.access(args.disque, os.X_OK):
+            print(f"error: --disque {args.disque}: not an executable file", file=sys.stderr)
+            return 2
+        disque_cmd = [str(args.disque.resolve())]
     try:
         loadgen = ensure_loadgen(args.loadgen.resolve())
     except (BenchError, subprocess.SubprocessError, OSError) as exc:
@@ -786,30 +885,48 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep_dirs:
                 tmp = Path(tempfile.mkdtemp(prefix="disq-cluster-bench-kept-"))
             bench = Bench(args, node_cmd, loadgen, tmp)
-            if not args.no_calibrate and any(r.reference is not None for r in rows):
+            calibrate_wanted = not args.no_calibrate and args.disque is None
+            if calibrate_wanted and any(r.reference is not None for r in rows):
                 cal = calibrate(args, tmp)
                 if cal.result is not None:
                     bs_put = cal.result.ops_per_s
             for i, row in enumerate(rows, 1):
-                cells = []
+                cells: list[Cell] = []
+                disque_cells: list[Cell] = []
                 for rep in range(args.repeat):
                     rep_txt = f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""
-                    log(f"row {i}/{len(rows)}: {row.id}{rep_txt}")
-                    cells.append(bench.run_row(row))
+                    # Interleaved: disq first on odd runs, Disque first on even ones.
+                    order = ["disq", "Disque"] if rep % 2 == 0 else ["Disque", "disq"]
+                    for system in order:
+                        if system == "Disque" and disque_cmd is None:
+                            continue
+                        log(f"row {i}/{len(rows)}: {row.id} on {system}{rep_txt}")
+                        if system == "disq":
+                            cells.append(bench.run_row(row))
+                        else:
+                            disque_cells.append(bench.run_row(row, disque_cmd))
                 row.cell = median_cell(cells)
+                if disque_cells:
+                    row.disque_cell = median_cell(disque_cells)
     finally:
         _kill_all_live()
     elapsed = time.monotonic() - t_start
 
-    table = render(rows, bs_put)
+    table = render_side_by_side(rows) if disque_cmd else render(rows, bs_put)
     fails = failures(rows)
     print()
     print(table, end="")
-    print(
-        "\nDisque is not run here: its column is issue 14's side-by-side figure as a multiple "
-        "of beanstalkd's put, times beanstalkd's put measured in this run"
-        + (f" ({bs_put:,.0f}/s at c50 p16)." if bs_put else " (not measured: no figure).")
-    )
+    if disque_cmd:
+        print(
+            f"\nDisque ({disque_cmd[0]}) ran in this run, interleaved with disq; medians of "
+            f"{args.repeat} run(s) each; ratio = disq median / Disque median."
+        )
+    else:
+        print(
+            "\nDisque is not run here: its column is issue 14's side-by-side figure as a "
+            "multiple of beanstalkd's put, times beanstalkd's put measured in this run"
+            + (f" ({bs_put:,.0f}/s at c50 p16)." if bs_put else " (not measured: no figure).")
+        )
     if fails:
         print("\nFailures:\n" + "\n".join(f"- {f}" for f in fails))
     lg_pct, lg_row = bench.max_loadgen_cpu
@@ -853,13 +970,23 @@ def main(argv: list[str] | None = None) -> int:
             "when it is well below",
             f"- load generator: scripts/resp_loadgen (C, epoll, single thread); busiest run "
             f"used {lg_pct:.0f}% of one core",
-            "- **Disque is not run here**: the Disque column is issue 14's side-by-side figure "
-            "(Disque 1.0-rc1, 3 nodes, AOF off, c50 p16, 100-byte bodies) as a multiple of "
-            "beanstalkd 1.12's put in that run, times beanstalkd's put measured at the start "
-            "of this run"
-            + (f" ({bs_put:,.0f}/s, c50 p16, no binlog)" if bs_put else " (not measured)")
-            + "; 'target met' compares disq / that figure with the issue's target, never "
-            "with errors",
+            (
+                f"- Disque: 3 nodes of `{disque_cmd[0]}` with the same config lines, run in this "
+                "run, interleaved with disq run by run (disq first on odd runs, Disque first on "
+                "even ones); disq / Disque = ratio of the medians; 'target met' compares it with "
+                "issue 33's target, never with errors; node CPU µs/op = the 3 nodes' CPU over "
+                "the measured run / ops"
+            )
+            if disque_cmd
+            else (
+                "- **Disque is not run here**: the Disque column is issue 14's side-by-side "
+                "figure (Disque 1.0-rc1, 3 nodes, AOF off, c50 p16, 100-byte bodies) as a "
+                "multiple of beanstalkd 1.12's put in that run, times beanstalkd's put measured "
+                "at the start of this run"
+                + (f" ({bs_put:,.0f}/s, c50 p16, no binlog)" if bs_put else " (not measured)")
+                + "; 'target met' compares disq / that figure with the issue's target, never "
+                "with errors"
+            ),
             "",
             table.rstrip("\n"),
         ]
@@ -900,7 +1027,15 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for k, v in DISQUE_REFERENCE.items()
             },
-            "rows": [{"id": r.id, **cell_json(r.cell)} for r in rows],
+            "disque": disque_cmd[0] if disque_cmd else None,
+            "rows": [
+                {
+                    "id": r.id,
+                    **cell_json(r.cell),
+                    **({"disque": cell_json(r.disque_cell)} if r.disque_cell else {}),
+                }
+                for r in rows
+            ],
         }
         args.json.write_text(json.dumps(data, indent=2) + "\n")
         log(f"wrote {args.json}")

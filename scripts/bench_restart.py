@@ -14,7 +14,15 @@ server's RSS and CPU time (user + system) once every port answered; for the larg
 RSS over the empty dir's per job is what the replayed jobs cost in memory, and the CPU time
 is what a loaded machine's scheduling does not change.
 
-Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]``.
+Each empty-dir run also measures the floor: the same interpreter importing asyncio and
+exiting. An empty dir is a lone node: no peer in its view, so (issue 31) its RESP and
+beanstalk ports serve before its bus loads. ``--with-peer`` gives each disq node a peer
+first (a second node, met once and kept running): its view then holds that peer, and a
+restart takes the other path, dialling the peer before it answers a client
+(ARCHITECTURE.md, "Restarts").
+
+Usage: ``python scripts/bench_restart.py [--runs 5] [--jobs 1000000] [--skip-large]
+[--with-peer]``.
 """
 
 from __future__ import annotations
@@ -171,13 +179,56 @@ def _bus_pair_port() -> int:
     raise RuntimeError("no free port pair")
 
 
-def _disq(data_dir: Path, jobs: int, runs: int, node: Path = DISQ_NODE) -> list[dict[str, float]]:
-    port, bport = _bus_pair_port(), _free_port()
+def _conf(data_dir: Path) -> tuple[Path, int, int]:
+    """A node's config in ``data_dir`` (kept: a restart reads the same ports and dir)."""
     conf = data_dir / "node.conf"
-    conf.write_text(
-        f"port {port}\nbeanstalk-port {bport}\ndir {data_dir}\nappendonly yes\n"
-        f"cluster-node-timeout 3000\nmetrics-port {_free_port()}\n"
+    if not conf.exists():
+        port, bport = _bus_pair_port(), _free_port()
+        conf.write_text(
+            f"port {port}\nbeanstalk-port {bport}\ndir {data_dir}\nappendonly yes\n"
+            f"cluster-node-timeout 3000\nmetrics-port {_free_port()}\n"
+        )
+    text = dict(line.split(" ", 1) for line in conf.read_text().splitlines())
+    return conf, int(text["port"]), int(text["beanstalk-port"])
+
+
+def _resp(port: int, *args: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(
+            f"*{len(args)}\r\n".encode() + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in args)
+        )
+        got = b""
+        while not got.endswith(b"\r\n") or (got.startswith(b"$") and got.count(b"\r\n") < 2):
+            data = s.recv(65536)
+            if not data:
+                break
+            got += data
+        return got
+
+
+def _meet_once(node: Path, data_dir: Path, peer_port: int) -> None:
+    """Start the node on its dir, MEET the peer, wait until both know each other, stop it:
+    its saved view now holds the peer."""
+    conf, port, _ = _conf(data_dir)
+    proc = subprocess.Popen(
+        [str(node), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    try:
+        while not _ask_tcp(port, b"PING\r\n", b"\r\n"):
+            time.sleep(0.01)
+        _resp(port, "CLUSTER", "MEET", "127.0.0.1", str(peer_port))
+        deadline = time.monotonic() + 30
+        while b"cluster_known_nodes:2" not in _resp(port, "CLUSTER", "INFO"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the node did not meet its peer")
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
+def _disq(data_dir: Path, jobs: int, runs: int, node: Path = DISQ_NODE) -> list[dict[str, float]]:
+    conf, port, bport = _conf(data_dir)
     grpc_port = port + 10000
     cmd = [str(node), str(conf)]
     probes: dict[str, Callable[[], bool]] = {
@@ -222,10 +273,20 @@ def _beanstalkd(data_dir: Path, jobs: int, runs: int) -> list[dict[str, float]]:
     return [_first_answers(cmd, probes, data_dir) for _ in range(runs)]
 
 
+def _floor() -> float:
+    """The floor, measured in the same runs: disq-node's interpreter spawned, importing
+    asyncio and exiting (what any asyncio server in Python pays before it can answer)."""
+    python = DISQ_NODE.parent / "python"
+    start = time.perf_counter()
+    subprocess.run([str(python), "-c", "import asyncio"], check=True, cwd="/")
+    return time.perf_counter() - start
+
+
 def _report(
     name: str, results: list[dict[str, float]], jobs: int = 0, empty_rss: float = 0.0
 ) -> float:
-    """Print the runs' times per port and their median RSS; return that RSS (bytes)."""
+    """Print the runs' times per port and their median RSS and CPU time (when the results
+    have them: not the floor's); return that RSS (bytes)."""
     for port_name in results[0]:
         if port_name in (RSS_KEY, CPU_KEY):
             continue
@@ -235,6 +296,8 @@ def _report(
             f"{name:28s} {port_name:9s} median {statistics.median(times):7.0f} ms  ({shown})",
             flush=True,
         )
+    if RSS_KEY not in results[0]:
+        return 0.0
     rss = statistics.median(r.get(RSS_KEY, 0.0) for r in results)
     cpu = [r.get(CPU_KEY, 0.0) for r in results]
     shown = ", ".join(f"{c:.2f}" for c in cpu)
@@ -251,6 +314,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--skip-large", action="store_true", help="only the empty data dir")
+    parser.add_argument(
+        "--with-peer",
+        action="store_true",
+        help="the empty-dir disq nodes restart with a peer in their view (a second node)",
+    )
     parser.add_argument(
         "--before",
         type=Path,
@@ -291,12 +359,39 @@ def main() -> int:
             dirs = [Path(tmp) / str(i) for i in range(len(runs))]
             for d in dirs:
                 d.mkdir()
+            peer = None
+            if args.with_peer:
+                peer_dir = Path(tmp) / "peer"
+                peer_dir.mkdir()
+                peer_conf, peer_port, _ = _conf(peer_dir)
+                peer = subprocess.Popen(
+                    [str(DISQ_NODE), str(peer_conf)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                while not _ask_tcp(peer_port, b"PING\r\n", b"\r\n"):
+                    time.sleep(0.01)
+                for i, (name, _run) in enumerate(runs):
+                    if name != "beanstalkd":
+                        _meet_once(
+                            args.before if "before" in name else DISQ_NODE, dirs[i], peer_port
+                        )
             each = [[] for _ in runs]
-            for _ in range(args.runs):
-                for i, (_name, run) in enumerate(runs):
-                    each[i] += run(dirs[i], 0, 1)
+            floor: list[dict[str, float]] = []
+            try:
+                for _ in range(args.runs):
+                    floor.append({"exit": _floor()})
+                    for i, (_name, run) in enumerate(runs):
+                        each[i] += run(dirs[i], 0, 1)
+            finally:
+                if peer is not None:
+                    peer.send_signal(signal.SIGINT)
+                    peer.wait(30)
+        _report('floor: python -c "import asyncio"', floor)
+        label = "0 jobs, a peer in its view" if args.with_peer else "0 jobs"
         for (name, _run), results in zip(runs, each, strict=True):
-            empty_rss[name] = _report(f"{name} (0 jobs)", results)
+            label_of = label if name != "beanstalkd" else "0 jobs"
+            empty_rss[name] = _report(f"{name} ({label_of})", results)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus", flush=True)
     return 0
 

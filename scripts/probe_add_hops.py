@@ -24,7 +24,9 @@ Every add's events are cut into the path's hops and the medians printed:
     .venv/bin/python scripts/probe_add_hops.py [--adds 3000] [--lane off]
 
 ``--lane off`` starts the nodes with ``job-lane-port -1``: job messages on the gRPC streams,
-as before the job lane. The wrapped methods are the IO layer's (not compiled by mypyc).
+as before the job lane. The wrapped methods are the IO layer's, compiled by mypyc since
+issue 33 (a native class's methods cannot be replaced): the probed nodes run the .py sources
+(``DISQ_PURE=1``), so the hops show where an add waits, not the compiled build's CPU times.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ HOPS = [
 
 def run_node(conf: str, out: Path) -> None:
     """Wrap the IO layer's methods, then run disq-node on ``conf``; SIGUSR2 writes ``out``."""
+    if "disq" in sys.modules:
+        raise SystemExit("probe_add_hops: disq was imported before the node chose pure mode")
+    os.environ["DISQ_PURE"] = "1"  # the compiled IO layer's classes cannot be wrapped
     from disq.core.messages import GotJob, ReplJob
     from disq.server.peer_link import PeerLinks
     from disq.server.resp_tcp import RespProtocol

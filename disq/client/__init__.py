@@ -1,7 +1,7 @@
 """The disq SDK: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), the same
 methods; errors in :mod:`disq.client.errors`. See docs/sdk.md."""
 
-from disq.client.aio import AsyncClient, Job, NodeAddr, Schedule
+from disq.client.aio import AsyncClient, Job, NodeAddr
 from disq.client.errors import (
     AuthError,
     BadIdError,
@@ -21,6 +21,7 @@ from disq.client.errors import (
     UnavailableError,
 )
 from disq.client.routes import Routes
+from disq.client.schedules import Schedule
 from disq.client.sync import Client
 
 __all__ = [

@@ -43,7 +43,10 @@ from disq.client.errors import (
     from_info,
     from_metadata,
 )
+from disq.client.inspection import AsyncInspectionMixin
 from disq.client.routes import AsyncRoutesMixin
+from disq.client.schedules import AsyncSchedulesMixin
+from disq.client.schedules import Schedule as Schedule  # re-exported: disq.client.aio.Schedule
 from disq.proto_gen import api_pb2, api_pb2_grpc
 from disq.tls import PemSource, client_tls
 
@@ -83,33 +86,6 @@ class Job:
     def node_prefix(self) -> str:
         """The first 8 hex characters of the id of the node that created the job."""
         return self.id[2:10]
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """A recurring schedule as ShowSchedule gives it: its definition, then how the node
-    that answered sees its firing. ``replicate``, ``retry_s``, ``ttl_s`` None: the add's
-    defaults. Times are Unix seconds; ``last_tick`` 0: no tick bound yet."""
-
-    name: str
-    spec: str
-    tz: str
-    queue: str
-    body: bytes
-    replicate: int | None = None
-    retry_s: int | None = None
-    ttl_s: int | None = None
-    async_: bool = False
-    misfire: str = "catchup"  # or "skip"
-    catchup: int = 1
-    paused: bool = False
-    next_fire_times: tuple[int, ...] = ()
-    last_tick: int = 0
-    last_job_id: str = ""
-    last_job_state: str = ""
-    last_error: str = ""
-    owner: str = ""
-    version: str = ""
 
 
 @dataclass(slots=True)
@@ -157,30 +133,6 @@ def _job(j: api_pb2.QueuedJob) -> Job:
     )
 
 
-def _schedule(s: api_pb2.Schedule) -> Schedule:
-    return Schedule(
-        name=s.name,
-        spec=s.spec,
-        tz=s.zone,
-        queue=s.queue,
-        body=s.body,
-        replicate=s.replicate or None,
-        retry_s=s.retry_s if s.HasField("retry_s") else None,
-        ttl_s=s.ttl_s if s.HasField("ttl_s") else None,
-        async_=getattr(s, "async"),
-        misfire=s.misfire,
-        catchup=s.catchup,
-        paused=s.paused,
-        next_fire_times=tuple(s.next_fire_times),
-        last_tick=s.last_tick,
-        last_job_id=s.last_job_id,
-        last_job_state=s.last_job_state,
-        last_error=s.last_error,
-        owner=s.owner,
-        version=s.version,
-    )
-
-
 def _fill_add(
     req: api_pb2.AddJobRequest,
     queue: str,
@@ -218,10 +170,11 @@ def _fill_add(
         req.idempotency_key = idempotency_key
 
 
-class AsyncClient(AsyncRoutesMixin):
+class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
     """The asyncio client. Use ``async with AsyncClient("host:7710") as c:``, or call
     :meth:`close`. Every call has a deadline (``timeout_s``); only a get with
-    ``timeout_s=None`` blocks until jobs come. Exchanges, publish, purge: routes.py."""
+    ``timeout_s=None`` blocks until jobs come. Exchanges, publish, purge: routes.py;
+    schedules: schedules.py; SHOW, queues, JSCAN, events, INFO: inspection.py."""
 
     def __init__(
         self,
@@ -732,154 +685,9 @@ class AsyncClient(AsyncRoutesMixin):
         r = await self._call("Working", api_pb2.JobId(id=job_id), prefer=job_id[2:10])
         return int(r.retry_s)
 
-    # ------------------------------------------------------------------ inspecting
-    async def show(self, job_id: str) -> dict[str, Any] | None:
-        r = await self._call("Show", api_pb2.JobId(id=job_id), prefer=job_id[2:10])
-        if not r.found:
-            return None
-        d: dict[str, Any] = {
-            "id": r.id,
-            "queue": r.queue,
-            "state": r.state,
-            "repl": r.repl,
-            "ttl_s": r.ttl_s,
-            "ctime": r.ctime,
-            "delay_s": r.delay_s,
-            "retry_s": r.retry_s,
-            "nacks": r.nacks,
-            "additional_deliveries": r.additional_deliveries,
-            "nodes_delivered": list(r.nodes_delivered),
-            "nodes_confirmed": list(r.nodes_confirmed),
-            "next_requeue_within_ms": (
-                r.next_requeue_within_ms if r.HasField("next_requeue_within_ms") else None
-            ),
-            "next_awake_within_ms": (
-                r.next_awake_within_ms if r.HasField("next_awake_within_ms") else None
-            ),
-            "body": r.body,
-            # A keyed job's key; a schedule's tick job: schedule:<name>:<tick>.
-            "idempotency_key": r.idempotency_key if r.HasField("idempotency_key") else None,
-        }
-        return d
-
-    # ------------------------------------------------------------------ schedules
-    async def add_schedule(
-        self,
-        name: str,
-        spec: str,
-        queue: str,
-        body: bytes | str,
-        *,
-        tz: str = "UTC",
-        replicate: int | None = None,
-        retry_s: int | None = None,
-        ttl_s: int | None = None,
-        async_: bool = False,
-        misfire: str = "catchup",
-        catchup: int = 1,
-    ) -> bool:
-        """SCHEDULE ADD: every tick of ``spec`` (cron, ``@daily``..., ``@every 30s``) in
-        zone ``tz`` adds one job to ``queue`` (key ``schedule:<name>:<tick>``) with the add's
-        options. ``misfire``: ``"catchup"`` fires the last ``catchup`` ticks missed while the
-        cluster was down, ``"skip"`` none. Replaces a schedule of the same name (True then).
-        A bad spec, zone or option raises InvalidArgumentError and stores nothing."""
-        req = api_pb2.AddScheduleRequest(
-            name=name,
-            spec=spec,
-            zone=tz,
-            queue=queue,
-            body=body.encode() if isinstance(body, str) else body,
-            misfire=misfire,
-        )
-        if replicate:
-            req.replicate = replicate
-        if retry_s is not None:
-            req.retry_s = retry_s
-        if ttl_s is not None:
-            req.ttl_s = ttl_s
-        if async_:
-            setattr(req, "async", True)  # a Python keyword
-        if misfire.lower() == "catchup":
-            req.catchup = catchup
-        r = await self._call("AddSchedule", req)
-        return bool(r.replaced)
-
-    async def delete_schedule(self, name: str) -> bool:
-        """SCHEDULE DEL; False when there was no such schedule."""
-        return await self._schedule_change("DeleteSchedule", name)
-
-    async def pause_schedule(self, name: str) -> bool:
-        """SCHEDULE PAUSE: no tick fires until resumed; False when no such schedule."""
-        return await self._schedule_change("PauseSchedule", name)
-
-    async def resume_schedule(self, name: str) -> bool:
-        """SCHEDULE RESUME: fires again from the next tick (the paused ones are not fired);
-        False when no such schedule."""
-        return await self._schedule_change("ResumeSchedule", name)
-
-    async def _schedule_change(self, method: str, name: str) -> bool:
-        r = await self._call(method, api_pb2.ScheduleName(name=name))
-        return bool(r.found)
-
-    async def list_schedules(self) -> list[str]:
-        """SCHEDULE LIST: every schedule's name, sorted (every node holds every one)."""
-        r = await self._call("ListSchedules", api_pb2.ListSchedulesRequest())
-        return list(r.names)
-
-    async def show_schedule(self, name: str) -> Schedule | None:
-        """SCHEDULE SHOW; None when there is no such schedule."""
-        r = await self._call("ShowSchedule", api_pb2.ScheduleName(name=name))
-        return _schedule(r.schedule) if r.found else None
-
-    async def qlen(self, queue: str, *, node: str | None = None) -> int:
-        """QLEN: the jobs queued on one node (``node``: its gRPC address; default: any).
-        Queues are per node, so a cluster's total is the sum over its nodes."""
-        req = api_pb2.QueueName(queue=queue)
-        r = await (self._call_node(node, "QLen", req) if node else self._call("QLen", req))
-        return int(r.count)
-
-    async def qstat(self, queue: str) -> dict[str, Any] | None:
-        r = await self._call("QStat", api_pb2.QueueName(queue=queue))
-        if not r.found:
-            return None
-        return {
-            "name": r.name,
-            "len": r.len,
-            "age_s": r.age_s,
-            "idle_s": r.idle_s,
-            "blocked": r.blocked,
-            "import_from": list(r.import_from),
-            "import_rate": r.import_rate,
-            "jobs_in": r.jobs_in,
-            "jobs_out": r.jobs_out,
-            "pause": r.pause,
-        }
-
     async def qpeek(self, queue: str, count: int = 10) -> list[Job]:
         r = await self._call("QPeek", api_pb2.QPeekRequest(queue=queue, count=count))
         return [_job(j) for j in r.jobs]
-
-    async def queues(self, *, minlen: int | None = None) -> list[str]:
-        """Every queue of the node answering (QSCAN to the end)."""
-        out: list[str] = []
-        cursor = 0
-        while True:
-            req = api_pb2.QScanRequest(cursor=cursor, count=1000)
-            if minlen is not None:
-                req.minlen = minlen
-            r = await self._call("QScan", req)
-            out.extend(r.queues)
-            cursor = r.cursor
-            if cursor == 0:
-                return out
-
-    async def pause(self, queue: str, state: str | None = None, *, bcast: bool = False) -> str:
-        """PAUSE: read (state None) or set none|in|out|all; the resulting state."""
-        req = api_pb2.PauseRequest(queue=queue, bcast=bcast)
-        if state is not None:
-            req.state = state
-        r = await self._call("Pause", req)
-        return str(r.state)
 
     async def hello(self) -> api_pb2.HelloResponse:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
@@ -902,64 +710,6 @@ class AsyncClient(AsyncRoutesMixin):
         except grpc.aio.AioRpcError as exc:
             err = self._error(exc, n)
             raise err or UnavailableError(f"{method}: {n.addr} did not answer") from None
-
-    async def scan_jobs(
-        self,
-        node: str,
-        *,
-        queue: str = "",
-        states: Sequence[str] = (),
-        page: int = 1000,
-    ) -> list[api_pb2.JobInfo]:
-        """JSCAN to the end on one node (``node``: its gRPC address): every job there, or
-        those of ``queue`` in ``states`` (wait-repl, active, queued, acked), bodies included."""
-        out: list[api_pb2.JobInfo] = []
-        cursor = 0
-        while True:
-            req = api_pb2.JScanRequest(cursor=cursor, count=page, queue=queue, states=states)
-            r = await self._call_node(node, "JScan", req)
-            out.extend(r.jobs)
-            cursor = r.cursor
-            if cursor == 0:
-                return out
-
-    async def scan_page(
-        self,
-        cursor: int = 0,
-        *,
-        queue: str = "",
-        states: Sequence[str] = (),
-        count: int = 100,
-        node: str | None = None,
-    ) -> tuple[int, list[api_pb2.JobInfo]]:
-        """One JSCAN page: the next cursor (0 at the end) and up to about ``count`` jobs,
-        those of ``queue`` in ``states`` (wait-repl, active, queued, acked) when given,
-        bodies included. ``node`` (a gRPC address) asks that node only, as a cursor is one
-        node's; without it, any node answers (a client with discovery off: its node)."""
-        req = api_pb2.JScanRequest(cursor=cursor, count=count, queue=queue, states=states)
-        if node is not None:
-            r = await self._call_node(node, "JScan", req)
-        else:
-            r = await self._call("JScan", req)
-        return int(r.cursor), list(r.jobs)
-
-    async def read_events(
-        self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0
-    ) -> api_pb2.ReadEventsResponse:
-        """One node's lifecycle events from ``from_seq`` (``node``: its gRPC address);
-        sequence numbers are per node."""
-        req = api_pb2.ReadEventsRequest(from_seq=from_seq, max_events=max_events, since_ms=since_ms)
-        r: api_pb2.ReadEventsResponse = await self._call_node(node, "ReadEvents", req)
-        return r
-
-    async def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
-        """INFO of one node (``node``: a known address, or an id prefix; default: any)."""
-        req = api_pb2.InfoRequest(section=section)
-        if node is not None and node in self._nodes:
-            r = await self._call_node(node, "Info", req)
-        else:
-            r = await self._call("Info", req, prefer=node)
-        return dict(r.fields)
 
 
 def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:

@@ -17,10 +17,11 @@ import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr, Schedule
+from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr
 from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError
 from disq.client.routes import SyncRoutesMixin
+from disq.client.schedules import Schedule
 from disq.proto_gen import api_pb2
 
 T = TypeVar("T")

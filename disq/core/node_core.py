@@ -37,35 +37,23 @@ from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
-from disq.core.beanstalk.core import EV_DELETE, BeanstalkCore
-from disq.core.beanstalk.job import BURIED, ReplicaLink
+from disq.core.beanstalk.core import BeanstalkCore
+from disq.core.beanstalk.job import ReplicaLink
 from disq.core.disque.api import DeferredResult, DisqueError
 from disq.core.events import EventBuffer
-from disq.core.messages import (
-    BSTATE_BURIED,
-    BSTATE_READY,
-    DEAD,
-    MEMBERSHIP_TYPES,
-    DelJob,
-    IdemKeys,
-    KeyVote,
-    KeyVotes,
-    Message,
-    RouteSync,
-    SchedSync,
-)
-from disq.core.routes.table import Routes
-from disq.core.schedule.scheduler import Scheduler
-from disq.persistence.route_records import ROUTE_RECORD_TYPES
-from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
 if TYPE_CHECKING:
+    # The cluster's types, for annotations only: a node without a Disque core never loads
+    # them (disq/core/node_cluster.py says why). Every method that reaches them imports
+    # node_cluster first, which loads them.
     from disq.core.beanstalk.session import Session
     from disq.core.disque.core import DisqueCore
     from disq.core.membership import Membership
+    from disq.core.messages import Message
+    from disq.core.routes.table import Routes
+    from disq.core.schedule.scheduler import Scheduler
 
 BEANSTALK_REPL_TIMEOUT_MS: Final = 5000  # no copies by then: INTERNAL_ERROR, job dropped
-_SETTLE_ROUNDS_MAX: Final = 64  # the bridge settles in 1-3 rounds; more is a core bug
 
 # A beanstalk waiter's result: a reserved Job, a numeric id (a replicated put confirmed), or
 # a beanstalk error code.
@@ -164,61 +152,34 @@ class NodeCore:
         self.new_token: Callable[[], int] = itertools.count(1).__next__
         self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, beanstalk id)
         self._in_flight: Ready | None = None
-        # Recurring schedules ride on the Disque core's keyed adds (disq/core/schedule/).
-        self.scheduler: Scheduler | None = (
-            Scheduler(disque.view, disque, self._next_token) if disque is not None else None
-        )
-        # Exchanges, bindings and queue declarations (disq/core/routes/), beside it.
-        self.routes: Routes | None = Routes(disque.view, disque) if disque is not None else None
+        # Recurring schedules and the routes table ride on the Disque core (node_cluster).
+        self.scheduler: Scheduler | None = None
+        self.routes: Routes | None = None
+        if disque is not None:
+            from disq.core import node_cluster
+
+            self.scheduler = node_cluster.new_scheduler(disque, self._next_token, False)
+            self.routes = node_cluster.new_routes(disque, False)
 
     def attach_cluster(self, disque: DisqueCore, membership: Membership | None) -> None:
         """The node's cluster half, built after the node core (the server attaches it once
         its view and AOF are known): the Disque core, membership, the scheduler and the
         routes table."""
+        from disq.core import node_cluster
+
         self.disque = disque
         self.membership = membership
-        sched = Scheduler(disque.view, disque, self._next_token)
-        sched.persist = disque.persist
-        sched.wall_offset_ms = disque.wall_offset_ms
-        self.scheduler = sched
-        routes = Routes(disque.view, disque)
-        routes.persist = disque.persist
-        routes.wall_offset_ms = disque.wall_offset_ms
-        self.routes = routes
+        self.scheduler = node_cluster.new_scheduler(disque, self._next_token, True)
+        self.routes = node_cluster.new_routes(disque, True)
 
     def _next_token(self) -> int:
         return self.new_token()  # the simulator swaps ``new_token`` for its own counter
 
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
-        membership, disque = self.membership, self.disque
-        # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
-        # messages (a requeue, a copy, a lane frame still in flight) must not make state
-        # here; only membership reads its messages, for a meet.
-        forgotten = membership is not None and membership.ignores(sender)
-        for msg in msgs:
-            try:
-                if isinstance(msg, MEMBERSHIP_TYPES):
-                    if membership is not None:
-                        membership.on_message(now_ms, sender, msg)
-                        if forgotten and not membership.ignores(sender):
-                            forgotten = False  # met: what follows it is read
-                elif forgotten:
-                    assert membership is not None
-                    membership.ignored += 1
-                elif isinstance(msg, SchedSync):
-                    if self.scheduler is not None:
-                        self.scheduler.on_message(now_ms, sender, msg)
-                elif isinstance(msg, RouteSync):
-                    if self.routes is not None:
-                        self.routes.on_message(now_ms, sender, msg)
-                elif disque is not None:
-                    disque.on_message(now_ms, sender, msg)
-            except Exception as exc:
-                if not self.contain_errors:
-                    raise
-                self.message_errors += 1
-                self.errors.append((f"peer message {type(msg).__name__} from {sender}", exc))
+        from disq.core import node_cluster
+
+        node_cluster.on_peer_messages(self, now_ms, sender, msgs)
 
     def on_link_up(self, now_ms: int, node_id: str) -> None:
         """The IO layer's link to peer ``node_id`` came up: membership pings it, and the
@@ -357,61 +318,13 @@ class NodeCore:
 
     def _settle(self, now_ms: int) -> None:
         """Carry changes across the bridge, both ways, until neither core has any."""
-        beanstalk, disque = self.beanstalk, self.disque
+        disque = self.disque
         if disque is None:
-            beanstalk.cluster_events.clear()
+            self.beanstalk.cluster_events.clear()
             return
-        for _ in range(_SETTLE_ROUNDS_MAX):
-            moved = False
-            if beanstalk.cluster_events:
-                moved = True
-                events, beanstalk.cluster_events = beanstalk.cluster_events, []
-                for kind, job in events:
-                    link = job.replica
-                    if link is None:
-                        continue
-                    if kind == EV_DELETE:
-                        disque.beanstalk_deleted(now_ms, link.disque_id)
-                    else:
-                        bstate = BSTATE_BURIED if job.state == BURIED else BSTATE_READY
-                        disque.beanstalk_update(now_ms, link.disque_id, bstate, job.pri)
-            if disque.beanstalk_dropped:
-                moved = True
-                dropped, disque.beanstalk_dropped = disque.beanstalk_dropped, []
-                for bid in dropped:
-                    beanstalk.drop(bid)
-            if disque.takeovers:
-                moved = True
-                takeovers, disque.takeovers = disque.takeovers, []
-                for j in takeovers:
-                    job = beanstalk.adopt(
-                        j.queue,
-                        j.body,
-                        j.priority,
-                        j.retry_s * 1000,
-                        j.bstate == BSTATE_BURIED,
-                        now_ms,
-                    )
-                    job.replica = ReplicaLink(j.id, j.repl)
-                    disque.adopted(now_ms, j, job.id)
-            if disque.relinks:
-                moved = True
-                relinks, disque.relinks = disque.relinks, []
-                for j in relinks:
-                    live = beanstalk.jobs.get(j.bid)
-                    if live is None:
-                        disque.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
-                    else:
-                        live.replica = ReplicaLink(j.id, j.repl)
-            if not moved:
-                break
-        else:  # pragma: no cover - would be a core bug: each round consumes its input
-            raise RuntimeError("the beanstalk bridge did not settle")
-        if disque.max_memory_bytes or disque.memory_warning:
-            # Also when the limit went to 0: a warning level must clear at once.
-            sched = self.scheduler
-            other = beanstalk.live_bytes + (sched.table_bytes if sched is not None else 0)
-            disque.update_memory(now_ms, other)
+        from disq.core import node_cluster
+
+        node_cluster.settle(self, now_ms, disque)
 
     # ------------------------------------------------------------------ output
     def has_ready(self) -> bool:
@@ -497,15 +410,9 @@ class NodeCore:
         return rd
 
     def _tell_deaths(self, now_ms: int, changes: list[tuple[str, int]], disque: DisqueCore) -> None:
-        """The Disque core hears of confirmed deaths (DEAD, not SUSPECT: a suspicion comes
-        after one missed probe) and of peers back alive: it requeues a dead peer's jobs
-        soon (dead_peers.py). It only notes them here; the sweep runs from its tick. Any
-        other state (alive, suspected, left after its drain, forgotten) ends the reason."""
-        for node_id, state in changes:
-            if state == DEAD:
-                disque.peer_dead(now_ms, node_id)
-            else:
-                disque.peer_alive(node_id)
+        from disq.core import node_cluster
+
+        node_cluster.tell_deaths(now_ms, changes, disque)
 
     def advance(self) -> None:
         """The last Ready is applied: the next may be taken."""
@@ -513,40 +420,9 @@ class NodeCore:
 
     @staticmethod
     def _add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
-        per_peer = rd.messages
-        merged: dict[tuple[str, type], DelJob | IdemKeys] = {}
-        votes: dict[str, KeyVotes] = {}
-        for dest, msg in outbox:
-            kind = type(msg)
-            if kind is KeyVote:
-                assert isinstance(msg, KeyVote)
-                batch = votes.get(dest)
-                if batch is None:
-                    batch = votes[dest] = KeyVotes()
-                batch.add(msg)
-                continue
-            if kind is DelJob or kind is IdemKeys:
-                assert isinstance(msg, DelJob | IdemKeys)
-                acc = merged.get((dest, kind))
-                if acc is None:
-                    merged[(dest, kind)] = _copy_columns(msg)
-                else:
-                    _extend_columns(acc, msg)
-                continue
-            msgs = per_peer.get(dest)
-            if msgs is None:
-                per_peer[dest] = msgs = []
-            msgs.append(msg)
-        for (dest, _), acc in merged.items():
-            msgs = per_peer.get(dest)
-            if msgs is None:
-                per_peer[dest] = msgs = []
-            msgs.append(acc)
-        for dest, batch in votes.items():
-            msgs = per_peer.get(dest)
-            if msgs is None:
-                per_peer[dest] = msgs = []
-            msgs.append(batch)
+        from disq.core import node_cluster
+
+        node_cluster.add_messages(rd, outbox)
 
     @staticmethod
     def _schedule_replies(now_ms: int, sched: Scheduler, disque: DisqueCore) -> None:
@@ -591,14 +467,9 @@ class NodeCore:
         ``buf`` and gives where each starts, ``job_offsets`` (DisqueCore.restore)."""
         jobs = self.beanstalk.restore(records)
         if self.disque is not None:
-            self.disque.restore(now_ms, records, buf, job_offsets)
-            jobs += len(self.disque.jobs)
-        if self.scheduler is not None:
-            kinds = SCHEDULE_RECORD_TYPES
-            self.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
-        if self.routes is not None:
-            route_kinds = ROUTE_RECORD_TYPES
-            self.routes.restore(now_ms, [r for r in records if r[0] in route_kinds])
+            from disq.core import node_cluster
+
+            jobs += node_cluster.restore(self, now_ms, records, buf, job_offsets)
         return jobs
 
     def live_bytes(self) -> int:
@@ -608,26 +479,3 @@ class NodeCore:
         if self.disque is not None:
             live += self.disque.used_bytes
         return live
-
-
-def _copy_columns(msg: DelJob | IdemKeys) -> DelJob | IdemKeys:
-    if isinstance(msg, DelJob):
-        return DelJob(list(msg.job_ids))
-    return IdemKeys(
-        list(msg.queues),
-        list(msg.keys),
-        list(msg.job_ids),
-        list(msg.ack_queues),
-        list(msg.ack_keys),
-    )
-
-
-def _extend_columns(acc: DelJob | IdemKeys, msg: DelJob | IdemKeys) -> None:
-    if isinstance(acc, DelJob) and isinstance(msg, DelJob):
-        acc.job_ids.extend(msg.job_ids)
-    elif isinstance(acc, IdemKeys) and isinstance(msg, IdemKeys):
-        acc.queues.extend(msg.queues)
-        acc.keys.extend(msg.keys)
-        acc.job_ids.extend(msg.job_ids)
-        acc.ack_queues.extend(msg.ack_queues)
-        acc.ack_keys.extend(msg.ack_keys)

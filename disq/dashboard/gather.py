@@ -145,7 +145,9 @@ class Gatherer:
                     resp_port=m.client_port,
                     state=state,
                     is_self=is_self,
-                    link_up=None if is_self else cluster.links.is_up(m.node_id),
+                    link_up=None
+                    if is_self or cluster.links is None
+                    else cluster.links.is_up(m.node_id),
                 )
             )
         out.sort(key=lambda n: (not n.is_self, n.node_id))

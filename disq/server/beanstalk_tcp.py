@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from disq.core.beanstalk.errors import LimitExceeded
 from disq.doors.beanstalk_door import BeanstalkDoor, Replicator
 from disq.logging import get_logger
@@ -44,6 +46,7 @@ class BeanstalkHost(Protocol):
     def stats_tail(self, now_ms: int) -> list[tuple[str, object]]: ...
 
 
+@mypyc_attr(native_class=False)  # asyncio.Protocol is a Python class
 class BeanstalkProtocol(FlowControlledProtocol[BeanstalkDoor]):
     __slots__ = ("node",)
 

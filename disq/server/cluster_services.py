@@ -5,6 +5,14 @@ No job logic here: the node core (``disq.core.node_core``) holds the Disque core
 membership, and the runtime's one flush moves their output. This module builds them, owns
 what they talk through, and applies the bookkeeping half of a Ready (membership changes:
 link addresses and the view file).
+
+The bus (the peer links and the gRPC API: grpc and protobuf, a large share of a start) is
+built first only when peers must hear from this node before its clients are answered: a
+view file with peers, ``--join``, or TLS on it. Otherwise (a first start, a lone node) the
+RESP and beanstalk ports serve first and the bus loads after them (:meth:`load_bus`, its
+modules imported in a thread: the runtime's serve); until then ``links`` and ``api`` are
+None, what would go to a peer is dropped (there is none: a MEET is resent by its timer), and
+the link counters read as zero.
 """
 
 from __future__ import annotations
@@ -24,17 +32,16 @@ from disq.logging import get_logger
 from disq.persistence.event_log import EventLog
 from disq.persistence.fs import replace_durably
 from disq.server.advertise import advertised_host
-from disq.server.api_routes import RoutesQueueApi
-from disq.server.api_service import QueueApi
 from disq.server.node_services import NodeServices
-from disq.server.peer_link import PeerLinks
 from disq.server.resp_tcp import RespHub
-from disq.tls import TlsConfig
 
 if TYPE_CHECKING:
     import asyncio
 
+    from disq.server.api_service import QueueApi
     from disq.server.host import NodeHost
+    from disq.server.peer_link import PeerLinks
+    from disq.tls import TlsConfig
 
 CLUSTER_FILE = "cluster.json"
 VIEW_SAVE_DELAY_S = 1.0
@@ -113,15 +120,8 @@ class ClusterServices:
         core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
         runtime.replicator = core
         core.beanstalk_repl_timeout_ms = settings.beanstalk_repl_timeout_ms
-        self.links = PeerLinks(
-            my_id,
-            runtime.on_peer_messages,
-            host=settings.host,
-            port=settings.grpc_port,
-            tls=settings.tls,
-            lane_port=settings.job_lane_port if settings.job_lane_port >= 0 else None,
-            on_link_change=self._on_link_change,
-        )
+        self.links: PeerLinks | None = None  # load_bus
+        self.api: QueueApi | None = None
         self._view_save: asyncio.TimerHandle | None = None
         # The peers and their addresses as the view file has them (what a restart reads).
         self._saved_addresses = self._peer_addresses() if snapshot is not None else {}
@@ -144,11 +144,42 @@ class ClusterServices:
             deferred=True,  # the runtime writes it from a timer (EVENTS_WRITE_DELAY_S)
         )
         runtime.beanstalk.events.enabled = True  # drained into the log by every flush
-        self.api: QueueApi = RoutesQueueApi(self.services)
-        self.links.add_services.append(self.api.register)
-        for m in membership.members():
-            if m.node_id != my_id and m.state != LEFT:
-                self.links.set_address(m.node_id, m.host, m.grpc_port)
+        if self.hears_peers_first:
+            self.load_bus()
+
+    # ------------------------------------------------------------------ the bus
+    @property
+    def hears_peers_first(self) -> bool:
+        """Whether peers must hear from this node before its clients are answered (the bus
+        is built before the client ports serve): it has peers to tell of its restart (a
+        view with peers), peers to join, or TLS on the bus (its configuration is grpc's)."""
+        return bool(self.settings.joins) or self._knows_a_peer() or self.settings.tls is not None
+
+    def load_bus(self) -> None:
+        """Build the peer links and the gRPC API (imports grpc and protobuf: call
+        :func:`import_bus` in a thread first to keep the loop serving meanwhile)."""
+        if self.links is not None:
+            return
+        from disq.server.api_routes import RoutesQueueApi
+        from disq.server.peer_link import PeerLinks
+
+        settings = self.settings
+        links = PeerLinks(
+            self.membership.my_id,
+            self.runtime.on_peer_messages,
+            host=settings.host,
+            port=settings.grpc_port,
+            tls=settings.tls,
+            lane_port=settings.job_lane_port if settings.job_lane_port >= 0 else None,
+            on_link_change=self._on_link_change,
+        )
+        api = RoutesQueueApi(self.services)
+        links.add_services.append(api.register)
+        me = self.membership.my_id
+        for m in self.membership.members():
+            if m.node_id != me and m.state != LEFT:
+                links.set_address(m.node_id, m.host, m.grpc_port)
+        self.links, self.api = links, api
 
     # ------------------------------------------------------------------ CONFIG SET
     def on_config_change(self, name: str, value: str) -> None:
@@ -195,7 +226,11 @@ class ClusterServices:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        port = await self.links.start()
+        """Build the bus if it is not yet (load_bus), bind it and serve it."""
+        self.load_bus()
+        links, api = self.links, self.api
+        assert links is not None and api is not None
+        port = await links.start()
         self.settings.grpc_port = port
         for host, gport in self.settings.joins:
             self.meet_grpc(host, gport)
@@ -204,7 +239,7 @@ class ClusterServices:
         # its join attempts ran out (a lone first pod, a scaled-down set) so it never hangs.
         self._joined = not self._meets or self._knows_a_peer()
         self.runtime.after_commands(None, self.runtime.now_ms())
-        await self.api.set_serving(False)
+        await api.set_serving(False)
         if self._joined:
             # A node restarted on its view is ready once it has contacted the peers in it:
             # each link came up (and its first message, a Ping, went out: on_link_up) or was
@@ -213,6 +248,7 @@ class ClusterServices:
             self._serving_task = self.loop.create_task(self._serve_when_contacted())
 
     async def _serve_when_contacted(self) -> None:
+        assert self.links is not None and self.api is not None  # started
         contacted = await self.links.wait_contacted(CONTACT_TIMEOUT_S)
         if not contacted:
             self.log.info("peers_not_all_contacted", timeout_s=CONTACT_TIMEOUT_S)
@@ -223,7 +259,7 @@ class ClusterServices:
         return any(m.node_id != me and m.state != LEFT for m in self.membership.members())
 
     def _mark_joined(self) -> None:
-        if not self._joined:
+        if not self._joined and self.api is not None:
             self._joined = True
             self.log.info("joined_serving")
             self._serving_task = self.loop.create_task(self.api.set_serving(True))
@@ -234,10 +270,11 @@ class ClusterServices:
         if self._view_save is not None:
             self._view_save.cancel()
         self._save_view()
-        if hasattr(self.api, "health"):
+        if self.api is not None and hasattr(self.api, "health"):
             await self.api.set_serving(False)
         self.hub.close_all()
-        await self.links.close()
+        if self.links is not None:
+            await self.links.close()
 
     def _on_link_change(self, node_id: str, up: bool) -> None:
         """An outbound link came up: the cores greet the peer at once (node_core.on_link_up).
@@ -252,13 +289,16 @@ class ClusterServices:
     def apply_member_changes(self, changes: list[tuple[str, int]]) -> None:
         if not self._joined and self._knows_a_peer():
             self._mark_joined()
+        links = self.links  # None until the bus loads: load_bus reads the members then
         for node_id, state in changes:
-            if state == FORGOTTEN or state == LEFT:
-                self.links.forget(node_id)
+            if links is None:
+                pass
+            elif state == FORGOTTEN or state == LEFT:
+                links.forget(node_id)
             elif state in (ALIVE, SUSPECT, DEAD):
                 m = self.membership.member(node_id)
                 if m is not None:
-                    self.links.set_address(node_id, m.host, m.grpc_port)
+                    links.set_address(node_id, m.host, m.grpc_port)
             self.log.info("member_state", peer=node_id[:8], state=state)
         if self._view_path() is None:
             return
@@ -328,7 +368,8 @@ class ClusterServices:
                 save_node_id(state_dir, node_id)
             except OSError as exc:
                 self.log.error("node_id_not_saved", error=str(exc))
-        self.links.rename(node_id)
+        if self.links is not None:
+            self.links.rename(node_id)
         self.log = get_logger("disq.cluster").bind(node=node_id[:8])
         self.log.info("node_id_changed", reason="CLUSTER RESET HARD")
         self._save_view()
@@ -344,7 +385,8 @@ class ClusterServices:
             self._meet_timer = self.loop.call_later(MEET_RETRY_S, self._retry_meets)
 
     def _send_meet(self, host: str, port: int) -> None:
-        self.links.send_to_address(host, port, [self.membership.meet_message()])
+        if self.links is not None:  # else the retry timer sends it once the bus is up
+            self.links.send_to_address(host, port, [self.membership.meet_message()])
 
     def _retry_meets(self) -> None:
         self._meet_timer = None
@@ -368,6 +410,15 @@ class ClusterServices:
         for off in sorted(offsets):
             if 0 < port + off < 65536:
                 self.meet_grpc(host, port + off)
+
+
+def import_bus() -> None:
+    """Import what :meth:`ClusterServices.load_bus` builds (grpc, protobuf, the API's
+    services): safe in a thread, which keeps the loop serving the client ports meanwhile."""
+    import importlib
+
+    importlib.import_module("disq.server.api_routes")
+    importlib.import_module("disq.server.peer_link")
 
 
 def _timing(node_timeout_ms: int) -> dict[str, int]:

@@ -71,7 +71,10 @@ async def _hand_off(runtime: NodeHost) -> None:
         cluster.leaving_for_drain = True
         membership.set_leaving(now, True)
     runtime.beanstalk.draining = True  # the beanstalk door refuses puts too (as SIGUSR1)
-    jobs = disque.start_handoff(now, usable=cluster.links.is_up)
+    links = cluster.links
+    jobs = disque.start_handoff(
+        now, usable=links.is_up if links is not None else lambda _node_id: False
+    )
     runtime.after_commands(None, now)
     log.info("drain_started", jobs=jobs, timeout_s=runtime.config.drain_timeout_s)
     while disque.handoff_pending() and loop.time() < deadline:

@@ -23,9 +23,12 @@ A door subclasses :class:`FlowControlledProtocol` and fills in the hooks: ``_loo
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # named so mypyc declares the module of the base class below
 import select
 import socket
 from typing import Generic, Protocol, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 # Queued commands past this many bytes stop the reading of the socket; reading resumes below
 # the low mark.
@@ -81,7 +84,8 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class FlowControlledProtocol(asyncio.Protocol, Generic[D]):
+@mypyc_attr(native_class=False)  # asyncio.Protocol is a Python class
+class FlowControlledProtocol(asyncio.protocols.Protocol, Generic[D]):
     """One connection of a TCP door: its door, its gathered replies and its flow control.
 
     Subclasses set ``transport`` and ``door`` in ``connection_made``, append replies to

@@ -45,11 +45,11 @@ class ClusterPart(Protocol):
 
     membership: Membership
     disque: DisqueCore
-    links: PeerLinks
+    links: PeerLinks | None  # None until the bus loads (cluster_services.load_bus)
     leaving_for_drain: bool
     event_log: EventLog
     hub: RespHub
-    api: QueueApi
+    api: QueueApi | None
 
     async def start(self) -> None: ...
 

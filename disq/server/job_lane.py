@@ -58,6 +58,7 @@ Lifetime
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # named so mypyc declares the module of the base class below
 import resource
 import secrets
 import socket
@@ -65,6 +66,8 @@ import ssl
 import time
 from collections.abc import Callable
 from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from disq.logging import get_logger
 
@@ -189,7 +192,8 @@ class _PendingTotal:
 _PENDING = _PendingTotal()
 
 
-class _InboundLane(asyncio.Protocol):
+@mypyc_attr(native_class=False)  # asyncio.Protocol is a Python class
+class _InboundLane(asyncio.protocols.Protocol):
     """One lane another node opened to us: the hello, then frames handed to ``deliver``."""
 
     def __init__(self, server: LaneServer) -> None:
@@ -494,7 +498,9 @@ class LaneServer:
         # TLS is started per connection (_InboundLane._start_tls), not by the server: its
         # hello timer and the pending cap then see the connection from accept on.
         self.ssl_context = ssl_context
-        server = await loop.create_server(
+        # Any: uvloop's ``sockets`` is a list, asyncio's a tuple, and the compiled code would
+        # check it against typeshed's tuple.
+        server: Any = await loop.create_server(
             lambda: _InboundLane(self), host, port, reuse_address=True, backlog=LANE_BACKLOG
         )
         self._server = server
@@ -520,7 +526,8 @@ class LaneServer:
         await server.wait_closed()
 
 
-class OutboundLane(asyncio.Protocol):
+@mypyc_attr(native_class=False)  # asyncio.Protocol is a Python class
+class OutboundLane(asyncio.protocols.Protocol):
     """The lane this node opened to one peer: written by ``PeerLinks``, never read."""
 
     def __init__(self, on_lost: Callable[[], None]) -> None:

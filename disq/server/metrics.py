@@ -474,13 +474,14 @@ class NodeCollector(Collector):
         links = cluster.links
         for m in members:
             if m.node_id != me and m.state != LEFT:
-                up.add_metric([m.node_id[:8]], int(links.is_up(m.node_id)))
+                is_up = links is not None and links.is_up(m.node_id)
+                up.add_metric([m.node_id[:8]], int(is_up))
         yield up
 
     def _links(self) -> Iterator[Metric]:
         cluster = self.host.cluster
         assert cluster is not None
-        s = cluster.links.stats()
+        s = cluster.links.stats() if cluster.links is not None else {}
         yield GaugeMetricFamily(
             "disq_peer_links_up", "Outbound peer links up.", value=s.get("links_up", 0)
         )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from disq.core.beanstalk.core import Limits
+
+if TYPE_CHECKING:
+    from pathlib import Path  # imported by whoever gives a data_dir (not a memory-only node)
 
 REWRITE_MIN_BYTES = 64 << 20  # an AOF smaller than this is never rewritten
 

@@ -161,13 +161,14 @@ class NodeServices:
             ]
         if section == "stats":
             s = self.core.stats
-            links = rt.links.stats()
+            links = rt.links.stats() if rt.links is not None else {}  # None: the bus loads
+            api = rt.api
             return [
                 ("total_connections_received", self._stats.connections_received),
                 ("total_commands_processed", self._stats.commands),
                 ("rejected_connections", self._stats.rejected_connections),
-                ("grpc_api_calls", rt.api.calls),
-                ("grpc_api_errors", rt.api.errors),
+                ("grpc_api_calls", api.calls if api is not None else 0),
+                ("grpc_api_errors", api.errors if api is not None else 0),
                 ("event_log_next_seq", rt.event_log.next_seq),
                 ("event_log_bytes", rt.event_log.total_bytes),
                 ("jobs_added", s["jobs_added"]),
@@ -246,7 +247,7 @@ class NodeServices:
         m = self.cluster.membership
         reachable = len(m.reachable_peers())  # peers only, as Disque counts them
         stats = m.stats
-        links = self.cluster.links.stats()
+        links = self.cluster.links.stats() if self.cluster.links is not None else {}
         return [
             ("cluster_state", cluster_state(m.cluster_size(), reachable)),
             ("cluster_known_nodes", m.cluster_size()),
@@ -341,6 +342,8 @@ class NodeServices:
 
     def drop_peers(self, node_ids: list[str]) -> None:
         links = self.cluster.links
+        if links is None:
+            raise DisqueError("ERR", "the cluster bus is still starting")
         if node_ids:
             links.block(set(node_ids))
         else:

@@ -57,9 +57,7 @@ blocked peer, sender stopped) and the ones still queued or in flight when a link
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +77,21 @@ from disq.server.job_lane import (
     parse_max_frame,
 )
 from disq.server.listen_error import ListenError, reason_of
+from disq.server.peer_conn import (
+    BACKOFF_MAX_S,
+    BACKOFF_MIN_S,
+    CLOSE_GRACE_S,
+    COALESCE_MAX_BYTES,
+    HANDSHAKE_TIMEOUT_S,
+    MAX_ONESHOTS,
+    ONESHOT_TIMEOUT_S,
+    SERVER_OPTIONS,
+    OutboundPeer,
+    close_channel,
+    describe_error,
+    make_channel,
+    target_of,
+)
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
 from disq.tls import TlsConfig
 
@@ -93,105 +106,6 @@ _NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accept
 _FEATURES_KEY = "disq-wire-features"  # ... and which wire features its build reads
 WIRE_COLUMNAR = "columnar"  # ReplJobs, GotJobs, SetAcks, GotAcks (peer_wire.py)
 WIRE_FEATURES = (WIRE_COLUMNAR,)
-
-BACKOFF_MIN_S = 0.05
-# A peer that is down is dialled again every 100 ms, as Disque's bus reconnects its links
-# (clusterCron): a restarted node is found within 100 ms of listening, whether or not it
-# speaks first. A refused connect on a live host costs microseconds; a silent one (SYN
-# dropped) is bounded by the handshake timeout, so the rate stays low there.
-BACKOFF_MAX_S = 0.1
-HANDSHAKE_TIMEOUT_S = 5.0  # a peer that accepts TCP but never answers (SIGSTOP) is retried
-ONESHOT_TIMEOUT_S = 5.0  # whole send_to_address exchange
-MAX_ONESHOTS = 64  # concurrent send_to_address exchanges; more are dropped
-COALESCE_MAX_BYTES = 4 << 20  # cap of one gRPC write built from several queued frames
-CLOSE_GRACE_S = 0.5
-
-# Frames can be large (thousands of jobs of up to the job-size limit), and peers are trusted
-# (a trusted network, or with TLS certificates of the cluster's CA), so no message-size cap:
-# a frame that hit one would fail its whole stream, and be retried into the same failure.
-_COMMON_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-]
-_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    *_COMMON_OPTIONS,
-    # A peer that vanished without a FIN/RST (host down, SIGSTOP, partition) is noticed by
-    # keepalive pings instead of a write that hangs on a full TCP window forever.
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.http2.max_pings_without_data", 0),  # links can be idle for long: keep pinging
-    ("grpc.keepalive_permit_without_calls", 1),
-    # Our own loop retries; the channel's reconnect backoff (default up to 120 s) must not
-    # stretch the 50 ms .. 100 ms we promise.
-    ("grpc.initial_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
-    ("grpc.min_reconnect_backoff_ms", int(BACKOFF_MIN_S * 1000)),
-    ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
-    ("grpc.enable_retries", 0),  # a replayed frame would be a duplicate; the protocol retries
-]
-_SERVER_OPTIONS: list[tuple[str, Any]] = [
-    *_COMMON_OPTIONS,
-    # gRPC sets SO_REUSEPORT by default, which would let two nodes on one machine bind the
-    # same port and split its connections silently: a port clash must fail loudly instead.
-    ("grpc.so_reuseport", 0),
-    # Accept the clients' keepalive pings above instead of answering them with GOAWAY.
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-    ("grpc.http2.max_ping_strikes", 0),
-]
-
-
-def _target(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]:{port}"  # IPv6 literal
-    return f"{host}:{port}"
-
-
-class _Peer:
-    """Outbound side of the link to one peer: its address, queue and writer task."""
-
-    __slots__ = (
-        "columnar",
-        "held",
-        "host",
-        "lane",
-        "node_id",
-        "port",
-        "queue",
-        "seq",
-        "task",
-        "tried",
-        "up",
-        "up_event",
-        "wakeup",
-    )
-
-    def __init__(self, node_id: str, host: str, port: int) -> None:
-        self.node_id = node_id
-        self.host = host
-        self.port = port
-        # Serialized frames, at most PeerLinks.max_queued_frames of them.
-        self.queue: deque[bytes] = deque()
-        self.seq = 0  # never reset, so seq stays increasing across reconnects
-        self.task: asyncio.Task[None] | None = None
-        self.up = False
-        self.columnar = False  # this connection's handshake said the peer reads batch forms
-        self.up_event = asyncio.Event()
-        # Set once the first connection attempt ended (up, refused, timed out): the node
-        # has contacted this peer, which is what its readiness waits for.
-        self.tried = asyncio.Event()
-        # Messages held for the first dial (PeerLinks._hold), one list per flush: sent, in
-        # order and before anything newer, as the link comes up (its lane or its stream, as
-        # any message); dropped if the dial fails.
-        self.held: list[list[Message]] = []
-        self.wakeup: asyncio.Future[None] | None = None
-        # The job lane of this connection (job_lane.py), None while it has none: then every
-        # message goes on the stream.
-        self.lane: OutboundLane | None = None
-
-    def wake(self) -> None:
-        w = self.wakeup
-        if w is not None and not w.done():
-            w.set_result(None)
 
 
 class PeerLinks:
@@ -234,7 +148,7 @@ class PeerLinks:
         self._log = get_logger("disq.peer_link").bind(node=my_id[:8])
         self._server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
-        self._peers: dict[str, _Peer] = {}
+        self._peers: dict[str, OutboundPeer] = {}
         self._pending: dict[str, list[Message]] = {}
         self._flush_scheduled = False
         self._blocked: frozenset[str] = frozenset()
@@ -260,7 +174,7 @@ class PeerLinks:
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> int:
         """Bind ``host:port`` (0 = ephemeral) and serve; returns the bound port."""
-        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         handler = grpc.method_handlers_generic_handler(
             _SERVICE,
             {
@@ -276,7 +190,7 @@ class PeerLinks:
             # Before the streams are served: their handshake announces the lane's port.
             await self._start_lane(self.lane_port)
         try:
-            target = _target(self.host, self.port)
+            target = target_of(self.host, self.port)
             if self.tls is not None:
                 port = server.add_secure_port(target, self.tls.server_credentials())
             else:
@@ -356,7 +270,7 @@ class PeerLinks:
             if peer.held:
                 self._frames_dropped += len(peer.held)  # held for the old address
             self._stop_peer(peer, reason="address changed")
-        peer = _Peer(node_id, host, port)
+        peer = OutboundPeer(node_id, host, port)
         self._peers[node_id] = peer
         if self._loop is not None:
             self._spawn(peer)
@@ -370,7 +284,7 @@ class PeerLinks:
             self._lane.my_id = my_id
         self._log = get_logger("disq.peer_link").bind(node=my_id[:8])
 
-    def _spawn(self, peer: _Peer) -> None:
+    def _spawn(self, peer: OutboundPeer) -> None:
         assert self._loop is not None
         if peer.task is None:
             peer.task = self._loop.create_task(
@@ -422,7 +336,7 @@ class PeerLinks:
         except Exception:
             self._log.exception("peer_on_link_change_failed", peer=node_id[:8])
 
-    def _stop_peer(self, peer: _Peer, reason: str) -> None:
+    def _stop_peer(self, peer: OutboundPeer, reason: str) -> None:
         if peer.task is not None:
             peer.task.cancel()  # its finally clause logs the link going down
         self._log.debug("peer_link_stopped", peer=peer.node_id[:8], reason=reason)
@@ -487,7 +401,7 @@ class PeerLinks:
             else:
                 self._dispatch(peer, msgs)
 
-    def _dispatch(self, peer: _Peer, msgs: list[Message]) -> None:
+    def _dispatch(self, peer: OutboundPeer, msgs: list[Message]) -> None:
         """One flush's messages to a peer whose link is up."""
         lane = peer.lane
         if lane is None or lane.lost:
@@ -514,13 +428,13 @@ class PeerLinks:
             else:
                 self._frames_dropped += 1
 
-    def _hold(self, peer: _Peer, msgs: list[Message]) -> None:
+    def _hold(self, peer: OutboundPeer, msgs: list[Message]) -> None:
         if len(peer.held) >= self.max_queued_frames:
             self._frames_dropped += 1
             return
         peer.held.append(list(msgs))
 
-    def _enqueue(self, peer: _Peer, msgs: list[Message]) -> None:
+    def _enqueue(self, peer: OutboundPeer, msgs: list[Message]) -> None:
         if len(peer.queue) >= self.max_queued_frames:
             self._frames_dropped += 1
             return
@@ -539,7 +453,7 @@ class PeerLinks:
         if frames:
             peer.wake()
 
-    def _encoder(self, peer: _Peer, columnar: bool) -> Callable[[list[Message]], bytes]:
+    def _encoder(self, peer: OutboundPeer, columnar: bool) -> Callable[[list[Message]], bytes]:
         def encode(msgs: list[Message]) -> bytes:
             peer.seq += 1
             return encode_frame(self.my_id, peer.seq, msgs, self._wire, columnar)
@@ -547,7 +461,7 @@ class PeerLinks:
         return encode
 
     def _too_large(
-        self, peer: _Peer, refused: list[tuple[str, int]], limit: int, path: str
+        self, peer: OutboundPeer, refused: list[tuple[str, int]], limit: int, path: str
     ) -> None:
         """Messages over the frame limit of their path on their own: never sent (writing one
         would end the link, and the protocols' retry would resend it into the same failure);
@@ -581,8 +495,8 @@ class PeerLinks:
         task.add_done_callback(self._oneshots.discard)
 
     async def _oneshot(self, host: str, port: int, data: bytes, n_msgs: int) -> None:
-        target = _target(host, port)
-        channel = self._channel(target)
+        target = target_of(host, port)
+        channel = make_channel(target, self.tls)
         call: Any = None
         try:
             async with asyncio.timeout(ONESHOT_TIMEOUT_S):
@@ -600,24 +514,14 @@ class PeerLinks:
         except Exception as exc:
             # Unreachable, refused, timed out: the caller (join/MEET) retries on its own.
             self._frames_dropped += 1
-            self._log.info("peer_oneshot_failed", target=target, error=_describe(exc))
+            self._log.info("peer_oneshot_failed", target=target, error=describe_error(exc))
         finally:
             if call is not None:
                 call.cancel()
-            await _close_channel(channel)
-
-    def _channel(self, target: str) -> Any:
-        tls = self.tls
-        if tls is None:
-            return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
-        return grpc.aio.secure_channel(
-            target,
-            tls.channel_credentials(),
-            options=[*_CHANNEL_OPTIONS, *tls.channel_options()],
-        )
+            await close_channel(channel)
 
     # ------------------------------------------------------------------------- outbound link
-    async def _run_peer(self, peer: _Peer) -> None:
+    async def _run_peer(self, peer: OutboundPeer) -> None:
         backoff = BACKOFF_MIN_S
         attempts = 0
         while True:
@@ -629,13 +533,13 @@ class PeerLinks:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
-    async def _connect_and_pump(self, peer: _Peer, attempt: int) -> bool:
+    async def _connect_and_pump(self, peer: OutboundPeer, attempt: int) -> bool:
         """One connection: handshake, then write queued frames until the call ends.
 
         Returns whether the link came up. Never raises except CancelledError.
         """
-        target = _target(peer.host, peer.port)
-        channel = self._channel(target)
+        target = target_of(peer.host, peer.port)
+        channel = make_channel(target, self.tls)
         call: Any = None
         came_up = False
         in_flight = 0
@@ -704,7 +608,7 @@ class PeerLinks:
             raise
         except Exception as exc:
             if came_up:
-                self._log.info("peer_link_down", peer=peer.node_id[:8], error=_describe(exc))
+                self._log.info("peer_link_down", peer=peer.node_id[:8], error=describe_error(exc))
             elif attempt == 1 or attempt % 20 == 0:
                 # Connecting fails every backoff period while a peer is down: say so at the
                 # first attempt and then now and then, not 20 times a second.
@@ -713,7 +617,7 @@ class PeerLinks:
                     peer=peer.node_id[:8],
                     target=target,
                     attempt=attempt,
-                    error=_describe(exc),
+                    error=describe_error(exc),
                 )
         finally:
             if not came_up and peer.held:
@@ -733,11 +637,11 @@ class PeerLinks:
                 self._link_changed(peer.node_id, False)
             if call is not None:
                 call.cancel()
-            await _close_channel(channel)
+            await close_channel(channel)
         return came_up
 
     async def _open_lane(
-        self, peer: _Peer, port: int, token: bytes, max_frame: int
+        self, peer: OutboundPeer, port: int, token: bytes, max_frame: int
     ) -> OutboundLane | None:
         """The lane to ``peer`` at ``port``; None (the stream carries everything) if it
         cannot be opened."""
@@ -750,7 +654,7 @@ class PeerLinks:
                 )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             self._log.warning(
-                "peer_lane_unavailable", peer=peer.node_id[:8], port=port, error=_describe(exc)
+                "peer_lane_unavailable", peer=peer.node_id[:8], port=port, error=describe_error(exc)
             )
             return None
 
@@ -785,7 +689,7 @@ class PeerLinks:
             # instead of holding server.stop() for its whole grace period.
         except Exception as exc:
             # The client vanished mid-stream (kill -9, reset): the stream is simply over.
-            self._log.debug("peer_inbound_error", peer=sender[:8], error=_describe(exc))
+            self._log.debug("peer_inbound_error", peer=sender[:8], error=describe_error(exc))
         finally:
             if task is not None:
                 self._inbound.discard(task)
@@ -888,15 +792,3 @@ class PeerLinks:
             # bytes inbound lanes buffer, lanes closed past that bound (job_lane.py).
             **(self._lane.stats() if self._lane is not None else {}),
         }
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-async def _close_channel(channel: Any) -> None:
-    # Closing must not raise into the loop whatever state the channel is in.
-    with contextlib.suppress(Exception):
-        await channel.close()

@@ -18,6 +18,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from disq.core.disque.api import DeferredResult
 from disq.doors.disque import NodeApi, RespStats
 from disq.doors.disque.admin import MONITOR_MAX_OUTPUT_BYTES, AdminState, set_logger
@@ -203,6 +205,7 @@ class RespHub:
                 proto.transport.close()
 
 
+@mypyc_attr(native_class=False)  # asyncio.Protocol is a Python class
 class RespProtocol(FlowControlledProtocol[RespDoor]):
     __slots__ = ("hub", "last_active")
 

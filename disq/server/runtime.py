@@ -23,7 +23,6 @@ import time
 import traceback
 from array import array
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from disq.core.beanstalk.core import BeanstalkCore
@@ -41,6 +40,7 @@ from disq.server.router import ReplyRouter
 
 if TYPE_CHECKING:
     import ssl
+    from pathlib import Path
 
     from disq.config import DisqueSettings
     from disq.core.beanstalk.session import Session
@@ -253,7 +253,7 @@ class NodeRuntime:
 
     def _send(self, peer: str, msgs: list[Message]) -> None:
         cluster = self.cluster
-        if cluster is not None:
+        if cluster is not None and cluster.links is not None:  # None: no peer yet
             cluster.links.send_many(peer, msgs)
 
     def _wake(self, session: Session, result: Any) -> None:
@@ -266,7 +266,8 @@ class NodeRuntime:
     def _after_apply(self, rd: Ready) -> None:
         cluster = self.cluster
         if cluster is not None:
-            cluster.links.flush()
+            if cluster.links is not None:
+                cluster.links.flush()
             if rd.member_changes:
                 cluster.apply_member_changes(rd.member_changes)
         errors = self.core.errors
@@ -467,8 +468,10 @@ class NodeRuntime:
                     return
                 self.unix_path = settings.unixsocket_path
                 self.servers.append(await start_server(loop, factory, unix_sock, backlog))
-            await cluster.start()
-            await cluster.links.wait_contacted(CONTACT_BEFORE_SERVING_S)
+            if cluster.links is not None:  # peers hear first (cluster_services.load_bus)
+                await cluster.start()
+                assert cluster.links is not None
+                await cluster.links.wait_contacted(CONTACT_BEFORE_SERVING_S)
             for sock in resp_sockets or []:
                 self.servers.append(await start_server(loop, factory, sock, backlog))
             for sock in resp_tls_sockets:
@@ -502,8 +505,31 @@ class NodeRuntime:
         if admin_sock is not None:
             self._metrics_backlog = []
         self._admin_task = loop.create_task(self._after_serving(admin_sock))
+        if cluster is not None and cluster.links is None:
+            await self._start_bus(cluster)
         await self._stopping
         await self.shutdown()
+
+    async def _start_bus(self, cluster: ClusterPart) -> None:
+        """A node with no peer to hear from it first: its client ports serve, then the bus
+        loads (grpc and the API's modules imported in a thread, the loop serving meanwhile)
+        and starts. The import waits DEFERRED_IMPORT_DELAY_S, as structlog's does: grpc's
+        and protobuf's C initialisation holds the interpreter for milliseconds at a time, and
+        a client's first commands (a harness's, 0.1 s after spawning the node) come first. A
+        bus port that cannot be bound still fails the start (ListenError, as when it is
+        bound first), after the node has stopped serving and closed its AOF."""
+        from disq.server.cluster_services import import_bus
+
+        await asyncio.sleep(DEFERRED_IMPORT_DELAY_S)
+        if self._stopping is not None and self._stopping.done():
+            return  # stopped meanwhile: nothing to start
+        await self._off_loop(import_bus)
+        try:
+            await cluster.start()
+        except ListenError:
+            self.stop()
+            await self.shutdown()
+            raise
 
     def _bind_admin(self) -> socket.socket | None:
         cfg = self.config

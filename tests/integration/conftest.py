@@ -256,6 +256,28 @@ class ServerProcess:
                 f"server accepted a connection but did not serve it (got {got!r}): "
                 f"{self.argv()}\n{self.log_text()}"
             )
+        self._wait_bus(deadline)
+
+    def _wait_bus(self, deadline: float) -> None:
+        """A node without peers serves its client ports before its gRPC port (issue 31):
+        with ``--grpc-port``, wait until that port accepts too (the tests use it at once)."""
+        extra = list(self.extra)
+        if self.kind != "disq" or "--grpc-port" not in extra:
+            return
+        port = int(extra[extra.index("--grpc-port") + 1])
+        if port == 0:
+            return
+        assert self.proc is not None
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the gRPC port {port} did not come up: {self.argv()}\n{self.log_text()}"
+                    ) from None
+                time.sleep(0.01)
 
     def signal(self, signum: int) -> None:
         """Send a signal to the server process (e.g. ``signal.SIGUSR1`` for drain mode)."""

@@ -30,6 +30,7 @@ from task_apps import (
     disq_url,
     done_counts,
     runs,
+    stop_all,
     wait_all_done,
     write_app,
 )
@@ -107,8 +108,7 @@ def test_inspect_ping_is_answered_by_two_workers(lab3: Lab, tmp_path: Path) -> N
         active = celery_command(app_dir, broker, "inspect", "active")
         assert active.returncode == 0 and "2 nodes online" in active.stdout
     finally:
-        for w in workers:
-            w.stop()
+        stop_all(workers)
 
 
 def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, client: Client) -> None:
@@ -167,8 +167,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
         assert 3 not in {r.k for r in runs(app_dir)}
         assert client.purge_queue("ops_extra") == 1
     finally:
-        for w in workers:
-            w.stop()
+        stop_all(workers)
 
 
 def test_events_dump_shows_task_succeeded(lab3: Lab, tmp_path: Path, client: Client) -> None:
@@ -321,8 +320,7 @@ def test_default_workers_with_and_without_events_leave_no_job_nobody_reads(
         for w in workers:
             assert w.proc.poll() is None and "Traceback" not in w.log_text()
     finally:
-        for w in workers:
-            w.stop()
+        stop_all(workers)
 
 
 def _broadcast_queues(c: Client) -> set[str]:

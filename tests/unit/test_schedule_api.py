@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from disq.client import Schedule
-from disq.client.aio import _schedule as sdk_schedule
+from disq.client.schedules import schedule_from_proto as sdk_schedule
 from disq.core.disque.api import PENDING
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP
 from disq.core.schedule.scheduler import Scheduler

@@ -8,10 +8,11 @@ import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from sim_share import shared_seeds, sweep_outcome
 
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
@@ -75,22 +76,18 @@ def test_replay_command_is_byte_identical_across_processes() -> None:
 
 
 # ---------------------------------------------------------------------------- sweeps
-def _sweep(seeds: range) -> None:
+def _sweep(seeds: Iterable[int]) -> None:
     """Each seed runs its own ``sweep_config`` (3-7 nodes, loss, duplication, delays,
     partitions, crashes, restarts, AOF rewrites, memory warnings, LEAVING, PAUSE, clock skew,
     SWIM/oracle/static views). The known core gaps are tolerated there (``exempt``) and
-    pinned below as strict xfails."""
-    failures = []
-    for seed in seeds:
-        try:
-            run_seed(seed)
-        except InvariantViolation as e:
-            failures.append(str(e))
+    pinned below as strict xfails. Each seed runs once per process (sim_share.py)."""
+    failures = [v for v in (sweep_outcome(seed).violation for seed in seeds) if v]
     assert not failures, f"{len(failures)} seeds failed:\n\n" + "\n\n".join(failures[:3])
 
 
 def test_sweep_quick() -> None:
-    _sweep(range(0, 150))
+    # Both of make test's runs make it: each takes its share of the seeds (sim_share.py).
+    _sweep(shared_seeds(range(0, 150)))
 
 
 # 3000 more seeds in chunks (pytest shows which chunk failed; each replays alone with
@@ -401,7 +398,7 @@ BUG_ACK_GC = (
 )
 
 
-def _search(seeds: range, invariant: str, detail: str, **overrides: object) -> None:
+def _search(seeds: Iterable[int], invariant: str, detail: str, **overrides: object) -> None:
     """Raise the first violation of ``invariant`` (whose detail contains ``detail``) among
     ``seeds``; any other violation fails the test outright (it is not the bug pinned).
 
@@ -433,7 +430,7 @@ def test_sweep_keeps_async_adds_without_a_local_copy() -> None:  # BUG_EXTREPL_A
 
 def test_sweep_collects_every_ack() -> None:
     # Found by this search (BUG_ACK_GC, seeds 6, 7, 9 then); fixed in the core since.
-    _search(range(0, 40), "6 ", "ACKED", final_gc_ms=400_000)
+    _search(shared_seeds(range(0, 40)), "6 ", "ACKED", final_gc_ms=400_000)
 
 
 class _Pump(Mesh):
@@ -567,7 +564,7 @@ BUG_AMO_ENQUEUE_ONCE = (
 def test_sweep_keeps_at_most_once_across_enqueue_once_restarts() -> None:
     # Found by this search (BUG_AMO_ENQUEUE_ONCE, seeds 10, 108, 116 then); fixed since.
     _search(
-        range(0, 600),
+        shared_seeds(range(0, 600)),  # both of make test's runs: a share each (sim_share.py)
         "5 (at-most-once)",
         "RETRY 0",
         idem_prob=0.0,

@@ -33,6 +33,44 @@ def test_bind_happens_before_heavy_imports() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_the_port_is_bound_before_typing_json_or_ast_load() -> None:
+    # Issue 31: beanstalkd harnesses connect 0.1 s after spawning the server; what runs
+    # before the bind (the package, its compiled-build check, the flags) stays off typing
+    # (asyncio imports it after), and the build manifest is read without json or ast.
+    code = textwrap.dedent(
+        """
+        import sys
+        import disq.node_main as m
+        m.build_parser().parse_args(["-l", "127.0.0.1", "-p", "0"])
+        sock = m._bind("127.0.0.1", 0)
+        print(",".join(n for n in ("typing", "json", "ast", "pathlib") if n in sys.modules))
+        sock.close()
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_the_build_manifest_reader_reads_what_setup_writes(tmp_path: Path) -> None:
+    from disq import _native
+
+    manifest = {"disq.core": "00000000-0", "disq.core.node_core": "c2c05de6-33831"}
+    path = tmp_path / _native.MANIFEST
+    path.write_text(json.dumps(manifest, indent=0, sort_keys=True))  # as setup.py writes it
+    root = _native._ROOT
+    try:
+        _native._ROOT = str(tmp_path)
+        assert _native._read_manifest() == manifest
+        path.write_text('{"disq.core": 1}')  # not setup.py's: every module stale
+        assert _native._read_manifest() == {"": ""}
+        path.unlink()
+        assert _native._read_manifest() == {"": ""}
+    finally:
+        _native._ROOT = root
+
+
 def test_version_flag() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "disq.node_main", "-v"],
@@ -84,6 +122,41 @@ def test_the_serving_path_leaves_the_admin_port_and_slow_helpers_for_later() -> 
         (*deferred, "hashlib", "secrets", "logging.handlers", "zoneinfo", "shutil"),
     )
     assert standalone == []
+
+
+def test_a_standalone_node_loads_no_cluster_module_before_it_serves() -> None:
+    # Issue 31: a node started with beanstalkd's flags (no RESP door, no bus) builds its
+    # runtime and node core without the peer messages, the scheduler, the routes table or
+    # the gRPC modules (disq/core/node_cluster.py), and without pathlib (memory only).
+    cluster_modules = (
+        "disq.core.messages",
+        "disq.core.node_cluster",
+        "disq.core.schedule.scheduler",
+        "disq.core.routes.table",
+        "disq.core.disque.core",
+        "disq.server.cluster_services",
+        "grpc",
+        "google.protobuf",
+        "pathlib",
+    )
+    loaded = _imported_after(
+        """
+        import asyncio
+        import disq.node_main
+        disq.node_main._without_rich()
+        from disq.core.beanstalk.core import Limits
+        from disq.server.node_config import NodeConfig
+        from disq.server.runtime import NodeRuntime
+        loop = asyncio.new_event_loop()
+        node = NodeRuntime(NodeConfig(data_dir=None, limits=Limits()), loop)
+        rd = node.core.ready(node.now_ms())
+        node.core.advance()
+        node.core.tick(node.now_ms())
+        loop.close()
+        """,
+        cluster_modules,
+    )
+    assert loaded == []
 
 
 def _run(code: str, tmp_path: Path) -> list[dict[str, Any]]:

@@ -10,16 +10,14 @@ still waits (the "followers" of that "leader") get the leader's answer.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
-from disq.core.disque.idempotency import IDEM_TIMER
 from disq.core.disque.job import ACTIVE, WAIT_REPL
-from disq.core.disque.keyvote import KV_TIMER
 from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
+from disq.core.disque.state import IDEM_TIMER, KV_TIMER, REPL_RESEND_MIN_MS, AddWait
 from disq.core.messages import ReplJob
 
 REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
@@ -27,29 +25,9 @@ REPL_RETRY_MAX_MS = 1000
 # Silent targets are asked again (REPLJOB) at 250 ms, 500 ms and 1 s, then every second:
 # soon enough that an add made while links come up (a node just restarted: its peers count as
 # reachable at once, but frames to a link not yet up are dropped) completes within about a
-# second; rare enough that under load re-sent bodies do not saturate the links.
-REPL_RESEND_MIN_MS = 250
+# second; rare enough that under load re-sent bodies do not saturate the links. The first gap,
+# REPL_RESEND_MIN_MS, is in state.py beside AddWait, whose default it is.
 REPL_RESEND_MS = 1000
-
-
-@dataclass(slots=True)
-class _AddWait:
-    """A client blocked in a synchronous ADDJOB."""
-
-    job_id: str
-    deadline_ms: int  # 0: wait forever
-    next_repl_ms: int
-    repl_backoff_ms: int
-    resend_ms: int = 0  # when silent targets are asked again
-    resend_every_ms: int = REPL_RESEND_MIN_MS  # doubles up to REPL_RESEND_MS
-
-
-@dataclass(slots=True)
-class _GetWait:
-    """A client blocked in GETJOB."""
-
-    queues: list[str]
-    deadline_ms: int  # 0: forever
 
 
 @trait
@@ -61,10 +39,10 @@ class BlockedClientsMixin(CoreParts):
         """Block the ADDJOB ``token`` until ``job_id`` has its copies, or until ``deadline_ms``
         (0: forever); more copies are asked for meanwhile (``_process_clients``)."""
         backoff = REPL_RETRY_MIN_MS
-        wait = _AddWait(job_id, deadline_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MIN_MS)
+        wait = AddWait(job_id, deadline_ms, now_ms + backoff, backoff, now_ms + REPL_RESEND_MIN_MS)
         self._track_add(token, wait)
 
-    def _track_add(self, token: int, wait: _AddWait) -> None:
+    def _track_add(self, token: int, wait: AddWait) -> None:
         self._adds[token] = wait
         self._add_by_job[wait.job_id] = token
         heapq.heappush(self._repl_timers, (wait.next_repl_ms, token))

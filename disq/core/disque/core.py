@@ -17,9 +17,8 @@ the next time anything must happen to them (Disque's ``awakeme`` skiplist), with
 
 This module holds jobs, replication, queueing, acks and their GC, the timers and the messages
 for those; the names follow Disque's job.c / queue.c / ack.c so their comments apply; where
-disq differs the comment says why. The rest of ``DisqueCore`` comes from mixins, one module
-each: idempotency keys, federation (NEEDJOBS/YOURJOBS), introspection and PAUSE, the
-beanstalk bridge, blocked clients, memory levels, the AOF.
+disq differs the comment says why. The rest of ``DisqueCore`` comes from its parts, a module
+each, that share only parts.py and state.py (parts.py says how).
 """
 
 from __future__ import annotations
@@ -48,19 +47,13 @@ from disq.core.disque.api import (
     DisqueError,
     Pending,
 )
-from disq.core.disque.blocked import BlockedClientsMixin, _AddWait, _GetWait
+from disq.core.disque.blocked import BlockedClientsMixin
 from disq.core.disque.bridge import BeanstalkBridgeMixin
 from disq.core.disque.dead_peers import DeadPeersMixin
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
 from disq.core.disque.handoff import HandoffMixin
-from disq.core.disque.idempotency import (
-    IDEM_KEY_MAX_BYTES,
-    IDEM_WINDOW_MS,
-    IdempotencyMixin,
-    _HeldReply,
-    _HeldRetry,
-)
+from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
     ACKED,
@@ -75,12 +68,12 @@ from disq.core.disque.job import (
     WAIT_REPL,
     DJob,
 )
-from disq.core.disque.keyvote import AT_ONCE as KV_AT_ONCE
-from disq.core.disque.keyvote import KeyVoteMixin, _Acceptor, _Proposal
+from disq.core.disque.keyvote import KeyVoteMixin
 from disq.core.disque.memory import MemoryMixin
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.disque.requeue import RequeueMixin
+from disq.core.disque.state import KV_AT_ONCE, GetWait
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -118,7 +111,7 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    HandoffMixin,  # first: it wraps ReplicationMixin's _on_gotjob (handoff.py)
+    HandoffMixin,
     IdempotencyMixin,
     KeyVoteMixin,
     FederationMixin,
@@ -151,10 +144,11 @@ class DisqueCore(
         # _process_jobs pops the two in one (awake_ms, ctime, id) order, as one heap would.
         self._awake_acked: list[tuple[int, int, str]] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
-        self._adds: dict[int, _AddWait] = {}  # token -> blocked ADDJOB
+        # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
+        self._adds = {}  # token -> blocked ADDJOB
         self._add_by_job: dict[str, int] = {}
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
-        self._gets: dict[int, _GetWait] = {}  # token -> blocked GETJOB
+        self._gets = {}  # token -> blocked GETJOB
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
         # Both are FIFOs trimmed from their oldest end: OrderedDicts, because a plain dict
@@ -163,25 +157,25 @@ class DisqueCore(
         # tombstones reached their bound).
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
-        self._idem: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # idempotency.py
-        self._idem_tentative: set[tuple[str, str]] = set()
-        self._idem_shadow: dict[tuple[str, str], list[str]] = {}
-        self._idem_unacked: dict[str, dict[tuple[str, str], str]] = {}
+        self._idem = OrderedDict()  # idempotency.py
+        self._idem_tentative = set()
+        self._idem_shadow = {}
+        self._idem_unacked = {}
         self._idem_resend: dict[str, tuple[int, int]] = {}
         self._idem_timer_ms = 0
         self._idem_reannounce = False
         self._idem_live: set[str] = set()
-        self._held_retries: dict[tuple[str, str], list[_HeldRetry]] = {}
-        self._held_retry_of: dict[int, tuple[str, str]] = {}
-        self._held_replies: dict[tuple[str, str], _HeldReply] = {}
-        self._held_reply_of: dict[int, tuple[str, str]] = {}
-        self._idem_reruns: list[_HeldRetry] = []
+        self._held_retries = {}
+        self._held_retry_of = {}
+        self._held_replies = {}
+        self._held_reply_of = {}
+        self._idem_reruns = []
         self.idem_reply_wait = True  # a done keyed add answers once peers have its key
         self._followers: dict[int, list[int]] = {}  # blocked.py
         self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
-        self._kv_acc: dict[tuple[str, str], _Acceptor] = {}  # keyvote.py
-        self._kv_prop: dict[tuple[str, str], _Proposal] = {}
+        self._kv_acc = {}  # keyvote.py
+        self._kv_prop = {}
         self._kv_timer_ms = 0
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
@@ -694,7 +688,7 @@ class DisqueCore(
         for name in queues:
             self._check_new_queue(name)
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-        self._gets[token] = _GetWait(list(queues), deadline)
+        self._gets[token] = GetWait(list(queues), deadline)
         for name in queues:
             q = self._queue(name, now_ms)
             q.blocked[token] = None

@@ -47,29 +47,19 @@ from disq.core.disque.job import (
     QUEUED,
     DJob,
 )
-from disq.core.disque.replication import ReplicationMixin
+from disq.core.disque.parts import CoreParts
+from disq.core.disque.state import Handoff
 from disq.core.messages import Enqueue, GotJob, ReplJob
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
 
-class _Handoff:
-    __slots__ = ("enqueue", "queued", "target", "tried", "until")
-
-    def __init__(self, enqueue: bool, queued: bool) -> None:
-        self.enqueue = enqueue  # send ENQUEUE behind the REPLJOB
-        self.queued = queued  # it was queued here: queue it again if nobody takes it
-        self.target = ""
-        self.tried: list[str] = []
-        self.until = 0
-
-
 @trait
 @mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class HandoffMixin(ReplicationMixin):
-    """The drain handoff of DisqueCore. A subclass of ReplicationMixin only to wrap its
-    ``_on_gotjob`` (it comes first in DisqueCore's bases): a GOTJOB for a job being handed
-    off confirms the handoff; every other one goes to replication."""
+class HandoffMixin(CoreParts):
+    """The drain handoff of DisqueCore. Replication's GOTJOB handler asks
+    :meth:`_handoff_gotjob` first: a GOTJOB for a job being handed off confirms the handoff;
+    every other one is replication's."""
 
     def start_handoff(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
         """Begin handing this node's jobs to others (the node is leaving). Returns how many
@@ -89,12 +79,12 @@ class HandoffMixin(ReplicationMixin):
                 # second job of the key. It stays, in the AOF; the vote decides after a restart.
                 continue
             if j.state == QUEUED:
-                h = _Handoff(enqueue=True, queued=True)
+                h = Handoff(enqueue=True, queued=True)
             elif j.state == ACTIVE and not (j.delivered - {me}):
                 delivered = bool(j.flags & DELIVERED)
                 if delivered and j.retry_s == 0:
                     continue  # at-most-once and already delivered: never queued again
-                h = _Handoff(enqueue=not delivered, queued=False)
+                h = Handoff(enqueue=not delivered, queued=False)
             else:
                 continue
             self._dequeue(j)
@@ -128,7 +118,7 @@ class HandoffMixin(ReplicationMixin):
         peers = self.view.reachable_peers()
         return peers if usable is None else [n for n in peers if usable(n)]
 
-    def _handoff_send(self, j: DJob, h: _Handoff, now_ms: int) -> None:
+    def _handoff_send(self, j: DJob, h: Handoff, now_ms: int) -> None:
         reachable = self._handoff_peers()
         if not reachable:
             self._handoff_give_up(j, h, now_ms)
@@ -151,7 +141,7 @@ class HandoffMixin(ReplicationMixin):
         if h.enqueue:
             self._send(target, Enqueue(j.id))
 
-    def _handoff_give_up(self, j: DJob, h: _Handoff, now_ms: int) -> None:
+    def _handoff_give_up(self, j: DJob, h: Handoff, now_ms: int) -> None:
         hs = self._handoffs
         if hs is not None:
             hs.pop(j.id, None)
@@ -160,16 +150,19 @@ class HandoffMixin(ReplicationMixin):
             # delivery, so no counter moves and the record need not be written again.
             self._enqueue(j, now_ms, moved=True)
 
-    def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
+    def _handoff_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> bool:
+        """True when ``msg`` confirms a handoff (it is then done with); False: not one of
+        this drain's, replication's to handle."""
         hs = self._handoffs
-        if hs:
-            h = hs.get(msg.job_id)
-            if h is not None:
-                if sender in h.tried:
-                    del hs[msg.job_id]
-                    j = self.jobs.get(msg.job_id)
-                    if j is not None and j.state != ACKED:
-                        self._log_del(j.id)
-                        self._unregister(j, now_ms)
-                return
-        super()._on_gotjob(now_ms, sender, msg)
+        if not hs:
+            return False
+        h = hs.get(msg.job_id)
+        if h is None:
+            return False
+        if sender in h.tried:
+            del hs[msg.job_id]
+            j = self.jobs.get(msg.job_id)
+            if j is not None and j.state != ACKED:
+                self._log_del(j.id)
+                self._unregister(j, now_ms)
+        return True

@@ -38,7 +38,6 @@ The ADDJOBs that repeat a key while the first add still waits for its copies wai
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import Any
 
 from mypy_extensions import mypyc_attr, trait
@@ -47,6 +46,9 @@ from disq.core import ids
 from disq.core.disque.api import NOREPL_TIMEOUT, PENDING, DisqueError, Pending
 from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
 from disq.core.disque.parts import CoreParts
+from disq.core.disque.state import IDEM_TIMER, Key
+from disq.core.disque.state import HeldReply as _HeldReply
+from disq.core.disque.state import HeldRetry as _HeldRetry
 from disq.core.messages import IdemKeys
 from disq.persistence.cluster_records import REC_IDEMKEY, IdemKeyEntry, encode_idemkeys
 from disq.persistence.framing import frame
@@ -66,33 +68,8 @@ IDEM_BATCH_KEYS = 10_000  # keys per resent IDEMKEYS
 IDEM_RECORD_KEYS = 1000  # keys per IDEMKEY record in a rewrite
 # A done add without a timeout holds its reply at most this long for its key's acks.
 IDEM_REPLY_WAIT_MS = 5000
-# The token of the idempotency timer in ``_client_timers`` (client tokens are positive).
-IDEM_TIMER = -1
 # An IDEMKEYS entry whose job id starts with this says that job's add failed.
 FAILED = "-"
-
-Key = tuple[str, str]
-
-
-@dataclass(slots=True)
-class _HeldRetry:
-    """A keyed ADDJOB that met a tentative key: held until the key's add is decided."""
-
-    token: int
-    deadline_ms: int  # 0: none
-    queue: str
-    body: bytes
-    args: dict[str, Any]
-
-
-@dataclass(slots=True)
-class _HeldReply:
-    """The answer of a done keyed add, held until every live peer has its key."""
-
-    job_id: str
-    tokens: list[int]
-    deadline_ms: int
-    waiting: set[str]
 
 
 @trait

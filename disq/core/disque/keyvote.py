@@ -50,8 +50,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Set
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr, trait
 
@@ -59,6 +57,12 @@ from disq.core.constants import WILLQUEUE_ADVANCE_MS
 from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
 from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
 from disq.core.disque.parts import CoreParts
+from disq.core.disque.state import KV_ADD as ADD
+from disq.core.disque.state import KV_AT_ONCE as AT_ONCE
+from disq.core.disque.state import KV_COPY as COPY
+from disq.core.disque.state import KV_TIMER, NO_BALLOT, Ballot, Key
+from disq.core.disque.state import Acceptor as _Acceptor
+from disq.core.disque.state import Proposal as _Proposal
 from disq.core.messages import (
     KV_ACCEPT,
     KV_ACCEPTED,
@@ -70,51 +74,15 @@ from disq.core.messages import (
 from disq.persistence.cluster_records import REC_KEYVOTE, KeyVoteEntry, encode_keyvotes
 from disq.persistence.framing import frame
 
-if TYPE_CHECKING:
-    from disq.core.disque.idempotency import Key
-
-Ballot = tuple[int, str]
-NO_BALLOT: Ballot = (0, "")
-
-KV_TIMER = -2  # the vote timer's token in ``_client_timers`` (client tokens are positive)
-KV_RETRY_MIN_MS = 200
 KV_RETRY_MAX_MS = 3000
 KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 
-# What the winner's job does when its vote is won.
+# What the winner's job does when its vote is won: ADD, AT_ONCE, COPY (state.py's KV_ADD, ...).
 # Only the first two propose their own job: a job is proposed by its creator once it is stored
 # as its add asked (its copies made; ASYNC and REPLICATE 1 ask for none to wait for). A copy
 # never proposes itself: its creator may have failed to make the other copies (an add that
 # timed out is deleted as before, no vote: nobody can have proposed its job), and a key bound
 # to an under-replicated job would acknowledge it to a retry.
-ADD = 1  # the creator's add, its copies made: finish it (queue here or ENQUEUE a holder)
-AT_ONCE = 2  # an ASYNC or REPLICATE 1 add: queue it (it is registered, not queued)
-COPY = 4  # a copy (or a restarted creator's job) whose RETRY fired with the key undecided
-
-
-@dataclass(slots=True)
-class _Acceptor:
-    promised: Ballot
-    accepted: Ballot
-    job_id: str  # accepted job ("" none)
-    until: int
-
-
-@dataclass(slots=True)
-class _Proposal:
-    job_id: str  # this node's candidate
-    kind: int
-    ballot: Ballot = NO_BALLOT
-    phase: int = 0  # KV_PREPARE or KV_ACCEPT while a round runs
-    value: str = ""  # the job proposed in the ACCEPT round
-    promises: dict[str, tuple[Ballot, str]] = field(default_factory=dict)
-    accepts: set[str] = field(default_factory=set)
-    tokens: list[int] = field(default_factory=list)  # clients waiting for the key's job
-    deadline_ms: int = 0  # the clients' NOREPL deadline (0: none)
-    retry_ms: int = 0  # a new round if this one has no majority by then
-    backoff_ms: int = KV_RETRY_MIN_MS
-    highest: int = 0  # the highest ballot number seen for the key
-    holders: set[str] = field(default_factory=set)  # ADD: the confirmed copies
 
 
 @trait

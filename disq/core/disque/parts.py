@@ -7,6 +7,13 @@ compiles a class with several bases only when the bases are traits, so every par
 without defining it: the attributes (DisqueCore.__init__ sets them all) and the methods
 that DisqueCore or another part defines. A declaration here raises if nothing overrides it;
 DisqueCore overrides every one.
+
+A part imports this module and state.py (the types of the shared state, the timer ids), never
+another part, not even for a type: the parts are independent (import-linter's contract
+"disque-parts-apart"), so one can be read, changed or tested knowing only these two.
+``DEFINED_IN`` tags every declared method with the module that defines it;
+tests/unit/test_disque_parts.py checks the tags against DisqueCore's MRO, and that every
+method a part calls on another is declared here.
 """
 
 from __future__ import annotations
@@ -14,23 +21,28 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Set
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr, trait
 
+from disq.core.disque.state import (
+    Acceptor,
+    AddWait,
+    GetWait,
+    Handoff,
+    HeldReply,
+    HeldRetry,
+    Key,
+    Proposal,
+)
+
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult, Pending
-    from disq.core.disque.blocked import _AddWait, _GetWait
-    from disq.core.disque.handoff import _Handoff
-    from disq.core.disque.idempotency import _HeldReply, _HeldRetry
     from disq.core.disque.job import DJob
-    from disq.core.disque.keyvote import _Acceptor, _Proposal
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
-    from disq.core.messages import JobData, Message
+    from disq.core.messages import GotJob, JobData, Message
     from disq.persistence.cluster_records import IdemKeyEntry, KeyVoteEntry
-
-Key = tuple[str, str]  # (queue, idempotency key)
 
 
 @trait
@@ -63,9 +75,9 @@ class CoreParts:
     _awake_acked: list[tuple[int, int, str]]
     _one_copy: set[str]
     # blocked.py: blocked clients and their timers
-    _adds: dict[int, _AddWait]  # token -> blocked ADDJOB
+    _adds: dict[int, AddWait]  # token -> blocked ADDJOB
     _add_by_job: dict[str, int]
-    _gets: dict[int, _GetWait]  # token -> blocked GETJOB
+    _gets: dict[int, GetWait]  # token -> blocked GETJOB
     _client_timers: list[tuple[int, int]]  # (deadline_ms, token), lazy
     _repl_timers: list[tuple[int, int]]  # (next_repl_ms, token), lazy
     # The ADDJOBs that repeated a key while its first add still waits for its copies.
@@ -80,20 +92,20 @@ class CoreParts:
     _idem_timer_ms: int  # the armed idempotency timer (0: none)
     _idem_reannounce: bool  # restored: announce the node's own keys again
     _idem_live: set[str]  # the live peers the timer saw last (one that comes back: resend)
-    _held_retries: dict[Key, list[_HeldRetry]]
+    _held_retries: dict[Key, list[HeldRetry]]
     _held_retry_of: dict[int, Key]
-    _held_replies: dict[Key, _HeldReply]
+    _held_replies: dict[Key, HeldReply]
     _held_reply_of: dict[int, Key]
-    _idem_reruns: list[_HeldRetry]
+    _idem_reruns: list[HeldRetry]
     idem_window_ms: int
     idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
     # keyvote.py
     vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
-    _kv_acc: dict[Key, _Acceptor]
-    _kv_prop: dict[Key, _Proposal]
+    _kv_acc: dict[Key, Acceptor]
+    _kv_prop: dict[Key, Proposal]
     _kv_timer_ms: int
     # handoff.py
-    _handoffs: dict[str, _Handoff] | None  # None: no drain started
+    _handoffs: dict[str, Handoff] | None  # None: no drain started
     _handoff_usable: Callable[[str], bool] | None  # the runtime's link check
     # dead_peers.py: the peers confirmed dead whose jobs are being swept
     _dead_peers: set[str]
@@ -158,13 +170,13 @@ class CoreParts:
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
         raise NotImplementedError
 
-    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
-        raise NotImplementedError
-
-    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _copies_needed(self, j: DJob) -> int:
+        raise NotImplementedError
+
+    def _broadcast_del(self, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
 
     def add_job(
@@ -185,26 +197,22 @@ class CoreParts:
     ) -> str | Pending:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ the parts'
-    def _broadcast_del(self, j: DJob) -> None:  # ack.py
-        raise NotImplementedError
-
-    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
+    # ------------------------------------------------------------------ ack.py's
     def _tombstone(self, job_id: str, now_ms: int) -> None:
         raise NotImplementedError
 
     def _tombstoned(self, job_id: str, now_ms: int) -> bool:
         raise NotImplementedError
 
-    def _log_job(self, j: DJob, now_ms: int) -> None:  # aof.py
+    # ------------------------------------------------------------------ aof.py's
+    def _log_job(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
 
     def _log_del(self, job_id: str) -> None:
         raise NotImplementedError
 
-    def _reply_add(self, token: int, result: DeferredResult) -> None:  # blocked.py
+    # ------------------------------------------------------------------ blocked.py's
+    def _reply_add(self, token: int, result: DeferredResult) -> None:
         raise NotImplementedError
 
     def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
@@ -213,10 +221,26 @@ class CoreParts:
     def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
         raise NotImplementedError
 
-    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
-        raise NotImplementedError  # replication.py
+    # ------------------------------------------------------------------ handoff.py's
+    def _handoff_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> bool:
+        raise NotImplementedError
 
-    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:  # idempotency.py
+    # ------------------------------------------------------------------ replication.py's
+    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
+        raise NotImplementedError
+
+    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
+        raise NotImplementedError
+
+    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ requeue.py's
+    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ idempotency.py's
+    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:
         raise NotImplementedError
 
     def _key_done(self, j: DJob, now_ms: int) -> None:
@@ -252,7 +276,8 @@ class CoreParts:
     def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
         raise NotImplementedError
 
-    def vote_records(self, now_ms: int) -> list[bytes]:  # keyvote.py
+    # ------------------------------------------------------------------ keyvote.py's
+    def vote_records(self, now_ms: int) -> list[bytes]:
         raise NotImplementedError
 
     def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
@@ -273,9 +298,6 @@ class CoreParts:
     def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
         raise NotImplementedError
 
-    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
-        raise NotImplementedError
-
     def _kv_needed(self, j: DJob) -> bool:
         raise NotImplementedError
 
@@ -289,3 +311,62 @@ class CoreParts:
         holders: Set[str] | None = None,
     ) -> None:
         raise NotImplementedError
+
+
+# The module (of disq.core.disque) that defines each method declared in CoreParts: "core" is
+# DisqueCore itself, the others a part. A new declaration gets its tag here, in the same commit
+# (tests/unit/test_disque_parts.py fails on a declaration without one, or a wrong one).
+DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
+    "core": (
+        "my_id",
+        "_send",
+        "_jitter",
+        "_check_new_queue",
+        "_queue",
+        "_new_ctime",
+        "_register",
+        "_unregister",
+        "_forget",
+        "_enqueue",
+        "_dequeue",
+        "_fetch",
+        "_postpone",
+        "_update_awake",
+        "_job_data",
+        "_copies_needed",
+        "_broadcast_del",
+        "_delete_from_cluster",
+        "add_job",
+    ),
+    "ack": ("_tombstone", "_tombstoned"),
+    "aof": ("_log_job", "_log_del"),
+    "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
+    "handoff": ("_handoff_gotjob",),
+    "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
+    "requeue": ("_merge_counters",),
+    "idempotency": (
+        "_forget_key",
+        "_key_done",
+        "_restore_keys",
+        "key_records",
+        "_idem_cancel",
+        "_idem_timer_fire",
+        "_log_keys",
+        "_announce",
+        "_announce_key",
+        "_remember_key",
+        "_trim_keys",
+        "_hold_reply",
+    ),
+    "keyvote": (
+        "vote_records",
+        "_kv_restore",
+        "_kv_after_restore",
+        "_kv_cancel",
+        "_kv_timer_fire",
+        "_kv_decided_here",
+        "_kv_learn",
+        "_kv_needed",
+        "_kv_propose",
+    ),
+}

@@ -31,8 +31,8 @@ from disq.core.disque.job import (
     WAIT_REPL,
     DJob,
 )
-from disq.core.disque.keyvote import ADD as KV_ADD
 from disq.core.disque.parts import CoreParts
+from disq.core.disque.state import KV_ADD
 from disq.core.messages import Enqueue, GotJob, JobData, ReplJob
 
 
@@ -173,6 +173,8 @@ class ReplicationMixin(CoreParts):
         return j
 
     def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
+        if self._handoffs and self._handoff_gotjob(now_ms, sender, msg):
+            return  # it confirmed a drain's handoff (handoff.py)
         j = self.jobs.get(msg.job_id)
         if j is None or j.state != WAIT_REPL:
             return

@@ -1,0 +1,109 @@
+"""What a node serves first (issue 31): with no peer to hear from it first, its client ports
+(beanstalk, RESP) serve before the bus (gRPC, the API) loads, and the bus still comes up and
+still joins; with peers, the peers still hear from it first (test_restart.py).
+
+Real node processes; behaviour and order only, never times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from conftest import ServerFactory, free_bus_port, free_port  # noqa: E402
+from eventually import eventually  # noqa: E402
+
+from cluster.resp_client import RespClient  # noqa: E402
+from disq.client import Client  # noqa: E402
+
+
+def _events(log: str) -> list[str]:
+    out = []
+    for line in log.splitlines():
+        try:
+            out.append(json.loads(line)["event"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def _serving(port: int) -> bool:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return r.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_lone_node_serves_its_client_ports_then_its_bus(server_factory: ServerFactory) -> None:
+    resp_port, grpc_port = free_port(), free_port()
+    node = server_factory("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
+    # The fixture saw the beanstalk port answer, and waited for the gRPC port to accept.
+    assert RespClient("127.0.0.1", resp_port).call("PING") == "PONG"
+    eventually(lambda: _serving(grpc_port), "the gRPC health service to say SERVING")
+    with Client(f"127.0.0.1:{grpc_port}", discover=False) as c:
+        job_id = c.add_job("start-order", b"through the bus")
+        got = c.get_jobs("start-order", count=1, timeout_s=5)
+    assert [j.id for j in got] == [job_id]
+    with node.connect() as conn:
+        assert conn.put(b"hi", ttr=60) > 0
+    events = _events(node.log_text())
+    # The order the node logged: its client ports listened before the bus was built.
+    assert events.index("listening") < events.index("peer_links_listening"), events
+
+
+def test_lone_drop_in_nodes_meet_after_they_serve(tmp_path: Path) -> None:
+    """Two nodes started from configs with only ``port`` and ``dir`` (no peers: each serves
+    before its bus loads), then CLUSTER MEET on the client port: they form a cluster and a
+    job is replicated on both."""
+    ports = [free_bus_port(), free_bus_port()]
+    procs = []
+    try:
+        for i, port in enumerate(ports):
+            (tmp_path / f"d{i}").mkdir()
+            conf = tmp_path / f"n{i}.conf"
+            conf.write_text(f"port {port}\ndir d{i}\n")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "disq.node_main", conf.name],
+                    cwd=tmp_path,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            eventually(
+                lambda port=port: RespClient("127.0.0.1", port).call("PING") == "PONG",
+                f"node {port} answers PING",
+                timeout=60,
+            )
+        # At once, the bus of the other possibly still loading: the MEET is resent until met.
+        assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
+        for port in ports:
+            eventually(
+                lambda port=port: (
+                    b"cluster_known_nodes:2"
+                    in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
+                ),
+                f"node {port} knows both",
+                timeout=60,
+            )
+        first = RespClient("127.0.0.1", ports[0])
+        job_id = first.call("ADDJOB", "met", "x", 5000, "REPLICATE", 2)
+        for port in ports:
+            shown = RespClient("127.0.0.1", port).call("SHOW", job_id)
+            assert shown, f"node {port} holds no copy of {job_id}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(15)
