@@ -39,7 +39,6 @@ from disq.persistence.aof_errors import (
     AofRewriteError,
     AofWriteError,
 )
-from disq.persistence.cluster_records import JOB_RECORD_TYPES
 from disq.persistence.fs import RESERVE_NAME, create_reserve, disk_space, release_reserve
 from disq.server.node_config import NodeConfig
 
@@ -144,9 +143,16 @@ class AofService:
         now_ms = self.runtime.now_ms()
         # Replay allocates millions of long-lived objects: the cyclic GC would walk them
         # over and over. Off during replay, then frozen so later collections skip them.
+        by_offset: tuple[int, ...] = ()
+        if core.disque is not None:
+            # Its job records stay in the file's buffer, decoded in place (aof.py). Imported
+            # here: a standalone node loads no cluster module before it serves.
+            from disq.persistence.cluster_records import JOB_RECORD_TYPES
+
+            by_offset = JOB_RECORD_TYPES
         gc.disable()
         try:
-            result = writer.load(by_offset=JOB_RECORD_TYPES)
+            result = writer.load(by_offset=by_offset)
             jobs = core.restore(now_ms, result.records, result.buf, result.offsets)
             del result
         finally:
