@@ -96,6 +96,8 @@ from disq.core.messages import (
 )
 from disq.core.timers import compact, rebuild_bound
 
+Frame = tuple[int, bytes]  # an AOF record: (type, payload)
+
 MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
 # Jitter on every requeue time, so the copies on several nodes do not all requeue at once.
 # Disque draws it from -250..+250 ms (randomTimeError(500)): a job could come back up to a
@@ -254,11 +256,9 @@ class DisqueCore(
         return q
 
     def _awake_time(self, j: DJob) -> int:
-        """When the timer next looks at ``j``: its expiry, or its requeue (or GC) if sooner.
-        At expiry: etime is in ms and _process_job expires a job once now > etime (Disque
-        adds a second because its etime is in whole seconds; disq a millisecond, since
-        now_ms is truncated, disq/core/timers.py). A sync add waiting for its copies is
-        answered NOREPL at its TTL, not a second later."""
+        """When the timer next looks at ``j``: its expiry (once now > etime, in ms: Disque's
+        whole seconds add one; a sync add waiting for copies gets NOREPL at its TTL, not a
+        second later), or its requeue (an acked job: its GC) if sooner."""
         at = j.etime_ms
         if j.state == ACKED:
             # For an acked job qtime_ms holds the next GC attempt.
@@ -457,11 +457,7 @@ class DisqueCore(
     # Defined here, not only in the parts: compiled, a Python override is called only for a
     # method of the class itself (a method a trait gives it is called directly).
     def restore(
-        self,
-        now_ms: int,
-        records: list[tuple[int, bytes]],
-        buf: bytes = b"",
-        offsets: list[int] | None = None,
+        self, now_ms: int, records: list[Frame], buf: bytes = b"", offsets: list[int] | None = None
     ) -> None:
         AofMixin.restore(self, now_ms, records, buf, offsets)
 

@@ -332,6 +332,8 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_fetch",
         "_postpone",
         "_update_awake",
+        "_awake_time",
+        "_only_me",
         "_job_data",
         "_copies_needed",
         "_broadcast_del",
