@@ -37,7 +37,8 @@ def test_make_run_and_make_test_do_what_the_readme_says() -> None:
     assert deps == ["$(COMPILED)", "lint", "typecheck"]
     recipe = re.sub(r"\\\n\s*", " ", recipe)  # continued lines as one
     assert re.search(r"pytest .*\btests$", recipe, re.M)  # the whole suite, compiled
-    assert re.search(r"^\tDISQ_PURE=1 .*\$\(BIN\)/pytest .*-m \"not slow\" tests/unit$", recipe, re.M)
+    pure_unit = r"^\tDISQ_PURE=1 .*\$\(BIN\)/pytest .*-m \"not slow\" tests/unit$"
+    assert re.search(pure_unit, recipe, re.M)
     assert "DISQ_TEST_SERVER=beanstalkd" in recipe
     # "Java 17 for Spark and Debian's Chromium for the dashboard's browser tests too"
     assert "scripts/ensure_java.sh" in recipe and "scripts/ensure_chromium.sh" in recipe
