@@ -257,10 +257,38 @@ def _write_early(
     """A JSON line before structlog loads: what the configured chain writes (the bound
     context, the key/values, event, level, timestamp; JSONRenderer's repr for what json
     cannot encode), without importing it."""
+    line = {**context, **kw, "event": event, "level": method, "timestamp": _iso(time.time())}
+    getattr(out, method)(_json_line(line))
+
+
+def _json_line(line: dict[str, Any]) -> str:
+    """``json.dumps(line, default=repr)``, byte for byte. The lines a node writes before it
+    answers hold only strings, ints, bools and None: those are written with the json
+    package's own C string encoder (``_json``), as json.dumps writes them, because importing
+    ``json`` (its decoder compiles regular expressions) was a millisecond of every start
+    (docs/benchmarks.md, "Issue 31: start at the floor"). Any other value: json.dumps."""
+    from _json import encode_basestring_ascii as quote
+
+    parts: list[str] = []
+    for key, value in line.items():
+        if type(key) is not str:
+            break
+        if type(value) is str:
+            text = quote(value)
+        elif value is None:
+            text = "null"
+        elif type(value) is bool:
+            text = "true" if value else "false"
+        elif type(value) is int:
+            text = int.__repr__(value)
+        else:
+            break
+        parts.append(f"{quote(key)}: {text}")
+    else:
+        return "{" + ", ".join(parts) + "}"
     import json
 
-    line = {**context, **kw, "event": event, "level": method, "timestamp": _iso(time.time())}
-    getattr(out, method)(json.dumps(line, default=repr))
+    return json.dumps(line, default=repr)
 
 
 def configure_logging(

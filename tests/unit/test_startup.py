@@ -282,3 +282,22 @@ def test_a_kept_exception_logged_later_carries_its_class_and_traceback(
     (line,) = lines
     assert line["error_class"] == "KeyError"
     assert "Traceback" in line["exception"] and "in core_input" in line["exception"]
+
+
+def test_early_json_lines_are_json_dumps_byte_for_byte() -> None:
+    """The early writer's fast path (strings, ints, bools, None through json's C string
+    encoder) and its fallback give exactly json.dumps(line, default=repr)."""
+    from disq.logging import _json_line
+
+    lines: list[dict[str, Any]] = [
+        {},
+        {"event": "open_files_limit", "soft": 524288, "hard": -1, "was": 1024, "wanted": 11024},
+        {"q": 'quote " back\\slash \n\t\x00 \x7f é 测试 \U0001f600', "n": None, "t": True},
+        {"f": False, "big": 10**30, "neg": -7, "empty": ""},
+        {"float": 1.5, "s": "x"},  # a float: the fallback
+        {"path": sys, "n": 1},  # json cannot encode it: its repr
+        {"nested": {"a": [1, 2]}, "b": (1, "2")},
+        {"surrogate": "\ud800"},
+    ]
+    for line in lines:
+        assert _json_line(line) == json.dumps(line, default=repr), line
