@@ -68,8 +68,10 @@ class EventBuffer:
             return
         self.kinds.append(kind)
         self.times.append(now_ms)
-        self.attempts.append(min(attempt, 0xFFFFFFFF))
-        self.sizes.append(min(size, 0xFFFFFFFF))
+        # Conditionals, not min(): compiled, a comparison of two ints is native and min()
+        # a call into the interpreter's builtin, twice on every event.
+        self.attempts.append(attempt if attempt <= 0xFFFFFFFF else 0xFFFFFFFF)
+        self.sizes.append(size if size <= 0xFFFFFFFF else 0xFFFFFFFF)
         self.queues.append(queue)
         self.job_ids.append(job_id)
 
