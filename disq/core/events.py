@@ -28,7 +28,7 @@ TICK_FIRED = 11  # a schedule's tick added its job here
 TICK_LATE = 12  # ... more than 2 s after its time (a misfire caught up, or a slow cluster)
 TICK_SKIPPED = 13  # ticks dropped by the misfire policy (SKIP, or past CATCHUP n)
 
-KIND_NAMES = {
+KIND_NAMES: dict[int, str] = {
     ENQUEUED: "enqueued",
     REPLICATED: "replicated",
     DELIVERED: "delivered",

@@ -54,7 +54,7 @@ class LatencyHistogram:
         self.bounds = tuple(bounds)
         self.unit_s = unit_s  # seconds per unit of the observed values (0.001 for ms)
         self.counts = [0] * (len(self.bounds) + 1)
-        self.sum: float = 0
+        self.sum = 0.0
         self.count = 0
 
     def observe(self, value: float) -> None:
