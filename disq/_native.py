@@ -39,6 +39,8 @@ COMPILED_SINGLE = (
     "disq.persistence.framing",
     "disq.persistence.records",
     "disq.persistence.cluster_records",
+    # The event log: every flush of a node that recorded events appends to it (issue 33).
+    "disq.persistence.event_log",
     # The IO layer (issue 33): the runtime's flush, the peer links and their job lane, the
     # RESP and beanstalk TCP protocols. Their asyncio.Protocol subclasses stay Python classes
     # (mypyc_attr native_class=False: a native class cannot inherit one) with compiled
@@ -54,6 +56,8 @@ COMPILED_SINGLE = (
     "disq.server.resp_tcp",
     "disq.server.beanstalk_tcp",
     "disq.server.runtime",
+    # What the runtime's flush feeds every event of an add to (issue 33, REPLICATE 1).
+    "disq.server.event_metrics",
 )
 # mypyc's group: one shared library holds the modules' code, ``disq__mypyc.<ext>`` beside the
 # package directory (mypyc derives the compiled packages' __path__ from where it sits, so it

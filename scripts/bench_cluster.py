@@ -66,6 +66,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -188,6 +190,18 @@ def pick_ports(n: int, taken: set[int]) -> list[int]:
     raise BenchError("could not find free port pairs (P, P+10000)")
 
 
+def pick_free(n: int, taken: set[int]) -> list[int]:
+    """n free ports in 40000..49999 outside ``taken``."""
+    out: list[int] = []
+    for _ in range(2000):
+        p = random.randrange(40000, 50000)
+        if p not in taken and p not in out and port_free(p):
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise BenchError("could not find free ports for the admin ports")
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies over all CPUs from /proc/stat."""
     with open("/proc/stat") as f:
@@ -228,6 +242,7 @@ class Node:
     workdir: Path
     port: int
     aof: bool
+    admin_port: int = 0  # disq's HTTP admin port, set in its config; 0: none (Disque)
     proc: subprocess.Popen[bytes] | None = None
     logfile: Path | None = None
 
@@ -240,6 +255,8 @@ class Node:
         if self.aof:
             lines.append("appendfsync everysec")
         lines.append("cluster-node-timeout 5000")
+        if self.admin_port:
+            lines.append(f"metrics-port {self.admin_port}")
         return "\n".join(lines) + "\n"
 
     def spawn(self) -> None:
@@ -284,6 +301,24 @@ class Node:
             time.sleep(0.01)
         raise BenchError(f"node {self.index} not answering PING ({last})\n{self.log_tail()}")
 
+    def wait_admin(self, deadline: float) -> None:
+        """Until the admin port answers: a disq node imports its modules (aiohttp,
+        prometheus_client) off the loop after its ports serve, and that import took 9% of a
+        node's samples in a 3 s run when it overlapped the measurement."""
+        url = f"http://{HOST}:{self.admin_port}/healthz"
+        last = ""
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=1.0):
+                    return
+            except urllib.error.HTTPError:
+                return  # an answer (503: the AOF's state) is all this waits for
+            except OSError as exc:
+                last = repr(exc)
+            time.sleep(0.05)
+        raise BenchError(f"node {self.index}: admin port {self.admin_port} not answering ({last})")
+
     def cpu(self) -> float:
         assert self.proc is not None
         return cpu_seconds(self.proc.pid)
@@ -308,9 +343,16 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, cmd: list[str], workdir: Path, aof: bool, n: int = NODES) -> None:
+    def __init__(
+        self, cmd: list[str], workdir: Path, aof: bool, n: int = NODES, admin: bool = True
+    ) -> None:
+        """``admin``: disq nodes, whose admin port start() waits for (False for Disque)."""
         ports = pick_ports(n, set())
-        self.nodes = [Node(i, cmd, workdir / f"node{i}", p, aof) for i, p in enumerate(ports)]
+        admin_ports = pick_free(n, {*ports, *(p + BUS_OFFSET for p in ports)}) if admin else []
+        self.nodes = [
+            Node(i, cmd, workdir / f"node{i}", p, aof, admin_ports[i] if admin else 0)
+            for i, p in enumerate(ports)
+        ]
         self.form_seconds = 0.0
 
     @property
@@ -356,6 +398,9 @@ class Cluster:
                     pending.remove(n)
             if pending:
                 time.sleep(0.05)
+        for n in self.nodes:
+            if n.admin_port:
+                n.wait_admin(deadline)
         self.form_seconds = time.monotonic() - t0
 
     def check_alive(self) -> None:
@@ -491,7 +536,7 @@ class Bench:
         """One measured run of ``row`` on a fresh cluster of ``node_cmd`` (disq's by default;
         Disque's binary for the side-by-side column)."""
         wd = self.workdir(row.id if node_cmd is None else f"disque-{row.id}")
-        cluster = Cluster(node_cmd or self.node_cmd, wd, row.aof)
+        cluster = Cluster(node_cmd or self.node_cmd, wd, row.aof, admin=node_cmd is None)
         wl = row.workload
         extra: dict[str, Any] = {}
         try:

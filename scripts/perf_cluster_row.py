@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="disq-perf-row-") as tmpname:
         tmp = Path(tmpname)
         data = args.out or tmp / "perf.data"
-        cluster = bc.Cluster(cmd, tmp, aof=False)
+        cluster = bc.Cluster(cmd, tmp, aof=False, admin=args.disque is None)
         try:
             cluster.start(60.0)
             if wl.loadgen == "getjob-ackjob":

@@ -28,7 +28,7 @@ TICK_FIRED = 11  # a schedule's tick added its job here
 TICK_LATE = 12  # ... more than 2 s after its time (a misfire caught up, or a slow cluster)
 TICK_SKIPPED = 13  # ticks dropped by the misfire policy (SKIP, or past CATCHUP n)
 
-KIND_NAMES = {
+KIND_NAMES: dict[int, str] = {
     ENQUEUED: "enqueued",
     REPLICATED: "replicated",
     DELIVERED: "delivered",
@@ -68,8 +68,10 @@ class EventBuffer:
             return
         self.kinds.append(kind)
         self.times.append(now_ms)
-        self.attempts.append(min(attempt, 0xFFFFFFFF))
-        self.sizes.append(min(size, 0xFFFFFFFF))
+        # Conditionals, not min(): compiled, a comparison of two ints is native and min()
+        # a call into the interpreter's builtin, twice on every event.
+        self.attempts.append(attempt if attempt <= 0xFFFFFFFF else 0xFFFFFFFF)
+        self.sizes.append(size if size <= 0xFFFFFFFF else 0xFFFFFFFF)
         self.queues.append(queue)
         self.job_ids.append(job_id)
 

@@ -80,7 +80,7 @@ def encode(buf: EventBuffer, first_seq: int) -> bytes:
         (
             _FRAME.pack(first_seq, count, len(ids)),
             buf.kinds.tobytes(),
-            *(c.tobytes() for c in cols),
+            *[c.tobytes() for c in cols],
             ids,
             *queues,
         )

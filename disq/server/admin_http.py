@@ -26,7 +26,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from disq.dashboard import mount as mount_dashboard
-from disq.server.metrics import MetricsHost, NodeCollector, NodeMetrics
+from disq.server.event_metrics import NodeMetrics
+from disq.server.metrics import MetricsHost, NodeCollector
 
 _log: Any = structlog.get_logger("disq.admin_http")
 

@@ -47,9 +47,9 @@ if TYPE_CHECKING:
     from disq.core.messages import Message
     from disq.doors.beanstalk_door import Replicator
     from disq.server.admin_http import AdminServer
+    from disq.server.event_metrics import NodeMetrics
     from disq.server.flow import Flushable
     from disq.server.host import ClusterPart
-    from disq.server.metrics import NodeMetrics
 
 PROTOCOL_VERSION = "1.12"  # the beanstalkd protocol this door speaks, reported by `stats`
 DEFAULT_BACKLOG = 511  # Redis's and Disque's tcp-backlog default

@@ -519,9 +519,8 @@ class DisqueCore(
         this one waits with it and gets the same answer."""
         if self._handoffs is not None:  # draining (handoff.py): no new jobs, go elsewhere
             raise DisqueError("LEAVING", LEAVING_MSG)
-        size = self.view.cluster_size()
         if repl is None:
-            repl = min(3, size)
+            repl = min(3, self.view.cluster_size())
         ttl = DEFAULT_TTL_S if ttl_s is None else ttl_s
         if repl > 1 and retry_s == 0:
             raise DisqueError(
@@ -559,7 +558,8 @@ class DisqueCore(
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         extrepl = self.memory_warning > 0 or self.view.leaving
         additional = repl if extrepl else repl - 1
-        reachable = len(self.view.reachable_peers())
+        # A REPLICATE 1 add needs no peer: the peers' list (a copy per call) is not built.
+        reachable = len(self.view.reachable_peers()) if additional > 0 else 0
         if additional > reachable:
             if extrepl and additional - 1 == reachable:
                 why = "I'm leaving the cluster" if self.view.leaving else "I'm out of memory"
