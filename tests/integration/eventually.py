@@ -6,6 +6,7 @@ the poll interval is short and the deadline generous, and the failure names what
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,3 +29,15 @@ def eventually(fn: Callable[[], T], what: str, timeout: float = 30.0) -> T:
             return last
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def listening(port: int, what: str, timeout: float = 30.0) -> None:
+    """Wait until 127.0.0.1:``port`` accepts a connection. A node with no peer serves its
+    client ports before its gRPC (bus) port (issue 31): a test that talks gRPC to a node it
+    just saw answer on RESP or beanstalk waits for that port first."""
+
+    def accepts() -> bool:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+        return True
+
+    eventually(accepts, what, timeout)

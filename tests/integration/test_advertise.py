@@ -27,7 +27,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from conftest import free_port  # noqa: E402
-from eventually import eventually  # noqa: E402
+from eventually import eventually, listening  # noqa: E402
 
 from cluster import netns  # noqa: E402
 from cluster.lab import Lab  # noqa: E402
@@ -235,6 +235,7 @@ def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_pat
     argv += ["--advertise-host", "disq-0.example.internal"]
     with _serving(argv, tmp_path, resp) as c:
         _assert_advertises(c, "disq-0.example.internal")
+        listening(grpc_port, "the gRPC port")
         with Client(f"127.0.0.1:{grpc_port}", discover=False) as sdk:
             (me,) = sdk.hello().nodes
             assert (me.host, me.grpc_port) == ("disq-0.example.internal", grpc_port)

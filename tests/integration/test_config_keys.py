@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from conftest import PROJECT_ROOT, free_bus_port, free_port  # noqa: E402
-from eventually import eventually  # noqa: E402
+from eventually import eventually, listening  # noqa: E402
 
 from disq.config.options import _RESTRICTED  # noqa: E402
 from disq.doors.disque import COMMANDS  # noqa: E402
@@ -474,7 +474,7 @@ def test_beanstalk_port_replicate_and_grpc_port(start) -> None:  # type: ignore[
             len(str(bus)),
             bus,
         )
-    socket.create_connection(("127.0.0.1", bus), timeout=TIMEOUT).close()  # the bus listens
+    listening(bus, "the bus port")  # it listens (after the client ports: issue 31)
     # beanstalk-replicate 2 on a lone node: the put cannot get its copy (as the flag's test).
     two = start(f"beanstalk-port {b2}\nbeanstalk-replicate 2\n")
     assert _beanstalk(b2, b"put 0 0 10 1\r\nx\r\n") == b"INTERNAL_ERROR\r\n"
