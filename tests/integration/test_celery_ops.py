@@ -389,7 +389,11 @@ def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
         for k in range(20):  # 10 s of work: the prefetch stays full while the CLI asks
             p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": 0.5}, queue="ops")
         eventually(lambda: any(r.event == "start" for r in runs(app_dir)), "a task started")
-        ping = celery_command(app_dir, broker, "inspect", "ping", "--timeout", "5")
+        # Named, the CLI returns at the worker's reply instead of waiting out its window
+        # (long, as a loaded machine may need it: the prefetch stays full for 10 s anyway).
+        ping = celery_command(
+            app_dir, broker, "inspect", "ping", "-d", f"w1@{HOST}", "--timeout", "8"
+        )
         assert ping.returncode == 0 and f"w1@{HOST}: OK" in ping.stdout, ping.stdout
         assert len(done_counts(app_dir)) < 20  # answered while tasks were still waiting
         wait_all_done(app_dir, set(range(20)), timeout=60)
