@@ -274,6 +274,8 @@ def test_readme_make_run_serves_the_embedded_defaults(tmp_path: Path) -> None:
             assert c.call("CONFIG", "GET", "appendfsync") == [b"appendfsync", b"everysec"]
         from disq.client import Client
 
+        # A node with no peer serves its client ports first, its gRPC port a moment later.
+        eventually(lambda: _accepts(7710), "the gRPC port")
         with Client("127.0.0.1:7710") as client:
             job_id = client.add_job("emails", b"hello", replicate=1)
             assert client.qlen("emails") == 1 and job_id.startswith("D-")
