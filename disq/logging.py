@@ -263,9 +263,9 @@ def _write_early(
 
 def _json_line(line: dict[str, Any]) -> str:
     """``json.dumps(line, default=repr)``, byte for byte. The lines a node writes before it
-    answers hold only strings, ints, bools and None: those are written with the json
-    package's own C string encoder (``_json``), as json.dumps writes them, because importing
-    ``json`` (its decoder compiles regular expressions) was a millisecond of every start
+    answers hold only strings, ints, bools, None and lists of strings: those are written with
+    the json package's own C string encoder (``_json``), as json.dumps writes them, because
+    importing ``json`` (its decoder compiles regular expressions) was a millisecond of every start
     (docs/benchmarks.md, "Issue 31: start at the floor"). Any other value: json.dumps."""
     from _json import encode_basestring_ascii as quote
 
@@ -281,6 +281,8 @@ def _json_line(line: dict[str, Any]) -> str:
             text = "true" if value else "false"
         elif type(value) is int:
             text = int.__repr__(value)
+        elif type(value) in (list, tuple) and all(type(v) is str for v in value):
+            text = "[" + ", ".join([quote(v) for v in value]) + "]"  # "listening"'s addresses
         else:
             break
         parts.append(f"{quote(key)}: {text}")

@@ -21,19 +21,24 @@ Three ways to start it:
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import socket
 import stat
 import sys
 
+from disq.node_flags import beanstalkd_args, size_arg
+
 # typing.TYPE_CHECKING without importing typing before the port is bound (typing is a few
 # milliseconds, asyncio imports it after); mypy reads any TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from pathlib import Path
+    from types import SimpleNamespace
     from typing import Any
+
+    Args = argparse.Namespace | SimpleNamespace
 
 DEFAULT_PORT = 11300
 DEFAULT_ADDR = "127.0.0.1"  # beanstalkd listens on 0.0.0.0; public listening must be asked for
@@ -51,29 +56,23 @@ BEANSTALKD_FLAGS = (
 )
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
-    t = text.strip().lower()
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            return int(t[: -len(suffix)]) * units[suffix]
-    return int(t)
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """argparse's, sized by $COLUMNS alone: argparse builds a formatter for every
-    add_argument, and its own asks shutil for the terminal's size, which imports shutil,
-    bz2 and lzma (2-3 ms of every start) for a help text that is seldom printed."""
-
-    def __init__(self, prog: str) -> None:
-        try:
-            width = int(os.environ.get("COLUMNS", "")) - 2
-        except ValueError:
-            width = 78
-        super().__init__(prog, width=max(width, 40))
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """Every flag, for argparse. A start with only beanstalkd's flags in their plain shape is
+    read by disq.node_flags instead (argparse and gettext are ~3 ms of a harness's start)."""
+    import argparse
+
+    class _HelpFormatter(argparse.HelpFormatter):
+        """argparse's, sized by $COLUMNS alone: argparse builds a formatter for every
+        add_argument, and its own asks shutil for the terminal's size, which imports shutil,
+        bz2 and lzma (2-3 ms of every start) for a help text that is seldom printed."""
+
+        def __init__(self, prog: str) -> None:
+            try:
+                width = int(os.environ.get("COLUMNS", "")) - 2
+            except ValueError:
+                width = 78
+            super().__init__(prog, width=max(width, 40))
+
     p = argparse.ArgumentParser(
         prog="disq-node",
         description="Run a disq node (beanstalkd-compatible; replicated task queue).",
@@ -84,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", dest="binlog_dir", help="data directory (enables the AOF), as beanstalkd")
     p.add_argument("-f", dest="fsync_ms", type=int, help="fsync at most every MS ms; 0: always")
     p.add_argument("-F", dest="no_fsync", action="store_true", help="never fsync")
-    p.add_argument("-s", dest="binlog_size", type=_size, help="reported binlog-max-size")
-    p.add_argument("-z", dest="max_job_size", type=_size, help="max job size (default 65535)")
+    p.add_argument("-s", dest="binlog_size", type=size_arg, help="reported binlog-max-size")
+    p.add_argument("-z", dest="max_job_size", type=size_arg, help="max job size (default 65535)")
     p.add_argument("-u", dest="user", help="ignored (beanstalkd compatibility)")
     p.add_argument("-c", dest="compact", action="store_true", help="no-op (beanstalkd)")
     p.add_argument("-n", dest="no_compact", action="store_true", help="no-op (beanstalkd)")
@@ -94,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help=f"data directory (default ./{DEFAULT_DATA_DIR})")
     p.add_argument("--in-memory", action="store_true", help="no data directory, no AOF")
     p.add_argument("--fsync", choices=("always", "everysec", "no"), help="AOF fsync policy")
-    p.add_argument("--max-memory", type=_size, default=0, help="refuse puts past this (bytes)")
+    p.add_argument("--max-memory", type=size_arg, default=0, help="refuse puts past this (bytes)")
     p.add_argument("--repair-aof", metavar="DIR", help="cut a corrupt AOF at its first bad record")
     p.add_argument("config", nargs="?", help="a Disque configuration file (drop-in mode)")
     p.add_argument("--resp-port", type=int, help="RESP (Disque) port; 0: off (default 7711)")
@@ -211,7 +210,7 @@ def _bind(listen: str, port: int) -> socket.socket:
     return sock
 
 
-def _tls_files(args: argparse.Namespace, st: Any = None) -> dict[str, Any] | None:
+def _tls_files(args: Args, st: Any = None) -> dict[str, Any] | None:
     """The TLS flags (over the config file's tls-* keys); None: TLS off."""
     files = {
         "cert": args.tls_cert or (st.tls_cert_file if st is not None else None),
@@ -257,7 +256,10 @@ def _remove_pidfile(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args: Args | None = beanstalkd_args(argv)
+    if args is None:
+        args = build_parser().parse_args(argv)
     if args.show_version:
         from disq import __version__
 
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
-def _main_config_file(args: argparse.Namespace) -> int:
+def _main_config_file(args: Args) -> int:
     """Drop-in for ``disque-server disque.conf``."""
     from disq.config import ConfigFileError, load_config
 
@@ -446,7 +448,7 @@ def _raise_open_files_limit(cluster: dict[str, Any] | None) -> None:
 
 
 def _run(
-    args: argparse.Namespace,
+    args: Args,
     socks: list[socket.socket],
     data_dir: str | None,
     *,

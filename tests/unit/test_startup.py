@@ -138,6 +138,9 @@ def test_a_standalone_node_loads_no_cluster_module_before_it_serves() -> None:
         "grpc",
         "google.protobuf",
         "pathlib",
+        # nor the helpers a start only needs later: dataclasses (with inspect), argparse
+        "dataclasses",
+        "argparse",
     )
     loaded = _imported_after(
         """
@@ -285,8 +288,8 @@ def test_a_kept_exception_logged_later_carries_its_class_and_traceback(
 
 
 def test_early_json_lines_are_json_dumps_byte_for_byte() -> None:
-    """The early writer's fast path (strings, ints, bools, None through json's C string
-    encoder) and its fallback give exactly json.dumps(line, default=repr)."""
+    """The early writer's fast path (strings, ints, bools, None, lists of strings through
+    json's C string encoder) and its fallback give exactly json.dumps(line, default=repr)."""
     from disq.logging import _json_line
 
     lines: list[dict[str, Any]] = [
@@ -298,6 +301,8 @@ def test_early_json_lines_are_json_dumps_byte_for_byte() -> None:
         {"path": sys, "n": 1},  # json cannot encode it: its repr
         {"nested": {"a": [1, 2]}, "b": (1, "2")},
         {"surrogate": "\ud800"},
+        {"addresses": ["('127.0.0.1', 11300)", 'a"b'], "tls_addresses": [], "t": ("x",)},
+        {"mixed": ["a", 1]},  # not all strings: the fallback
     ]
     for line in lines:
         assert _json_line(line) == json.dumps(line, default=repr), line
