@@ -23,7 +23,6 @@ A failure prints the world; the tests at the end pin the shapes the fuzzer is ai
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -703,7 +702,8 @@ def play(
     close; returns the world (its replies are compared between plays by the caller).
     """
     # Limits is mutable (the node lowers max_memory_bytes on AOF errors): one copy per play.
-    world = World(dataclasses.replace(lim), draining, deliver_each)
+    copy = Limits(lim.max_job_size, lim.max_memory_bytes, lim.max_tubes, lim.max_sessions)
+    world = World(copy, draining, deliver_each)
     for k, (kind, conn, arg) in enumerate(steps):
         if kind == "send":
             assert isinstance(arg, bytes)
