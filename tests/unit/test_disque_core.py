@@ -714,7 +714,7 @@ class _ScanCountingCore(DisqueCore):
     """A mutant that records every heap entry a compaction scans (a subclass, not a patched
     method: the compiled core's methods cannot be replaced on an instance)."""
 
-    def _awake_live(self, entry: tuple[int, int, str]) -> bool:
+    def _awake_live(self, entry: tuple[int, str]) -> bool:
         _SCANNED.append(entry)
         return super()._awake_live(entry)
 

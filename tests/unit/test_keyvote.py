@@ -79,10 +79,10 @@ def loaded_in_aof(c: Cluster, i: int) -> set[str]:
 def queued(c: Cluster) -> list[tuple[int, str]]:
     """(node index, job id) of every queued job on the cluster."""
     return [
-        (i, job_id)
+        (i, j.id)
         for i in range(len(c.ids))
         for q in c.core(i).queues.values()
-        for _, job_id in q.skiplist
+        for j in q.skiplist
     ]
 
 

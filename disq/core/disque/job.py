@@ -115,5 +115,13 @@ class DJob:
         else:
             self.confirmed = {node}
 
+    def __lt__(self, other: DJob) -> bool:
+        """Queue order (queue.py): ctime, then the id between jobs of different nodes. A
+        queue's skiplist holds the jobs themselves, so this order must not change while a
+        job is queued: neither ctime nor id is ever assigned after __init__."""
+        if self.ctime != other.ctime:
+            return self.ctime < other.ctime
+        return self.id < other.id
+
     def __repr__(self) -> str:
         return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"

@@ -70,9 +70,9 @@ class CoreParts:
     # absolute time, are wall-clock; every deadline in memory is on the node clock.
     wall_offset_ms: int
     _tombstones: OrderedDict[str, int]
-    # core.py's job timers: (awake_ms, ctime, id) heaps, lazy; ASYNC adds without a copy here
-    _awake: list[tuple[int, int, str]]
-    _awake_acked: list[tuple[int, int, str]]
+    # core.py's job timers: (awake_ms, id) heaps, lazy; ASYNC adds without a copy here
+    _awake: list[tuple[int, str]]
+    _awake_acked: list[tuple[int, str]]
     _one_copy: set[str]
     # blocked.py: blocked clients and their timers
     _adds: dict[int, AddWait]  # token -> blocked ADDJOB
