@@ -81,7 +81,7 @@ def main() -> int:
         ("id str", alloc(j.id)),
         ("body bytes", alloc(j.body)),
     ]
-    timer = next(e for e in heap if e[-1] is j.id)
+    timer = next(e for e in heap if (e[-1] if isinstance(e, tuple) else e.job_id) is j.id)
     items.append((f"timer entry {type(timer).__name__}", alloc(timer)))
     for k, x in enumerate(timer if isinstance(timer, tuple) else ()):
         if isinstance(x, int):

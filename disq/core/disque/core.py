@@ -66,6 +66,7 @@ from disq.core.disque.job import (
     NO_NODES,
     QUEUED,
     WAIT_REPL,
+    AwakeEntry,
     DJob,
 )
 from disq.core.disque.keyvote import KeyVoteMixin
@@ -136,8 +137,7 @@ class DisqueCore(
         self.aof_out: list[bytes] = []
         self.jobs: dict[str, DJob] = {}
         self.queues: dict[str, DQueue] = {}
-        # (awake_ms, id), lazy; ties by id as in Disque's awakeme (no ctime: 48 B a job)
-        self._awake: list[tuple[int, str]] = []
+        self._awake: list[AwakeEntry] = []  # lazy deletion (job.py AwakeEntry)
         self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
         # Acked jobs' GC attempts have a heap of their own. Why: an acked job's attempt is due
         # a second or two after its ack, and it is nearly always stale by then (the DELJOB
@@ -145,7 +145,7 @@ class DisqueCore(
         # thousands of entries, far out of the CPU's caches) each one cost a node 13% of its
         # main thread under GETJOB+ACKJOB; this heap holds only the last seconds of acks.
         # _process_jobs pops the two in one (awake_ms, id) order, as one heap would.
-        self._awake_acked: list[tuple[int, str]] = []
+        self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
         # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
         self._adds = {}  # token -> blocked ADDJOB
@@ -278,7 +278,7 @@ class DisqueCore(
             at = self._awake_time(j)
         if at != j.awake_ms:
             j.awake_ms = at
-            entry = (at, j.id)
+            entry = AwakeEntry(at, j.id)
             # Which heap holds an entry only matters for speed: the pop merges the two.
             if j.state == ACKED:
                 acked = self._awake_acked
@@ -303,10 +303,10 @@ class DisqueCore(
             compact(self._awake, self._awake_live)
         return rebuild_bound(len(self.jobs))
 
-    def _awake_live(self, entry: tuple[int, str]) -> bool:
+    def _awake_live(self, entry: AwakeEntry) -> bool:
         """The entry is the job's current one: the test ``_process_jobs`` makes."""
-        j = self.jobs.get(entry[1])
-        return j is not None and j.awake_ms == entry[0]
+        j = self.jobs.get(entry.job_id)
+        return j is not None and j.awake_ms == entry.at_ms
 
     def _new_ctime(self, now_ms: int) -> int:
         """A creation time (wall ms * 1e6) strictly greater than every one this node gave
@@ -771,10 +771,10 @@ class DisqueCore(
         millisecond after they (once ``now_ms`` has passed them, disq/core/timers.py); the
         cron and the replication re-sends, internal, at their time."""
         nxt = self._next_cron_ms
-        if self._awake and self._awake[0][0] < nxt:
-            nxt = self._awake[0][0] + 1
-        if self._awake_acked and self._awake_acked[0][0] < nxt:
-            nxt = self._awake_acked[0][0] + 1
+        if self._awake and self._awake[0].at_ms < nxt:
+            nxt = self._awake[0].at_ms + 1
+        if self._awake_acked and self._awake_acked[0].at_ms < nxt:
+            nxt = self._awake_acked[0].at_ms + 1
         if self._client_timers and self._client_timers[0][0] < nxt:
             nxt = self._client_timers[0][0] + 1
         if self._repl_timers and self._repl_timers[0][0] < nxt:
@@ -802,11 +802,11 @@ class DisqueCore(
                 src = heap
             else:
                 break
-            if src[0][0] >= now_ms:
+            if src[0].at_ms >= now_ms:
                 break  # due only once passed (timers.py)
-            at, job_id = heapq.heappop(src)
-            j = self.jobs.get(job_id)
-            if j is None or j.awake_ms != at:
+            e = heapq.heappop(src)
+            j = self.jobs.get(e.job_id)
+            if j is None or j.awake_ms != e.at_ms:
                 continue  # stale entry (lazy deletion)
             budget -= 1
             j.awake_ms = 0
