@@ -410,6 +410,7 @@ def _main_config_file(args: Args) -> int:
         "tls_files": _tls_files(args, st),
         "job_lane_port": st.job_lane_port,
         "advertise_host": st.advertise_host,  # the flag's value, if given (override above)
+        "events_max_bytes": args.events_max_bytes,  # no directive: the flag, as without a file
     }
     data_dir = str(st.dir) if st.appendonly else None
     return _run(

@@ -11,8 +11,14 @@ has had a moment to settle. Reported: the RSS after, and (after - before) / jobs
 - Disque: ``disque-server`` (``--disque``, default /tmp/disque/src/disque-server) on a
   config file, ``appendonly no``, the same ADDJOB. Not built here; skipped when absent.
 - beanstalkd: ``beanstalkd -l 127.0.0.1 -p P`` (no ``-b``), ``put 0 0 60 100``.
+- ``--beanstalk``: also ``disq-node`` (the same config file) taking the same puts on its
+  beanstalk port, beside beanstalkd.
+- ``--events-max-bytes N``: the disq nodes' in-memory lifecycle event log bounded at N bytes
+  (default: the node's, 32 MiB). At 1M jobs the log is at its bound, so this tells its share
+  of the per-job figure apart (``--events-max-bytes 4096``: next to nothing).
 
-Usage: ``python scripts/bench_job_memory.py [--jobs 1000000] [--rounds 1]``.
+Usage: ``python scripts/bench_job_memory.py [--jobs 1000000] [--rounds 1] [--beanstalk]
+[--events-max-bytes N]``.
 """
 
 from __future__ import annotations
@@ -88,20 +94,24 @@ def _measure(
     return before, after
 
 
-def disq(tmp: Path, jobs: int) -> tuple[int, int]:
+def disq(tmp: Path, jobs: int, events_max_bytes: int | None, beanstalk: bool) -> tuple[int, int]:
+    """``beanstalk``: the jobs are puts on the node's beanstalk port, not ADDJOBs."""
     port, bport = _bus_pair_port(), _free_port()
     conf = tmp / "node.conf"
     conf.write_text(
         f"port {port}\nbeanstalk-port {bport}\ndir {tmp}\nappendonly no\n"
         f"cluster-node-timeout 3000\nmetrics-port {_free_port()}\n"
     )
+    cmd = [str(DISQ_NODE), str(conf)]
+    if events_max_bytes is not None:
+        cmd += ["--events-max-bytes", str(events_max_bytes)]
     return _measure(
-        [str(DISQ_NODE), str(conf)],
+        cmd,
         tmp,
-        lambda: _ask_tcp(port, b"PING\r\n", b"\r\n"),
-        port,
-        _addjob,
-        b"+D-",
+        lambda: _ask_tcp(port, b"PING\r\n", b"\r\n") and _ask_tcp(bport, b"stats\r\n", b"\r\n"),
+        bport if beanstalk else port,
+        _put if beanstalk else _addjob,
+        b"INSERTED" if beanstalk else b"+D-",
         jobs,
         signal.SIGINT,
     )
@@ -144,16 +154,23 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=1, help="each server this many times")
     parser.add_argument("--disque", type=Path, default=DISQUE)
+    parser.add_argument("--beanstalk", action="store_true", help="also disq's beanstalk door")
+    parser.add_argument("--events-max-bytes", type=int, help="the disq nodes' event log bound")
     args = parser.parse_args()
+    ev_bytes: int | None = args.events_max_bytes
     if shutil.which("beanstalkd") is None:
         print("beanstalkd not found (scripts/ensure_beanstalkd.sh installs it)", file=sys.stderr)
         return 1
-    servers: list[tuple[str, Callable[[Path, int], tuple[int, int]]]] = [("disq-node", disq)]
+    servers: list[tuple[str, Callable[[Path, int], tuple[int, int]]]] = [
+        ("disq-node", lambda tmp, n: disq(tmp, n, ev_bytes, False))
+    ]
     if args.disque.exists():
         binary = args.disque
         servers.append(("disque-server", lambda tmp, n: disque(tmp, n, binary)))
     else:
         print(f"{args.disque} not found: Disque skipped", flush=True)
+    if args.beanstalk:
+        servers.append(("disq beanstalk", lambda tmp, n: disq(tmp, n, ev_bytes, True)))
     servers.append(("beanstalkd", beanstalkd))
     for _ in range(args.rounds):
         for name, run in servers:  # interleaved: the machine's drift hits them alike

@@ -271,7 +271,7 @@ class Gatherer:
                     "pause": q.pause_name(),
                     "jobs_in": q.jobs_in,
                     "jobs_out": q.jobs_out,
-                    "oldest_s": ctime_s(q.skiplist[0][0]) if n else None,
+                    "oldest_s": ctime_s(q.skiplist[0].ctime) if n else None,
                 }
             )
         return out, len(queues)

@@ -9,7 +9,7 @@ import pytest
 from disq.core.beanstalk.job import BURIED
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
-from disq.core.disque.job import ACKED, ACTIVE, QUEUED
+from disq.core.disque.job import ACKED, ACTIVE, QUEUED, AwakeEntry
 from disq.core.messages import DelJob, GotJob, IdemKeys
 from disq.core.timers import REBUILD_SLACK
 from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE
@@ -714,7 +714,7 @@ class _ScanCountingCore(DisqueCore):
     """A mutant that records every heap entry a compaction scans (a subclass, not a patched
     method: the compiled core's methods cannot be replaced on an instance)."""
 
-    def _awake_live(self, entry: tuple[int, int, str]) -> bool:
+    def _awake_live(self, entry: AwakeEntry) -> bool:
         _SCANNED.append(entry)
         return super()._awake_live(entry)
 

@@ -79,10 +79,7 @@ def loaded_in_aof(c: Cluster, i: int) -> set[str]:
 def queued(c: Cluster) -> list[tuple[int, str]]:
     """(node index, job id) of every queued job on the cluster."""
     return [
-        (i, job_id)
-        for i in range(len(c.ids))
-        for q in c.core(i).queues.values()
-        for _, job_id in q.skiplist
+        (i, j.id) for i in range(len(c.ids)) for q in c.core(i).queues.values() for j in q.skiplist
     ]
 
 

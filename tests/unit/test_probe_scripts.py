@@ -38,3 +38,15 @@ def test_probe_add_job_prints_the_cost_of_an_add() -> None:
     out = _run("probe_add_job.py", "--adds", "5000")
     found = re.search(r"core.add_job REPLICATE 1: ([\d.]+) us per add \(5,000 adds\)", out)
     assert found is not None and float(found.group(1)) > 0
+
+
+def test_probe_job_memory_prints_the_bytes_a_queued_job_holds() -> None:
+    out = _run("probe_job_memory.py", "--jobs", "3000")
+    found = re.search(r"3,000 queued jobs: (\d+) B per job \(tracemalloc\)", out)
+    assert found is not None and int(found.group(1)) > 0
+    parts = dict(re.findall(r"^ +(\S.*?)\s+(\d+) B$", out, re.M))
+    # The body is a 100-byte bytes object: at least its 100 bytes.
+    assert int(parts["body bytes"]) >= 100
+    # A queue holds the job itself: no skiplist entry of its own (queue.py).
+    assert parts["skiplist entry: the DJob itself"] == "0"
+    assert int(parts["sum"]) == sum(int(v) for k, v in parts.items() if k != "sum")

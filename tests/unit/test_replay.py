@@ -191,8 +191,8 @@ def test_a_replay_from_the_file_gives_every_job_the_file_holds_field_by_field(
     # Every live job not expired while the node was down came back; nothing else did.
     assert set(expected) == {i for i, k in live.items() if k.etime_ms >= now}
     # One timer entry per job, at the time the job's own rule gives.
-    assert sorted(disque._awake) == sorted(
-        (disque._awake_time(j), j.ctime, j.id) for j in disque.jobs.values()
+    assert sorted((e.at_ms, e.job_id) for e in disque._awake) == sorted(
+        (disque._awake_time(j), j.id) for j in disque.jobs.values()
     )
     assert all(j.awake_ms == disque._awake_time(j) for j in disque.jobs.values())
     assert disque.used_bytes == sum(len(j.body) + JOB_OVERHEAD_BYTES for j in disque.jobs.values())
@@ -209,7 +209,9 @@ def test_the_in_place_replay_and_the_records_replay_give_the_same_state(tmp_path
     b_node.restore(now, list(iter_frames(b"".join(c.aof[c.ids[0]]))))
     assert [_fields(j) for j in a.jobs.values()] == [_fields(j) for j in b.jobs.values()]
     assert [j.qtime_ms for j in a.jobs.values()] == [j.qtime_ms for j in b.jobs.values()]
-    assert sorted(a._awake) == sorted(b._awake)
+    assert sorted((e.at_ms, e.job_id) for e in a._awake) == sorted(
+        (e.at_ms, e.job_id) for e in b._awake
+    )
     assert a._idem == b._idem and a._idem_tentative == b._idem_tentative
     assert a.used_bytes == b.used_bytes
 

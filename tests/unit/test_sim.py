@@ -323,7 +323,7 @@ class _NeverDequeues(SimDisqueCore):
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
         j = super()._fetch(q, now_ms)
         if j is not None:
-            q.skiplist.add((j.ctime, j.id))
+            q.skiplist.add(j)
         return j
 
 

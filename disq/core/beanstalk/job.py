@@ -6,7 +6,8 @@ through ``replica``.
 
 ``__slots__`` matters: a node holds millions of these, and the budget is 600 bytes per
 100-byte job including the indexes, so there is no per-instance dict and counters are plain
-small ints (CPython caches them, so they cost only the slot).
+small ints (CPython caches them, so they cost only the slot); the counters most jobs never
+move live in a ``JobRare`` made on the first change.
 """
 
 from __future__ import annotations
@@ -47,22 +48,37 @@ class ReplicaLink:
         self.repl = repl  # replication factor asked for
 
 
+class JobRare:
+    """The fields of a Job that nearly every job keeps at their default, apart: a job gets
+    one of these once one of them changes (a put with a delay, a release, a bury, a kick, a
+    TTR that ran out, a replicated job's link).
+
+    Why: a slot per attribute is paid whether it is used or not. Six slots moved here take
+    a compiled Job from 176 to 128 bytes (CPython 3.11, the allocator rounds to 16); a job
+    that needs them pays 96 bytes more, and each read of one of them a check of ``_rare``."""
+
+    __slots__ = ("buries", "delay_ms", "kicks", "releases", "replica", "timeouts")
+
+    def __init__(self) -> None:
+        self.delay_ms = 0
+        self.timeouts = 0
+        self.releases = 0
+        self.buries = 0
+        self.kicks = 0
+        self.replica: ReplicaLink | None = None
+
+
 class Job:
     __slots__ = (
+        "_rare",
         "body",
-        "buries",
         "ctime_ms",
         "deadline_ms",
-        "delay_ms",
         "id",
-        "kicks",
         "pri",
-        "releases",
-        "replica",
         "reserver",
         "reserves",
         "state",
-        "timeouts",
         "ttr_ms",
         "tube",
     )
@@ -71,18 +87,15 @@ class Job:
     tube: Tube
     body: bytes
     pri: int
-    delay_ms: int
     ttr_ms: int  # beanstalk TTR; Disque's RETRY for cluster jobs
     ctime_ms: int
     state: int
     deadline_ms: int  # delay end (delayed) or TTR end (reserved)
     reserver: Session | None
     reserves: int
-    timeouts: int
-    releases: int
-    buries: int
-    kicks: int
-    replica: ReplicaLink | None
+    # delay_ms, timeouts, releases, buries, kicks, replica: the properties below, kept in a
+    # JobRare once one of them leaves its default.
+    _rare: JobRare | None
 
     def __init__(
         self,
@@ -98,18 +111,83 @@ class Job:
         self.tube = tube
         self.body = body
         self.pri = pri
-        self.delay_ms = delay_ms
+        self._rare = None
+        if delay_ms:
+            self.delay_ms = delay_ms
         self.ttr_ms = ttr_ms
         self.ctime_ms = ctime_ms
         self.state = READY
         self.deadline_ms = 0
         self.reserver = None
         self.reserves = 0
-        self.timeouts = 0
-        self.releases = 0
-        self.buries = 0
-        self.kicks = 0
-        self.replica = None
+
+    def _more(self) -> JobRare:
+        """The job's JobRare, made on the first field that leaves its default."""
+        r = self._rare
+        if r is None:
+            r = self._rare = JobRare()
+        return r
+
+    @property
+    def delay_ms(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.delay_ms
+
+    @delay_ms.setter
+    def delay_ms(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().delay_ms = value
+
+    @property
+    def timeouts(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.timeouts
+
+    @timeouts.setter
+    def timeouts(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().timeouts = value
+
+    @property
+    def releases(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.releases
+
+    @releases.setter
+    def releases(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().releases = value
+
+    @property
+    def buries(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.buries
+
+    @buries.setter
+    def buries(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().buries = value
+
+    @property
+    def kicks(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.kicks
+
+    @kicks.setter
+    def kicks(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().kicks = value
+
+    @property
+    def replica(self) -> ReplicaLink | None:
+        """A replicated job's link to its Disque record (None: not replicated)."""
+        r = self._rare
+        return None if r is None else r.replica
+
+    @replica.setter
+    def replica(self, value: ReplicaLink | None) -> None:
+        if value is not None or self._rare is not None:
+            self._more().replica = value
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={STATE_NAMES[self.state]})"

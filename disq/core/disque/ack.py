@@ -69,9 +69,9 @@ class AckMixin(CoreParts):
         if q is None or not q.skiplist:
             return 0
         if before_ctime:
-            job_ids = [job_id for ctime, job_id in q.skiplist if ctime < before_ctime]
+            job_ids = [j.id for j in q.skiplist if j.ctime < before_ctime]
         else:
-            job_ids = [job_id for _, job_id in q.skiplist]
+            job_ids = [j.id for j in q.skiplist]
         return self.ack_job(now_ms, job_ids)
 
     def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:

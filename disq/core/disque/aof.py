@@ -21,6 +21,7 @@ from disq.core.disque.job import (
     BEANSTALK_OWNED,
     NO_NODES,
     QUEUED,
+    AwakeEntry,
     DJob,
 )
 from disq.core.disque.parts import CoreParts
@@ -126,7 +127,7 @@ class AofMixin(CoreParts):
         only_me = self._only_me()
         enqueue_once = self.aof_enqueue_once
         requeue: list[DJob] = []
-        awake: list[tuple[int, int, str]] = []
+        awake: list[AwakeEntry] = []
         used = 0
         prev_ctime = self._prev_ctime
         no_nodes = NO_NODES  # read once (see _decode_jobs)
@@ -160,7 +161,7 @@ class AofMixin(CoreParts):
             at = self._awake_time(j)
             if at:  # as _update_awake: 0 is the "no entry" a new DJob has
                 j.awake_ms = at
-                awake.append((at, j.ctime, j.id))
+                awake.append(AwakeEntry(at, j.id))
             if enqueue_once and j.retry_s and not flags & origin:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 requeue.append(j)

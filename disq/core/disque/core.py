@@ -66,6 +66,7 @@ from disq.core.disque.job import (
     NO_NODES,
     QUEUED,
     WAIT_REPL,
+    AwakeEntry,
     DJob,
 )
 from disq.core.disque.keyvote import KeyVoteMixin
@@ -136,15 +137,15 @@ class DisqueCore(
         self.aof_out: list[bytes] = []
         self.jobs: dict[str, DJob] = {}
         self.queues: dict[str, DQueue] = {}
-        self._awake: list[tuple[int, int, str]] = []  # (awake_ms, ctime, id), lazy
+        self._awake: list[AwakeEntry] = []  # lazy deletion (job.py AwakeEntry)
         self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
         # Acked jobs' GC attempts have a heap of their own. Why: an acked job's attempt is due
         # a second or two after its ack, and it is nearly always stale by then (the DELJOB
         # came). Popped from the heap of every live job's requeue and expiry (hundreds of
         # thousands of entries, far out of the CPU's caches) each one cost a node 13% of its
         # main thread under GETJOB+ACKJOB; this heap holds only the last seconds of acks.
-        # _process_jobs pops the two in one (awake_ms, ctime, id) order, as one heap would.
-        self._awake_acked: list[tuple[int, int, str]] = []
+        # _process_jobs pops the two in one (awake_ms, id) order, as one heap would.
+        self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
         # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
         self._adds = {}  # token -> blocked ADDJOB
@@ -277,7 +278,7 @@ class DisqueCore(
             at = self._awake_time(j)
         if at != j.awake_ms:
             j.awake_ms = at
-            entry = (at, j.ctime, j.id)
+            entry = AwakeEntry(at, j.id)
             # Which heap holds an entry only matters for speed: the pop merges the two.
             if j.state == ACKED:
                 acked = self._awake_acked
@@ -302,10 +303,10 @@ class DisqueCore(
             compact(self._awake, self._awake_live)
         return rebuild_bound(len(self.jobs))
 
-    def _awake_live(self, entry: tuple[int, int, str]) -> bool:
+    def _awake_live(self, entry: AwakeEntry) -> bool:
         """The entry is the job's current one: the test ``_process_jobs`` makes."""
-        j = self.jobs.get(entry[2])
-        return j is not None and j.awake_ms == entry[0]
+        j = self.jobs.get(entry.job_id)
+        return j is not None and j.awake_ms == entry.at_ms
 
     def _new_ctime(self, now_ms: int) -> int:
         """A creation time (wall ms * 1e6) strictly greater than every one this node gave
@@ -443,7 +444,7 @@ class DisqueCore(
         j.state = QUEUED
         j.queued_at = self.view.my_id
         q = self._queue(j.queue, now_ms)
-        q.skiplist.add((j.ctime, j.id))
+        q.skiplist.add(j)
         q.jobs_in += 1
         q.atime_ms = now_ms
         self._update_awake(j)
@@ -469,7 +470,7 @@ class DisqueCore(
             return False
         q = self.queues.get(j.queue)
         if q is not None:
-            q.skiplist.discard((j.ctime, j.id))
+            q.skiplist.discard(j)
         j.state = ACTIVE
         return True
 
@@ -477,8 +478,7 @@ class DisqueCore(
         """queueFetchJob: the oldest job, now active and delivered; qtime keeps running."""
         if not q.skiplist or q.paused_out:
             return None
-        _, job_id = q.skiplist.pop(0)
-        j = self.jobs[job_id]
+        j: DJob = q.skiplist.pop(0)
         j.state = ACTIVE
         j.flags |= DELIVERED
         q.jobs_out += 1
@@ -771,10 +771,10 @@ class DisqueCore(
         millisecond after they (once ``now_ms`` has passed them, disq/core/timers.py); the
         cron and the replication re-sends, internal, at their time."""
         nxt = self._next_cron_ms
-        if self._awake and self._awake[0][0] < nxt:
-            nxt = self._awake[0][0] + 1
-        if self._awake_acked and self._awake_acked[0][0] < nxt:
-            nxt = self._awake_acked[0][0] + 1
+        if self._awake and self._awake[0].at_ms < nxt:
+            nxt = self._awake[0].at_ms + 1
+        if self._awake_acked and self._awake_acked[0].at_ms < nxt:
+            nxt = self._awake_acked[0].at_ms + 1
         if self._client_timers and self._client_timers[0][0] < nxt:
             nxt = self._client_timers[0][0] + 1
         if self._repl_timers and self._repl_timers[0][0] < nxt:
@@ -802,11 +802,11 @@ class DisqueCore(
                 src = heap
             else:
                 break
-            if src[0][0] >= now_ms:
+            if src[0].at_ms >= now_ms:
                 break  # due only once passed (timers.py)
-            at, _, job_id = heapq.heappop(src)
-            j = self.jobs.get(job_id)
-            if j is None or j.awake_ms != at:
+            e = heapq.heappop(src)
+            j = self.jobs.get(e.job_id)
+            if j is None or j.awake_ms != e.at_ms:
                 continue  # stale entry (lazy deletion)
             budget -= 1
             j.awake_ms = 0

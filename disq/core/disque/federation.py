@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr, trait
 
-from disq.core.disque.job import ACTIVE, BCAST_QUEUED
+from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
 from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
 from disq.core.messages import JobData, NeedJobs, YourJobs
@@ -61,16 +61,15 @@ class FederationMixin(CoreParts):
     def _give_jobs(self, q: DQueue, node: str, count: int, now_ms: int) -> None:
         n = count if len(q) >= 2 * count else max(1, len(q) // 2)
         jobs: list[JobData] = []
-        kept: list[tuple[int, str]] = []
+        kept: list[DJob] = []
         while len(jobs) < n and q.skiplist:
-            item = q.skiplist.pop(0)
-            j = self.jobs[item[1]]
+            j: DJob = q.skiplist.pop(0)
             if j.idem_key and (j.queue, j.idem_key) in self._idem_tentative:
                 # The importer takes an exported job's key as done (it was queued here),
                 # but a copy whose add is still undecided can be queued by its RETRY: if
                 # that add then fails, the importer would answer a retry of the key with
                 # the id of a deleted job. Such a job stays here until its key is decided.
-                kept.append(item)
+                kept.append(j)
                 continue
             j.state = ACTIVE
             j.queued_at = node  # queued at the importer now (dead_peers.py)
@@ -85,8 +84,8 @@ class FederationMixin(CoreParts):
                 # Our copy stays active; the importer's QUEUED/WILLQUEUE answers keep it
                 # from being requeued here while the importer has it.
                 self._postpone(j, now_ms)
-        for item in kept:
-            q.skiplist.add(item)
+        for j in kept:
+            q.skiplist.add(j)
         if jobs:
             self.stats["jobs_exported"] += len(jobs)
             self._send(node, YourJobs(jobs))

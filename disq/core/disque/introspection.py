@@ -77,11 +77,12 @@ class IntrospectionMixin(CoreParts):
         if q is None or count == 0:
             return []
         if count > 0:
-            keys = list(q.skiplist.islice(0, count))
-        else:
-            keys = list(q.skiplist.islice(max(0, len(q.skiplist) + count), len(q.skiplist)))
-            keys.reverse()
-        return [self.jobs[k[1]] for k in keys]
+            return list(q.skiplist.islice(0, count))
+        found: list[DJob] = list(
+            q.skiplist.islice(max(0, len(q.skiplist) + count), len(q.skiplist))
+        )
+        found.reverse()
+        return found
 
     def qscan(
         self,

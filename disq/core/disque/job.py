@@ -33,24 +33,74 @@ BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``):
 NO_NODES: frozenset[str] = frozenset()
 
 
-class DJob:
+class AwakeEntry:
+    """A job's entry in the core's timer heaps (core.py ``_awake``): when the timer next
+    looks at it, and its id. Ordered by time, then id, as Disque's awakeme skiplist
+    (skiplistCompareJobsToAwake). Immutable once made: the heaps delete lazily, and an
+    entry is live while ``at_ms`` is its job's ``awake_ms``.
+
+    Why a class and not an ``(awake_ms, id)`` tuple: compiled, the time is a native int in
+    the object, where the tuple held a boxed int of its own: 64 bytes an entry instead of
+    96 (CPython 3.11), one per job."""
+
+    __slots__ = ("at_ms", "job_id")
+
+    def __init__(self, at_ms: int, job_id: str) -> None:
+        self.at_ms = at_ms
+        self.job_id = job_id
+
+    def __lt__(self, other: AwakeEntry) -> bool:
+        if self.at_ms != other.at_ms:
+            return self.at_ms < other.at_ms
+        return self.job_id < other.job_id
+
+    def __repr__(self) -> str:
+        return f"AwakeEntry({self.at_ms}, {self.job_id})"
+
+
+class DJobRare:
+    """The fields of a DJob that nearly every job keeps at their default, apart: a job gets
+    one of these only once one of them changes (a DELAY, a NACK or a requeue counted, an
+    idempotency key, an ack's GC retries, a beanstalk job's id, state or priority).
+
+    Why: a native class has a slot per attribute whether it is used or not. Eight slots
+    moved here shrink every DJob from 224 to 160 bytes (CPython 3.11, compiled; the
+    allocator rounds to 16), a tenth of what a queued job costs; a job that needs them pays
+    112 bytes more, and each read of one of them costs a check of ``_rare``."""
+
     __slots__ = (
         "add_deliveries",
-        "awake_ms",
         "bid",
-        "body",
         "bstate",
-        "confirmed",
-        "ctime",
         "delay_s",
-        "delivered",
-        "etime_ms",
-        "flags",
         "gc_retry",
-        "id",
         "idem_key",
         "nacks",
         "priority",
+    )
+
+    def __init__(self) -> None:
+        self.delay_s = 0
+        self.nacks = 0
+        self.add_deliveries = 0
+        self.gc_retry = 0
+        self.priority = DEFAULT_PRIORITY
+        self.bstate = 0
+        self.bid = 0
+        self.idem_key = ""
+
+
+class DJob:
+    __slots__ = (
+        "_rare",
+        "awake_ms",
+        "body",
+        "confirmed",
+        "ctime",
+        "delivered",
+        "etime_ms",
+        "flags",
+        "id",
         "qtime_ms",
         "queue",
         "queued_at",
@@ -75,13 +125,15 @@ class DJob:
         self.body = body
         self.repl = repl
         self.ctime = ctime  # ms * 1e6 at the creating node, strictly increasing there
-        self.delay_s = delay_s
         self.retry_s = retry_s
         self.etime_ms = etime_ms  # TTL end, this node's clock
         self.state = WAIT_REPL
         self.flags = 0
-        self.nacks = 0
-        self.add_deliveries = 0
+        # delay_s, nacks, add_deliveries, gc_retry, priority, bstate, bid, idem_key: the
+        # properties below, kept in a DJobRare once one of them leaves its default.
+        self._rare: DJobRare | None = None
+        if delay_s:
+            self.delay_s = delay_s
         # Nodes that may have a copy. Shared (NO_NODES, or the core's one-node set for a
         # REPLICATE 1 job) until deliver_to() makes the job its own.
         self.delivered: set[str] | frozenset[str] = NO_NODES
@@ -90,14 +142,99 @@ class DJob:
         self.confirmed: set[str] | frozenset[str] = NO_NODES
         self.qtime_ms = 0  # next requeue; 0 = never
         self.awake_ms = 0  # when the timer next looks at the job
-        self.gc_retry = 0
-        self.priority = DEFAULT_PRIORITY
-        self.bstate = 0  # beanstalk state the owner last reported (0 ready, 3 buried)
-        self.bid = 0  # owned beanstalk jobs: the local engine's numeric id
-        self.idem_key = ""  # the ADDJOB's idempotency key ("": none)
         # The node this copy last heard queued or worked on the job ("": unknown, e.g.
         # restored from the AOF): whose death brings its requeue forward (dead_peers.py).
         self.queued_at = ""
+
+    def _more(self) -> DJobRare:
+        """The job's DJobRare, made on the first field that leaves its default."""
+        r = self._rare
+        if r is None:
+            r = self._rare = DJobRare()
+        return r
+
+    @property
+    def delay_s(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.delay_s
+
+    @delay_s.setter
+    def delay_s(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().delay_s = value
+
+    @property
+    def nacks(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.nacks
+
+    @nacks.setter
+    def nacks(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().nacks = value
+
+    @property
+    def add_deliveries(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.add_deliveries
+
+    @add_deliveries.setter
+    def add_deliveries(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().add_deliveries = value
+
+    @property
+    def gc_retry(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.gc_retry
+
+    @gc_retry.setter
+    def gc_retry(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().gc_retry = value
+
+    @property
+    def priority(self) -> int:
+        r = self._rare
+        return DEFAULT_PRIORITY if r is None else r.priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        if value != DEFAULT_PRIORITY or self._rare is not None:
+            self._more().priority = value
+
+    @property
+    def bstate(self) -> int:
+        """Beanstalk state the owner last reported (0 ready, 3 buried)."""
+        r = self._rare
+        return 0 if r is None else r.bstate
+
+    @bstate.setter
+    def bstate(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().bstate = value
+
+    @property
+    def bid(self) -> int:
+        """Owned beanstalk jobs: the local engine's numeric id (0: none)."""
+        r = self._rare
+        return 0 if r is None else r.bid
+
+    @bid.setter
+    def bid(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().bid = value
+
+    @property
+    def idem_key(self) -> str:
+        """The ADDJOB's idempotency key ("": none)."""
+        r = self._rare
+        return "" if r is None else r.idem_key
+
+    @idem_key.setter
+    def idem_key(self, value: str) -> None:
+        if value or self._rare is not None:
+            self._more().idem_key = value
 
     def deliver_to(self, *nodes: str) -> None:
         """Add ``nodes`` to those that may have a copy (the set is made on the first)."""
@@ -114,6 +251,14 @@ class DJob:
             c.add(node)
         else:
             self.confirmed = {node}
+
+    def __lt__(self, other: DJob) -> bool:
+        """Queue order (queue.py): ctime, then the id between jobs of different nodes. A
+        queue's skiplist holds the jobs themselves, so this order must not change while a
+        job is queued: neither ctime nor id is ever assigned after __init__."""
+        if self.ctime != other.ctime:
+            return self.ctime < other.ctime
+        return self.id < other.id
 
     def __repr__(self) -> str:
         return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"

@@ -38,7 +38,7 @@ from disq.core.disque.state import (
 
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult, Pending
-    from disq.core.disque.job import DJob
+    from disq.core.disque.job import AwakeEntry, DJob
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
     from disq.core.messages import GotJob, JobData, Message
@@ -70,9 +70,9 @@ class CoreParts:
     # absolute time, are wall-clock; every deadline in memory is on the node clock.
     wall_offset_ms: int
     _tombstones: OrderedDict[str, int]
-    # core.py's job timers: (awake_ms, ctime, id) heaps, lazy; ASYNC adds without a copy here
-    _awake: list[tuple[int, int, str]]
-    _awake_acked: list[tuple[int, int, str]]
+    # core.py's job timers: heaps of AwakeEntry, lazy; ASYNC adds without a copy here
+    _awake: list[AwakeEntry]
+    _awake_acked: list[AwakeEntry]
     _one_copy: set[str]
     # blocked.py: blocked clients and their timers
     _adds: dict[int, AddWait]  # token -> blocked ADDJOB

@@ -108,9 +108,10 @@ class InvariantsMixin(SimBase):
         where = f"{nd.name} t={self.now - T0_MS}"
         in_queues = 0
         for name, q in core.queues.items():
-            for ctime, job_id in q.skiplist:
+            for queued_job in q.skiplist:  # the DJobs themselves (queue.py)
+                job_id = queued_job.id
                 j = jobs.get(job_id)
-                if j is None or j.state != QUEUED or j.queue != name or j.ctime != ctime:
+                if j is not queued_job or j.state != QUEUED or j.queue != name:
                     what = "missing" if j is None else f"{STATE_NAMES[j.state]} in {j.queue!r}"
                     raise self._violation(
                         "4 (queues match jobs)",
@@ -123,7 +124,7 @@ class InvariantsMixin(SimBase):
             if j.state == QUEUED:
                 queued += 1
                 jq = core.queues.get(j.queue)
-                if jq is None or (j.ctime, j.id) not in jq.skiplist:
+                if jq is None or j not in jq.skiplist:
                     raise self._violation(
                         "4 (queues match jobs)",
                         f"{where}: {job_id} is QUEUED but not in queue {j.queue!r}",
