@@ -279,6 +279,7 @@ class ClusterServices:
         :func:`import_api`, in a thread), then its health as start() would have set it."""
         self.load_api()
         assert self.api is not None
+        self.log.info("client_api_loaded")
         await self._serve_api(self.api)
 
     async def _serve_api(self, api: QueueApi) -> None:
