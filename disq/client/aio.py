@@ -65,7 +65,15 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
-_NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
+# UNAVAILABLE with one of these: the call never reached a servicer, safe to send elsewhere.
+# The last is a node's own, in the milliseconds after a restart before its client API loads
+# (disq/server/late_services.py).
+_NOT_SENT = (
+    "failed to connect",
+    "Connection refused",
+    "connections to all backends failing",
+    "the call was not run",
+)
 
 
 @dataclass(frozen=True, slots=True)

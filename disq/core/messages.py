@@ -11,7 +11,7 @@ entries by destination and sends each peer one frame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 # Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
 ALIVE = 1
@@ -20,6 +20,32 @@ DEAD = 3
 LEFT = 4
 
 MEMBER_STATE_NAMES = {ALIVE: "alive", SUSPECT: "suspect", DEAD: "dead", LEFT: "left"}
+
+
+# Each class's fields, in its constructor's order (what a dataclass's ``fields()`` gave).
+FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+class _Message:
+    """The messages' equality and repr, a dataclass's, from FIELDS.
+
+    Plain classes with their own __init__, not @dataclass: a compiled module still runs the
+    dataclass decorator at import, which built the classes' methods from source there (25
+    classes: 6-7 ms of every start of a node with a cluster half, before its first answer).
+    Member and JobData stay dataclasses: membership and the hand-off copy them with
+    ``dataclasses.replace``. Equality and repr are for tests and logs, never on a hot path,
+    so one generic pair serves all."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return False
+        return all(getattr(self, f) == getattr(other, f) for f in FIELDS[type(self)])
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in FIELDS[type(self)])
+        return f"{type(self).__name__}({shown})"
 
 
 @dataclass(slots=True)
@@ -33,24 +59,52 @@ class Member:
     leaving: bool = False
 
 
-@dataclass(slots=True)
-class Ping:
-    probe_id: int
-    gossip: list[Member] = field(default_factory=list)
-    meet: bool = False  # CLUSTER MEET / --join (membership.meet_message)
+FIELDS[Member] = tuple(f.name for f in fields(Member))
 
 
-@dataclass(slots=True)
-class Ack:
-    probe_id: int
-    target: str = ""  # set when answering on behalf of a PingReq
-    gossip: list[Member] = field(default_factory=list)
+class Ping(_Message):
+    __slots__ = ("gossip", "meet", "probe_id")
+
+    def __init__(
+        self,
+        probe_id: int,
+        gossip: list[Member] | None = None,
+        meet: bool = False,  # CLUSTER MEET / --join (membership.meet_message)
+    ) -> None:
+        self.probe_id = probe_id
+        self.gossip = [] if gossip is None else gossip
+        self.meet = meet
 
 
-@dataclass(slots=True)
-class PingReq:
-    probe_id: int
-    target: str
+FIELDS[Ping] = ("probe_id", "gossip", "meet")
+
+
+class Ack(_Message):
+    __slots__ = ("gossip", "probe_id", "target")
+
+    def __init__(
+        self,
+        probe_id: int,
+        target: str = "",  # set when answering on behalf of a PingReq
+        gossip: list[Member] | None = None,
+    ) -> None:
+        self.probe_id = probe_id
+        self.target = target
+        self.gossip = [] if gossip is None else gossip
+
+
+FIELDS[Ack] = ("probe_id", "target", "gossip")
+
+
+class PingReq(_Message):
+    __slots__ = ("probe_id", "target")
+
+    def __init__(self, probe_id: int, target: str) -> None:
+        self.probe_id = probe_id
+        self.target = target
+
+
+FIELDS[PingReq] = ("probe_id", "target")
 
 
 # The beanstalk state a replicated beanstalk job's copies carry (JobData.bstate,
@@ -91,26 +145,43 @@ class JobData:
     expire_ms: int = 0  # in an AOF record: the absolute expiry (one clock); 0 on the wire
 
 
+FIELDS[JobData] = tuple(f.name for f in fields(JobData))
+
+
 AOF_ONLY_FIELDS[JobData] = ("expire_ms",)
 
 
-@dataclass(slots=True)
-class ReplJob:
-    job: JobData
+class ReplJob(_Message):
+    __slots__ = ("job",)
+
+    def __init__(self, job: JobData) -> None:
+        self.job = job
 
 
-@dataclass(slots=True)
-class GotJob:
-    job_id: str
+FIELDS[ReplJob] = ("job",)
 
 
-@dataclass(slots=True)
-class Enqueue:
-    job_id: str
+class GotJob(_Message):
+    __slots__ = ("job_id",)
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
 
 
-@dataclass(slots=True)
-class Queued:
+FIELDS[GotJob] = ("job_id",)
+
+
+class Enqueue(_Message):
+    __slots__ = ("job_id",)
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+
+FIELDS[Enqueue] = ("job_id",)
+
+
+class Queued(_Message):
     """A requeue happened (or, answering WILLQUEUE, the job is queued at the sender).
 
     ``incr_nacks`` / ``incr_deliveries`` are Disque's INCR_NACKS / INCR_DELIV flags.
@@ -118,47 +189,92 @@ class Queued:
     requeue, merged by maximum (core.py ``_merge_counters`` says why); 0 and 0 from a peer
     that does not send them, which then count by the flags as Disque does."""
 
-    job_id: str
-    incr_nacks: bool = False
-    incr_deliveries: bool = False
-    nacks: int = 0
-    additional_deliveries: int = 0
+    __slots__ = ("additional_deliveries", "incr_deliveries", "incr_nacks", "job_id", "nacks")
+
+    def __init__(
+        self,
+        job_id: str,
+        incr_nacks: bool = False,
+        incr_deliveries: bool = False,
+        nacks: int = 0,
+        additional_deliveries: int = 0,
+    ) -> None:
+        self.job_id = job_id
+        self.incr_nacks = incr_nacks
+        self.incr_deliveries = incr_deliveries
+        self.nacks = nacks
+        self.additional_deliveries = additional_deliveries
 
 
-@dataclass(slots=True)
-class WillQueue:
-    job_id: str
+FIELDS[Queued] = ("job_id", "incr_nacks", "incr_deliveries", "nacks", "additional_deliveries")
 
 
-@dataclass(slots=True)
-class SetAck:
-    job_id: str
-    may_have: int
+class WillQueue(_Message):
+    __slots__ = ("job_id",)
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
 
 
-@dataclass(slots=True)
-class GotAck:
-    job_id: str
-    known: bool
+FIELDS[WillQueue] = ("job_id",)
 
 
-@dataclass(slots=True)
-class DelJob:
-    job_ids: list[str]
+class SetAck(_Message):
+    __slots__ = ("job_id", "may_have")
+
+    def __init__(self, job_id: str, may_have: int) -> None:
+        self.job_id = job_id
+        self.may_have = may_have
 
 
-@dataclass(slots=True)
-class IdemKeys:
+FIELDS[SetAck] = ("job_id", "may_have")
+
+
+class GotAck(_Message):
+    __slots__ = ("job_id", "known")
+
+    def __init__(self, job_id: str, known: bool) -> None:
+        self.job_id = job_id
+        self.known = known
+
+
+FIELDS[GotAck] = ("job_id", "known")
+
+
+class DelJob(_Message):
+    __slots__ = ("job_ids",)
+
+    def __init__(self, job_ids: list[str]) -> None:
+        self.job_ids = job_ids
+
+
+FIELDS[DelJob] = ("job_ids",)
+
+
+class IdemKeys(_Message):
     """Idempotency keys of finished adds, for every peer (entry i: queues[i], keys[i],
     job_ids[i]), resent until the peer acknowledges them; and the acknowledgements of the
     keys the peer sent (entry i: ack_queues[i], ack_keys[i]), sent once they are persisted.
     One message carries both, so a node's announcements and acks to a peer merge into one."""
 
-    queues: list[str]
-    keys: list[str]
-    job_ids: list[str]
-    ack_queues: list[str] = field(default_factory=list)
-    ack_keys: list[str] = field(default_factory=list)
+    __slots__ = ("ack_keys", "ack_queues", "job_ids", "keys", "queues")
+
+    def __init__(
+        self,
+        queues: list[str],
+        keys: list[str],
+        job_ids: list[str],
+        ack_queues: list[str] | None = None,
+        ack_keys: list[str] | None = None,
+    ) -> None:
+        self.queues = queues
+        self.keys = keys
+        self.job_ids = job_ids
+        self.ack_queues = [] if ack_queues is None else ack_queues
+        self.ack_keys = [] if ack_keys is None else ack_keys
+
+
+FIELDS[IdemKeys] = ("queues", "keys", "job_ids", "ack_queues", "ack_keys")
 
 
 KV_PREPARE = 1
@@ -167,8 +283,7 @@ KV_ACCEPT = 3
 KV_ACCEPTED = 4
 
 
-@dataclass(slots=True)
-class KeyVote:
+class KeyVote(_Message):
     """One step of the vote that binds an idempotency key to one job (single-decree Paxos,
     disq/core/disque/keyvote.py). ``phase``: KV_PREPARE and KV_ACCEPT from the proposer
     (ballot ``(ballot, ballot_node)``; ``job_id`` the proposed job on ACCEPT), KV_PROMISE and
@@ -176,34 +291,99 @@ class KeyVote:
     refusal the ballot it promised in ``acc_ballot``/``acc_node``). ``decided``: the job the
     key is already bound to on the replier, which ends the vote at once."""
 
-    phase: int
-    queue: str
-    key: str
-    ballot: int
-    ballot_node: str
-    ok: bool = False
-    acc_ballot: int = 0
-    acc_node: str = ""
-    job_id: str = ""
-    decided: str = ""
+    __slots__ = (
+        "acc_ballot",
+        "acc_node",
+        "ballot",
+        "ballot_node",
+        "decided",
+        "job_id",
+        "key",
+        "ok",
+        "phase",
+        "queue",
+    )
+
+    def __init__(
+        self,
+        phase: int,
+        queue: str,
+        key: str,
+        ballot: int,
+        ballot_node: str,
+        ok: bool = False,
+        acc_ballot: int = 0,
+        acc_node: str = "",
+        job_id: str = "",
+        decided: str = "",
+    ) -> None:
+        self.phase = phase
+        self.queue = queue
+        self.key = key
+        self.ballot = ballot
+        self.ballot_node = ballot_node
+        self.ok = ok
+        self.acc_ballot = acc_ballot
+        self.acc_node = acc_node
+        self.job_id = job_id
+        self.decided = decided
 
 
-@dataclass(slots=True)
-class KeyVotes:
+FIELDS[KeyVote] = (
+    "phase",
+    "queue",
+    "key",
+    "ballot",
+    "ballot_node",
+    "ok",
+    "acc_ballot",
+    "acc_node",
+    "job_id",
+    "decided",
+)
+
+
+class KeyVotes(_Message):
     """Many KeyVote steps for one peer, column by column (entry i is one KeyVote): the node
     core merges a Ready's KeyVotes to each peer into one (a keyed batch votes on every key,
     one message would be per key and phase)."""
 
-    phase: list[int] = field(default_factory=list)
-    queue: list[str] = field(default_factory=list)
-    key: list[str] = field(default_factory=list)
-    ballot: list[int] = field(default_factory=list)
-    ballot_node: list[str] = field(default_factory=list)
-    ok: list[bool] = field(default_factory=list)
-    acc_ballot: list[int] = field(default_factory=list)
-    acc_node: list[str] = field(default_factory=list)
-    job_id: list[str] = field(default_factory=list)
-    decided: list[str] = field(default_factory=list)
+    __slots__ = (
+        "acc_ballot",
+        "acc_node",
+        "ballot",
+        "ballot_node",
+        "decided",
+        "job_id",
+        "key",
+        "ok",
+        "phase",
+        "queue",
+    )
+
+    def __init__(
+        self,
+        phase: list[int] | None = None,
+        queue: list[str] | None = None,
+        key: list[str] | None = None,
+        ballot: list[int] | None = None,
+        ballot_node: list[str] | None = None,
+        ok: list[bool] | None = None,
+        acc_ballot: list[int] | None = None,
+        acc_node: list[str] | None = None,
+        job_id: list[str] | None = None,
+        decided: list[str] | None = None,
+    ) -> None:
+        self.phase = [] if phase is None else phase
+        self.queue = [] if queue is None else queue
+        self.key = [] if key is None else key
+        self.ballot = [] if ballot is None else ballot
+        self.ballot_node = [] if ballot_node is None else ballot_node
+        self.ok = [] if ok is None else ok
+        self.acc_ballot = [] if acc_ballot is None else acc_ballot
+        self.acc_node = [] if acc_node is None else acc_node
+        self.job_id = [] if job_id is None else job_id
+        self.decided = [] if decided is None else decided
 
     def add(self, v: KeyVote) -> None:
         self.phase.append(v.phase)
@@ -236,81 +416,191 @@ class KeyVotes:
         ]
 
 
-@dataclass(slots=True)
-class NeedJobs:
-    queue: str
-    count: int
+FIELDS[KeyVotes] = (
+    "phase",
+    "queue",
+    "key",
+    "ballot",
+    "ballot_node",
+    "ok",
+    "acc_ballot",
+    "acc_node",
+    "job_id",
+    "decided",
+)
 
 
-@dataclass(slots=True)
-class YourJobs:
-    jobs: list[JobData]
+class NeedJobs(_Message):
+    __slots__ = ("count", "queue")
+
+    def __init__(self, queue: str, count: int) -> None:
+        self.queue = queue
+        self.count = count
 
 
-@dataclass(slots=True)
-class Working:
-    job_id: str
+FIELDS[NeedJobs] = ("queue", "count")
 
 
-@dataclass(slots=True)
-class BeanstalkUpdate:
-    job_id: str
-    bstate: int
-    priority: int
+class YourJobs(_Message):
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs: list[JobData]) -> None:
+        self.jobs = jobs
+
+
+FIELDS[YourJobs] = ("jobs",)
+
+
+class Working(_Message):
+    __slots__ = ("job_id",)
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+
+FIELDS[Working] = ("job_id",)
+
+
+class BeanstalkUpdate(_Message):
+    __slots__ = ("bstate", "job_id", "priority")
+
+    def __init__(self, job_id: str, bstate: int, priority: int) -> None:
+        self.job_id = job_id
+        self.bstate = bstate
+        self.priority = priority
+
+
+FIELDS[BeanstalkUpdate] = ("job_id", "bstate", "priority")
 
 
 PAUSE_IN = 1
 PAUSE_OUT = 2
 
 
-@dataclass(slots=True)
-class Pause:
-    queue: str
-    flags: int  # PAUSE_IN | PAUSE_OUT
+class Pause(_Message):
+    __slots__ = ("flags", "queue")
+
+    def __init__(
+        self,
+        queue: str,
+        flags: int,  # PAUSE_IN | PAUSE_OUT
+    ) -> None:
+        self.queue = queue
+        self.flags = flags
+
+
+FIELDS[Pause] = ("queue", "flags")
 
 
 MISFIRE_CATCHUP = 0
 MISFIRE_SKIP = 1
 
 
-@dataclass(slots=True)
-class ScheduleDef:
+class ScheduleDef(_Message):
     """A recurring job as the cluster keeps it (disq/core/schedule/): one per name, the
     highest ``(version_ms, version_node)`` wins on every node (an update, a pause, a delete
     are new versions; a delete is a tombstone). ``repl`` 0, ``retry_s``/``ttl_s`` -1: the
     add's defaults. ``catchup``: MISFIRE_CATCHUP's bound on ticks fired late."""
 
-    name: str
-    spec: str
-    zone: str
-    queue: str
-    body: bytes
-    repl: int = 0
-    retry_s: int = -1
-    ttl_s: int = -1
-    async_: bool = False
-    misfire: int = MISFIRE_CATCHUP
-    catchup: int = 1
-    paused: bool = False
-    deleted: bool = False
-    version_ms: int = 0
-    version_node: str = ""
+    __slots__ = (
+        "async_",
+        "body",
+        "catchup",
+        "deleted",
+        "misfire",
+        "name",
+        "paused",
+        "queue",
+        "repl",
+        "retry_s",
+        "spec",
+        "ttl_s",
+        "version_ms",
+        "version_node",
+        "zone",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        spec: str,
+        zone: str,
+        queue: str,
+        body: bytes,
+        repl: int = 0,
+        retry_s: int = -1,
+        ttl_s: int = -1,
+        async_: bool = False,
+        misfire: int = MISFIRE_CATCHUP,
+        catchup: int = 1,
+        paused: bool = False,
+        deleted: bool = False,
+        version_ms: int = 0,
+        version_node: str = "",
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.zone = zone
+        self.queue = queue
+        self.body = body
+        self.repl = repl
+        self.retry_s = retry_s
+        self.ttl_s = ttl_s
+        self.async_ = async_
+        self.misfire = misfire
+        self.catchup = catchup
+        self.paused = paused
+        self.deleted = deleted
+        self.version_ms = version_ms
+        self.version_node = version_node
 
 
-@dataclass(slots=True)
-class SchedSync:
+FIELDS[ScheduleDef] = (
+    "name",
+    "spec",
+    "zone",
+    "queue",
+    "body",
+    "repl",
+    "retry_s",
+    "ttl_s",
+    "async_",
+    "misfire",
+    "catchup",
+    "paused",
+    "deleted",
+    "version_ms",
+    "version_node",
+)
+
+
+class SchedSync(_Message):
     """Schedules between nodes: definitions (``entries``) and the last tick each schedule's
     job was bound to (entry i: tick_names[i], tick_s[i], tick_jobs[i]), pushed on a change;
     ``digest`` of the sender's definitions, sent alone now and then (anti-entropy): a
     receiver whose digest differs answers with all its entries and ``want`` set, and the
     sender answers that with all of its own."""
 
-    entries: list[ScheduleDef] = field(default_factory=list)
-    tick_names: list[str] = field(default_factory=list)
-    tick_s: list[int] = field(default_factory=list)
-    tick_jobs: list[str] = field(default_factory=list)
-    digest: int = 0
-    want: bool = False
+    __slots__ = ("digest", "entries", "tick_jobs", "tick_names", "tick_s", "want")
+
+    def __init__(
+        self,
+        entries: list[ScheduleDef] | None = None,
+        tick_names: list[str] | None = None,
+        tick_s: list[int] | None = None,
+        tick_jobs: list[str] | None = None,
+        digest: int = 0,
+        want: bool = False,
+    ) -> None:
+        self.entries = [] if entries is None else entries
+        self.tick_names = [] if tick_names is None else tick_names
+        self.tick_s = [] if tick_s is None else tick_s
+        self.tick_jobs = [] if tick_jobs is None else tick_jobs
+        self.digest = digest
+        self.want = want
+
+
+FIELDS[SchedSync] = ("entries", "tick_names", "tick_s", "tick_jobs", "digest", "want")
 
 
 ROUTE_EXCHANGE = 1
@@ -318,39 +608,89 @@ ROUTE_BINDING = 2
 ROUTE_QUEUE = 3
 
 
-@dataclass(slots=True)
-class RouteEntry:
+class RouteEntry(_Message):
     """One entry of the routes table (disq/core/routes/): an exchange (``name``,
     ``exchange_type``), a binding (exchange ``name``, ``queue``, ``routing_key``) or a queue
     declaration (``name``, ``expires_ms``, ``message_ttl_ms``). The highest
     ``(version_ms, version_node)`` of one key wins on every node; ``deleted``: a tombstone."""
 
-    kind: int  # ROUTE_EXCHANGE | ROUTE_BINDING | ROUTE_QUEUE
-    name: str
-    queue: str = ""
-    routing_key: str = ""
-    exchange_type: str = ""
-    expires_ms: int = 0
-    message_ttl_ms: int = 0
-    deleted: bool = False
-    version_ms: int = 0
-    version_node: str = ""
+    __slots__ = (
+        "deleted",
+        "exchange_type",
+        "expires_ms",
+        "kind",
+        "message_ttl_ms",
+        "name",
+        "queue",
+        "routing_key",
+        "version_ms",
+        "version_node",
+    )
+
+    def __init__(
+        self,
+        kind: int,  # ROUTE_EXCHANGE | ROUTE_BINDING | ROUTE_QUEUE
+        name: str,
+        queue: str = "",
+        routing_key: str = "",
+        exchange_type: str = "",
+        expires_ms: int = 0,
+        message_ttl_ms: int = 0,
+        deleted: bool = False,
+        version_ms: int = 0,
+        version_node: str = "",
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.queue = queue
+        self.routing_key = routing_key
+        self.exchange_type = exchange_type
+        self.expires_ms = expires_ms
+        self.message_ttl_ms = message_ttl_ms
+        self.deleted = deleted
+        self.version_ms = version_ms
+        self.version_node = version_node
 
     def key(self) -> tuple[int, str, str, str]:
         return (self.kind, self.name, self.queue, self.routing_key)
 
 
-@dataclass(slots=True)
-class RouteSync:
+FIELDS[RouteEntry] = (
+    "kind",
+    "name",
+    "queue",
+    "routing_key",
+    "exchange_type",
+    "expires_ms",
+    "message_ttl_ms",
+    "deleted",
+    "version_ms",
+    "version_node",
+)
+
+
+class RouteSync(_Message):
     """Routes between nodes: changed entries, pushed at once; ``digest`` of the sender's
     table alone now and then; a receiver whose digest differs answers with its whole table
     and ``want`` set, and the sender answers that with its own (as SchedSync). ``whole``:
     the last message of a whole table (the receiver has heard everything the sender held)."""
 
-    entries: list[RouteEntry] = field(default_factory=list)
-    digest: int = 0
-    want: bool = False
-    whole: bool = False
+    __slots__ = ("digest", "entries", "want", "whole")
+
+    def __init__(
+        self,
+        entries: list[RouteEntry] | None = None,
+        digest: int = 0,
+        want: bool = False,
+        whole: bool = False,
+    ) -> None:
+        self.entries = [] if entries is None else entries
+        self.digest = digest
+        self.want = want
+        self.whole = whole
+
+
+FIELDS[RouteSync] = ("entries", "digest", "want", "whole")
 
 
 MembershipMessage = Ping | Ack | PingReq

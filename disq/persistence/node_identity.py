@@ -9,7 +9,7 @@ and changed only by CLUSTER RESET HARD (Disque's new node name, ``save_node_id``
 from __future__ import annotations
 
 import json
-import secrets
+import os
 from pathlib import Path
 
 from disq.persistence.fs import replace_durably
@@ -43,7 +43,7 @@ def load_or_create_node_id(data_dir: Path) -> str:
             raise NodeIdentityError(f"{path}: node_id must be 40 lowercase hex characters")
         assert isinstance(node_id, str)
         return node_id
-    node_id = secrets.token_hex(20)
+    node_id = os.urandom(20).hex()  # secrets.token_hex's bytes, without its hmac import
     save_node_id(data_dir, node_id)
     return node_id
 

@@ -8,11 +8,13 @@ link addresses and the view file).
 
 The bus (the peer links and the gRPC API: grpc and protobuf, a large share of a start) is
 built first only when peers must hear from this node before its clients are answered: a
-view file with peers, ``--join``, or TLS on it. Otherwise (a first start, a lone node) the
-RESP and beanstalk ports serve first and the bus loads after them (:meth:`load_bus`, its
-modules imported in a thread: the runtime's serve); until then ``links`` and ``api`` are
-None, what would go to a peer is dropped (there is none: a MEET is resent by its timer), and
-the link counters read as zero.
+view file with peers, ``--join``, or TLS on it. Even then only the links are (grpc, the
+peer wire's protobuf): the client API (its protobuf modules, health, reflection) loads once
+the client ports serve (:meth:`start_api`, through late_services.py, the gRPC server having
+started). Otherwise (a first start, a lone node) the RESP and beanstalk ports serve first
+and the whole bus loads after them (:meth:`load_bus`, its modules imported in a thread: the
+runtime's serve); until then ``links`` and ``api`` are None, what would go to a peer is
+dropped (there is none: a MEET is resent by its timer), and the link counters read as zero.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from disq.server.api_service import QueueApi
     from disq.server.host import NodeHost
+    from disq.server.late_services import LateServices
     from disq.server.peer_link import PeerLinks
     from disq.tls import TlsConfig
 
@@ -120,8 +122,10 @@ class ClusterServices:
         core.beanstalk_replicate = max(1, settings.beanstalk_replicate)
         runtime.replicator = core
         core.beanstalk_repl_timeout_ms = settings.beanstalk_repl_timeout_ms
-        self.links: PeerLinks | None = None  # load_bus
-        self.api: QueueApi | None = None
+        self.links: PeerLinks | None = None  # load_links
+        self.api: QueueApi | None = None  # load_api
+        # The client API's stand-in on a bus started before it (peers hear first): start_api.
+        self._late_api: LateServices | None = None
         self._view_save: asyncio.TimerHandle | None = None
         # The peers and their addresses as the view file has them (what a restart reads).
         self._saved_addresses = self._peer_addresses() if snapshot is not None else {}
@@ -145,7 +149,7 @@ class ClusterServices:
         )
         runtime.beanstalk.events.enabled = True  # drained into the log by every flush
         if self.hears_peers_first:
-            self.load_bus()
+            self.load_links(late_api=True)
 
     # ------------------------------------------------------------------ the bus
     @property
@@ -158,9 +162,14 @@ class ClusterServices:
     def load_bus(self) -> None:
         """Build the peer links and the gRPC API (imports grpc and protobuf: call
         :func:`import_bus` in a thread first to keep the loop serving meanwhile)."""
+        self.load_links(late_api=False)
+        self.load_api()
+
+    def load_links(self, *, late_api: bool) -> None:
+        """Build the peer links (grpc and the peer wire's protobuf). ``late_api``: the
+        client API will be added once the bus serves (start_api), not before it starts."""
         if self.links is not None:
             return
-        from disq.server.api_routes import RoutesQueueApi
         from disq.server.peer_link import PeerLinks
 
         settings = self.settings
@@ -173,13 +182,33 @@ class ClusterServices:
             lane_port=settings.job_lane_port if settings.job_lane_port >= 0 else None,
             on_link_change=self._on_link_change,
         )
-        api = RoutesQueueApi(self.services)
-        links.add_services.append(api.register)
+        if late_api:
+            from disq.server.late_services import LateServices
+
+            self._late_api = LateServices()
+            links.add_services.append(self._late_api.attach)
         me = self.membership.my_id
         for m in self.membership.members():
             if m.node_id != me and m.state != LEFT:
                 links.set_address(m.node_id, m.host, m.grpc_port)
-        self.links, self.api = links, api
+        self.links = links
+
+    def load_api(self) -> None:
+        """Build the client API (the Queue service, health, reflection) and register it:
+        with the bus's server before it starts, or on its late-services handler after."""
+        if self.api is not None:
+            return
+        from disq.server.api_routes import RoutesQueueApi
+
+        assert self.links is not None  # load_links first
+        api = RoutesQueueApi(self.services)
+        late = self._late_api
+        if late is not None:
+            api.register(late)
+            late.install()
+        else:
+            self.links.add_services.append(api.register)
+        self.api = api
 
     # ------------------------------------------------------------------ CONFIG SET
     def on_config_change(self, name: str, value: str) -> None:
@@ -226,10 +255,13 @@ class ClusterServices:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        """Build the bus if it is not yet (load_bus), bind it and serve it."""
-        self.load_bus()
-        links, api = self.links, self.api
-        assert links is not None and api is not None
+        """Build the bus if it is not yet (load_bus), bind it and serve it. A bus built
+        with its API to come (load_links(late_api=True)) serves the links; start_api adds
+        the API."""
+        if self.links is None:
+            self.load_bus()
+        links = self.links
+        assert links is not None
         port = await links.start()
         self.settings.grpc_port = port
         for host, gport in self.settings.joins:
@@ -239,6 +271,18 @@ class ClusterServices:
         # its join attempts ran out (a lone first pod, a scaled-down set) so it never hangs.
         self._joined = not self._meets or self._knows_a_peer()
         self.runtime.after_commands(None, self.runtime.now_ms())
+        if self.api is not None:
+            await self._serve_api(self.api)
+
+    async def start_api(self) -> None:
+        """The client API on a bus that started without it (its modules imported first:
+        :func:`import_api`, in a thread), then its health as start() would have set it."""
+        self.load_api()
+        assert self.api is not None
+        self.log.info("client_api_loaded")
+        await self._serve_api(self.api)
+
+    async def _serve_api(self, api: QueueApi) -> None:
         await api.set_serving(False)
         if self._joined:
             # A node restarted on its view is ready once it has contacted the peers in it:
@@ -259,10 +303,11 @@ class ClusterServices:
         return any(m.node_id != me and m.state != LEFT for m in self.membership.members())
 
     def _mark_joined(self) -> None:
-        if not self._joined and self.api is not None:
+        if not self._joined and self.links is not None:
             self._joined = True
             self.log.info("joined_serving")
-            self._serving_task = self.loop.create_task(self.api.set_serving(True))
+            if self.api is not None:  # else start_api serves it, _joined being set
+                self._serving_task = self.loop.create_task(self.api.set_serving(True))
 
     async def close(self) -> None:
         if self._meet_timer is not None:
@@ -417,8 +462,18 @@ def import_bus() -> None:
     services): safe in a thread, which keeps the loop serving the client ports meanwhile."""
     import importlib
 
-    importlib.import_module("disq.server.api_routes")
+    import_api()
     importlib.import_module("disq.server.peer_link")
+
+
+def import_api() -> None:
+    """Import what :meth:`ClusterServices.load_api` builds (the API's protobuf modules, its
+    servicer, health and reflection): safe in a thread, as import_bus."""
+    import importlib
+
+    importlib.import_module("disq.server.api_routes")
+    importlib.import_module("grpc_health.v1.health")
+    importlib.import_module("grpc_reflection.v1alpha.reflection")
 
 
 def _timing(node_timeout_ms: int) -> dict[str, int]:
@@ -438,7 +493,7 @@ def attach_cluster(runtime: NodeHost, options: dict[str, Any]) -> ClusterService
     from disq.persistence.node_identity import load_or_create_node_id
 
     state_dir = options.get("state_dir")
-    my_id = load_or_create_node_id(Path(state_dir)) if state_dir else secrets.token_hex(20)
+    my_id = load_or_create_node_id(Path(state_dir)) if state_dir else os.urandom(20).hex()
     settings = ClusterSettings(
         host=options["host"],
         resp_port=options["resp_port"],

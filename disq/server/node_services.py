@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import secrets
 import time
 from typing import TYPE_CHECKING
 
@@ -35,7 +34,7 @@ class NodeServices:
         self.runtime = runtime
         self.cluster = cluster
         self._stats = RespStats()
-        self.run_id = secrets.token_hex(20)
+        self.run_id = os.urandom(20).hex()
         self.started = time.monotonic()
         self._requirepass = cluster.settings.requirepass or None
 
@@ -233,7 +232,7 @@ class NodeServices:
         # refused at their next connect (a link checks the id it reaches), and the jobs
         # made from now on carry the new one.
         runtime = self.runtime
-        new_id = secrets.token_hex(20) if hard else ""
+        new_id = os.urandom(20).hex() if hard else ""
         runtime.core.cluster_reset(self.now_ms(), new_id)
         if new_id:
             self.cluster.adopt_node_id(new_id)

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from disq.core.messages import Message
 from disq.server.job_lane import OutboundLane
-from disq.tls import TlsConfig
+
+# disq.tls (with tempfile, shutil, bz2, lzma: 3-4 ms of a start) is imported by disq-node
+# only when TLS is configured; the links only read the TlsConfig they are given.
+if TYPE_CHECKING:
+    from disq.tls import TlsConfig
 
 BACKOFF_MIN_S = 0.05
 # A peer that is down is dialled again every 100 ms, as Disque's bus reconnects its links

@@ -59,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -93,7 +93,11 @@ from disq.server.peer_conn import (
     target_of,
 )
 from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, encode_frame
-from disq.tls import TlsConfig
+
+# disq.tls (with tempfile, shutil, bz2, lzma: 3-4 ms of a start) is imported by disq-node
+# only when TLS is configured; the links only read the TlsConfig they are given.
+if TYPE_CHECKING:
+    from disq.tls import TlsConfig
 
 __all__ = ["WIRE_COLUMNAR", "WIRE_FEATURES", "PeerLinks"]
 

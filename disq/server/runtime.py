@@ -507,6 +507,8 @@ class NodeRuntime:
         self._admin_task = loop.create_task(self._after_serving(admin_sock))
         if cluster is not None and cluster.links is None:
             await self._start_bus(cluster)
+        elif cluster is not None and cluster.api is None:
+            await self._start_api(cluster)
         await self._stopping
         await self.shutdown()
 
@@ -530,6 +532,18 @@ class NodeRuntime:
             self.stop()
             await self.shutdown()
             raise
+
+    async def _start_api(self, cluster: ClusterPart) -> None:
+        """A node whose peers heard from it first: its bus serves the links, and the client
+        API (the Queue service, health, reflection) loads now that the client ports serve,
+        its modules imported in a thread. At once, not DEFERRED_IMPORT_DELAY_S later: gRPC
+        clients are answered UNAVAILABLE (never run, late_services.py) until it is in."""
+        from disq.server.cluster_services import import_api
+
+        await self._off_loop(import_api)
+        if self._stopping is not None and self._stopping.done():
+            return  # stopped meanwhile
+        await cluster.start_api()
 
     def _bind_admin(self) -> socket.socket | None:
         cfg = self.config

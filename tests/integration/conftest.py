@@ -271,13 +271,41 @@ class ServerProcess:
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-                return
+                break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the gRPC port {port} did not come up: {self.argv()}\n{self.log_text()}"
                     ) from None
                 time.sleep(0.01)
+        self._wait_api(port, deadline)
+
+    def _wait_api(self, port: int, deadline: float) -> None:
+        """A node whose peers hear first (``--join``) loads its client API a moment after its
+        client ports serve, and answers UNAVAILABLE "not run" until then (issue 31,
+        disq/server/late_services.py): wait that out. Any other answer ends the wait (a
+        health status; a TLS port's refusal of this plaintext channel)."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from disq.server.late_services import NOT_STARTED_DETAILS
+
+        assert self.proc is not None
+        while True:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                try:
+                    health_pb2_grpc.HealthStub(ch).Check(
+                        health_pb2.HealthCheckRequest(), timeout=1.0
+                    )
+                    return
+                except grpc.RpcError as exc:
+                    if exc.details() != NOT_STARTED_DETAILS:
+                        return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the gRPC API on {port} did not load: {self.argv()}\n{self.log_text()}"
+                )
+            time.sleep(0.01)
 
     def signal(self, signum: int) -> None:
         """Send a signal to the server process (e.g. ``signal.SIGUSR1`` for drain mode)."""

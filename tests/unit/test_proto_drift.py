@@ -6,7 +6,6 @@ generated file by hand, or changed a message on one side (proto or disq/core/mes
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -55,7 +54,7 @@ def test_generated_grpc_module_imports_the_package_copy() -> None:
     assert cluster_pb2_grpc.disq_dot_v1_dot_cluster__pb2 is pb
 
 
-# The core's dataclass for each proto message type that is not itself a oneof member.
+# The core's class for each proto message type that is not itself a oneof member.
 NESTED = {"Job": m.JobData, "Member": m.Member}
 
 
@@ -63,7 +62,7 @@ def _check_fields(descriptor: Descriptor, cls: type) -> None:
     proto_fields = {f.name: f for f in descriptor.fields}
     # Fields a record keeps only in the AOF (disq.core.messages.AOF_ONLY_FIELDS) never travel.
     local = m.AOF_ONLY_FIELDS.get(cls, ())
-    class_fields = [f.name for f in dataclasses.fields(cls) if f.name not in local]
+    class_fields = [f for f in m.FIELDS[cls] if f not in local]
     assert sorted(class_fields) == sorted(proto_fields), f"{descriptor.name} vs {cls.__name__}"
     for f in proto_fields.values():
         if f.type == FieldDescriptor.TYPE_MESSAGE:

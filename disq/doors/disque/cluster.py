@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-
 from disq.doors.disque.client import Client
 from disq.doors.disque.node_api import DISQUE_VERSION, NodeEntry
 from disq.doors.disque.numbers import parse_ll
@@ -83,6 +81,8 @@ def _hello_handshake(c: Client, argv: list[bytes]) -> bytes:
     node = c.node
     pw = node.requirepass
     if auth is not None:
+        import hmac  # here: hashlib's OpenSSL set-up is 2 ms of every start
+
         user, password = auth
         ok = user == b"default" and (
             not pw or hmac.compare_digest(password, pw.encode("utf-8", "surrogateescape"))

@@ -4,8 +4,6 @@ and LATENCY in :mod:`.introspect`.)"""
 
 from __future__ import annotations
 
-import hmac
-
 from disq.doors.disque.client import Client
 from disq.doors.disque.node_api import info_text
 from disq.doors.disque.numbers import parse_ll, parse_strtod
@@ -129,6 +127,8 @@ def _auth(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     pw = c.node.requirepass
     if not pw:
         return b"-ERR Client sent AUTH, but no password is set\r\n"
+    import hmac  # here: hashlib's OpenSSL set-up is 2 ms of every start
+
     # Constant time, like time_independent_strcmp.
     if hmac.compare_digest(argv[1], pw.encode("utf-8", "surrogateescape")):
         c.authenticated = True
