@@ -47,6 +47,7 @@ from disq.client.inspection import AsyncInspectionMixin
 from disq.client.routes import AsyncRoutesMixin
 from disq.client.schedules import AsyncSchedulesMixin
 from disq.client.schedules import Schedule as Schedule  # re-exported: disq.client.aio.Schedule
+from disq.client.starting import wrap_stub
 from disq.proto_gen import api_pb2, api_pb2_grpc
 from disq.tls import PemSource, client_tls
 
@@ -264,7 +265,8 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                     self._credentials,
                     options=[*_CHANNEL_OPTIONS, *self._tls.channel_options()],
                 )
-            n.stub = api_pb2_grpc.QueueStub(n.channel)  # type: ignore[no-untyped-call]
+            # Unary calls are asked again while the node is starting (starting.py).
+            n.stub = wrap_stub(api_pb2_grpc.QueueStub(n.channel))  # type: ignore[no-untyped-call]
         return n.stub
 
     def _mark_down(self, n: NodeAddr) -> None:

@@ -48,6 +48,7 @@ from disq.client.errors import (
     UnavailableError,
     from_metadata,
 )
+from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
 
 _ADD_JOB = "/disq.v1.Queue/AddJob"
@@ -243,7 +244,8 @@ class BlockingAdder:
         )
         # Every node serves the standard health service; its empty request is b"".
         probe = channel.unary_unary(_HEALTH_CHECK)
-        return _SyncNode(channel, add, probe)
+        # Both are asked again while the node is starting (starting.py).
+        return _SyncNode(channel, SyncUnary(add), SyncUnary(probe))
 
     def _forget_unknown(self) -> None:
         """Close the channels of addresses the async client no longer knows (a node that
