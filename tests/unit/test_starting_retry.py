@@ -48,6 +48,14 @@ async def _server(late: LateServices) -> tuple[grpc.aio.Server, int]:
     return server, port
 
 
+async def _asked_again_then_served(late: CountingLate, call: asyncio.Future[Any]) -> None:
+    await asyncio.wait_for(late.asked(2).wait(), 10)  # asked, then asked again
+    assert not call.done()
+    late.install()
+    r = await asyncio.wait_for(call, 10)
+    assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_the_details_name_what_the_sdk_looks_for() -> None:
     assert NOT_STARTED_DETAILS.endswith(starting.STARTING_DETAILS)
 
@@ -59,12 +67,7 @@ def test_a_call_to_a_starting_node_is_asked_again_until_its_api_is_in() -> None:
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
                 check = AsyncUnary(health_pb2_grpc.HealthStub(ch).Check)
-                call = asyncio.ensure_future(check(REQ, timeout=5))
-                await asyncio.wait_for(late.asked(2).wait(), 10)  # asked, then asked again
-                assert not call.done()
-                late.install()
-                r = await asyncio.wait_for(call, 10)
-                assert r.status == health_pb2.HealthCheckResponse.SERVING
+                await _asked_again_then_served(late, asyncio.ensure_future(check(REQ, timeout=5)))
         finally:
             await server.stop(None)
 
@@ -139,11 +142,7 @@ def test_the_blocking_client_asks_again_too() -> None:
                     )
                 )
                 call = asyncio.ensure_future(asyncio.to_thread(check, REQ, timeout=5))
-                await asyncio.wait_for(late.asked(2).wait(), 10)
-                assert not call.done()
-                late.install()
-                r = await asyncio.wait_for(call, 10)
-                assert r.status == health_pb2.HealthCheckResponse.SERVING
+                await _asked_again_then_served(late, call)
         finally:
             await server.stop(None)
 
