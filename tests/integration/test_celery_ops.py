@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -375,6 +376,19 @@ def test_rpc_results_come_back_when_gathered_one_by_one(
         w.stop()
 
 
+def _ping_failure(ping: subprocess.CompletedProcess[str], broker: str, w: WorkerProcess) -> str:
+    """What a failed ping leaves to explain it: the CLI's output, the pidbox exchanges'
+    bindings and queue declarations as the cluster holds them, the worker's last lines."""
+    with Client(broker.removeprefix("disq://")) as c:
+        routes = c.list_routes()
+    pidbox = [b for b in routes.bindings if "pidbox" in b[0]]
+    queues = {q: d for q, d in routes.queues.items() if "pidbox" in q}
+    return (
+        f"stdout={ping.stdout!r} stderr={ping.stderr!r}\nbindings={pidbox}\nqueues={queues}\n"
+        f"worker log tail:\n{w.log_text()[-3000:]}"
+    )
+
+
 def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
     lab3: Lab, tmp_path: Path
 ) -> None:
@@ -394,7 +408,9 @@ def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
         ping = celery_command(
             app_dir, broker, "inspect", "ping", "-d", f"w1@{HOST}", "--timeout", "8"
         )
-        assert ping.returncode == 0 and f"w1@{HOST}: OK" in ping.stdout, ping.stdout
+        assert ping.returncode == 0 and f"w1@{HOST}: OK" in ping.stdout, _ping_failure(
+            ping, broker, w
+        )
         assert len(done_counts(app_dir)) < 20  # answered while tasks were still waiting
         wait_all_done(app_dir, set(range(20)), timeout=60)
     finally:
