@@ -390,10 +390,16 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                 err = self._error(exc, n)
                 if err is not None:
                     raise err from None
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (
+                    n.channel is not None
+                    and n.channel.get_state() == grpc.ChannelConnectivity.READY
+                ):
                     raise UnavailableError(
                         f"{method}: no answer from {n.addr} in time", node=n.addr
                     ) from None
+                # Not connected when the deadline passed (an address that drops packets: a
+                # node moved away, a cut): the call waited for a connection and never left,
+                # so the next node may take it.
                 self._mark_down(n)
                 last = f"{n.addr}: {exc.code().name} {exc.details()}"
                 continue
