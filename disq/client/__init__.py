@@ -20,6 +20,7 @@ from disq.client.errors import (
     TooLateError,
     UnavailableError,
 )
+from disq.client.forking import ForkError
 from disq.client.routes import Routes
 from disq.client.schedules import Schedule
 from disq.client.sync import Client
@@ -30,6 +31,7 @@ __all__ = [
     "BadIdError",
     "Client",
     "DisqError",
+    "ForkError",
     "IndeterminateError",
     "InvalidArgumentError",
     "Job",

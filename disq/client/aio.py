@@ -25,6 +25,7 @@ make that correct).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import AsyncGenerator, Iterable, Sequence
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from disq.client import forking
 from disq.client.errors import (
     AuthError,
     DisqError,
@@ -201,6 +203,8 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         tls_key: PemSource | None = None,
         tls_server_name: str | None = None,
     ) -> None:
+        forking.check_usable()
+        self._pid = os.getpid()
         self.seeds = _split(addresses)
         # TLS (docs/sdk.md): on with ``tls=True`` or any tls_* file (a path, or PEM bytes);
         # ``tls_ca`` verifies the nodes (default: the system's roots), ``tls_cert``/``tls_key``
@@ -226,6 +230,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         self._closed = False
         # The node that answered the last unrouted call: tried first while it answers.
         self.last_node: str | None = None
+        forking.register_async(self)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -244,6 +249,35 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                 await n.channel.close()
                 n.channel = n.stub = None
 
+    # -- fork (disq/client/forking.py) ----------------------------------------------------------
+    async def suspend(self) -> None:
+        """Send queued acks and close every channel, staying open: the next call opens
+        them again (on the loop it runs on). For a fork, with no call in flight."""
+        await self.flush()
+        for n in self._nodes.values():
+            if n.channel is not None:
+                await n.channel.close()
+                n.channel = n.stub = None
+
+    def adopt(self) -> None:
+        """In a forked child, with no channel left open by the parent (suspend): this
+        process's client now."""
+        self._pid = os.getpid()
+
+    def mark_closed(self) -> None:
+        self._closed = True
+
+    def _open_channels(self) -> int:
+        return sum(1 for n in self._nodes.values() if n.channel is not None)
+
+    def _fork_orphan(self) -> None:
+        """In a child forked with this client's channels open: never touch them (closing or
+        freeing one runs gRPC's copied state); calls raise ForkError."""
+        for n in self._nodes.values():
+            if n.channel is not None:
+                forking.ORPHANS.append(n.channel)
+                n.channel = n.stub = None
+
     # ------------------------------------------------------------------ nodes
     def nodes(self) -> list[NodeAddr]:
         """What the client knows of the cluster (a copy of its view)."""
@@ -257,6 +291,13 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
 
     def _stub(self, n: NodeAddr) -> Any:
         if n.stub is None:
+            forking.check_usable()
+            if os.getpid() != self._pid:
+                raise forking.ForkError(
+                    f"this AsyncClient was made in process {self._pid}, before a fork: make a "
+                    "new client in this process (or use disq.client.Client, which survives "
+                    "fork())"
+                )
             if self._tls is None:
                 n.channel = grpc.aio.insecure_channel(n.addr, options=_CHANNEL_OPTIONS)
             else:

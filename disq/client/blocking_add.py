@@ -23,9 +23,9 @@ cannot connect within ``connect_timeout_s`` is set aside and the next one tried;
 may have left is never sent twice (:class:`IndeterminateError`); a node's refusal is raised as
 its class (:mod:`disq.client.errors`); LEAVING moves the add to the next node.
 
-Fork: grpc's channels do not survive ``fork``. A client belongs to the process that made it;
-used in a forked child it raises at once instead of touching the parent's channels (make a
-new ``Client`` in the child, as the kombu transport does).
+Fork: its channels are closed before a fork with the rest of the client's and opened again
+on the next add, in either process (:mod:`disq.client.forking`); an add is a call of the
+client's gate, so no fork happens in the middle of one.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from disq.client.errors import (
     UnavailableError,
     from_metadata,
 )
+from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
 from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
 
@@ -79,8 +80,10 @@ class BlockingAdder:
         aio: AsyncClient,
         refresh: Callable[[], None],
         add_on_loop: Callable[..., str],
+        gate: CallGate,
     ) -> None:
         self._aio = aio
+        self._gate = gate
         self._refresh = refresh  # runs the async client's refresh on its loop thread
         self._add_on_loop = add_on_loop  # the async client's add_job, run on its loop
         self._pid = os.getpid()
@@ -107,6 +110,26 @@ class BlockingAdder:
         for node in nodes.values():
             node.channel.close()
 
+    def suspend(self) -> None:
+        """Before a fork, with no add in flight (the gate is held): close the channels; the
+        next add opens them again."""
+        with self._lock:
+            nodes, self._nodes = self._nodes, {}
+        for node in nodes.values():
+            node.channel.close()
+
+    def adopt(self) -> None:
+        """In a forked child: this process's adder now. Channels still open (the fork did
+        not wait for the parent's calls) are left alone: freeing one runs gRPC's copied
+        state."""
+        ORPHANS.extend(node.channel for node in self._nodes.values())
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._loop_idle = threading.Condition(self._lock)
+        self._alone = threading.Lock()
+        self._nodes = {}
+        self._on_loop = 0
+
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         """The async client's ``add_job`` (same options, same errors), blocking.
 
@@ -118,8 +141,13 @@ class BlockingAdder:
         cost on the node caps it: ~1,700 adds/s from 16 or 64 threads against 9,000-16,000
         batched), and which one thread's unary calls beside it would slow (they take the
         GIL from the loop; scripts/probe_add_threads.py, docs/benchmarks.md)."""
+        with self._gate.call():
+            return self._add_job(queue, body, options)
+
+    def _add_job(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
+        check_usable()
         if os.getpid() != self._pid:
-            raise UnavailableError(
+            raise ForkError(
                 f"this client was made in process {self._pid}, before a fork: "
                 "make a new Client in the child"
             )

@@ -2,7 +2,9 @@
 
 It runs one AsyncClient on a private event loop in a daemon thread, so both clients share one
 implementation (discovery, failover, batching, error mapping). Calls from several threads
-are safe and are batched together the way concurrent coroutines are.
+are safe and are batched together the way concurrent coroutines are. It survives
+``fork()``, in the parent and in the child: it closes its channels before the fork and
+opens them when next used (:mod:`disq.client.forking`).
 
 ``add_job`` is the exception: while adds come one at a time they run on the caller's thread
 over grpc's sync channel (:mod:`disq.client.blocking_add`), with the async client's view of
@@ -17,9 +19,10 @@ import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from disq.client import forking
 from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr
 from disq.client.blocking_add import BlockingAdder
-from disq.client.errors import DisqError
+from disq.client.errors import DisqError, UnavailableError
 from disq.client.routes import SyncRoutesMixin
 from disq.client.schedules import Schedule
 from disq.proto_gen import api_pb2
@@ -29,19 +32,72 @@ T = TypeVar("T")
 
 class Client(SyncRoutesMixin):
     def __init__(self, addresses: str | Sequence[str] = DEFAULT_ADDR, **options: Any) -> None:
+        forking.check_usable()
+        self._gate = forking.CallGate()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        loop = self._start_loop()
+        try:
+            self._aio: AsyncClient = asyncio.run_coroutine_threadsafe(
+                _make(addresses, options), loop
+            ).result()
+        except BaseException:
+            self._stop_loop()  # bad options (TLS files, ...): no thread left behind
+            raise
+        self._adder = BlockingAdder(self._aio, self._refresh, self._add_on_loop, self._gate)
+        forking.register(self)
+
+    def _start_loop(self) -> asyncio.AbstractEventLoop:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")
         self._thread.daemon = True
         self._thread.start()
-        try:
-            self._aio: AsyncClient = self._run(_make(addresses, options))
-        except BaseException:
-            self._stop_loop()  # bad options (TLS files, ...): no thread left behind
-            raise
-        self._adder = BlockingAdder(self._aio, self._refresh, self._add_on_loop)
+        return self._loop
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        submitted = False
+        try:
+            with self._gate.call():
+                future = asyncio.run_coroutine_threadsafe(coro, self._running_loop())
+                submitted = True
+                return future.result()
+        finally:
+            if not submitted:
+                coro.close()  # refused (closed, forked): never "was never awaited"
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop thread, started again if a fork stopped it (forking.py); called inside
+        the gate, so no fork runs meanwhile."""
+        forking.check_usable()
+        if self._closed:
+            raise UnavailableError("client is closed")
+        if self._loop is None:
+            return self._start_loop()
+        return self._loop
+
+    # -- fork (disq/client/forking.py) ----------------------------------------------------------
+    def _fork_prepare(self) -> bool:
+        """Before a fork: no call in flight, acks sent, channels closed, loop thread
+        stopped. False when calls did not end in time (the child then cannot use gRPC)."""
+        if not self._gate.hold(forking.FORK_WAIT_S):
+            return False
+        if self._loop is not None and not self._closed:
+            self._adder.suspend()
+            asyncio.run_coroutine_threadsafe(self._aio.suspend(), self._loop).result()
+            self._stop_loop()
+        return True
+
+    def _fork_parent(self) -> None:
+        self._gate.release()
+
+    def _fork_child(self) -> None:
+        self._gate.reset_in_child()
+        if self._loop is not None:
+            # Not stopped before the fork: its thread is not in this process, nor usable.
+            self._loop = self._thread = None
+        self._adder.adopt()
+        self._aio.adopt()
 
     @property
     def last_node(self) -> str | None:
@@ -61,16 +117,26 @@ class Client(SyncRoutesMixin):
         return self._run(self._aio.add_job(queue, body, **options))
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._closed:
             return
         self._adder.close()  # first: an add racing the close fails fast, never hangs
-        self._run(self._aio.close())
-        self._stop_loop()
+        with self._gate.call():
+            if self._closed:
+                return
+            if self._loop is not None and forking.usable():
+                asyncio.run_coroutine_threadsafe(self._aio.close(), self._loop).result()
+                self._stop_loop()
+            self._aio.mark_closed()
+            self._closed = True
 
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
     @property
     def aio(self) -> AsyncClient:
@@ -111,15 +177,18 @@ class Client(SyncRoutesMixin):
         return self._run(self._aio.get_jobs(queues, **options))
 
     def stream_jobs(self, queues: str | Sequence[str], **options: Any) -> Iterator[list[Job]]:
-        agen = self._aio.stream_jobs(queues, **options)
-        try:
-            while True:
-                try:
-                    yield self._run(_next(agen))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._run(agen.aclose())
+        """The stream is one call for as long as it is open: a fork waits for it to close
+        (at most forking.FORK_WAIT_S; then the child cannot use gRPC)."""
+        with self._gate.call():
+            agen = self._aio.stream_jobs(queues, **options)
+            try:
+                while True:
+                    try:
+                        yield self._run(_next(agen))
+                    except StopAsyncIteration:
+                        return
+            finally:
+                self._run(agen.aclose())
 
     def ack(self, *ids: str) -> int:
         return self._run(self._aio.ack(*ids))
@@ -131,7 +200,8 @@ class Client(SyncRoutesMixin):
         return self._run(self._aio.nack(*ids))
 
     def ack_nowait(self, *ids: str) -> None:
-        self._loop.call_soon_threadsafe(self._aio.ack_nowait, *ids)
+        with self._gate.call():
+            self._running_loop().call_soon_threadsafe(self._aio.ack_nowait, *ids)
 
     def flush(self) -> None:
         self._run(self._aio.flush())

@@ -179,6 +179,9 @@ def wait_all_done(app_dir: Path, keys: set[int], timeout: float = 120.0) -> Coun
 def app_env(app_dir: Path, env: dict[str, str]) -> dict[str, str]:
     """The environment of a process of the app: ``env`` over this one's."""
     full_env = dict(os.environ)
+    # gRPC's fork support as users have it (on by default): the suite turns it off for its
+    # own process only (tests/conftest.py), and a worker's pool forks.
+    full_env.pop("GRPC_ENABLE_FORK_SUPPORT", None)
     full_env.update(env)
     full_env["RUNS_DIR"] = str(app_dir / "runs")
     # The app imports this checkout's disq like the nodes do; no disq import in the app
@@ -312,11 +315,17 @@ def celery_worker(
 
 
 def dramatiq_worker(
-    app_dir: Path, broker_url: str, queue: str, name: str, *, threads: int = 4
+    app_dir: Path,
+    broker_url: str,
+    queue: str,
+    name: str,
+    *,
+    threads: int = 4,
+    processes: int = 1,
 ) -> WorkerProcess:
     return WorkerProcess(
         app_dir,
-        [str(BIN / "dramatiq"), "dapp", "-p", "1", "-t", str(threads), "-Q", queue],
+        [str(BIN / "dramatiq"), "dapp", "-p", str(processes), "-t", str(threads), "-Q", queue],
         {"BROKER_URL": broker_url, "QUEUE": queue},
         name,
     )

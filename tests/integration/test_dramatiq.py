@@ -49,19 +49,27 @@ def send(
 def test_a_thousand_messages_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
     broker_url = disq_url(lab3)
-    w = dramatiq_worker(app_dir, broker_url, "thousand", "w1")
+    # Two worker processes, forked by dramatiq's main process, as users run it (gRPC's fork
+    # support on, its default): the main process never opens the broker, so no fork copies
+    # gRPC's threads (gRPC would log "skipping fork() handlers").
+    w = dramatiq_worker(app_dir, broker_url, "thousand", "w1", processes=2)
     broker = DisqBroker(broker_url)
     try:
-        w.wait_for_log("Worker process is ready for action.")
+        eventually(
+            lambda: w.log_text().count("Worker process is ready for action.") == 2,
+            "both worker processes ready",
+        )
         for k in range(1000):
             send(broker, "thousand", k)
         counts = wait_all_done(app_dir, set(range(1000)))
         assert counts == {k: 1 for k in range(1000)}
         assert broker.qsize("thousand") == 0
+        assert len({r.pid for r in runs(app_dir)}) == 2  # both processes worked
     finally:
         w.stop()
         broker.close()
     assert done_counts(app_dir) == {k: 1 for k in range(1000)}
+    assert "skipping fork() handlers" not in w.log_text()
 
 
 def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_queue(
