@@ -88,12 +88,13 @@ def test_an_explicit_replicate_wins_and_no_view_leaves_it_to_the_node() -> None:
     assert "replicate" not in _settings().add_options()
 
 
-def test_the_dramatiq_broker_is_still_importable_from_its_first_home() -> None:
-    """It moved beside the kombu transport (disq.integrations.dramatiq); apps written for
-    ``from disq.dramatiq import DisqBroker`` run unchanged."""
-    import disq.dramatiq as old
-    from disq.integrations import dramatiq as new
+def test_the_dramatiq_broker_has_one_import_path() -> None:
+    """``disq.dramatiq`` (its home before the 0.1.0 release) is gone: the broker is
+    ``disq.integrations.dramatiq.DisqBroker``, as the README says."""
+    import importlib
 
-    assert old.DisqBroker is new.DisqBroker
-    assert old.DisqBrokerError is new.DisqBrokerError
-    assert old.MAX_ENQUEUE_ATTEMPTS == new.MAX_ENQUEUE_ATTEMPTS
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("disq.dramatiq")
+    from disq.integrations.dramatiq import DisqBroker
+
+    assert DisqBroker.__module__ == "disq.integrations.dramatiq"
