@@ -1,7 +1,8 @@
 """Injected I/O faults, to show that the node handles them as documented.
 
-Like :mod:`disq.testing.mutants`: a fault is put into the real code by monkeypatching for the
-length of a test or of one node process, never by a flag in the code that ships.
+Like the tests' mutants (tests/mutants.py): a fault is put into the real code by
+monkeypatching for the length of a test or of one node process, never by a flag in the code
+that ships.
 
 * ``fsync-eio``: the fsync of the AOF's files (``fsync_fd`` as
   :mod:`disq.persistence.aof_writer` calls it: group commits under ``always``, the

@@ -8,7 +8,7 @@ history: nothing acknowledged may be lost, nothing abandoned may stay stranded, 
 be left on the nodes, and every kind of fault must have been seen to take effect.
 
 The mutant test runs the same kind of run with a deliberately broken node (``python -m
-disq.testing.mutants never-requeue``) and checks that the run fails, and passes without it.
+tests.mutants never-requeue``) and checks that the run fails, and passes without it.
 
 On failure, the run's history.jsonl, report.json and every node's logs stay in the pytest
 tmp dir printed in the assertion message.
@@ -85,7 +85,7 @@ def test_short_jepsen_run_loses_nothing(tmp_path: Path) -> None:
 def _stranding_run(tmp_path: Path, *, mutant: bool) -> RunResult:
     # REPLICATE 1: the node that delivered a job holds its only copy, so if that node does
     # not requeue it, nobody does. No faults: nothing may legitimately go missing.
-    node_cmd = [sys.executable, "-m", "disq.testing.mutants", "never-requeue"] if mutant else None
+    node_cmd = [sys.executable, "-m", "tests.mutants", "never-requeue"] if mutant else None
     cfg = JepsenConfig(
         nodes=3,
         duration=8.0,

@@ -11,7 +11,6 @@ import dataclasses
 
 import pytest
 
-from disq.testing import mutants
 from disq.testing.sim import (
     T0_MS,
     InvariantViolation,
@@ -20,6 +19,7 @@ from disq.testing.sim import (
     run_seed,
     sweep_config,
 )
+from tests import mutants
 
 QUICK_SWEEP = range(0, 150)  # what test_sim.py's test_sweep_quick (``make test``) runs
 

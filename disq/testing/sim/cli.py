@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from disq.testing import mutants
 from disq.testing.sim.config import SimConfig, sweep_config
 from disq.testing.sim.model import InvariantViolation
 from disq.testing.sim.simulation import run_seed
@@ -26,11 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fsync-lost", action="store_true")
     ap.add_argument("--trace", action="store_true", help="print every event")
     ap.add_argument("--seeds", type=int, default=1, help="run this many seeds from --seed")
-    ap.add_argument(
-        "--mutant",
-        choices=mutants.MUTANTS,
-        help="run with this deliberate bug in (disq.testing.mutants): the checks must fail",
-    )
     ap.add_argument(
         "--set",
         action="append",
@@ -56,9 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.fsync_lost:
         overrides["fsync_lost"] = True
     out = sys.stdout.write
-    if args.mutant is not None:
-        with mutants.applied(args.mutant):
-            return _run(args, overrides, out)
     return _run(args, overrides, out)
 
 

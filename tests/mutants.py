@@ -17,8 +17,11 @@ In-process (the simulator)::
     with mutants.applied("never-requeue"):
         run_seed(7)
 
-Node processes (the lab): ``python -m disq.testing.mutants never-requeue node.conf`` applies
-the mutant, then runs ``disq.node_main`` with the remaining arguments.
+Node processes (the lab): ``python -m tests.mutants never-requeue node.conf`` (from the
+project's root) applies the mutant, then runs ``disq.node_main`` with the remaining
+arguments.
+
+It lives with the tests, not in the package: a deliberate bug has no place in the wheel.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def applied(name: str) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] not in MUTANTS:
-        sys.stderr.write(f"usage: python -m disq.testing.mutants {{{','.join(MUTANTS)}}} ARGS...\n")
+        sys.stderr.write(f"usage: python -m tests.mutants {{{','.join(MUTANTS)}}} ARGS...\n")
         return 2
     from disq import _native
 
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         # (the simulator's SimDisqueCore, a Python subclass, does see the patch): the mutant
         # node runs the .py sources. Same process (exec), so the lab's pid stays right.
         os.environ["DISQ_PURE"] = "1"
-        os.execv(sys.executable, [sys.executable, "-m", "disq.testing.mutants", *args])
+        os.execv(sys.executable, [sys.executable, "-m", "tests.mutants", *args])
     apply(args[0])
     from disq import node_main
 
