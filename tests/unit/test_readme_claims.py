@@ -14,16 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 CLAIMS = ROOT / "docs" / "readme-claims.md"
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
-
-# Sections another branch of issue 31 is writing: until it is merged, a row may name them
-# before they exist, and quote README text that branch rewrites.
-PENDING = {
-    "(pending: startup branch)": "Issue 31: start at the floor",
-    "(pending: replay branch)": "Issue 31: a large replay",
-}
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)((?:::\w+)*)`")
 BENCH_REF = re.compile(r"\[benchmarks\.md: ([^\]]+)\]")
-QUOTE = re.compile(r'^"(.+)"(?:\s*\(pending: \w+ branch\))?$')
+QUOTE = re.compile(r'^"(.+)"$')
 
 
 @dataclass(frozen=True)
@@ -32,10 +25,6 @@ class Row:
     claim: str
     checks: str
     line: int
-
-    @property
-    def pending(self) -> bool:
-        return any(mark in self.claim or mark in self.checks for mark in PENDING)
 
 
 def _normal(text: str) -> str:
@@ -137,11 +126,8 @@ def test_benchmark_references_exist() -> None:
     missing = []
     for row in claim_rows(CLAIMS.read_text()):
         for name in BENCH_REF.findall(row.checks):
-            if heading_exists(name, headings):
-                continue
-            if row.pending and name in PENDING.values():
-                continue  # that branch writes it
-            missing.append(f"readme-claims.md:{row.line}: no benchmarks.md heading {name!r}")
+            if not heading_exists(name, headings):
+                missing.append(f"readme-claims.md:{row.line}: no benchmarks.md heading {name!r}")
     assert not missing, "\n".join(missing)
 
 
@@ -160,7 +146,7 @@ def test_every_quoted_claim_is_in_its_readme_section() -> None:
         assert m, f'readme-claims.md:{row.line}: a claim is a "quote": {row.claim!r}'
         if row.section not in sections:
             wrong.append(f"readme-claims.md:{row.line}: README has no section {row.section!r}")
-        elif not row.pending and _normal(m.group(1)) not in _normal(sections[row.section]):
+        elif _normal(m.group(1)) not in _normal(sections[row.section]):
             wrong.append(
                 f"readme-claims.md:{row.line}: not in README's {row.section!r}: {m.group(1)!r}"
             )
@@ -176,12 +162,6 @@ def test_every_readme_section_has_a_claim_row() -> None:
     )
 
 
-def test_pending_marks_name_only_the_sections_of_the_other_branches() -> None:
-    for row in claim_rows(CLAIMS.read_text()):
-        for mark in re.findall(r"\(pending: \w+ branch\)", row.claim + row.checks):
-            assert mark in PENDING, f"readme-claims.md:{row.line}: unknown mark {mark}"
-
-
 def test_the_checks_notice_a_missing_test_a_missing_heading_and_a_changed_quote() -> None:
     """The parser on purpose-made input: what it must refuse, it refuses."""
     doc = (
@@ -193,8 +173,8 @@ def test_the_checks_notice_a_missing_test_a_missing_heading_and_a_changed_quote(
     [(path, name)] = TEST_REF.findall(row.checks)
     assert name.lstrip(":") not in _defined(ROOT / path)
     assert "test_test_references_exist" in _defined(ROOT / path)
-    headings = benchmark_headings("# A\n## Issue 9: x (`cmd`)\n```\n## not one\n```\n")
-    assert heading_exists("Issue 9: x", headings) and not heading_exists("Issue 9", headings)
+    headings = benchmark_headings("# A\n## Memory per job (`cmd`)\n```\n## not one\n```\n")
+    assert heading_exists("Memory per job", headings) and not heading_exists("Memory", headings)
     assert not heading_exists("not one", headings)
     sections = readme_sections("# t\nintro\n## One\n```sh\n## a comment\n```\ntext **bold**\n")
     assert list(sections) == ["t", "One"]

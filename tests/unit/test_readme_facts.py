@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import subprocess
@@ -108,7 +109,7 @@ def test_the_layout_s_pure_layers_are_import_contracts() -> None:
 
 
 PATH = re.compile(
-    r"(?<![\w/.:$-])((?:disq|tests|scripts|docs|k8s|cluster|proto)/(?:[\w./-]*\w)?"
+    r"(?<![\w/.:$-])((?:disq|tests|scripts|docs|k8s|cluster|proto|bench)/(?:[\w./-]*\w)?"
     r"|[A-Z][\w-]*\.md|Containerfile|setup\.py)"
 )
 
@@ -117,13 +118,37 @@ def _named_paths(text: str) -> set[str]:
     return {p.rstrip("/") for p in PATH.findall(text)}
 
 
+def _layout() -> str:
+    [section] = re.findall(r"^## Layout\n(.*?)(?=^## )", README, re.M | re.S)
+    return section
+
+
+def _layout_scripts() -> list[str]:
+    """The files the Layout names after `scripts/`, by name (`ensure_*.sh` a pattern)."""
+    after = _layout().split("`scripts/`", 1)[1]
+    return re.findall(r"`([\w*]+\.sh)`", after)
+
+
 def test_every_path_the_readme_names_exists() -> None:
     named = _named_paths(README)
-    # The Layout names the benchmark scripts by file name, after `scripts/`.
-    named |= {f"scripts/{name}" for name in re.findall(r"`(bench_\w+\.py)`", README)}
-    assert {"disq/core", "scripts/bench_beanstalk.py", "k8s/statefulset.yaml"} <= named
+    # The Layout names the files it keeps in scripts/ by name, after `scripts/`.
+    named |= {f"scripts/{name}" for name in _layout_scripts() if "*" not in name}
+    assert {"disq/core", "bench", "scripts/gen_proto.sh", "k8s/statefulset.yaml"} <= named
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"README names paths that do not exist: {missing}"
+
+
+def test_scripts_holds_what_the_layout_says_and_nothing_else() -> None:
+    """The Layout's "scripts/ keeps the installers (ensure_*.sh), gen_proto.sh, tree_state.sh
+    and the runners of third-party test suites": every name (or pattern) it gives matches a
+    file there, and every file there matches one of them (benchmarks and probes are bench/'s)."""
+    patterns = _layout_scripts()
+    assert {"ensure_*.sh", "gen_proto.sh", "tree_state.sh", "run_disque_suite.sh"} <= set(patterns)
+    files = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.is_file())
+    unmatched = [pat for pat in patterns if not fnmatch.filter(files, pat)]
+    assert not unmatched, f"the Layout names scripts that do not exist: {unmatched}"
+    unnamed = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert not unnamed, f"scripts/ holds files the Layout does not name: {unnamed}"
 
 
 @pytest.mark.parametrize(
@@ -132,6 +157,7 @@ def test_every_path_the_readme_names_exists() -> None:
         ("`disq/spark/analytics.py` and ARCHITECTURE.md", {"disq/spark/analytics.py"}),
         ("disq://10.0.0.1:7710 /var/lib/disq /tmp/disq-events", set()),
         ("(`scripts/ensure_compiler.sh`); k8s/ is", {"scripts/ensure_compiler.sh", "k8s"}),
+        ("`bench/` holds, `python -m bench cluster|beanstalk`", {"bench"}),
     ],
 )
 def test_the_path_pattern_finds_repository_paths_only(text: str, paths: set[str]) -> None:
@@ -209,8 +235,9 @@ def test_the_roll_the_readme_describes_is_the_manifest_s() -> None:
 
 
 def test_every_section_the_readme_cites_exists() -> None:
-    """`(docs/benchmarks.md, "Issue 15")`, `(ARCHITECTURE.md, "A dead holder's jobs")`: the
-    cited document has a heading, or a bold entry, that starts with the cited words."""
+    """`(docs/benchmarks.md, "Start at the floor")`, `(ARCHITECTURE.md, "A dead holder's
+    jobs")`: the cited document has a heading, or a bold entry, that starts with the cited
+    words."""
     text = " ".join(README.split())
     cited = re.findall(r"((?:docs/[\w-]+|ARCHITECTURE)\.md), \"([^\"]+)\"", text)
     assert ("ARCHITECTURE.md", "A dead holder's jobs") in cited and len(cited) >= 4
@@ -222,6 +249,21 @@ def test_every_section_the_readme_cites_exists() -> None:
         if not any(t.startswith(section) for t in titles):
             missing.append(f"{doc}: {section!r}")
     assert not missing, f"README cites sections that do not exist: {missing}"
+
+
+def test_the_docs_name_no_issue_numbers() -> None:
+    """README.md, ARCHITECTURE.md and docs/ describe the code as it is: a decision keeps its
+    reason, not the issue it came from (history is in git). docs/benchmarks.md, a record of
+    measurements, is left out."""
+    docs = [ROOT / "README.md", ROOT / "ARCHITECTURE.md"]
+    docs += [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "benchmarks.md"]
+    found = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in docs
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"issue ?#?[0-9]", line, re.I)
+    ]
+    assert not found, "\n".join(found)
 
 
 class _NobodysGather:
