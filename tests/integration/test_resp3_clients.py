@@ -18,15 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import ServerFactory, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eventually import eventually  # noqa: E402
-
-from cluster.resp_client import RespClient  # noqa: E402
+from cluster.nodeproc import resp_pong  # noqa: E402
 
 redis = pytest.importorskip("redis")
 
@@ -39,27 +37,20 @@ WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n
 def _start(tmp: Path, *extra: str) -> Iterator[int]:
     port = free_port()
     log = tmp / "node.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", "-l", "127.0.0.1", "-p", str(free_port()),
-             "--resp-port", str(port), "--grpc-port", str(free_port()), *extra],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+    factory = ServerFactory(tmp)
+    try:
+        node = factory.node(
+            "-l", "127.0.0.1", "-p", str(free_port()),
+            "--resp-port", str(port), "--grpc-port", str(free_port()), *extra,
+            ready=resp_pong(port, password=PASSWORD if extra else None),
+            log_path=log,
         )  # fmt: skip
-        try:
-            auth = ("AUTH", PASSWORD) if extra else None
-
-            def up() -> bool:
-                with RespClient("127.0.0.1", port) as c:
-                    if auth:
-                        c.call(*auth)
-                    return c.call("PING") == "PONG"
-
-            eventually(up, "node up")
-            yield port
-            assert proc.poll() is None, "the node died"
-        finally:
-            proc.terminate()
-            proc.wait(15)
+        yield port
+        assert node.is_running(), "the node died"
+        node.terminate()
+        node.wait(15)
+    finally:
+        factory.close()
     assert b"Traceback" not in log.read_bytes()
 
 
