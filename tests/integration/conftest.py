@@ -351,6 +351,16 @@ def server_factory(short_tmp: Path) -> Iterator[ServerFactory]:
         factory.close()
 
 
+@pytest.fixture(scope="module")
+def module_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """A factory whose nodes a whole module shares: killed after the module's last test."""
+    factory = ServerFactory(tmp_path_factory.mktemp("nodes"))
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
 @pytest.fixture
 def server(server_factory: ServerFactory) -> ServerProcess:
     """A fresh server with default arguments, one process per test (like testserv.c)."""

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,17 +151,13 @@ class ReadmeNode:
 
 
 @pytest.fixture(scope="module")
-def readme_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeNode]:
+def readme_node(module_factory: ServerFactory) -> ReadmeNode:
     """One node with every client port, shared by the checks below (each its own queue)."""
     if SERVER_KIND != "disq":
         pytest.skip("RESP, gRPC and the integrations are disq's")
-    factory = ServerFactory(tmp_path_factory.mktemp("readme"))
     resp_port, grpc_port = free_port(), free_port()
-    factory.new("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
-    try:
-        yield ReadmeNode(resp_port, grpc_port)
-    finally:
-        factory.close()
+    module_factory.new("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
+    return ReadmeNode(resp_port, grpc_port)
 
 
 def _redis_cli() -> str:

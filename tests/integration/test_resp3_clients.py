@@ -34,34 +34,28 @@ ID = rb"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}"
 WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 
 
-def _start(tmp: Path, *extra: str) -> Iterator[int]:
+def _start(factory: ServerFactory, *extra: str) -> Iterator[int]:
     port = free_port()
-    log = tmp / "node.log"
-    factory = ServerFactory(tmp)
-    try:
-        node = factory.node(
-            "-l", "127.0.0.1", "-p", str(free_port()),
-            "--resp-port", str(port), "--grpc-port", str(free_port()), *extra,
-            ready=resp_pong(port, password=PASSWORD if extra else None),
-            log_path=log,
-        )  # fmt: skip
-        yield port
-        assert node.is_running(), "the node died"
-        node.terminate()
-        node.wait(15)
-    finally:
-        factory.close()
-    assert b"Traceback" not in log.read_bytes()
+    node = factory.node(
+        "-l", "127.0.0.1", "-p", str(free_port()),
+        "--resp-port", str(port), "--grpc-port", str(free_port()), *extra,
+        ready=resp_pong(port, password=PASSWORD if extra else None),
+    )  # fmt: skip
+    yield port
+    assert node.is_running(), "the node died"
+    node.terminate()
+    node.wait(15)
+    assert "Traceback" not in node.log_text()
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    yield from _start(tmp_path_factory.mktemp("resp3"))
+def port(module_factory: ServerFactory) -> Iterator[int]:
+    yield from _start(module_factory)
 
 
 @pytest.fixture(scope="module")
-def auth_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    yield from _start(tmp_path_factory.mktemp("resp3auth"), "--requirepass", PASSWORD)
+def auth_port(module_factory: ServerFactory) -> Iterator[int]:
+    yield from _start(module_factory, "--requirepass", PASSWORD)
 
 
 # ------------------------------------------------------------------ the wire

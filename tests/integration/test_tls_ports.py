@@ -15,7 +15,6 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -144,14 +143,10 @@ def _start(factory: ServerFactory, certs: Path, *auth: str) -> TlsNode:
 
 
 @pytest.fixture(scope="module")
-def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
-    f = ServerFactory(tmp_path_factory.mktemp("tlsnodes"))
-    if f.kind != "disq":
+def factory(module_factory: ServerFactory) -> ServerFactory:
+    if module_factory.kind != "disq":
         pytest.skip("TLS ports are disq's")
-    try:
-        yield f
-    finally:
-        f.close()
+    return module_factory
 
 
 @pytest.fixture(scope="module")
