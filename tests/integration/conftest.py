@@ -38,7 +38,7 @@ from typing import TypeVar
 
 import pytest
 
-from cluster.lab import ephemeral_port_low
+from cluster.lab import Lab, ephemeral_port_low
 from cluster.nodeproc import (
     NodeProcess,
     Probe,
@@ -359,6 +359,14 @@ def module_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerF
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A formed cluster of three config-file nodes (cluster/lab.py, node timeout 1.5 s) that a
+    whole module shares; stopped after the module's last test."""
+    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=1500) as lab:
+        yield lab
 
 
 @pytest.fixture

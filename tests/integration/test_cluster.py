@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,6 @@ def state(lab: Lab, i: int, job_id: str) -> str | None:
         return None
     v = s["state"]
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 def new_lab(tmp_path: Path, n: int = 3) -> Lab:
