@@ -341,24 +341,24 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def server_factory(short_tmp: Path) -> Iterator[ServerFactory]:
-    """Factory for servers with extra args: ``srv = server_factory("-z", "10")``."""
-    factory = ServerFactory(short_tmp)
+def _factory(base_dir: Path) -> Iterator[ServerFactory]:
+    factory = ServerFactory(base_dir)
     try:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture
+def server_factory(short_tmp: Path) -> Iterator[ServerFactory]:
+    """Factory for servers with extra args: ``srv = server_factory("-z", "10")``."""
+    yield from _factory(short_tmp)
 
 
 @pytest.fixture(scope="module")
 def module_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
     """A factory whose nodes a whole module shares: killed after the module's last test."""
-    factory = ServerFactory(tmp_path_factory.mktemp("nodes"))
-    try:
-        yield factory
-    finally:
-        factory.close()
+    yield from _factory(tmp_path_factory.mktemp("nodes"))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from conftest import ServerFactory, free_bus_port  # noqa: E402
-from eventually import eventually  # noqa: E402
+from eventually import all_know_each_other, eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
 from cluster.nodeproc import resp_pong  # noqa: E402
@@ -309,15 +309,7 @@ def test_seven_nodes_from_configs_with_only_port_and_dir(
     first = RespClient("127.0.0.1", ports[0])
     for port in ports[1:]:
         assert first.call("CLUSTER", "MEET", "127.0.0.1", port) == "OK"
-    for port in ports:
-        eventually(
-            lambda port=port: (
-                b"cluster_known_nodes:7"
-                in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-            ),
-            f"node {port} knows all seven",
-            timeout=60,
-        )
+    all_know_each_other(ports)
     ids = {
         RespClient("127.0.0.1", p).call("CLUSTER", "MYID") for p in ports
     }  # distinct node ids, each kept in its own dir

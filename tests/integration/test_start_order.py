@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from conftest import ServerFactory, free_port  # noqa: E402
-from eventually import eventually  # noqa: E402
+from eventually import all_know_each_other, eventually  # noqa: E402
 
 from cluster.resp_client import RespClient  # noqa: E402
 from disq.client import Client  # noqa: E402
@@ -67,15 +67,7 @@ def test_lone_drop_in_nodes_meet_after_they_serve(
     ports, _ = server_factory.drop_in_nodes(2, tmp_path)
     # At once, the bus of the other possibly still loading: the MEET is resent until met.
     assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
-    for port in ports:
-        eventually(
-            lambda port=port: (
-                b"cluster_known_nodes:2"
-                in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-            ),
-            f"node {port} knows both",
-            timeout=60,
-        )
+    all_know_each_other(ports)
     first = RespClient("127.0.0.1", ports[0])
     job_id = first.call("ADDJOB", "met", "x", 5000, "REPLICATE", 2)
     for port in ports:
@@ -91,15 +83,7 @@ def test_a_node_restarted_with_a_peer_greets_it_then_serves_clients_then_its_api
     before it listened, the API loaded after, and the API then serves (health and a job)."""
     ports, nodes = server_factory.drop_in_nodes(2, tmp_path)
     assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
-    for port in ports:
-        eventually(
-            lambda port=port: (
-                b"cluster_known_nodes:2"
-                in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-            ),
-            f"node {port} knows both",
-            timeout=60,
-        )
+    all_know_each_other(ports)
     nodes[0].terminate()  # SIGTERM: drains (nothing to hand off), saves its view, exits
     assert nodes[0].wait(30) == 0
     log = tmp_path / "restart.log"  # the restarted node's own lines only
