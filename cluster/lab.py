@@ -1,6 +1,7 @@
 """Run a real multi-process disq cluster on this machine, and hurt it.
 
-Each node is ``python -m disq.node_main node.conf`` (Disque's config-file format) in its own
+Each node is ``python -m disq.node_main node.conf`` (Disque's config-file format; a
+:class:`cluster.nodeproc.NodeProcess`, as every node the tests start) in its own
 directory ``<base_dir>/node-<i>/``::
 
     node-<i>/node.conf    the config the lab wrote (port, dir, appendonly, fsync, timeout)
@@ -73,6 +74,7 @@ from pathlib import Path
 from typing import TextIO
 
 from cluster import netns
+from cluster.nodeproc import NodeProcess, NodeStartError, node_command, stop_all
 from cluster.resp_client import Reply, RespClient, RespError, info_fields
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -100,16 +102,22 @@ class LabError(RuntimeError):
 
 @dataclass
 class NodeHandle:
-    """One node of the lab. ``port`` and ``dir`` never change; ``proc`` does on restart."""
+    """One node of the lab. ``port`` and ``dir`` never change; ``proc`` does on restart.
+    ``process`` is the node's :class:`cluster.nodeproc.NodeProcess` (None before its first
+    start), ``proc`` its current incarnation's Popen."""
 
     index: int
     port: int
     dir: Path
     host: str = HOST
     id: str | None = None
-    proc: subprocess.Popen[bytes] | None = None
+    process: NodeProcess | None = None
     state: str = NEW
     starts: int = 0
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process.proc if self.process is not None else None
 
     @property
     def bus_port(self) -> int:
@@ -272,7 +280,7 @@ class Lab:
         self.base_port = base_port or find_base_port(n, host)
         self.node_timeout_ms = node_timeout_ms
         self.fsync = fsync
-        self.node_cmd = list(node_cmd) if node_cmd else [python, "-m", "disq.node_main"]
+        self.node_cmd = list(node_cmd) if node_cmd else node_command(python)
         self.host = host
         self.start_timeout = start_timeout
         # Forming needs a few gossip rounds; failure detection works in node timeouts.
@@ -400,54 +408,44 @@ class Lab:
         node.conf_path.write_text("\n".join(lines) + "\n")
 
     def _spawn(self, node: NodeHandle) -> None:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        # The node must import this checkout's disq even when the venv lacks the editable
-        # install; the checkout goes first.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
-        )
-        node.starts += 1
-        with open(node.stdout_path, "ab") as out:
-            out.write(f"\n=== lab: start #{node.starts} at {time.ctime()} ===\n".encode())
-            out.flush()
-            node.proc = subprocess.Popen(
-                [*self._exec_prefix(node), *self.node_cmd, str(node.conf_path)],
+        if node.process is None:
+            node.process = NodeProcess(
+                [str(node.conf_path)],
+                cmd=self.node_cmd,
                 cwd=node.dir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
+                log_path=node.stdout_path,
+                # A node without peers answers PING before its bus listens (issue 31): the
+                # lab waits for both, the bus being what its MEETs and SDK users reach.
+                ready=lambda: node.call("PING", timeout=1.0) == "PONG" and self._bus_listens(node),
+                new_session=True,
+                start_timeout=self.start_timeout,
+                poll_interval=0.05,
+                name=f"node {node.index} (port {node.port})",
+                mark_starts=True,
             )
+        node.starts += 1
+        node.process.prefix = self._exec_prefix(node)  # a moved node's new namespace
+        node.process.spawn()
         node.state = NEW
-        self._note("spawn", node=node.index, pid=node.proc.pid, port=node.port)
+        self._note("spawn", node=node.index, pid=node.pid, port=node.port)
 
     def _exec_prefix(self, node: NodeHandle) -> list[str]:
         return self.net.exec_prefix(node.index) if self.net is not None else []
 
     def _wait_ready(self, node: NodeHandle, deadline: float) -> None:
-        while True:
-            assert node.proc is not None
-            code = node.proc.poll()
-            if code is not None:
+        assert node.process is not None
+        try:
+            node.process.wait_ready(deadline)
+        except NodeStartError as exc:
+            if exc.returncode is not None:
                 raise LabError(
-                    f"node {node.index} (port {node.port}) exited with {code} while starting\n"
-                    + node.log_tail()
-                )
-            try:
-                # A node without peers answers PING before its bus listens (issue 31): the
-                # lab waits for both, the bus being what its MEETs and SDK users reach.
-                if node.call("PING", timeout=1.0) == "PONG" and self._bus_listens(node):
-                    return
-            except (OSError, RespError):
-                pass
-            if time.monotonic() > deadline:
-                raise LabError(
-                    f"node {node.index} (port {node.port}) did not answer PING and listen on "
-                    f"its bus in time\n" + node.log_tail()
-                )
-            time.sleep(0.05)
+                    f"node {node.index} (port {node.port}) exited with {exc.returncode} while "
+                    "starting\n" + node.log_tail()
+                ) from None
+            raise LabError(
+                f"node {node.index} (port {node.port}) did not answer PING and listen on "
+                f"its bus in time\n" + node.log_tail()
+            ) from None
 
     @staticmethod
     def _bus_listens(node: NodeHandle) -> bool:
@@ -645,9 +643,8 @@ class Lab:
     def kill9(self, i: int) -> None:
         with self._lock:
             node = self.nodes[i]
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGKILL)  # works on a SIGSTOPped process too
-                node.proc.wait()
+            if node.process is not None:
+                node.process.kill()  # works on a SIGSTOPped process too
             node.state = KILLED
             self.stats.kills += 1
             self._note("kill9", node=i)
@@ -695,9 +692,8 @@ class Lab:
             if self.net is None:
                 raise LabError(f"moving a node needs network namespaces: {self.partitions}")
             node = self.nodes[i]
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGKILL)
-                node.proc.wait()
+            if node.process is not None:
+                node.process.kill()
             node.state = KILLED
             old = node.host
             try:
@@ -865,21 +861,9 @@ class Lab:
 
     def _terminate(self, nodes: Sequence[NodeHandle], timeout: float) -> None:
         """SIGCONT + SIGTERM all, then wait; SIGKILL whatever is left at the deadline."""
-        live = [nd for nd in nodes if nd.is_running()]
-        for nd in live:
-            assert nd.proc is not None
-            # A stopped process keeps SIGTERM pending until continued.
-            nd.proc.send_signal(signal.SIGCONT)
-            nd.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for nd in live:
-            assert nd.proc is not None
-            try:
-                nd.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self._note("sigterm-timeout", node=nd.index)
-                nd.proc.kill()
-                nd.proc.wait()
+        index = {id(nd.process): nd.index for nd in nodes if nd.process is not None}
+        for killed in stop_all([nd.process for nd in nodes if nd.process is not None], timeout):
+            self._note("sigterm-timeout", node=index[id(killed)])
 
     def stop_all(self, timeout: float = STOP_TIMEOUT) -> None:
         with self._lock:

@@ -15,6 +15,12 @@ connects the probe is fully gone: ``current-connections`` then counts only the t
 connections, and ``total-connections`` is exactly ``probe_connections`` + the test's.
 
 Every process is killed at teardown, even when the test fails.
+
+Every node process of the suite is a ``cluster.nodeproc.NodeProcess`` (the lab's nodes too):
+``ServerProcess`` is one with beanstalkd's command line and the probe above, and
+``server_factory.node(*args, ready=...)`` starts a node with any other (more ports, a config
+file, another working directory or environment), killed at teardown alike. A start that must
+fail runs to its end with ``cluster.nodeproc.run_node``.
 """
 
 from __future__ import annotations
@@ -23,18 +29,24 @@ import os
 import random
 import resource
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from cluster.lab import ephemeral_port_low
+from cluster.lab import Lab, ephemeral_port_low
+from cluster.nodeproc import (
+    NodeProcess,
+    Probe,
+    beanstalk_serves,
+    grpc_api_loaded,
+    resp_pong,
+    start_all,
+)
 
 # Make ``import wire`` work whatever pytest's import mode / package layout is.
 _HERE = Path(__file__).resolve().parent
@@ -50,6 +62,8 @@ if SERVER_KIND not in ("disq", "beanstalkd"):
 START_TIMEOUT = 15.0
 # How long SIGTERM may take before we fall back to SIGKILL.
 STOP_TIMEOUT = 10.0
+
+_N = TypeVar("_N", bound=NodeProcess)
 
 
 def _beanstalkd_bin() -> str | None:
@@ -109,8 +123,9 @@ def _bindable(port: int) -> bool:
     return True
 
 
-class ServerProcess:
-    """One server under test: a port (or UNIX socket), a data dir and a child process.
+class ServerProcess(NodeProcess):
+    """One beanstalk-compatible server under test (cluster/nodeproc.py's NodeProcess): a
+    port (or UNIX socket), a data dir and a child process.
 
     Attributes:
         kind: ``"disq"`` or ``"beanstalkd"``.
@@ -148,10 +163,14 @@ class ServerProcess:
             self.unix_path = listen[len("unix:") :]
         else:
             self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
         self.probe_connections = 0
-        self._log_path = data_dir / "server.log"
-        self._log = None
+        super().__init__(
+            cwd=PROJECT_ROOT,
+            log_path=data_dir / "server.log",
+            start_timeout=START_TIMEOUT,
+            stop_timeout=STOP_TIMEOUT,
+            name=kind,
+        )
 
     # ------------------------------------------------------------------ command line
 
@@ -166,36 +185,30 @@ class ServerProcess:
             if binary is None:
                 pytest.skip("beanstalkd binary not found (apt-get install -y beanstalkd)")
             return [binary, *listen, *self.extra]
-        return [sys.executable, "-m", "disq.node_main", *listen, *self.extra]
+        return [*self.cmd, *listen, *self.extra]
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> ServerProcess:
-        """Start the process and block until it accepts connections."""
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(PROJECT_ROOT) + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self._log = open(self._log_path, "ab")  # closed in _reap()
-        self.proc = subprocess.Popen(
-            self.argv(),
-            cwd=str(PROJECT_ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=self._limit_files if self.nofile is not None else None,
-        )
+    def spawn(self) -> ServerProcess:
+        self.rlimits = {resource.RLIMIT_NOFILE: self.nofile} if self.nofile is not None else {}
         self.probe_connections = 0
-        self._wait_ready()
+        super().spawn()
         return self
 
-    def _limit_files(self) -> None:
-        # In the child between fork and exec: nothing to import, nothing to allocate much.
-        assert self.nofile is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
+    def probes(self) -> list[Probe]:
+        """The beanstalk port answers (its probe connection gone again), then, with
+        ``--grpc-port``, the gRPC port's API is loaded: a node without peers serves its
+        client ports before its gRPC port (issue 31), and the tests use it at once."""
+        probes = [beanstalk_serves(self._connect_once, self._count_probe, START_TIMEOUT)]
+        extra = list(self.extra)
+        if self.kind == "disq" and "--grpc-port" in extra:
+            port = int(extra[extra.index("--grpc-port") + 1])
+            if port != 0:
+                probes.append(grpc_api_loaded(port))
+        return probes
+
+    def _count_probe(self) -> None:
+        self.probe_connections += 1
 
     def _connect_once(self) -> socket.socket:
         if self.unix_path is not None:
@@ -209,151 +222,15 @@ class ServerProcess:
             return s
         return socket.create_connection(("127.0.0.1", self.port), timeout=1.0)
 
-    def _wait_ready(self) -> None:
-        """Poll-connect until the server accepts, then retire the probe with ``quit``."""
-        assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with {self.proc.returncode} during start-up: "
-                    f"{self.argv()}\n{self.log_text()}"
-                )
-            try:
-                probe = self._connect_once()
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(
-                        f"server did not accept connections within {START_TIMEOUT}s: "
-                        f"{self.argv()}\n{self.log_text()}"
-                    ) from None
-                time.sleep(0.01)
-                continue
-            break
-        self.probe_connections += 1
-        # A stale UNIX socket file (from an earlier process) could accept nothing, so the
-        # connect above proves this process listens.  Now send `quit` and wait for the
-        # server to hang up, so the probe is no longer counted in current-connections.
-        # An unknown command is answered but counted in no stat: a server that accepted the
-        # connection and then died (corrupt AOF, locked data dir) never answers it.
-        got = b""
-        try:
-            probe.settimeout(START_TIMEOUT)
-            probe.sendall(b"probe\r\nquit\r\n")
-            while chunk := probe.recv(4096):
-                got += chunk
-        except OSError:
-            pass
-        finally:
-            probe.close()
-        if got != b"UNKNOWN_COMMAND\r\n":
-            try:
-                self.proc.wait(STOP_TIMEOUT)  # let it exit with its own status
-            except subprocess.TimeoutExpired:
-                self.kill()
-            raise RuntimeError(
-                f"server accepted a connection but did not serve it (got {got!r}): "
-                f"{self.argv()}\n{self.log_text()}"
-            )
-        self._wait_bus(deadline)
+    def start(self, wait: bool = True) -> ServerProcess:
+        """Start the process and (by default) block until it accepts connections."""
+        super().start(wait)
+        return self
 
-    def _wait_bus(self, deadline: float) -> None:
-        """A node without peers serves its client ports before its gRPC port (issue 31):
-        with ``--grpc-port``, wait until that port accepts too (the tests use it at once)."""
-        extra = list(self.extra)
-        if self.kind != "disq" or "--grpc-port" not in extra:
-            return
-        port = int(extra[extra.index("--grpc-port") + 1])
-        if port == 0:
-            return
-        assert self.proc is not None
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the gRPC port {port} did not come up: {self.argv()}\n{self.log_text()}"
-                    ) from None
-                time.sleep(0.01)
-        self._wait_api(port, deadline)
-
-    def _wait_api(self, port: int, deadline: float) -> None:
-        """A node whose peers hear first (``--join``) loads its client API a moment after its
-        client ports serve, and answers UNAVAILABLE "not run" until then (issue 31,
-        disq/server/late_services.py): wait that out. Any other answer ends the wait (a
-        health status; a TLS port's refusal of this plaintext channel)."""
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        from disq.server.late_services import NOT_STARTED_DETAILS
-
-        assert self.proc is not None
-        while True:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-                try:
-                    health_pb2_grpc.HealthStub(ch).Check(
-                        health_pb2.HealthCheckRequest(), timeout=1.0
-                    )
-                    return
-                except grpc.RpcError as exc:
-                    if exc.details() != NOT_STARTED_DETAILS:
-                        return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the gRPC API on {port} did not load: {self.argv()}\n{self.log_text()}"
-                )
-            time.sleep(0.01)
-
-    def signal(self, signum: int) -> None:
-        """Send a signal to the server process (e.g. ``signal.SIGUSR1`` for drain mode)."""
-        assert self.proc is not None and self.proc.poll() is None, "server not running"
-        self.proc.send_signal(signum)
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
-        """SIGTERM the process and wait for it (SIGKILL after ``timeout``).
-
-        Returns the exit status, or None if it was not running.
-        """
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reap()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        """SIGKILL the process (no chance to flush anything) and wait for it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._reap()
-
-    def restart(self) -> ServerProcess:
+    def restart(self, wait: bool = True) -> ServerProcess:
         """Stop with SIGTERM, then start again with the same arguments and port."""
-        self.stop()
-        return self.start()
-
-    def _reap(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def log_text(self) -> str:
-        """What the server printed so far (stdout and stderr)."""
-        try:
-            return self._log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        super().restart(wait)
+        return self
 
     # ------------------------------------------------------------------ clients
 
@@ -368,11 +245,11 @@ class ServerProcess:
 
 
 class ServerFactory:
-    """Starts servers with extra arguments and kills all of them at teardown."""
+    """Starts servers and nodes, and kills all of them at teardown."""
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
-        self.servers: list[ServerProcess] = []
+        self.servers: list[NodeProcess] = []
         self.kind = SERVER_KIND
 
     def new(
@@ -384,7 +261,7 @@ class ServerFactory:
         start: bool = True,
         nofile: tuple[int, int] | None = None,
     ) -> ServerProcess:
-        """Create (and by default start) a server.
+        """Create (and by default start) a beanstalk-compatible server (``DISQ_TEST_SERVER``).
 
         ``extra``: extra flags, e.g. ``"-z", "10"``.  ``binlog=True`` adds ``-b <data_dir>/binlog``.
         ``listen="unix:/path"`` listens on a UNIX socket.  ``data_dir`` reuses a directory
@@ -393,12 +270,61 @@ class ServerFactory:
         """
         d = data_dir if data_dir is not None else self.base_dir / f"srv{len(self.servers)}"
         srv = ServerProcess(self.kind, d, tuple(extra), listen=listen, binlog=binlog, nofile=nofile)
-        self.servers.append(srv)
-        if start:
-            srv.start()
-        return srv
+        return self.add(srv, start)
 
     __call__ = new
+
+    def node(
+        self,
+        *args: str,
+        ready: Probe | Sequence[Probe] = (),
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        cmd: Sequence[str] | None = None,
+        start: bool = True,
+    ) -> NodeProcess:
+        """Create (and by default start) a disq node with any command line: flags, or a
+        config file and flags after it. ``ready``: the probes that say it serves
+        (cluster/nodeproc.py: ``resp_pong(port)``, ``tcp_accepts(port)``, ...); none: the
+        start does not wait. The log goes to ``log_path`` (default ``node<k>.log`` in the
+        factory's directory)."""
+        k = len(self.servers)
+        node = NodeProcess(
+            args,
+            cmd=cmd,
+            cwd=cwd if cwd is not None else PROJECT_ROOT,
+            env=env,
+            log_path=log_path if log_path is not None else self.base_dir / f"node{k}.log",
+            ready=ready,
+            name=f"node {k}",
+        )
+        return self.add(node, start)
+
+    def drop_in_nodes(self, n: int, cwd: Path) -> tuple[list[int], list[NodeProcess]]:
+        """``n`` nodes from Disque configs that differ only in ``port`` and ``dir``
+        (``cwd``/n<i>.conf, ``dir d<i>`` relative to the working dir ``cwd``; the bus port
+        derives from the port), started side by side until each answers PING. Their RESP
+        ports and nodes."""
+        ports: list[int] = []
+        while len(ports) < n:
+            p = free_bus_port()
+            if p not in ports and p + 10000 not in ports and all(p != q + 10000 for q in ports):
+                ports.append(p)
+        nodes = []
+        for i, port in enumerate(ports):
+            (cwd / f"d{i}").mkdir()
+            (cwd / f"n{i}.conf").write_text(f"port {port}\ndir d{i}\n")
+            nodes.append(self.node(f"n{i}.conf", cwd=cwd, ready=resp_pong(port), start=False))
+        start_all(nodes)
+        return ports, nodes
+
+    def add(self, node: _N, start: bool = True) -> _N:
+        """Own ``node`` (killed at teardown), and start it unless ``start`` is false."""
+        self.servers.append(node)
+        if start:
+            node.start()
+        return node
 
     def close(self) -> None:
         for srv in self.servers:
@@ -415,14 +341,32 @@ def short_tmp() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def server_factory(short_tmp: Path) -> Iterator[ServerFactory]:
-    """Factory for servers with extra args: ``srv = server_factory("-z", "10")``."""
-    factory = ServerFactory(short_tmp)
+def _factory(base_dir: Path) -> Iterator[ServerFactory]:
+    factory = ServerFactory(base_dir)
     try:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture
+def server_factory(short_tmp: Path) -> Iterator[ServerFactory]:
+    """Factory for servers with extra args: ``srv = server_factory("-z", "10")``."""
+    yield from _factory(short_tmp)
+
+
+@pytest.fixture(scope="module")
+def module_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """A factory whose nodes a whole module shares: killed after the module's last test."""
+    yield from _factory(tmp_path_factory.mktemp("nodes"))
+
+
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A formed cluster of three config-file nodes (cluster/lab.py, node timeout 1.5 s) that a
+    whole module shares; stopped after the module's last test."""
+    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=1500) as lab:
+        yield lab
 
 
 @pytest.fixture

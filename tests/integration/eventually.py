@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from cluster.resp_client import RespError
+from cluster.resp_client import RespClient, RespError
 
 T = TypeVar("T")
 
@@ -29,6 +29,18 @@ def eventually(fn: Callable[[], T], what: str, timeout: float = 30.0) -> T:
             return last
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def all_know_each_other(ports: Sequence[int], timeout: float = 60.0) -> None:
+    """Wait until each node on 127.0.0.1:``ports`` (RESP) counts all of them in CLUSTER
+    INFO's ``cluster_known_nodes``: a MEET travelled."""
+    want = b"cluster_known_nodes:%d" % len(ports)
+    for port in ports:
+        eventually(
+            lambda port=port: want in RespClient("127.0.0.1", port).call("CLUSTER", "INFO"),
+            f"node {port} knows all {len(ports)}",
+            timeout,
+        )
 
 
 def listening(port: int, what: str, timeout: float = 30.0) -> None:

@@ -10,14 +10,11 @@ guessed, and a wildcard given as the advertised address is refused.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,11 +23,12 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from conftest import free_port  # noqa: E402
+from conftest import ServerFactory, free_port  # noqa: E402
 from eventually import eventually, listening  # noqa: E402
 
 from cluster import netns  # noqa: E402
 from cluster.lab import Lab  # noqa: E402
+from cluster.nodeproc import resp_pong, run_node  # noqa: E402
 from cluster.resp_client import RespClient, RespError  # noqa: E402
 from disq.client import Client  # noqa: E402
 from disq.server.advertise import route_address  # noqa: E402
@@ -166,48 +164,32 @@ def test_a_node_back_in_a_new_namespace_is_used_at_its_new_address(tmp_path: Pat
 
 
 @pytest.mark.timeout(60)
-def test_a_wildcard_bind_with_nothing_advertised_says_what_it_guessed(tmp_path: Path) -> None:
+def test_a_wildcard_bind_with_nothing_advertised_says_what_it_guessed(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     resp, grpc_port, port = free_port(), free_port(), free_port()
     log = tmp_path / "node.log"
-    argv = [sys.executable, "-m", "disq.node_main", "-l", "0.0.0.0", "-p", str(port)]
-    argv += ["--resp-port", str(resp), "--grpc-port", str(grpc_port), "--in-memory"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        nodes = eventually(
-            lambda: _text(RespClient("127.0.0.1", resp, timeout=2.0).call("CLUSTER", "NODES")),
-            "the node answers",
-            30,
-        )
-        guess = route_address(socket.AF_INET) or "127.0.0.1"
-        myself = [line for line in nodes.splitlines() if "myself" in line]
-        assert len(myself) == 1 and myself[0].split()[1] == f"{guess}:{resp}"
-        warnings = [
-            json.loads(line)
-            for line in log.read_text().splitlines()
-            if "advertise_host_guessed" in line
-        ]
-        assert len(warnings) == 1
-        assert warnings[0]["advertised"] == guess and warnings[0]["bind"] == "0.0.0.0"
-        assert "--advertise-host" in warnings[0]["hint"]
-    finally:
-        proc.kill()
-        proc.wait()
+    args = ["-l", "0.0.0.0", "-p", str(port)]
+    args += ["--resp-port", str(resp), "--grpc-port", str(grpc_port), "--in-memory"]
+    server_factory.node(*args, cwd=tmp_path, log_path=log, ready=resp_pong(resp))
+    nodes = _text(RespClient("127.0.0.1", resp, timeout=2.0).call("CLUSTER", "NODES"))
+    guess = route_address(socket.AF_INET) or "127.0.0.1"
+    myself = [line for line in nodes.splitlines() if "myself" in line]
+    assert len(myself) == 1 and myself[0].split()[1] == f"{guess}:{resp}"
+    warnings = [
+        json.loads(line)
+        for line in log.read_text().splitlines()
+        if "advertise_host_guessed" in line
+    ]
+    assert len(warnings) == 1
+    assert warnings[0]["advertised"] == guess and warnings[0]["bind"] == "0.0.0.0"
+    assert "--advertise-host" in warnings[0]["hint"]
 
 
-@contextlib.contextmanager
-def _serving(argv: list[str], cwd: Path, resp_port: int) -> Iterator[RespClient]:
-    """A node started with ``argv``, connected on its RESP port once it answers PING."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
-    try:
-        with eventually(
-            lambda: RespClient("127.0.0.1", resp_port, timeout=2.0), "the node answers", 30
-        ) as c:
-            eventually(lambda: c.call("PING") == "PONG", "PING", 30)
-            yield c
-    finally:
-        proc.kill()
-        proc.wait()
+def _serving(factory: ServerFactory, args: list[str], cwd: Path, resp_port: int) -> RespClient:
+    """A node started with ``args``, connected on its RESP port once it answers PING."""
+    factory.node(*args, cwd=cwd, ready=resp_pong(resp_port))
+    return RespClient("127.0.0.1", resp_port, timeout=2.0)
 
 
 def _assert_advertises(c: RespClient, host: str) -> None:
@@ -219,21 +201,17 @@ def _assert_advertises(c: RespClient, host: str) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_path: Path) -> None:
-    bad = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", "--in-memory", "--advertise-host", "0.0.0.0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=tmp_path,
-    )
+def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    bad = run_node("--in-memory", "--advertise-host", "0.0.0.0", timeout=30, cwd=tmp_path)
     assert bad.returncode == 1
     assert "--advertise-host 0.0.0.0 is a wildcard" in bad.stderr
     resp, grpc_port, port = free_port(), free_port(), free_port()
-    argv = [sys.executable, "-m", "disq.node_main", "-l", "127.0.0.1", "-p", str(port)]
-    argv += ["--resp-port", str(resp), "--grpc-port", str(grpc_port), "--in-memory"]
-    argv += ["--advertise-host", "disq-0.example.internal"]
-    with _serving(argv, tmp_path, resp) as c:
+    args = ["-l", "127.0.0.1", "-p", str(port)]
+    args += ["--resp-port", str(resp), "--grpc-port", str(grpc_port), "--in-memory"]
+    args += ["--advertise-host", "disq-0.example.internal"]
+    with _serving(server_factory, args, tmp_path, resp) as c:
         _assert_advertises(c, "disq-0.example.internal")
         listening(grpc_port, "the gRPC port")
         with Client(f"127.0.0.1:{grpc_port}", discover=False) as sdk:
@@ -241,7 +219,9 @@ def test_an_advertised_address_is_given_out_as_is_and_a_wildcard_refused(tmp_pat
             assert (me.host, me.grpc_port) == ("disq-0.example.internal", grpc_port)
 
 
-def test_the_flag_over_the_config_file_is_what_config_get_shows(tmp_path: Path) -> None:
+def test_the_flag_over_the_config_file_is_what_config_get_shows(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     # Redis treats arguments after the config file as config lines: CONFIG GET (and REWRITE)
     # see the flag's value, not the file's.
     resp = free_port()
@@ -249,7 +229,6 @@ def test_the_flag_over_the_config_file_is_what_config_get_shows(tmp_path: Path) 
         resp = free_port()
     conf = tmp_path / "node.conf"
     conf.write_text(f"port {resp}\ndir {tmp_path}\nadvertise-host from-file.example\n")
-    argv = [sys.executable, "-m", "disq.node_main", str(conf)]
-    argv += ["--advertise-host", "from-flag.example"]
-    with _serving(argv, tmp_path, resp) as c:
+    args = [str(conf), "--advertise-host", "from-flag.example"]
+    with _serving(server_factory, args, tmp_path, resp) as c:
         _assert_advertises(c, "from-flag.example")

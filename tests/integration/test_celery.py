@@ -4,7 +4,6 @@ processes) with ``broker_url = "disq://..."`` and no disq import in the app."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,6 @@ from task_apps import (
 
 from cluster.lab import Lab
 from disq.client import Client
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("celery3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 def producer(broker_url: str) -> Celery:

@@ -53,12 +53,6 @@ app.conf.result_backend = os.environ.get("RESULT_BACKEND") or None
 HOST = socket.gethostname()
 
 
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("celery-ops"), node_timeout_ms=1500) as lab:
-        yield lab
-
-
 @pytest.fixture
 def client(lab3: Lab) -> Iterator[Client]:
     with Client(disq_url(lab3).removeprefix("disq://")) as c:

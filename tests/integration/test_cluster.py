@@ -7,13 +7,11 @@ tests wait for them with ``eventually`` (poll with a deadline) rather than sleep
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eventually import eventually  # noqa: E402
+from conftest import ServerFactory, free_bus_port  # noqa: E402
+from eventually import all_know_each_other, eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
+from cluster.nodeproc import resp_pong  # noqa: E402
 from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
 
 
@@ -45,12 +45,6 @@ def state(lab: Lab, i: int, job_id: str) -> str | None:
         return None
     v = s["state"]
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 def new_lab(tmp_path: Path, n: int = 3) -> Lab:
@@ -274,114 +268,55 @@ def test_redis_cli(lab3: Lab) -> None:
     assert "registered_jobs:" in run("INFO", "jobs")
 
 
-def test_controlled_restart_with_config_set_appendonly(tmp_path: Path) -> None:
+def test_controlled_restart_with_config_set_appendonly(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     """Disque's 07-persistence flow: turn the AOF on at runtime, CONFIG REWRITE, ask for jobs
     to be queued at load, SHUTDOWN REWRITE-AOF, start again from the same config file."""
-    from conftest import free_bus_port
-
     port = free_bus_port()
     data = tmp_path / "data"
     data.mkdir()
     conf = tmp_path / "disque.conf"
     conf.write_text(f"# a Disque config\nport {port}\ndir {data}\nappendonly no\n")
-
-    log = tmp_path / "node.log"
-
-    def start() -> subprocess.Popen[bytes]:
-        with open(log, "ab") as out:
-            p = subprocess.Popen(
-                [sys.executable, "-m", "disq.node_main", str(conf)],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        eventually(
-            lambda: RespClient("127.0.0.1", port).call("PING") == "PONG",
-            f"node up (log: {log})",
-        )
-        return p
-
-    proc = start()
-    try:
-        c = RespClient("127.0.0.1", port)
-        job_id = c.call("ADDJOB", "persist", "kept", 0, "RETRY", 300)
-        assert c.call("CONFIG", "SET", "appendonly", "yes") == "OK"
-        assert c.call("CONFIG", "SET", "aof-enqueue-jobs-once", "yes") == "OK"
-        assert c.call("CONFIG", "REWRITE") == "OK"
-        text = conf.read_text()
-        assert "appendonly yes" in text and "aof-enqueue-jobs-once yes" in text
-        assert "# a Disque config" in text
-        with pytest.raises((OSError, RespError)):
-            c.call("SHUTDOWN", "REWRITE-AOF")  # no reply: the server goes away
-        assert proc.wait(15) == 0
-        proc = start()
-        c = RespClient("127.0.0.1", port)
-        # Queued at load (aof-enqueue-jobs-once), not after the 300 s retry.
-        assert c.call("GETJOB", "NOHANG", "FROM", "persist") == [
-            [b"persist", job_id.encode(), b"kept"]
-        ]
-        assert "aof-enqueue-jobs-once no" in conf.read_text()  # reset after the load
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    node = server_factory.node(str(conf), ready=resp_pong(port), log_path=tmp_path / "node.log")
+    c = RespClient("127.0.0.1", port)
+    job_id = c.call("ADDJOB", "persist", "kept", 0, "RETRY", 300)
+    assert c.call("CONFIG", "SET", "appendonly", "yes") == "OK"
+    assert c.call("CONFIG", "SET", "aof-enqueue-jobs-once", "yes") == "OK"
+    assert c.call("CONFIG", "REWRITE") == "OK"
+    text = conf.read_text()
+    assert "appendonly yes" in text and "aof-enqueue-jobs-once yes" in text
+    assert "# a Disque config" in text
+    with pytest.raises((OSError, RespError)):
+        c.call("SHUTDOWN", "REWRITE-AOF")  # no reply: the server goes away
+    assert node.wait(15) == 0
+    node.start()
+    c = RespClient("127.0.0.1", port)
+    # Queued at load (aof-enqueue-jobs-once), not after the 300 s retry.
+    assert c.call("GETJOB", "NOHANG", "FROM", "persist") == [
+        [b"persist", job_id.encode(), b"kept"]
+    ]
+    assert "aof-enqueue-jobs-once no" in conf.read_text()  # reset after the load
 
 
 @pytest.mark.slow
-def test_seven_nodes_from_configs_with_only_port_and_dir(tmp_path: Path) -> None:
+def test_seven_nodes_from_configs_with_only_port_and_dir(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     """The drop-in promise: configs that differ only in ``port`` and ``dir`` run side by
     side (the bus derives from the port), and CLUSTER MEET on client ports forms a cluster."""
-    from conftest import free_bus_port
-
-    ports: list[int] = []
-    while len(ports) < 7:
-        p = free_bus_port()
-        if p not in ports and p + 10000 not in ports and all(p != q + 10000 for q in ports):
-            ports.append(p)
-    procs = []
-    try:
-        for i, port in enumerate(ports):
-            (tmp_path / f"d{i}").mkdir()
-            conf = tmp_path / f"n{i}.conf"
-            conf.write_text(f"port {port}\ndir d{i}\n")  # dir relative to the working dir
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "disq.node_main", conf.name],
-                    cwd=tmp_path,
-                    env={**os.environ, "PYTHONPATH": str(ROOT)},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        for port in ports:
-            eventually(
-                lambda port=port: RespClient("127.0.0.1", port).call("PING") == "PONG",
-                f"node {port} up",
-                timeout=60,
-            )
-        first = RespClient("127.0.0.1", ports[0])
-        for port in ports[1:]:
-            assert first.call("CLUSTER", "MEET", "127.0.0.1", port) == "OK"
-        for port in ports:
-            eventually(
-                lambda port=port: (
-                    b"cluster_known_nodes:7"
-                    in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-                ),
-                f"node {port} knows all seven",
-                timeout=60,
-            )
-        ids = {
-            RespClient("127.0.0.1", p).call("CLUSTER", "MYID") for p in ports
-        }  # distinct node ids, each kept in its own dir
-        assert len(ids) == 7
-        assert all((tmp_path / f"d{i}" / "node.json").exists() for i in range(7))
-        job_id = first.call("ADDJOB", "q7", "x", 5000, "REPLICATE", 3)
-        assert sum(show_port(p, job_id) for p in ports) == 3
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(15)
+    ports, _ = server_factory.drop_in_nodes(7, tmp_path)
+    first = RespClient("127.0.0.1", ports[0])
+    for port in ports[1:]:
+        assert first.call("CLUSTER", "MEET", "127.0.0.1", port) == "OK"
+    all_know_each_other(ports)
+    ids = {
+        RespClient("127.0.0.1", p).call("CLUSTER", "MYID") for p in ports
+    }  # distinct node ids, each kept in its own dir
+    assert len(ids) == 7
+    assert all((tmp_path / f"d{i}" / "node.json").exists() for i in range(7))
+    job_id = first.call("ADDJOB", "q7", "x", 5000, "REPLICATE", 3)
+    assert sum(show_port(p, job_id) for p in ports) == 3
 
 
 def show_port(port: int, job_id: str) -> int:

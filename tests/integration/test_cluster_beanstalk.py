@@ -6,17 +6,14 @@ Real node processes on 127.0.0.1 in flag mode (beanstalk door + RESP + gRPC bus 
 
 from __future__ import annotations
 
-import signal
 import socket
-import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
+from conftest import ServerFactory, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -24,50 +21,21 @@ if str(ROOT) not in sys.path:
 
 from eventually import eventually  # noqa: E402
 
+from cluster.nodeproc import NodeProcess, resp_pong  # noqa: E402
 from cluster.resp_client import RespClient, info_fields  # noqa: E402
 
 
 @dataclass
 class BNode:
+    """A flag-mode node: beanstalk door, RESP and gRPC bus, each on its own port."""
+
     bport: int
     rport: int
     gport: int
-    data: Path
-    args: list[str]
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = open(self.data.parent / f"{self.data.name}.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", *self.args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        eventually(self._answers_ping, f"node on {self.rport} answers PING")
-
-    def _answers_ping(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            # A node that could not start exits: say why at once, not after the timeout.
-            log = (self.data.parent / f"{self.data.name}.log").read_text(errors="replace")
-            code = self.proc.returncode
-            raise AssertionError(f"node on {self.rport} exited {code}: {log[-2000:]}")
-        return bool(self.resp("PING") == "PONG")
+    node: NodeProcess
 
     def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.node.kill()
 
     def resp(self, *args: str | int) -> Any:
         with RespClient("127.0.0.1", self.rport, timeout=5) as c:
@@ -117,34 +85,28 @@ class Beanstalk:
         return head, b""
 
 
+def start_bnode(factory: ServerFactory, *extra: str) -> BNode:
+    """A node with its three ports and ``extra`` flags, started until it answers PING."""
+    b, r, g = free_port(), free_port(), free_port()
+    args = ["-l", "127.0.0.1", "-p", str(b), "--resp-port", str(r), "--grpc-port", str(g)]
+    return BNode(b, r, g, factory.node(*args, *extra, ready=resp_pong(r)))
+
+
 @pytest.fixture
-def cluster3(tmp_path: Path) -> Iterator[list[BNode]]:
+def cluster3(server_factory: ServerFactory, tmp_path: Path) -> list[BNode]:
     nodes: list[BNode] = []
     for i in range(3):
-        b, r, g = free_port(), free_port(), free_port()
-        data = tmp_path / f"n{i}"
-        args = [
-            "-l", "127.0.0.1", "-p", str(b), "-b", str(data),
-            "--resp-port", str(r), "--grpc-port", str(g),
-            "--node-timeout-ms", "1500", "--beanstalk-replicate", "2",
-        ]  # fmt: skip
+        extra = ["-b", str(tmp_path / f"n{i}"), "--node-timeout-ms", "1500"]
+        extra += ["--beanstalk-replicate", "2"]
         if nodes:
-            args += ["--join", f"127.0.0.1:{nodes[0].gport}"]
-        nodes.append(BNode(b, r, g, data, args))
-    try:
-        for n in nodes:
-            n.start()
-        for n in nodes:
-            eventually(
-                lambda n=n: (
-                    info_fields(n.resp("CLUSTER", "INFO"))["cluster_reachable_nodes"] == "2"
-                ),
-                "every node reaches the two others",
-            )
-        yield nodes
-    finally:
-        for n in nodes:
-            n.stop()
+            extra += ["--join", f"127.0.0.1:{nodes[0].gport}"]
+        nodes.append(start_bnode(server_factory, *extra))
+    for n in nodes:
+        eventually(
+            lambda n=n: info_fields(n.resp("CLUSTER", "INFO"))["cluster_reachable_nodes"] == "2",
+            "every node reaches the two others",
+        )
+    return nodes
 
 
 def holders_of(nodes: list[BNode]) -> list[BNode]:
@@ -240,19 +202,10 @@ def test_delete_on_the_owner_removes_every_copy(cluster3: list[BNode]) -> None:
     assert cluster3[0].registered_jobs() == 0
 
 
-def test_replication_beyond_the_cluster_is_refused(tmp_path: Path) -> None:
+def test_replication_beyond_the_cluster_is_refused(server_factory: ServerFactory) -> None:
     """--beanstalk-replicate 2 on a lone node: the put cannot be copied, INTERNAL_ERROR,
     and the job is not kept (the client was never told INSERTED)."""
-    b, r, g = free_port(), free_port(), free_port()
-    n = BNode(
-        b, r, g, tmp_path / "solo",
-        ["-l", "127.0.0.1", "-p", str(b), "--resp-port", str(r), "--grpc-port", str(g),
-         "--beanstalk-replicate", "2"],
-    )  # fmt: skip
-    try:
-        n.start()
-        c = n.beanstalk()
-        assert c.cmd(b"put 0 0 1 1\r\nx\r\n") == b"INTERNAL_ERROR"
-        assert c.cmd(b"peek-ready\r\n") == b"NOT_FOUND"
-    finally:
-        n.stop()
+    n = start_bnode(server_factory, "--beanstalk-replicate", "2")
+    c = n.beanstalk()
+    assert c.cmd(b"put 0 0 1 1\r\nx\r\n") == b"INTERNAL_ERROR"
+    assert c.cmd(b"peek-ready\r\n") == b"NOT_FOUND"

@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import hiredis
@@ -22,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import PROJECT_ROOT, free_bus_port, free_port  # noqa: E402
+from conftest import ServerFactory, free_bus_port, free_port  # noqa: E402
 from eventually import eventually, listening  # noqa: E402
 
+from cluster.nodeproc import run_node  # noqa: E402
 from disq.config.options import _RESTRICTED  # noqa: E402
 from disq.doors.disque import COMMANDS  # noqa: E402
 
@@ -60,8 +60,12 @@ def _read_until_eof(sock: socket.socket) -> bytes:
 
 
 class Node:
+    """A node started from ``directory``/disque.conf: the lines given, after a port, a bus
+    port, no metrics port and ``dir`` (this directory)."""
+
     def __init__(
         self,
+        factory: ServerFactory,
         directory: Path,
         lines: str,
         env: dict[str, str] | None = None,
@@ -79,17 +83,15 @@ class Node:
             + lines
         )
         self.log = directory / "node.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", str(conf)],
-            cwd=PROJECT_ROOT,
-            env={**os.environ, **(env or {})},
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        eventually(self._ready, "the node to answer PING", timeout=TIMEOUT)
+        self.process = factory.node(str(conf), env=env, log_path=self.log, ready=self._ready)
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        assert self.process.proc is not None
+        return self.process.proc
 
     def _ready(self) -> bool:
-        assert self.proc.poll() is None, self.log.read_text()
+        """It answers PING (after AUTH, when the file sets requirepass)."""
         with self.connect() as s:
             if self.password is not None:
                 assert _call(s, "AUTH", self.password) == b"+OK\r\n"
@@ -98,13 +100,10 @@ class Node:
     def connect(self) -> socket.socket:
         return socket.create_connection((self.host, self.port), timeout=TIMEOUT)
 
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
 
 @pytest.fixture
-def start(short_tmp: Path) -> Iterator[object]:
+def start(server_factory: ServerFactory, short_tmp: Path) -> object:
+    """Start a node from config lines (see Node); the factory kills it at teardown."""
     nodes: list[Node] = []
 
     def make(
@@ -120,12 +119,10 @@ def start(short_tmp: Path) -> Iterator[object]:
         d.mkdir()
         for name, text in (files or {}).items():
             (d / name).write_text(text)
-        nodes.append(Node(d, lines, env, host=host, password=password))
+        nodes.append(Node(server_factory, d, lines, env, host=host, password=password))
         return nodes[-1]
 
-    yield make
-    for n in nodes:
-        n.stop()
+    return make
 
 
 def _connected(node: Node, sock: socket.socket) -> int:
@@ -266,12 +263,7 @@ def test_watchdog_period_is_config_set_only_and_only_0(start, tmp_path: Path) ->
         f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\n"
         f"dir {tmp_path}\nwatchdog-period 0\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", str(conf)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
+    done = run_node(str(conf), timeout=TIMEOUT, text=False)
     assert done.returncode != 0
     err = done.stderr.decode()
     assert ">>> 'watchdog-period 0'\nBad directive or wrong number of arguments" in err
@@ -505,12 +497,7 @@ def test_the_node_refuses_to_start_on_keys_it_cannot_honour(line: str, tmp_path:
     conf.write_text(
         f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\ndir {tmp_path}\n{line}\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", str(conf)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
+    done = run_node(str(conf), timeout=TIMEOUT, text=False)
     assert done.returncode != 0
     err = done.stderr.decode()
     assert f">>> '{line}'" in err
@@ -551,12 +538,7 @@ def test_rename_command_refused_at_its_line(lines: list[str], reason: str, tmp_p
     conf = tmp_path / "disque.conf"
     head = f"port {free_port()}\ngrpc-port {free_bus_port()}\nmetrics-port 0\ndir {tmp_path}\n"
     conf.write_text(head + "".join(f"{x}\n" for x in lines))
-    done = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", str(conf)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
+    done = run_node(str(conf), timeout=TIMEOUT, text=False)
     assert done.returncode != 0
     bad = len(lines) + 4  # the last line, after the four of head
     assert (

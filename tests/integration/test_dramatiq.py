@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dramatiq
@@ -23,12 +22,6 @@ from task_apps import (
 
 from cluster.lab import Lab
 from disq.integrations.dramatiq import DisqBroker
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("dramatiq3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 def send(

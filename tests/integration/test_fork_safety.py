@@ -13,10 +13,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from celery import Celery
 from task_apps import (
     CELERY_APP,
@@ -32,12 +30,6 @@ from cluster.lab import Lab
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FORK_WARNING = "skipping fork() handlers"
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("fork3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 def users_env() -> dict[str, str]:

@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
 
 from conftest import SERVER_KIND, ServerFactory, ServerProcess, free_port  # noqa: E402
 
+from cluster.nodeproc import node_command  # noqa: E402
 from cluster.resp_client import RespClient, encode_command  # noqa: E402
 
 pytestmark = pytest.mark.skipif(SERVER_KIND != "disq", reason="disq's fault hook")
@@ -29,25 +30,16 @@ pytestmark = pytest.mark.skipif(SERVER_KIND != "disq", reason="disq's fault hook
 EXIT_TIMEOUT = 15.0
 
 
-class FaultyServer(ServerProcess):
-    """A disq-node started through the fault hook (``fault_after`` None: no fault)."""
-
-    fault_after: int | None = None
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        if self.fault_after is None:
-            return argv
-        i = argv.index("disq.node_main")
-        hook = ["disq.testing.faults", "fsync-eio", "--after", str(self.fault_after), "--"]
-        return [*argv[:i], *hook, *argv[i + 1 :]]
+def fault_after(srv: ServerProcess, after: int | None) -> None:
+    """Its next start runs the node through the fault hook (``after`` None: no fault)."""
+    hook = ["-m", "disq.testing.faults", "fsync-eio", "--after", str(after), "--"]
+    srv.cmd = node_command() if after is None else [sys.executable, *hook]
 
 
-def faulty(factory: ServerFactory, after: int, *extra: str) -> FaultyServer:
+def faulty(factory: ServerFactory, after: int, *extra: str) -> ServerProcess:
     d = factory.base_dir / f"srv{len(factory.servers)}"
-    srv = FaultyServer(factory.kind, d, ("-b", str(d / "data"), *extra))
-    srv.fault_after = after
-    factory.servers.append(srv)
+    srv = factory.new("-b", str(d / "data"), *extra, data_dir=d, start=False)
+    fault_after(srv, after)
     return srv
 
 
@@ -83,7 +75,7 @@ def test_beanstalk_put_whose_fsync_fails_is_never_acknowledged(
     assert wait_exit(srv) == 1
     assert_fsync_named(srv.log_text())
 
-    srv.fault_after = None
+    fault_after(srv, None)
     srv.start()
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
         f = s.makefile("rb")
@@ -113,7 +105,7 @@ def test_addjob_whose_fsync_fails_is_never_acknowledged(server_factory: ServerFa
     assert wait_exit(srv) == 1
     assert_fsync_named(srv.log_text())
 
-    srv.fault_after = None
+    fault_after(srv, None)
     srv.start()
     with RespClient("127.0.0.1", resp_port, timeout=10) as c:
         for job_id in acked:
@@ -131,7 +123,7 @@ def test_everysec_fsync_failure_stops_the_node(server_factory: ServerFactory) ->
         assert put(f, s, b"early") == b"INSERTED 1\r\n"
     assert wait_exit(srv) == 1
     assert_fsync_named(srv.log_text())
-    srv.fault_after = None
+    fault_after(srv, None)
     srv.start()
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
         f = s.makefile("rb")

@@ -18,16 +18,13 @@ numbers docs/benchmarks.md reports); adds must succeed again once each pod is ba
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +37,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import ServerFactory  # noqa: E402
 from eventually import eventually  # noqa: E402
 
+from cluster.nodeproc import NodeProcess  # noqa: E402
 from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs 127/8 on lo")
@@ -63,51 +62,29 @@ def statefulset() -> dict[str, Any]:
 @dataclass
 class Pod:
     """One pod of the StatefulSet as a local process: the manifest's command line with the
-    downward API and the cluster DNS resolved to this machine."""
+    downward API and the cluster DNS resolved to this machine. ``node`` starts it (without
+    waiting: readiness is the manifest's probe, :func:`ready`)."""
 
     ordinal: int
-    argv: list[str]
-    env: dict[str, str]
-    data_dir: Path
-    log_path: Path
+    node: NodeProcess
     ports: dict[str, int]
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
     exits: list[int] = field(default_factory=list)
 
     @property
     def ip(self) -> str:
         return pod_ip(self.ordinal)
 
-    def start(self) -> None:
-        self.starts += 1
-        with self.log_path.open("ab") as log:
-            log.write(f"--- start {self.starts}: {self.argv}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir
-            )
-
     def sigterm_and_wait(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout=DRAIN_EXIT_S)
+        self.node.signal(signal.SIGTERM)
+        rc = self.node.wait(timeout=DRAIN_EXIT_S)
         self.exits.append(rc)
         return rc
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def resp(self, timeout: float = 2.0) -> RespClient:
         return RespClient(self.ip, self.ports["resp"], timeout=timeout)
 
     def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+        return self.node.log_text()[-3000:]
 
 
 def expand(text: str, env: dict[str, str]) -> str:
@@ -155,8 +132,16 @@ def make_pods(base: Path) -> list[Pod]:
         args = [str(data_dir) + a[len(mount) :] if a.startswith(mount) else a for a in args]
         # The pods share this machine's ports: each binds its own address, not every one.
         args = [pod_ip(i) if a == "0.0.0.0" else a for a in args]
-        proc_env = {**os.environ, **env}
-        pods.append(Pod(i, [str(binary), *args], proc_env, data_dir, base / f"disq-{i}.log", ports))
+        node = NodeProcess(
+            args,
+            cmd=[str(binary)],
+            cwd=data_dir,
+            env=env,
+            log_path=base / f"disq-{i}.log",
+            name=f"disq-{i}",
+            mark_starts=True,
+        )
+        pods.append(Pod(i, node, ports))
     return pods
 
 
@@ -191,18 +176,15 @@ def known_nodes(pod: Pod) -> int:
 
 
 @pytest.fixture
-def pods(tmp_path: Path) -> Iterator[list[Pod]]:
+def pods(server_factory: ServerFactory, tmp_path: Path) -> list[Pod]:
+    """The StatefulSet's pods, started side by side (the factory kills them at teardown)."""
     pods = make_pods(tmp_path)
     busy = [(p.ip, port) for p in pods for port in p.ports.values() if not bindable(p.ip, port)]
     if busy:
         pytest.skip(f"ports of the manifest in use on this machine: {busy}")
-    try:
-        for p in pods:
-            p.start()
-        yield pods
-    finally:
-        for p in pods:
-            p.kill()
+    for p in pods:
+        server_factory.add(p.node, start=False).spawn()
+    return pods
 
 
 @dataclass
@@ -305,7 +287,7 @@ def test_statefulset_rolling_restart_loses_no_acknowledged_job(pods: list[Pod]) 
         for p in sorted(pods, key=lambda p: -p.ordinal):  # RollingUpdate: highest first
             rc = p.sigterm_and_wait()
             assert rc == 0, f"disq-{p.ordinal} exit {rc}\n{p.log_tail()}"
-            p.start()
+            p.node.spawn()
             wait_in_cluster(pods, f"after restarting disq-{p.ordinal}")
             eventually(lambda p=p: add_on(p), f"an ADDJOB REPLICATE 2 on disq-{p.ordinal}")
             with t.lock:

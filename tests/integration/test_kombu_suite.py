@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import kombu
@@ -36,12 +35,6 @@ from kombu_integration_common import (  # noqa: E402  (found through SUITE_DIR)
     BaseTimeToLive,
     BasicFunctionality,
 )
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("kombu-suite"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 @pytest.fixture

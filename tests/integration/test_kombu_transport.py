@@ -25,14 +25,10 @@ from disq.client import Client
 
 
 @pytest.fixture(scope="module")
-def grpc_addr(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    factory = ServerFactory(tmp_path_factory.mktemp("kombu"))
+def grpc_addr(module_factory: ServerFactory) -> str:
     port = free_port()
-    factory.new("--grpc-port", str(port))
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        factory.close()
+    module_factory.new("--grpc-port", str(port))
+    return f"127.0.0.1:{port}"
 
 
 @pytest.fixture

@@ -31,13 +31,11 @@ deadline while the node is *down* (nothing to wait on then), or poll (a file siz
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -46,8 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROJECT_ROOT, SERVER_KIND, ServerFactory, ServerProcess
+from conftest import SERVER_KIND, ServerFactory, ServerProcess
 from wire import Conn, WireError
+
+from cluster.nodeproc import run_node
 
 AOF_NAME = "disq.aof"
 REWRITE_NAME = "disq.aof.rewrite"
@@ -67,23 +67,6 @@ requires_disq = pytest.mark.skipif(
 
 def aof_path(srv: ServerProcess) -> Path:
     return srv.binlog_dir / AOF_NAME
-
-
-def node_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m disq.node_main *args`` to completion (e.g. ``--repair-aof DIR``)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "disq.node_main", *args],
-        cwd=str(PROJECT_ROOT),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def start_must_fail(srv: ServerProcess, timeout: float = 15.0) -> int:
@@ -819,7 +802,7 @@ def test_corruption_in_the_middle_refuses_to_start_until_repaired(server_factory
     assert "--repair-aof" in log, log
     assert aof.read_bytes() == data, "a node that refused to start modified the file"
 
-    r = node_cli("--repair-aof", str(srv.binlog_dir))
+    r = run_node("--repair-aof", str(srv.binlog_dir))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"dropped {len(data) - rec_start} bytes" in r.stdout, r.stdout
     backups = list(srv.binlog_dir.glob(AOF_NAME + ".corrupt-*"))
@@ -873,7 +856,7 @@ def test_repair_refuses_while_a_node_runs(server_factory: ServerFactory):
     c = srv.connect()
     c.put(b"x", expect_id=1)
     before = aof_path(srv).read_bytes()
-    r = node_cli("--repair-aof", str(srv.binlog_dir))
+    r = run_node("--repair-aof", str(srv.binlog_dir))
     assert r.returncode != 0, r.stdout + r.stderr
     assert "in use by another disq-node" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -1018,23 +1001,11 @@ def start_and_connect_first(srv: ServerProcess) -> Conn:
     test's own, so its first command is the first command the node ever sees.
 
     (The fixture's probe sends ``quit``, which is a command: it would hide bugs about what
-    the node does before its first command.)  The process is registered on ``srv`` so the
-    fixture kills it at teardown.
+    the node does before its first command.)  ``srv`` is the fixture's, which kills it at
+    teardown.
     """
-    assert srv.proc is None or srv.proc.poll() is not None
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
-    with open(srv.data_dir / "server.log", "ab") as log:  # where log_text() reads
-        srv.proc = subprocess.Popen(
-            srv.argv(),
-            cwd=str(PROJECT_ROOT),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    srv.start(wait=False)
+    assert srv.proc is not None
     deadline = time.monotonic() + 15
     while True:
         assert srv.proc.poll() is None, f"node exited during start-up:\n{srv.log_text()}"

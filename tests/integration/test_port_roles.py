@@ -6,9 +6,7 @@ Real node processes; the taken port is held by a socket of the test.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ if str(ROOT) not in sys.path:
 
 from conftest import ServerFactory, free_port  # noqa: E402
 
+from cluster.nodeproc import run_node  # noqa: E402
 from disq.client.probe import describe_address  # noqa: E402
 
 
@@ -42,11 +41,10 @@ def test_a_port_that_cannot_be_bound_is_named_with_its_role(flag: str, role: str
         held.listen(1)
         taken = held.getsockname()[1]
         ports[flag] = taken
-        argv = [sys.executable, "-m", "disq.node_main", "--in-memory", "-l", "127.0.0.1"]
+        args = ["--in-memory", "-l", "127.0.0.1"]
         for f, p in ports.items():
-            argv += [f, str(p)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "DISQ_PURE": "1"}
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            args += [f, str(p)]
+        done = run_node(*args, env={"DISQ_PURE": "1"})
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"disq-node: cannot listen on the {role} port 127.0.0.1:{taken}: ")

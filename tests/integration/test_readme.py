@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from conftest import PROJECT_ROOT, SERVER_KIND, ServerFactory, ServerProcess, fr
 from eventually import eventually
 
 from cluster.lab import Lab
+from cluster.nodeproc import tcp_accepts
 from cluster.resp_client import RespClient, RespError
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -151,17 +151,13 @@ class ReadmeNode:
 
 
 @pytest.fixture(scope="module")
-def readme_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeNode]:
+def readme_node(module_factory: ServerFactory) -> ReadmeNode:
     """One node with every client port, shared by the checks below (each its own queue)."""
     if SERVER_KIND != "disq":
         pytest.skip("RESP, gRPC and the integrations are disq's")
-    factory = ServerFactory(tmp_path_factory.mktemp("readme"))
     resp_port, grpc_port = free_port(), free_port()
-    factory.new("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
-    try:
-        yield ReadmeNode(resp_port, grpc_port)
-    finally:
-        factory.close()
+    module_factory.new("--resp-port", str(resp_port), "--grpc-port", str(grpc_port))
+    return ReadmeNode(resp_port, grpc_port)
 
 
 def _redis_cli() -> str:
@@ -246,7 +242,9 @@ def _accepts(port: int) -> bool:
     return True
 
 
-def test_readme_make_run_serves_the_embedded_defaults(tmp_path: Path) -> None:
+def test_readme_make_run_serves_the_embedded_defaults(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     """`make run` (`disq-node`, no argument): beanstalk on 127.0.0.1:11300, RESP on 7711, the
     bus (gRPC) on 7710, every port on loopback only, the AOF on with fsync every second in
     ./disq-data, and SIGTERM stops it with status 0. The ports are fixed: on a machine where
@@ -258,13 +256,14 @@ def test_readme_make_run_serves_the_embedded_defaults(tmp_path: Path) -> None:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 pytest.skip(f"port {port} ({role}) is taken on this machine")
-    node = Path(sys.executable).with_name("disq-node")
-    argv = [str(node)] if node.exists() else [sys.executable, "-m", "disq.node_main"]
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    with open(tmp_path / "node.log", "wb") as log:
-        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=log)
+    script = Path(sys.executable).with_name("disq-node")
+    node = server_factory.node(
+        cmd=[str(script)] if script.exists() else None,
+        cwd=tmp_path,
+        log_path=tmp_path / "node.log",
+        ready=tcp_accepts(11300),  # the beanstalk port
+    )
     try:
-        eventually(lambda: _accepts(11300), "the beanstalk port")
         with socket.create_connection(("127.0.0.1", 11300), timeout=5) as s:
             s.sendall(b"put 0 0 60 5\r\nhello\r\n")
             assert s.recv(100) == b"INSERTED 1\r\n"
@@ -285,8 +284,7 @@ def test_readme_make_run_serves_the_embedded_defaults(tmp_path: Path) -> None:
             a in ("127.0.0.1", "::ffff:127.0.0.1") for a in listening
         ), listening
     finally:
-        proc.send_signal(signal.SIGTERM)
-        status = proc.wait(30)
+        status = node.stop(30)  # SIGTERM
     assert status == 0, (tmp_path / "node.log").read_text()
 
 

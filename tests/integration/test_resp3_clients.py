@@ -18,15 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import ServerFactory, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eventually import eventually  # noqa: E402
-
-from cluster.resp_client import RespClient  # noqa: E402
+from cluster.nodeproc import resp_pong  # noqa: E402
 
 redis = pytest.importorskip("redis")
 
@@ -36,41 +34,28 @@ ID = rb"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}"
 WRONGPASS = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
 
 
-def _start(tmp: Path, *extra: str) -> Iterator[int]:
+def _start(factory: ServerFactory, *extra: str) -> Iterator[int]:
     port = free_port()
-    log = tmp / "node.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", "-l", "127.0.0.1", "-p", str(free_port()),
-             "--resp-port", str(port), "--grpc-port", str(free_port()), *extra],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            auth = ("AUTH", PASSWORD) if extra else None
-
-            def up() -> bool:
-                with RespClient("127.0.0.1", port) as c:
-                    if auth:
-                        c.call(*auth)
-                    return c.call("PING") == "PONG"
-
-            eventually(up, "node up")
-            yield port
-            assert proc.poll() is None, "the node died"
-        finally:
-            proc.terminate()
-            proc.wait(15)
-    assert b"Traceback" not in log.read_bytes()
+    node = factory.node(
+        "-l", "127.0.0.1", "-p", str(free_port()),
+        "--resp-port", str(port), "--grpc-port", str(free_port()), *extra,
+        ready=resp_pong(port, password=PASSWORD if extra else None),
+    )  # fmt: skip
+    yield port
+    assert node.is_running(), "the node died"
+    node.terminate()
+    node.wait(15)
+    assert "Traceback" not in node.log_text()
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    yield from _start(tmp_path_factory.mktemp("resp3"))
+def port(module_factory: ServerFactory) -> Iterator[int]:
+    yield from _start(module_factory)
 
 
 @pytest.fixture(scope="module")
-def auth_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    yield from _start(tmp_path_factory.mktemp("resp3auth"), "--requirepass", PASSWORD)
+def auth_port(module_factory: ServerFactory) -> Iterator[int]:
+    yield from _start(module_factory, "--requirepass", PASSWORD)
 
 
 # ------------------------------------------------------------------ the wire

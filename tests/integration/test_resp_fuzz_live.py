@@ -13,21 +13,19 @@ import os
 import random
 import socket
 import struct
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import ServerFactory, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from eventually import eventually  # noqa: E402
-
+from cluster.nodeproc import resp_pong  # noqa: E402
 from cluster.resp_client import RespClient, encode_command  # noqa: E402
 
 BASE_SEED = int(os.environ.get("DISQ_FUZZ_SEED", random.randrange(1 << 32)))
@@ -75,22 +73,15 @@ def _stream(rng: random.Random) -> bytes:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+def node(server_factory: ServerFactory, tmp_path: Path) -> Iterator[tuple[int, Path]]:
     port, gport = free_port(), free_port()
     log = tmp_path / "node.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "disq.node_main", "-l", "127.0.0.1", "-p", str(free_port()),
-             "--resp-port", str(port), "--grpc-port", str(gport)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            eventually(lambda: RespClient("127.0.0.1", port).call("PING") == "PONG", "node up")
-            yield port, log
-            assert proc.poll() is None, "the node died"
-        finally:
-            proc.terminate()
-            proc.wait(15)
+    proc = server_factory.node(
+        "-l", "127.0.0.1", "-p", str(free_port()), "--resp-port", str(port),
+        "--grpc-port", str(gport), ready=resp_pong(port), log_path=log,
+    )  # fmt: skip
+    yield port, log
+    assert proc.is_running(), "the node died"
 
 
 @pytest.mark.slow

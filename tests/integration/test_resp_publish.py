@@ -7,7 +7,6 @@ only (``cmdstat_addjob``); a gRPC AddJob does not move it."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,12 +100,8 @@ def start_node(factory: ServerFactory, *extra: str) -> Node:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    factory = ServerFactory(tmp_path_factory.mktemp("resp-publish"))
-    try:
-        yield start_node(factory)
-    finally:
-        factory.close()
+def node(module_factory: ServerFactory) -> Node:
+    return start_node(module_factory)
 
 
 def _drain(conn: kombu.Connection, queue: str, n: int) -> list[Any]:

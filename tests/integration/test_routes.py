@@ -51,12 +51,6 @@ def qlens(lab: Lab, queue: str) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("routes3"), node_timeout_ms=1500) as lab:
-        yield lab
-
-
-@pytest.fixture(scope="module")
 def clients(lab3: Lab) -> Iterator[list[Client]]:
     cs = [held(lab3, i) for i in range(lab3.n)]
     try:

@@ -58,12 +58,6 @@ def all_addrs(lab: Lab) -> str:
     return ",".join(addr(lab, i) for i in range(lab.n))
 
 
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("sdk3"), node_timeout_ms=1500) as lab:
-        yield lab
-
-
 # ----------------------------------------------------------------------------- the API itself
 def test_health_and_reflection_on_the_grpc_port(lab3: Lab) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc

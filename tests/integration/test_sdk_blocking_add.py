@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,6 @@ from disq.client import (  # noqa: E402
 
 def addr(lab: Lab, i: int) -> str:
     return f"127.0.0.1:{lab.node(i).bus_port}"
-
-
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("blocking3"), node_timeout_ms=1500) as lab:
-        yield lab
 
 
 class _SeedOrder(random.Random):

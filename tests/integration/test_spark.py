@@ -42,12 +42,6 @@ def spark() -> Iterator[Any]:
     s.stop()
 
 
-@pytest.fixture(scope="module")
-def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with Lab(3, tmp_path_factory.mktemp("spark3"), node_timeout_ms=1500) as lab:
-        yield lab
-
-
 def nodes(lab: Lab) -> str:
     return ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
 

@@ -8,8 +8,6 @@ Real node processes; behaviour and order only, never times.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import ServerFactory, free_bus_port, free_port  # noqa: E402
-from eventually import eventually  # noqa: E402
+from conftest import ServerFactory, free_port  # noqa: E402
+from eventually import all_know_each_other, eventually  # noqa: E402
 
 from cluster.resp_client import RespClient  # noqa: E402
 from disq.client import Client  # noqa: E402
@@ -60,131 +58,56 @@ def test_a_lone_node_serves_its_client_ports_then_its_bus(server_factory: Server
     assert events.index("listening") < events.index("peer_links_listening"), events
 
 
-def test_lone_drop_in_nodes_meet_after_they_serve(tmp_path: Path) -> None:
+def test_lone_drop_in_nodes_meet_after_they_serve(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
     """Two nodes started from configs with only ``port`` and ``dir`` (no peers: each serves
     before its bus loads), then CLUSTER MEET on the client port: they form a cluster and a
     job is replicated on both."""
-    ports = [free_bus_port(), free_bus_port()]
-    procs = []
-    try:
-        for i, port in enumerate(ports):
-            (tmp_path / f"d{i}").mkdir()
-            conf = tmp_path / f"n{i}.conf"
-            conf.write_text(f"port {port}\ndir d{i}\n")
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "disq.node_main", conf.name],
-                    cwd=tmp_path,
-                    env={**os.environ, "PYTHONPATH": str(ROOT)},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        for port in ports:
-            eventually(
-                lambda port=port: RespClient("127.0.0.1", port).call("PING") == "PONG",
-                f"node {port} answers PING",
-                timeout=60,
-            )
-        # At once, the bus of the other possibly still loading: the MEET is resent until met.
-        assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
-        for port in ports:
-            eventually(
-                lambda port=port: (
-                    b"cluster_known_nodes:2"
-                    in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-                ),
-                f"node {port} knows both",
-                timeout=60,
-            )
-        first = RespClient("127.0.0.1", ports[0])
-        job_id = first.call("ADDJOB", "met", "x", 5000, "REPLICATE", 2)
-        for port in ports:
-            shown = RespClient("127.0.0.1", port).call("SHOW", job_id)
-            assert shown, f"node {port} holds no copy of {job_id}"
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
+    ports, _ = server_factory.drop_in_nodes(2, tmp_path)
+    # At once, the bus of the other possibly still loading: the MEET is resent until met.
+    assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
+    all_know_each_other(ports)
+    first = RespClient("127.0.0.1", ports[0])
+    job_id = first.call("ADDJOB", "met", "x", 5000, "REPLICATE", 2)
+    for port in ports:
+        shown = RespClient("127.0.0.1", port).call("SHOW", job_id)
+        assert shown, f"node {port} holds no copy of {job_id}"
 
 
 def test_a_node_restarted_with_a_peer_greets_it_then_serves_clients_then_its_api(
-    tmp_path: Path,
+    server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     """A node restarted on a view that holds a peer dials it before its client ports serve
     (peers hear first), and loads its gRPC client API after them: its log has the link up
     before it listened, the API loaded after, and the API then serves (health and a job)."""
-    ports = [free_bus_port(), free_bus_port()]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ports, nodes = server_factory.drop_in_nodes(2, tmp_path)
+    assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
+    all_know_each_other(ports)
+    nodes[0].terminate()  # SIGTERM: drains (nothing to hand off), saves its view, exits
+    assert nodes[0].wait(30) == 0
+    log = tmp_path / "restart.log"  # the restarted node's own lines only
+    nodes[0].log_path = log
+    nodes[0].start()  # until it answers PING
+    grpc_port = ports[0] + 10000
 
-    def start(i: int, log: Path | None = None) -> subprocess.Popen[bytes]:
-        out = open(log, "wb") if log is not None else None  # the node's log lines: stderr
+    def api_serving() -> bool:
         try:
-            return subprocess.Popen(
-                [sys.executable, "-m", "disq.node_main", f"n{i}.conf"],
-                cwd=tmp_path,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=out if out is not None else subprocess.DEVNULL,
-            )
-        finally:
-            if out is not None:
-                out.close()  # the child has its own descriptor
-
-    def answers(port: int) -> bool:
-        try:
-            return RespClient("127.0.0.1", port).call("PING") == "PONG"
-        except OSError:
+            return _serving(grpc_port)
+        except grpc.RpcError as exc:  # UNAVAILABLE, "not run": its API is loading
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
             return False
 
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for i, port in enumerate(ports):
-            (tmp_path / f"d{i}").mkdir()
-            (tmp_path / f"n{i}.conf").write_text(f"port {port}\ndir d{i}\n")
-            procs.append(start(i))
-        for port in ports:
-            eventually(lambda port=port: answers(port), f"node {port} answers PING", timeout=60)
-        assert RespClient("127.0.0.1", ports[0]).call("CLUSTER", "MEET", "127.0.0.1", ports[1])
-        for port in ports:
-            eventually(
-                lambda port=port: (
-                    b"cluster_known_nodes:2"
-                    in RespClient("127.0.0.1", port).call("CLUSTER", "INFO")
-                ),
-                f"node {port} knows both",
-                timeout=60,
-            )
-        procs[0].terminate()  # SIGTERM: drains (nothing to hand off), saves its view, exits
-        assert procs[0].wait(30) == 0
-        log = tmp_path / "restart.log"
-        procs[0] = start(0, log)
-        eventually(lambda: answers(ports[0]), "the restarted node answers PING", timeout=60)
-        grpc_port = ports[0] + 10000
-
-        def api_serving() -> bool:
-            try:
-                return _serving(grpc_port)
-            except grpc.RpcError as exc:  # UNAVAILABLE, "not run": its API is loading
-                assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
-                return False
-
-        eventually(api_serving, "its gRPC health service to say SERVING", 60)
-        with Client(f"127.0.0.1:{grpc_port}", discover=False) as c:
-            job_id = c.add_job("restart-order", b"after a restart", replicate=2)
-            got = c.get_jobs("restart-order", count=1, timeout_s=5)
-        assert [j.id for j in got] == [job_id]
-        eventually(
-            lambda: "client_api_loaded" in _events(log.read_text()),
-            "the node to log its client API loaded",
-            timeout=30,
-        )
-        events = _events(log.read_text())
-        assert events.index("peer_link_up") < events.index("listening"), events
-        assert events.index("listening") < events.index("client_api_loaded"), events
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
+    eventually(api_serving, "its gRPC health service to say SERVING", 60)
+    with Client(f"127.0.0.1:{grpc_port}", discover=False) as c:
+        job_id = c.add_job("restart-order", b"after a restart", replicate=2)
+        got = c.get_jobs("restart-order", count=1, timeout_s=5)
+    assert [j.id for j in got] == [job_id]
+    eventually(
+        lambda: "client_api_loaded" in _events(log.read_text()),
+        "the node to log its client API loaded",
+        timeout=30,
+    )
+    events = _events(log.read_text())
+    assert events.index("peer_link_up") < events.index("listening"), events
+    assert events.index("listening") < events.index("client_api_loaded"), events

@@ -15,7 +15,6 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from conftest import ServerFactory, ServerProcess, free_port  # noqa: E402
 from eventually import eventually  # noqa: E402
 from wire import Conn  # noqa: E402
 
+from cluster.nodeproc import run_node  # noqa: E402
 from cluster.resp_client import ReplyParser, RespClient, encode_command  # noqa: E402
 
 TIMEOUT = 10.0
@@ -143,14 +143,10 @@ def _start(factory: ServerFactory, certs: Path, *auth: str) -> TlsNode:
 
 
 @pytest.fixture(scope="module")
-def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
-    f = ServerFactory(tmp_path_factory.mktemp("tlsnodes"))
-    if f.kind != "disq":
+def factory(module_factory: ServerFactory) -> ServerFactory:
+    if module_factory.kind != "disq":
         pytest.skip("TLS ports are disq's")
-    try:
-        yield f
-    finally:
-        f.close()
+    return module_factory
 
 
 @pytest.fixture(scope="module")
@@ -287,10 +283,9 @@ def test_client_auth_refuses_a_client_without_certificate(auth_node: TlsNode, ce
 
 
 def test_tls_ports_need_a_certificate(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", "--in-memory", "-p", str(free_port()),
-         "--beanstalk-tls-port", str(free_port())],
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
+    out = run_node(
+        "--in-memory", "-p", str(free_port()), "--beanstalk-tls-port", str(free_port()),
+        timeout=30,
     )  # fmt: skip
     assert out.returncode == 1
     assert "--tls-cert" in out.stderr
@@ -329,7 +324,7 @@ def test_tls_client_that_stops_reading_then_vanishes_releases_its_job(
         c.expect(b"DELETED\r\n")
 
 
-def test_config_file_keys(certs: Path, tmp_path: Path) -> None:
+def test_config_file_keys(server_factory: ServerFactory, certs: Path, tmp_path: Path) -> None:
     """Disque-style config: ``tls-port`` (RESP, Redis's name) and ``beanstalk-tls-port``."""
     resp_tls, beanstalk_tls = free_port(), free_port()
     conf = tmp_path / "disque.conf"
@@ -339,26 +334,13 @@ def test_config_file_keys(certs: Path, tmp_path: Path) -> None:
         f"tls-cert-file {certs / 'server.pem'}\ntls-key-file {certs / 'server.key'}\n"
         f"tls-ca-cert-file {certs / 'ca.pem'}\ntls-auth-clients yes\n"
     )
-    log = (tmp_path / "node.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "disq.node_main", str(conf)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        ctx = _client_ctx(certs, cert=True)
+    ctx = _client_ctx(certs, cert=True)
 
-        def ping() -> bool:
-            assert proc.poll() is None, (tmp_path / "node.log").read_text()
-            raw = socket.create_connection(("127.0.0.1", resp_tls), timeout=TIMEOUT)
-            with ctx.wrap_socket(raw, server_hostname="localhost") as sock:
-                return _resp_call(sock, "PING") == "PONG"
+    def ping() -> bool:  # PING on the config file's tls-port
+        raw = socket.create_connection(("127.0.0.1", resp_tls), timeout=TIMEOUT)
+        with ctx.wrap_socket(raw, server_hostname="localhost") as sock:
+            return _resp_call(sock, "PING") == "PONG"
 
-        eventually(ping, "PING on the config file's tls-port", timeout=20)
-        with _tls_conn(beanstalk_tls, ctx) as conn:
-            _beanstalk_round(conn)
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
+    server_factory.node(str(conf), ready=ping, log_path=tmp_path / "node.log")
+    with _tls_conn(beanstalk_tls, ctx) as conn:
+        _beanstalk_round(conn)

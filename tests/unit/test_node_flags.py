@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from cluster.nodeproc import run_node
 from disq.node_flags import DEFAULTS, beanstalkd_args
 from disq.node_main import build_parser
 
@@ -82,11 +83,6 @@ def test_a_beanstalkd_flags_start_never_imports_argparse() -> None:
 
 
 def test_a_bad_beanstalkd_value_still_gets_argparses_error() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", "-p", "x"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = run_node("-p", "x", timeout=30)
     assert out.returncode == 2
     assert "argument -p: invalid int value: 'x'" in out.stderr

@@ -12,6 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cluster.nodeproc import run_node
+
 
 def test_bind_happens_before_heavy_imports() -> None:
     # A fresh interpreter: import the entry module and bind, then list what got imported.
@@ -72,13 +74,8 @@ def test_the_build_manifest_reader_reads_what_setup_writes(tmp_path: Path) -> No
 
 
 def test_version_flag() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "disq.node_main", "-v"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    )
+    out = run_node("-v", timeout=30)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("disq-node ")
 
 
