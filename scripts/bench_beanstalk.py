@@ -63,7 +63,7 @@ from bench_common import (  # noqa: E402
 )
 from bench_common import LoadResult as BaseLoadResult  # noqa: E402
 
-LOADGEN_SRC = ROOT / "scripts" / "loadgen.c"
+LOADGEN_SRC = ROOT / "bench" / "loadgen" / "loadgen.c"
 LOADGEN_BIN = ROOT / "scripts" / "loadgen"
 HOST = "127.0.0.1"
 

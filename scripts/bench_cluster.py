@@ -95,7 +95,7 @@ from bench_common import LoadResult as BaseLoadResult  # noqa: E402
 
 from cluster.resp_client import RespClient, RespError, info_fields  # noqa: E402
 
-LOADGEN_SRC = ROOT / "scripts" / "resp_loadgen.c"
+LOADGEN_SRC = ROOT / "bench" / "loadgen" / "resp_loadgen.c"
 LOADGEN_BIN = ROOT / "scripts" / "resp_loadgen"
 HOST = "127.0.0.1"
 NODES = 3
