@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "beanstalk": "beanstalk",
     "cluster": "cluster",
     "compare": "compare",
+    "sdk": "sdk",
+    "celery": "celery_brokers",
 }
 
 
