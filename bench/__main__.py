@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "compare": "compare",
     "sdk": "sdk",
     "celery": "celery_brokers",
+    "restart": "restart",
+    "startup": "startup",
 }
 
 
