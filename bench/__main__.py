@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "celery": "celery_brokers",
     "restart": "restart",
     "startup": "startup",
+    "memory": "memory",
 }
 
 
