@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "restart": "restart",
     "startup": "startup",
     "memory": "memory",
+    "spark": "spark",
+    "analytics": "analytics",
 }
 
 
