@@ -25,6 +25,8 @@ SUBCOMMANDS = {
     "memory": "memory",
     "spark": "spark",
     "analytics": "analytics",
+    "dashboard": "dashboard",
+    "metrics": "metrics",
 }
 
 
