@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "analytics": "analytics",
     "dashboard": "dashboard",
     "metrics": "metrics",
+    "profile": "profile_row",
 }
 
 
