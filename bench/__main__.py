@@ -28,6 +28,9 @@ SUBCOMMANDS = {
     "dashboard": "dashboard",
     "metrics": "metrics",
     "profile": "profile_row",
+    "hops": "hops",
+    "mypyc": "compiled",
+    "schedules": "schedules",
 }
 
 
