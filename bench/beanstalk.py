@@ -28,7 +28,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +88,7 @@ class System:
 
 
 def disq_system(
-    build: Build, persist_flags: list[str], extra_flags: list[str] = (), name: str = "disq"
+    build: Build, persist_flags: list[str], extra_flags: Sequence[str] = (), name: str = "disq"
 ) -> System:
     """A standalone disq node of ``build`` (``-b DIR`` plus ``persist_flags`` when on)."""
 
@@ -332,7 +332,7 @@ def _throughput(
 
 
 def _memory_and_restart(
-    extras: list[str],
+    extras: Sequence[str],
     systems: list[System],
     jobs: int,
     restart_timeout_s: float,

@@ -233,7 +233,7 @@ def run_row(row: Row, nodes: Nodes, opts: RunOptions, tmp: Path) -> Cell:
 
     def run() -> Cell:
         with running(nodes, row.aof, base) as lab:
-            ops, notes = 0, []
+            ops, notes = 0, list[str]()
             if row.workload.loadgen == "getjob-ackjob":
                 ops, notes = prefill(lab, row, opts)
             res = run_load(lab, row, opts, ops)

@@ -16,7 +16,7 @@ import runpy
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 def _record(conf: str) -> None:
@@ -58,10 +58,10 @@ def _record(conf: str) -> None:
     NodeRuntime.on_peer_messages = on_peer_messages  # type: ignore[method-assign]
     real_exit = os._exit
 
-    def exit_after_writing(code: int) -> None:
+    def exit_after_writing(status: int) -> NoReturn:
         # The node leaves through os._exit (no atexit): write the events on the way out.
         (Path(conf).parent / "hops.json").write_text(json.dumps(events))
-        real_exit(code)
+        real_exit(status)
 
     os._exit = exit_after_writing
 

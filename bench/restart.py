@@ -113,7 +113,7 @@ class Subject:
 
     name: str
     restart: Callable[[], dict[str, float]]
-    close: Callable[[], None]
+    close: Callable[[], object]
 
 
 def disq_subject(name: str, build: Build, base: Path, jobs: int, with_peer: bool) -> Subject:

@@ -59,7 +59,7 @@ def collect(lab: Lab, seconds: float, skip: set[int]) -> dict[int, list[float]]:
                 jobs = node.call("GETJOB", "NOHANG", "COUNT", 100, "FROM", "ticks")
             except (OSError, RespError):
                 continue
-            for _, job_id, _ in jobs or []:  # type: ignore[union-attr]
+            for _, job_id, _ in jobs or []:
                 shown = _pairs(node.call("SHOW", job_id))
                 node.call("ACKJOB", job_id)
                 if _text(job_id) in seen:
@@ -159,6 +159,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, report: Report) -> None:
     if args.misfire:
-        misfire(*((600, 100) if args.quick else (args.down_s, args.catchup)), report)
+        down_s, catchup = (600, 100) if args.quick else (args.down_s, args.catchup)
+        misfire(down_s, catchup, report)
     else:
         phases(4.0 if args.quick else args.seconds, report)

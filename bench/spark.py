@@ -37,7 +37,7 @@ def bus_addrs(lab: Lab) -> str:
 
 
 def qlen_total(lab: Lab, queue: str) -> int:
-    return sum(int(nd.call("QLEN", queue)) for nd in lab.nodes)  # type: ignore[arg-type]
+    return sum(int(nd.call("QLEN", queue)) for nd in lab.nodes)
 
 
 def sdk_rate(nodes: str, queue: str, rows: int, repl: int, keys: bool) -> float:
