@@ -13,7 +13,10 @@ the gRPC API at port + 10000), 100-byte bodies, REPLICATE 1, RETRY 60, rows in t
 
 Each row runs --seconds (a consumer row also ends when its queues are empty). Reported: ops/s,
 the nodes' CPU and the client's (the SDK's own cost is on the client side, the C generator's
-is small), and SDK / RESP.
+is small), and SDK / RESP. Then, on the last cluster, one add at a time from this process
+(--calls each, 600-byte bodies): the SDK's ``add_job`` (a unary gRPC call), the same add over
+the node's RESP port with the SDK's node view (what the Celery and Dramatiq integrations
+send), and a bare ADDJOB on a socket: wall time, this process's CPU and node 0's per call.
 
   python -m bench sdk
   python -m bench sdk --seconds 3 --repeat 3
@@ -25,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import disq_nodes, pids, ports, running
-from bench.common import BODY_BYTES, HOST, Build, cpu_window, log, median, resp_load
+from bench.common import (
+    BODY_BYTES,
+    HOST,
+    Build,
+    cpu_seconds,
+    cpu_window,
+    log,
+    median,
+    resp_load,
+    resp_request,
+)
 from bench.report import Report, fmt_int, ratio
 from cluster.lab import BUS_PORT_OFFSET, Lab
 
@@ -104,6 +118,51 @@ def resp_row(workload: str, lab: Lab, seconds: float) -> dict[str, Any]:
     return {"ops": r.ops, "seconds": r.seconds, "errors": r.errors}
 
 
+def one_at_a_time(lab: Lab, calls: int) -> dict[str, tuple[float, float, float]]:
+    """One add at a time on node 0, as a producer publishing a task at a time makes them
+    (600-byte bodies, about a Celery message): the SDK's add (one unary gRPC call), the same
+    add over the node's RESP port with the SDK's node view (what the Celery and Dramatiq
+    integrations send), and a bare ADDJOB on a socket. Per call: wall µs, this process's CPU
+    µs, node 0's CPU µs."""
+    from disq.client import Client
+    from disq.integrations.resp_adds import RespAdds
+
+    body = b"x" * 600
+    node = lab.node(0)
+    assert node.pid is not None
+    sock = socket.create_connection((HOST, node.port))
+    request = resp_request("ADDJOB", "one-raw", body, "5000", "REPLICATE", "1")
+
+    def raw() -> None:
+        sock.sendall(request)
+        if not sock.recv(4096).startswith(b"+D-"):
+            raise RuntimeError("ADDJOB failed")
+
+    out = {}
+    with sock, Client(f"{HOST}:{node.bus_port}", discover=False) as client:
+        adds = RespAdds(client)
+        for name, call in (
+            ("SDK add_job (unary gRPC)", lambda: client.add_job("one-sdk", body, replicate=1)),
+            (
+                "SDK's RESP add (the integrations')",
+                lambda: adds.add_job("one-resp", body, replicate=1),
+            ),
+            ("bare ADDJOB on a socket", raw),
+        ):
+            for _ in range(min(200, calls)):  # warm-up: connections made, code loaded
+                call()
+            node0, cpu0, t0 = cpu_seconds(node.pid), time.process_time(), time.perf_counter()
+            for _ in range(calls):
+                call()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            out[name] = (
+                wall / calls * 1e6,
+                cpu / calls * 1e6,
+                (cpu_seconds(node.pid) - node0) / calls * 1e6,
+            )
+    return out
+
+
 def one_size(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     with running(disq_nodes(Build.this(), n=n), False, Path(tempfile.mkdtemp(dir=tmp))) as lab:
@@ -126,6 +185,8 @@ def one_size(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, dict[str,
             log(f"{n} node(s) {name}: {res['ops_per_s']:,.0f} ops/s, errors {res['errors']}")
             if lab.check_crashes():
                 raise RuntimeError(f"a node exited:\n{lab.node(0).log_tail(5)}")
+        if n == args.one_at_a_time_nodes:
+            rows["one at a time"] = one_at_a_time(lab, args.calls)
     return rows
 
 
@@ -136,11 +197,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="1,3", help="cluster sizes (default %(default)s)")
     p.add_argument("--batch", type=int, default=500, help="jobs per AddJobs / GetJobs call")
     p.add_argument("--tasks", type=int, default=4, help="calls in flight per node")
+    p.add_argument("--calls", type=int, default=2000, help="one-at-a-time adds per path")
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
     args.seconds = args.seconds or (1.0 if args.quick else 3.0)
     sizes = [1] if args.quick else [int(s) for s in args.sizes.split(",")]
+    args.calls = 200 if args.quick else args.calls
+    args.one_at_a_time_nodes = sizes[-1]
     table = report.table(
         f"batch {args.batch}, {args.tasks} calls in flight per node, {args.seconds:g} s rows, "
         f"REPLICATE 1, AOF off; RESP: 50 connections x pipeline 16; median of {args.repeat}",
@@ -171,6 +235,21 @@ def run(args: argparse.Namespace, report: Report) -> None:
                     ratio(med[name], med[SDK_OVER_RESP[name]]) if name in SDK_OVER_RESP else "-",
                 )
     report.note("CPU columns from the last run; client: the load generator or the SDK process")
+    single = report.table(
+        f"one add at a time on node 0 of {sizes[-1]}, REPLICATE 1, 600-byte bodies, "
+        f"{args.calls:,} calls each (last run)",
+        [
+            "path",
+            "wall µs/call",
+            "client CPU µs/call",
+            "node 0 CPU µs/call",
+            "client CPU x the RESP add",
+        ],
+    )
+    paths = runs[-1]["one at a time"]
+    resp_cpu = paths["SDK's RESP add (the integrations')"][1]
+    for name, (wall, cpu, node_cpu) in paths.items():
+        single.add(name, f"{wall:,.0f}", f"{cpu:,.0f}", f"{node_cpu:,.0f}", ratio(cpu, resp_cpu))
 
 
 if __name__ == "__main__":
