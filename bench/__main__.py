@@ -38,9 +38,9 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the servers
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The command line: one subparser per subcommand, each with --markdown and --json."""
+    top = argparse.ArgumentParser(
         prog="python -m bench",
         description=bench.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--markdown", type=Path, help="also write the report to this file")
     common.add_argument("--json", type=Path, help="write the report and raw figures as JSON")
-    subs = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+    subs = top.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
     for name, module_name in SUBCOMMANDS.items():
         module = importlib.import_module(f"bench.{module_name}")
         p = subs.add_parser(
@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         module.add_arguments(p)
         p.set_defaults(run=module.run)
-    args = parser.parse_args(argv)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     report = Report(argv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.__main__ import SUBCOMMANDS
+from bench.__main__ import SUBCOMMANDS, parser
 from bench.common import free_port, run_loadgen
 from bench.compare import verdict
 from bench.report import Report, ratio
@@ -134,3 +135,52 @@ def test_schedules_misfire_times_the_catch_up_looks() -> None:
     row = next(ln for ln in out.splitlines() if re.match(r"\| \d+ \|", ln))
     looks, max_ms, _median, _total, skipped = (c.strip() for c in row.strip("|").split("|"))
     assert int(looks) > 0 and float(max_ms) > 0 and int(skipped) > 0
+
+
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+HEADINGS = [
+    "The machine and the method",
+    "Beanstalk door beside beanstalkd",
+    "Disque commands on three nodes beside Disque",
+    "One replicated add, hop by hop",
+    "The gRPC SDK beside RESP",
+    "Compiled with mypyc",
+    "Celery and Dramatiq",
+    "Start at the floor",
+    "A restarted node's first answer",
+    "A large replay",
+    "Memory per job",
+    "Spark",
+    "Schedules",
+    "What an open dashboard costs a node",
+    "Metrics cost",
+    "Kubernetes StatefulSet rolling restart",
+    "Disque's Tcl suite and the client suites",
+    "The test suite's time",
+]
+
+
+def test_benchmarks_md_is_short_has_its_headings_and_no_issue_numbers() -> None:
+    """At most 800 lines of current figures (history is in git), under the headings README,
+    ARCHITECTURE.md and docs/readme-claims.md point at."""
+    text = BENCHMARKS.read_text()
+    assert len(text.splitlines()) <= 800
+    assert not re.search(r"\bissues? #?\d", text, re.I)
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert [h for h in headings if h in HEADINGS] == HEADINGS
+
+
+def test_every_command_in_benchmarks_md_is_one_the_harness_takes() -> None:
+    """Each ``python -m bench ...`` line (with its continuation lines) parses: the subcommand
+    and every option exist. Commands in prose (between backticks) count too."""
+    text = BENCHMARKS.read_text().replace("\\\n", " ")
+    commands = re.findall(r"python -m bench [^`\n]+", text)
+    assert len(commands) > 20
+    for command in commands:
+        argv = shlex.split(command.split("#", 1)[0])[3:]
+        if argv[0] in ("<subcommand>", "--help"):
+            continue
+        try:
+            parser().parse_args(argv)
+        except SystemExit as exc:  # argparse's way of refusing
+            raise AssertionError(f"docs/benchmarks.md: {command!r} does not parse") from exc
