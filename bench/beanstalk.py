@@ -39,6 +39,7 @@ from bench.common import (
     Build,
     Cell,
     beanstalk_load,
+    exchange,
     log,
     measure_cell,
     measured,
@@ -111,14 +112,7 @@ def beanstalkd_system(persist_flags: list[str]) -> System:
 def stats(port: int) -> dict[str, str]:
     """beanstalk's ``stats``, parsed."""
     with socket.create_connection((HOST, port), timeout=10) as s:
-        s.sendall(b"stats\r\n")
-        buf = b""
-        while b"\r\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise BenchError("connection closed")
-            buf += chunk
-        header, rest = buf.split(b"\r\n", 1)
+        header, rest = exchange(s, b"stats\r\n").split(b"\r\n", 1)
         need = int(header.split()[1]) + 2
         while len(rest) < need:
             chunk = s.recv(65536)

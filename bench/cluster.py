@@ -269,9 +269,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fill-factor", type=float, default=6.0, help="getjob-ackjob prefill, x run")
     p.add_argument("--max-fill", type=int, default=2_000_000, help="cap on jobs prefilled")
     p.add_argument("--keep-dirs", action="store_true", help="keep the nodes' dirs and logs")
-    p.add_argument("--disque", type=Path, help="a disque-server (default /tmp/disque's build)")
-    p.add_argument("--build-disque", action="store_true", help="build /tmp/disque if missing")
-    p.add_argument("--no-disque", action="store_true", help="disq alone")
+    servers.add_disque_options(p)
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
@@ -283,7 +281,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
         keep_dirs=args.keep_dirs,
     )
     systems = [disq_nodes(Build.this())]
-    disque = None if args.no_disque else servers.disque_server(args.disque, args.build_disque)
+    disque = servers.disque_from(args)
     if disque is not None:
         systems.append(disque_nodes(disque))
         report.note(f"reference: Disque at {disque}, the same config lines")

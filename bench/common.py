@@ -323,17 +323,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def exchange(sock: socket.socket, request: bytes, until: bytes = b"\r\n") -> bytes:
+    """Send ``request`` and read until ``until`` has arrived; what was read (ConnectionError
+    if the peer closed first)."""
+    sock.sendall(request)
+    got = b""
+    while until not in got:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("connection closed")
+        got += data
+    return got
+
+
 def answers(port: int, request: bytes, until: bytes = b"\r\n", timeout: float = 30.0) -> bool:
     """One connect, one request, its reply up to ``until``; False if refused or cut."""
     try:
         with socket.create_connection((HOST, port), timeout=timeout) as s:
-            s.sendall(request)
-            got = b""
-            while until not in got:
-                data = s.recv(65536)
-                if not data:
-                    return False
-                got += data
+            exchange(s, request, until)
             return True
     except OSError:
         return False
@@ -367,6 +374,14 @@ def fill(port: int, request: bytes, reply_marker: bytes, jobs: int) -> None:
                 seen += buf.count(reply_marker)
                 buf = buf[buf.rfind(b"\n") + 1 :]
             done += n
+
+
+def git(*args: str) -> str:
+    """``git -C ROOT ARGS``'s output."""
+    proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchError(f"git {shlex.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -417,24 +432,25 @@ class Build:
             [self.python, str(script)] if script.exists() else [self.python, "-m", "disq.node_main"]
         )
 
+    def run_python(self, code: str) -> str:
+        """Run ``code`` in a fresh interpreter of this build, its disq first on the path and
+        a neutral working directory (``-c`` puts the working directory first on sys.path);
+        its stdout."""
+        env = {**os.environ, **self.env}
+        proc = subprocess.run(
+            [self.python, "-c", code], capture_output=True, text=True, env=env, cwd="/"
+        )
+        if proc.returncode != 0:
+            raise BenchError(f"{self.label}: {proc.stderr.strip()[-2000:]}")
+        return proc.stdout
+
     def describe(self) -> str:
         """Where its ``disq`` comes from and whether it runs compiled, checked by importing
-        it the way its nodes will (a neutral working directory, its PYTHONPATH)."""
+        it the way its nodes will."""
         code = (
             "import json, disq, disq._native as n; print(json.dumps([disq.__file__, n.describe()]))"
         )
-        env = {**os.environ, **self.env}
-        proc = subprocess.run(
-            [self.python, "-c", code],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd="/",
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise BenchError(f"{self.label}: importing disq failed:\n{proc.stderr.strip()}")
-        where, state = json.loads(proc.stdout.strip().splitlines()[-1])
+        where, state = json.loads(self.run_python(code).strip().splitlines()[-1])
         if (self.code_dir / "disq").resolve() not in Path(where).resolve().parents:
             raise BenchError(f"{self.label}: imports {where}, not its own {self.code_dir}")
         return str(state)

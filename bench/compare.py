@@ -24,7 +24,6 @@ change is uncommitted, ``--base HEAD``.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import subprocess
 import tempfile
@@ -32,21 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import beanstalk, cluster
-from bench.common import ROOT, BenchError, Build, Cell, log
+from bench.common import ROOT, BenchError, Build, Cell, git, log
 from bench.report import Report, fmt_int
 
 HELP = "the same workload against two builds of disq (before / after a change)"
 
 DEFAULT_ROWS = "*/c50/p16/*"
-
-
-def git(*args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise BenchError(f"git {shlex.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
 
 
 def default_base() -> str:

@@ -125,8 +125,7 @@ def conf(lane: str) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adds", type=int, default=3000)
     p.add_argument("--lane", choices=("on", "off"), default="on")
-    p.add_argument("--disque", type=Path, help="a disque-server (default /tmp/disque's build)")
-    p.add_argument("--no-disque", action="store_true", help="disq alone")
+    servers.add_disque_options(p)
     p.add_argument("--quick", action="store_true", help="300 adds")
 
 
@@ -156,7 +155,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
             3, tmp / "built", node_timeout_ms=5000, extra_conf=conf(args.lane), **build.lab_kwargs()
         ) as lab:
             whole["disq as built"] = whole_adds(lab, adds)
-        binary = None if args.no_disque else servers.disque_server(args.disque, False)
+        binary = servers.disque_from(args)
         if binary is not None:
             log(f"{adds:,} adds on 3 Disque nodes")
             with Lab(

@@ -82,8 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=1, help="each server this many times")
     p.add_argument("--beanstalk", action="store_true", help="also disq's beanstalk door")
     p.add_argument("--events-max-bytes", type=int, help="the disq nodes' event log bound")
-    p.add_argument("--disque", type=Path, help="a disque-server (default /tmp/disque's build)")
-    p.add_argument("--build-disque", action="store_true", help="build /tmp/disque if missing")
+    servers.add_disque_options(p)
     p.add_argument("--objects", action="store_true", help="in process: what a queued job holds")
     p.add_argument("--quick", action="store_true", help="50,000 jobs")
 
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
     runs: list[tuple[str, Callable[[Path, int], tuple[int, int]]]] = [
         ("disq, ADDJOB", lambda tmp, n: disq(tmp, n, ev, False))
     ]
-    binary = servers.disque_server(args.disque, args.build_disque)
+    binary = servers.disque_from(args)
     if binary is not None:
         runs.append(("Disque, ADDJOB", lambda tmp, n: disque(tmp, n, binary)))
     if args.beanstalk:

@@ -104,8 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="dwarf,16384",
         help="perf's --call-graph (dwarf: libpython has no frame pointers); %(default)s",
     )
-    p.add_argument("--disque", type=Path, help="a disque-server (default /tmp/disque's build)")
-    p.add_argument("--no-disque", action="store_true", help="disq alone")
+    servers.add_disque_options(p)
     p.add_argument("--quick", action="store_true", help="1 s, 10 symbols")
 
 
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
         args.seconds, args.top = 1.0, 10
     row = Row(next(w for w in WORKLOADS if w.id == args.workload), args.conns, args.pipeline, False)
     systems = [disq_nodes(Build.this())]
-    binary = None if args.no_disque else servers.disque_server(args.disque, False)
+    binary = servers.disque_from(args)
     if binary is not None:
         systems.append(disque_nodes(binary))
     results: dict[str, LoadResult] = {}

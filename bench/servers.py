@@ -8,6 +8,7 @@ lines); redis-server has flags of its own.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 
@@ -50,6 +51,18 @@ def beanstalkd(base_dir: Path, binlog_dir: Path | None = None) -> FlagServer:
         binlog_dir.mkdir(parents=True, exist_ok=True)  # beanstalkd locks it, it does not make it
         flags = ["-b", str(binlog_dir)]
     return FlagServer(base_dir, flags, node_cmd=["beanstalkd"])
+
+
+def add_disque_options(p: argparse.ArgumentParser) -> None:
+    """--disque, --build-disque and --no-disque, for the subcommands with Disque beside."""
+    p.add_argument("--disque", type=Path, help="a disque-server (default /tmp/disque's build)")
+    p.add_argument("--build-disque", action="store_true", help="build /tmp/disque if missing")
+    p.add_argument("--no-disque", action="store_true", help="disq alone")
+
+
+def disque_from(args: argparse.Namespace) -> Path | None:
+    """The disque-server the options of :func:`add_disque_options` name, if any."""
+    return None if args.no_disque else disque_server(args.disque, args.build_disque)
 
 
 def disque_server(path: Path | None, build: bool) -> Path | None:

@@ -24,7 +24,6 @@ each run's difference.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from bench import servers
-from bench.common import HOST, Build, median, thread_cpu_seconds
+from bench.common import HOST, Build, exchange, median, thread_cpu_seconds
 from bench.report import Report, ratio
 from cluster.lab import FlagServer
 
@@ -45,16 +44,6 @@ FLOOR = "import asyncio"
 REFUSED = float("nan")  # greenstalk's harness found nothing listening after its 0.1 s
 
 Measure = Callable[[FlagServer], float]
-
-
-def _reply(sock: socket.socket, request: bytes) -> None:
-    sock.sendall(request)
-    got = b""
-    while b"\r\n" not in got:
-        data = sock.recv(4096)
-        if not data:
-            raise RuntimeError("connection closed")
-        got += data
 
 
 def _timed(server: FlagServer, ready: Callable[[], bool]) -> float:
@@ -98,8 +87,8 @@ def greenstalk_delay(server: FlagServer) -> float:
             return REFUSED
         with s:
             start = time.monotonic()
-            _reply(s, b"put 0 1 60 7\r\ndelayed\r\n")
-            _reply(s, b"reserve\r\n")
+            exchange(s, b"put 0 1 60 7\r\ndelayed\r\n")
+            exchange(s, b"reserve\r\n")
             return time.monotonic() - start
     finally:
         server.stop()
@@ -247,14 +236,7 @@ def _steps(runs: int, builds: list[tuple[str, Build]], report: Report) -> None:
     for name, build in builds:
         rows: dict[str, list[float]] = {}
         for _ in range(runs):
-            out = subprocess.run(
-                [build.python, "-c", STEPS],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd="/",
-                env=_env(build),
-            ).stdout
+            out = build.run_python(STEPS)
             for line in out.splitlines():
                 step, ms = line.split("\t")
                 rows.setdefault(step, []).append(float(ms))
@@ -267,10 +249,6 @@ def _steps(runs: int, builds: list[tuple[str, Build]], report: Report) -> None:
             table.add(step, f"{median(values):.2f}")
             beyond += 0.0 if step.startswith("import asyncio") else median(values)
         table.add("beyond the floor's import asyncio (sum of medians)", f"{beyond:.2f}")
-
-
-def _env(build: Build) -> dict[str, str]:
-    return {**os.environ, **build.env}
 
 
 def _span(values: list[float]) -> str:
