@@ -41,7 +41,7 @@ run: $(COMPILED)
 	$(BIN)/disq-node
 
 lint: $(STAMP)
-	$(BIN)/ruff check disq tests scripts cluster setup.py disq_kombu_alias.py
+	$(BIN)/ruff check disq tests scripts cluster bench setup.py disq_kombu_alias.py
 	$(BIN)/ruff format --check disq disq_kombu_alias.py
 	$(BIN)/lint-imports --no-cache --no-logo
 
@@ -75,7 +75,7 @@ screenshots:
 	cp build/screenshots/dashboard-*.png docs/screenshots/
 
 bench: $(STAMP)
-	$(BIN)/python scripts/bench_beanstalk.py
+	$(BIN)/python -m bench beanstalk
 
 clean:
 	rm -rf $(VENV) disq-data .mypy_cache .ruff_cache build disq/_native_build.json

@@ -51,6 +51,9 @@ only the lab, which then stops the nodes with SIGTERM, as a real operator would.
 
 ``python -m cluster.lab --nodes 5`` starts a cluster, prints its ports and ids, and stops it
 on Ctrl-C.
+
+:class:`FlagServer` starts one server the way a beanstalkd harness does (``-l``, ``-p`` and
+more flags, no config file): a standalone disq node, or beanstalkd itself beside it.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -249,7 +252,9 @@ class Lab:
     ``base_port`` 0 or None picks a free range. ``node_cmd`` replaces
     ``[python, "-m", "disq.node_main"]`` (the conf path is appended), e.g. to run another
     Disque-compatible server under the same lab. ``bind_any``: nodes bind 0.0.0.0 and
-    advertise their address (``advertise-host``) instead of binding it.
+    advertise their address (``advertise-host``) instead of binding it. ``env``: set in the
+    nodes' environment (e.g. ``PYTHONPATH`` at another checkout, ``DISQ_PURE``);
+    ``node_conf(node)``: config lines of one node (a port of its own).
     """
 
     def __init__(
@@ -268,6 +273,8 @@ class Lab:
         extra_conf: Sequence[str] = (),
         network: str = "inprocess",
         bind_any: bool = False,
+        env: Mapping[str, str] | None = None,
+        node_conf: Callable[[NodeHandle], Sequence[str]] | None = None,
     ) -> None:
         if n < 1:
             raise ValueError("a lab needs at least one node")
@@ -287,6 +294,11 @@ class Lab:
         self.form_timeout = form_timeout or max(30.0, 10 * node_timeout_ms / 1000)
         self.extra_conf = list(extra_conf)
         self.bind_any = bind_any
+        # Set in every node's environment after the lab's own PYTHONPATH, so that it can name
+        # another checkout's code (a benchmark of two builds) or DISQ_PURE.
+        self.env = dict(env or {})
+        # Config lines of one node, after extra_conf: what differs per node (a free port).
+        self.node_conf = node_conf
         self.nodes = [
             NodeHandle(i, self.base_port + i, self.base_dir / f"node-{i}", host) for i in range(n)
         ]
@@ -404,6 +416,7 @@ class Lab:
             "loglevel notice",
             f"logfile {_conf_arg(node.log_path)}",
             *self.extra_conf,
+            *(self.node_conf(node) if self.node_conf is not None else ()),
         ]
         node.conf_path.write_text("\n".join(lines) + "\n")
 
@@ -412,6 +425,7 @@ class Lab:
             node.process = NodeProcess(
                 [str(node.conf_path)],
                 cmd=self.node_cmd,
+                env=self.env,
                 cwd=node.dir,
                 log_path=node.stdout_path,
                 # A node without peers answers PING before its bus listens (issue 31): the
@@ -683,6 +697,13 @@ class Lab:
             if self.net is None and self._drops().get(i):
                 self._apply_drops(i)
 
+    def spawn(self, i: int) -> None:
+        """Start node ``i`` (stopped or killed) on its conf and dir, and return at once: for
+        timing a start from outside. Unlike :meth:`restart`, nothing waits for it to answer."""
+        with self._lock:
+            self._spawn(self.nodes[i])
+            self._note("spawn-unwaited", node=i)
+
     def move(self, i: int, timeout: float | None = None) -> str:
         """Node ``i`` comes back at another address: SIGKILL, a new network namespace and
         address (its old namespace is deleted: nothing answers at the old address), its conf
@@ -903,6 +924,124 @@ class Lab:
         now = time.time()
         stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
         self._log_file.write(f"{stamp} {what} {fields}\n")
+
+
+class FlagServer:
+    """One server started with beanstalkd's flags, ``CMD -l HOST -p PORT FLAGS...``, the way
+    a beanstalkd harness starts one: no config file, no cluster. ``node_cmd`` None runs this
+    checkout's ``disq.node_main`` (a standalone node); ``["beanstalkd"]`` runs the reference.
+
+    :meth:`start` waits until the port answers beanstalk's ``stats``; :meth:`spawn` returns at
+    once, for timing a start from outside. stdout and stderr of every start go to
+    ``base_dir/stdout.log``; the port stays the same across starts. The process is a
+    :class:`~cluster.nodeproc.NodeProcess`, as every node the lab and the tests start.
+    """
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        flags: Sequence[str] = (),
+        *,
+        node_cmd: Sequence[str] | None = None,
+        python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
+        host: str = HOST,
+        port: int = 0,
+        start_timeout: float = START_TIMEOUT,
+    ) -> None:
+        self.dir = Path(base_dir).resolve()
+        self.flags = list(flags)
+        self.host = host
+        self.port = port or find_base_port(1, host)
+        self.process = NodeProcess(
+            ["-l", self.host, "-p", str(self.port), *self.flags],
+            cmd=list(node_cmd) if node_cmd else node_command(python),
+            env=env,
+            cwd=self.dir,
+            log_path=self.dir / "stdout.log",
+            ready=self.answers,
+            new_session=True,
+            start_timeout=start_timeout,
+            poll_interval=0.002,
+            name=f"server on port {self.port}",
+        )
+        atexit.register(self._kill_leftover)
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process.proc
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.dir / "stdout.log"
+
+    def _kill_leftover(self) -> None:
+        # Its own session: a Ctrl-C does not reach it, and its owner may die without stop().
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
+    def argv(self) -> list[str]:
+        return self.process.argv()
+
+    def spawn(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.process.spawn()
+
+    def answers(self, timeout: float = 1.0) -> bool:
+        """Whether one ``stats`` on a new connection is answered (any whole first line)."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=timeout) as s:
+                s.sendall(b"stats\r\n")
+                got = b""
+                while b"\r\n" not in got:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        return False
+                    got += chunk
+                return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        try:
+            self.process.wait_ready()
+        except NodeStartError as exc:
+            raise LabError(f"{shlex.join(self.argv())} did not answer\n{self.log_tail()}") from exc
+
+    def stop(self, timeout: float = STOP_TIMEOUT, sig: int = signal.SIGTERM) -> tuple[float, bool]:
+        """Signal and wait; SIGKILL after ``timeout``. (seconds to exit, exited by itself)."""
+        proc = self.process.proc
+        if proc is None or proc.poll() is not None:
+            return 0.0, True
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return time.monotonic() - t0, False
+        return time.monotonic() - t0, True
+
+    def is_running(self) -> bool:
+        return self.process.is_running()
+
+    def log_tail(self, lines: int = 15) -> str:
+        return "\n".join(self.process.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> FlagServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _interrupt(signum: int, frame: object) -> None:

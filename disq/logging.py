@@ -266,7 +266,7 @@ def _json_line(line: dict[str, Any]) -> str:
     answers hold only strings, ints, bools, None and lists of strings: those are written with
     the json package's own C string encoder (``_json``), as json.dumps writes them, because
     importing ``json`` (its decoder compiles regular expressions) was a millisecond of every start
-    (docs/benchmarks.md, "Issue 31: start at the floor"). Any other value: json.dumps."""
+    (docs/benchmarks.md, "Start at the floor"). Any other value: json.dumps."""
     from _json import encode_basestring_ascii as quote
 
     parts: list[str] = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs redis-server (Debian's package) if it is missing: scripts/bench_celery.py runs
+# Installs redis-server (Debian's package) if it is missing: python -m bench celery runs
 # Celery on Redis beside Celery on disq, the broker most Celery users compare with.
 set -euo pipefail
 if command -v redis-server >/dev/null 2>&1; then

@@ -4,7 +4,7 @@ Split from ``disq.core.node_core`` so that a node without its cluster doors (bea
 flags: the way test harnesses start beanstalkd) never loads the peer messages (two dozen
 dataclasses), the scheduler or the routes table: compiled, initialising those modules was
 about a third of what such a node paid between the interpreter's start and its first answer
-(docs/benchmarks.md, "Issue 31: start at the floor"). ``NodeCore`` imports this module in
+(docs/benchmarks.md, "Start at the floor"). ``NodeCore`` imports this module in
 the methods that reach it, which run only once a Disque core is attached; the first such
 import initialises it, later ones are a pointer check.
 """

@@ -1,8 +1,8 @@
 """The integrations' publish over the node's RESP port: one ADDJOB on a socket, one reply.
 
 Why: a unary gRPC AddJob costs ~230 us of the client's CPU and 520-660 us of the node's;
-the same ADDJOB on the node's RESP port ~10 us and ~85 us (docs/benchmarks.md, "Issue 29:
-Celery publishing"). A Celery or Dramatiq producer adds one message at a time, so that cost
+the same ADDJOB on the node's RESP port ~10 us and ~85 us (docs/benchmarks.md, "Celery and
+Dramatiq"). A Celery or Dramatiq producer adds one message at a time, so that cost
 is its publish rate. Used by the kombu transport's default-exchange publish (Celery's
 tasks) and the Dramatiq broker's enqueue; option ``publish_over`` (``resp``, the default,
 or ``grpc``).

@@ -10,7 +10,7 @@ log line says so. Only the soft limit moves: raising the hard one needs privileg
 should not use, and lowering nothing.
 
 Kept to ``resource`` (a builtin extension): this runs on every start, which is measured
-(scripts/bench_startup.py).
+(``python -m bench startup``).
 """
 
 from __future__ import annotations

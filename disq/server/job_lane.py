@@ -3,7 +3,7 @@
 Why not the gRPC stream
     One round trip on a grpc.aio stream between two processes costs 220-400 us at one message
     in flight, against 21 us for the same bytes on an asyncio TCP connection
-    (``scripts/probe_link_rtt.py``). Profiled at one connection adding one REPLICATE 3 job at
+    (a probe of the two, in git's history). Profiled at one connection adding one REPLICATE 3 job at
     a time, the nodes spent over 90% of their CPU inside gRPC (its poller thread handing
     every completion to the loop, the stream's write path) and 4% in disq's own code: gRPC
     was the floor of a replicated add, not the cores. So the messages about jobs (REPLJOB,

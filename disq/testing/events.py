@@ -1,6 +1,6 @@
 """A seeded set of lifecycle events with its expected analytics summary, computed without
 Spark: what tests/integration/test_spark.py checks the analytics job against, and what
-scripts/bench_analytics.py feeds it (scaled up).
+``python -m bench analytics`` feeds it (scaled up).
 
 Jobs over two queues ("alpha", "beta"), enqueued uniformly over two hours on three nodes
 ("n1".."n3"); each is replicated to a second node; 70% are delivered once and acked, 15%

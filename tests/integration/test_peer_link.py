@@ -13,7 +13,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
 import sys
 import textwrap
 import time
@@ -678,13 +677,3 @@ def test_port_clash_is_an_error() -> None:
 
     run(main)
 
-
-def test_probe_script_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "probe_peer_link.py"), "--messages", "20000"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    assert "messages/s" in out

@@ -75,7 +75,7 @@ class AofMixin(CoreParts):
         ``records`` are ``(type, payload)``; other types than the core's are skipped. The
         node's reader leaves the LOADJOB and DELJOB records in the file's buffer ``buf``
         and gives where each starts (``offsets``, file order); without ``offsets`` they are
-        taken from ``records``. Restart time is a target (docs/benchmarks.md "Issue 31"):
+        taken from ``records``. Restart time is a target (docs/benchmarks.md "A large replay"):
         the jobs are decoded once, in place, straight into their DJob (no JobData), only
         those whose last record is a LOADJOB, and their timers heapified at once.
         """

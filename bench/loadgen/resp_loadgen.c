@@ -1,8 +1,8 @@
 /*
  * resp_loadgen: a small epoll-based load generator for Disque's RESP protocol (ADDJOB, GETJOB,
- * ACKJOB), the RESP2 counterpart of scripts/loadgen.c.
+ * ACKJOB), the RESP2 counterpart of bench/loadgen/loadgen.c.
  *
- * Build:  gcc -O2 -Wall -o scripts/resp_loadgen scripts/resp_loadgen.c
+ * Build:  gcc -O2 -Wall -o resp_loadgen bench/loadgen/resp_loadgen.c (python -m bench builds it)
  *
  * Usage:
  *   resp_loadgen --ports 7711,7712,7713 --conns 50 --pipeline 16 --ops 1000000 \
@@ -53,26 +53,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOADGEN_NAME "resp_loadgen"
-#include "loadgen_common.h"
-
-enum workload { W_ADD, W_GA, W_AGA };
-static const char *const workload_names[] = {"addjob", "getjob-ackjob", "addjob-getjob-ackjob"};
-
-/* What a pending reply is expected to be. */
-enum expect {
-    E_ADD_FINAL, /* addjob workload: +D-... completes the op */
-    E_ADD,       /* addjob-getjob-ackjob: +D-..., op continues */
-    E_GET,       /* [[q,id,body]] -> send ACKJOB; *-1 -> queue empty */
-    E_ACK,       /* :1 completes the op */
-};
-
-struct pending {
-    uint8_t type;
-    uint8_t failed; /* the op already had an error (ADDJOB failed in addjob-getjob-ackjob) */
-    uint64_t t0;    /* ns, time the op's first command was sent */
-};
-
 struct endpoint {
     const char *host;
     int port;
@@ -80,35 +60,33 @@ struct endpoint {
     int conns;
 };
 
-struct conn {
-    int fd;
-    int idx;
-    int dead;
-    int stopped;  /* no more ops are issued (queue empty, quota or deadline) */
-    int want_out; /* EPOLLOUT registered */
-    struct endpoint *ep;
-    const char *add_cmd, *get_cmd; /* prebuilt for this connection's queue */
+#define LOADGEN_NAME "resp_loadgen"
+/* Each connection's node, and its ADDJOB and GETJOB, prebuilt for its queue. */
+#define LOADGEN_CONN_EXTRA          \
+    struct endpoint *ep;            \
+    const char *add_cmd, *get_cmd;  \
     size_t add_len, get_len;
-    uint64_t quota, issued, inflight;
-    struct buf in, out;
-    struct pending *q; /* ring */
-    size_t qhead, qlen, qcap;
+#define LOADGEN_OP_DONE_EXTRA(c) ((c)->ep->ops++)
+#include "loadgen_common.h"
+
+enum workload { W_ADD = FIRST_ONLY, W_GA = SECOND_ONLY, W_AGA = FIRST_AND_SECOND };
+static const char *const workload_names[] = {"addjob", "getjob-ackjob", "addjob-getjob-ackjob"};
+
+/* What a pending reply is expected to be. */
+enum expect {
+    E_ADD_FINAL = EXPECT_FIRST_LAST, /* addjob workload: +D-... completes the op */
+    E_ADD = EXPECT_FIRST,            /* addjob-getjob-ackjob: +D-..., op continues */
+    E_GET = EXPECT_SECOND,           /* [[q,id,body]] -> send ACKJOB; *-1 -> queue empty */
+    E_ACK,                           /* :1 completes the op */
 };
 
-/* ---- options ---- */
+/* ---- options (the common ones are in loadgen_common.h) ---- */
 #define MAX_EPS 64
 static const char *opt_hosts[MAX_EPS];
 static int opt_nhosts;
 static int opt_ports[MAX_EPS];
 static int opt_nports;
-static int opt_conns = 1;
-static int opt_pipeline = 1;
-static uint64_t opt_ops = 100000;
-static enum workload opt_workload = W_ADD;
 static int opt_queues = 1;
-static int opt_body = 100;
-static double opt_seconds = 0;
-static double opt_idle_timeout = 30;
 static const char *opt_prefix = "queue-";
 static int opt_replicate = 0; /* 0 = do not send REPLICATE (server default) */
 static int opt_async = 0;
@@ -118,10 +96,7 @@ static int opt_timeout_ms = 5000;
 /* ---- global state ---- */
 static struct endpoint eps[MAX_EPS];
 static int n_eps;
-static uint64_t g_ops, g_errors, g_empty, g_ack_zero;
-static uint64_t g_deadline_ns; /* 0 = none */
-static int g_deadline_hit;
-static int g_conns_active;
+static uint64_t g_empty, g_ack_zero;
 
 
 /* Append one RESP bulk string: $<len>\r\n<s>\r\n */
@@ -324,82 +299,18 @@ static void report_reply(struct conn *c, const char *what, const struct reply *r
     report_error(c, what, tmp, (size_t)n);
 }
 
-/* ---- pending queue ---- */
-static inline void q_push(struct conn *c, uint8_t type, uint64_t t0, uint8_t failed) {
-    if (c->qlen == c->qcap) {
-        size_t nc = c->qcap * 2;
-        struct pending *nq = malloc(nc * sizeof(*nq));
-        if (!nq) die("out of memory");
-        for (size_t i = 0; i < c->qlen; i++) nq[i] = c->q[(c->qhead + i) % c->qcap];
-        free(c->q);
-        c->q = nq;
-        c->qhead = 0;
-        c->qcap = nc;
-    }
-    struct pending *p = &c->q[(c->qhead + c->qlen) % c->qcap];
-    p->type = type;
-    p->t0 = t0;
-    p->failed = failed;
-    c->qlen++;
+/* ---- op issuing: an ADDJOB first, a GETJOB second ---- */
+static void append_first(struct conn *c) {
+    buf_append(&c->out, c->add_cmd, c->add_len);
 }
 
-static inline struct pending q_pop(struct conn *c) {
-    struct pending p = c->q[c->qhead];
-    c->qhead = (c->qhead + 1) % c->qcap;
-    c->qlen--;
-    return p;
+static void append_second(struct conn *c) {
+    buf_append(&c->out, c->get_cmd, c->get_len);
 }
 
-/* ---- op issuing ---- */
-static void issue_ops(struct conn *c, uint64_t t) {
-    if (c->dead) return;
-    if (g_deadline_hit) c->stopped = 1;
-    while (!c->stopped && c->inflight < (uint64_t)opt_pipeline && c->issued < c->quota) {
-        switch (opt_workload) {
-        case W_ADD:
-            buf_append(&c->out, c->add_cmd, c->add_len);
-            q_push(c, E_ADD_FINAL, t, 0);
-            break;
-        case W_GA:
-            buf_append(&c->out, c->get_cmd, c->get_len);
-            q_push(c, E_GET, t, 0);
-            break;
-        case W_AGA:
-            buf_append(&c->out, c->add_cmd, c->add_len);
-            buf_append(&c->out, c->get_cmd, c->get_len);
-            q_push(c, E_ADD, t, 0);
-            q_push(c, E_GET, t, 0);
-            break;
-        }
-        c->issued++;
-        c->inflight++;
-    }
-    if (c->issued >= c->quota) c->stopped = 1;
-}
-
-static void op_done(struct conn *c, uint64_t t0, uint64_t t, int ok) {
-    c->inflight--;
-    if (ok) {
-        g_ops++;
-        c->ep->ops++;
-        hist_add((t - t0) / 1000);
-    }
-}
-
-static void conn_kill(struct conn *c, int epfd, const char *why) {
-    if (c->dead) return;
-    if (why) {
-        count_kind("connection", 10);
-        report_error(c, why, strerror(errno), strlen(strerror(errno)));
-    }
-    epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    c->dead = 1;
-    c->stopped = 1;
-    g_errors += c->inflight; /* ops that will never complete */
-    c->inflight = 0;
-    c->qlen = 0;
-    g_conns_active--;
+static void report_conn_error(struct conn *c, const char *why) {
+    count_kind("connection", 10);
+    report_error(c, why, strerror(errno), strlen(strerror(errno)));
 }
 
 static inline int is_job_id_status(const struct reply *r) {
@@ -486,53 +397,7 @@ static int parse_replies(struct conn *c, uint64_t t) {
     return 0;
 }
 
-/* Try to write the output buffer; arm/disarm EPOLLOUT as needed. */
-static void flush_out(struct conn *c, int epfd) {
-    struct buf *o = &c->out;
-    while (o->start < o->end) {
-        ssize_t n = write(c->fd, o->data + o->start, o->end - o->start);
-        if (n > 0) {
-            o->start += (size_t)n;
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            break;
-        } else {
-            conn_kill(c, epfd, "write");
-            return;
-        }
-    }
-    if (o->start == o->end) o->start = o->end = 0;
-    int need = o->start < o->end;
-    if (need != c->want_out) {
-        struct epoll_event ev = {.events = EPOLLIN | (need ? EPOLLOUT : 0), .data.ptr = c};
-        epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
-        c->want_out = need;
-    }
-}
-
-static void check_done(struct conn *c, int epfd) {
-    if (!c->dead && c->stopped && c->inflight == 0 && c->qlen == 0 && c->out.start == c->out.end) {
-        /* finished: stop polling it; the socket stays open until exit */
-        epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
-        c->dead = 2;
-        g_conns_active--;
-    }
-}
-
 /* ---- blocking setup ---- */
-static void write_all(int fd, const char *s, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            die("setup write: %s", strerror(errno));
-        }
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 static int connect_to(const struct endpoint *ep) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
     char portstr[16];
@@ -549,7 +414,7 @@ static int connect_to(const struct endpoint *ep) {
     return fd;
 }
 
-/* PING the node and wait for +PONG, then make the socket non-blocking. */
+/* PING the node and wait for +PONG. */
 static void setup_conn(struct conn *c) {
     static const char ping[] = "*1\r\n$4\r\nPING\r\n";
     write_all(c->fd, ping, sizeof(ping) - 1);
@@ -566,14 +431,9 @@ static void setup_conn(struct conn *c) {
     if (strncmp(line, "+PONG\r\n", 7) != 0 || n != 7)
         die("conn %d (port %d): setup: expected +PONG, got '%.*s'", c->idx, c->ep->port,
             (int)strcspn(line, "\r\n"), line);
-    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
 }
 
-/* ---- --serve: a trivial in-memory fake Disque node, to measure resp_loadgen's own ceiling ---- */
-struct fconn {
-    int fd;
-    struct buf in, out;
-};
+/* ---- --serve: the fake server's Disque node (loadgen_common.h's fake_serve) ---- */
 
 static int leaf_is(const struct rleaf *lf, const char *s) {
     size_t n = strlen(s);
@@ -644,61 +504,6 @@ static void fake_process(struct fconn *f) {
         }
     }
     if (b->start == b->end) b->start = b->end = 0;
-}
-
-static int fake_serve(int port) {
-    const char *host = opt_nhosts ? opt_hosts[0] : "127.0.0.1";
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0) die("bind: %s", strerror(errno));
-    if (listen(lfd, 1024) < 0) die("listen: %s", strerror(errno));
-    int epfd = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    epoll_ctl(epfd, EPOLL_CTL_ADD, lfd, &ev);
-    fprintf(stderr, "resp_loadgen: fake Disque node listening on %s:%d\n", host, port);
-    struct epoll_event evs[256];
-    for (;;) {
-        int n = epoll_wait(epfd, evs, 256, -1);
-        if (n < 0 && errno == EINTR) continue;
-        for (int i = 0; i < n; i++) {
-            struct fconn *f = evs[i].data.ptr;
-            if (!f) {
-                int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
-                if (cfd < 0) continue;
-                setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-                f = calloc(1, sizeof(*f));
-                f->fd = cfd;
-                struct epoll_event cev = {.events = EPOLLIN, .data.ptr = f};
-                epoll_ctl(epfd, EPOLL_CTL_ADD, cfd, &cev);
-                continue;
-            }
-            buf_reserve(&f->in, 65536);
-            ssize_t r = read(f->fd, f->in.data + f->in.end, f->in.cap - f->in.end);
-            if (r <= 0) {
-                if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-                epoll_ctl(epfd, EPOLL_CTL_DEL, f->fd, NULL);
-                close(f->fd);
-                free(f->in.data);
-                free(f->out.data);
-                free(f);
-                continue;
-            }
-            f->in.end += (size_t)r;
-            fake_process(f);
-            /* replies are small; a blocking-ish write loop is good enough for a test server */
-            while (f->out.start < f->out.end) {
-                ssize_t w = write(f->fd, f->out.data + f->out.start, f->out.end - f->out.start);
-                if (w > 0) f->out.start += (size_t)w;
-                else if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-                else break;
-            }
-            f->out.start = f->out.end = 0;
-        }
-    }
-    return 0;
 }
 
 /* ---- setup of commands and nodes ---- */
@@ -791,46 +596,27 @@ static void usage(void) {
     exit(2);
 }
 
+static int own_flag(const char *a) {
+    if (strcmp(a, "--async")) return 0;
+    opt_async = 1;
+    return 1;
+}
+
+static int own_option(const char *a, const char *v) {
+    static const struct int_option ints[] = {{"--queues", &opt_queues},
+        {"--replicate", &opt_replicate}, {"--retry", &opt_retry},
+        {"--timeout-ms", &opt_timeout_ms}, {NULL, NULL}};
+    if (!strcmp(a, "--host") || !strcmp(a, "--hosts")) add_hosts(v);
+    else if (!strcmp(a, "--port") || !strcmp(a, "--ports")) add_ports(v);
+    else if (!strcmp(a, "--queue-prefix")) opt_prefix = v;
+    else return int_option(ints, a, v);
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    int serve_port = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage();
-        if (!strcmp(a, "--async")) {
-            opt_async = 1;
-            continue;
-        }
-        if (i + 1 >= argc) usage();
-        const char *v = argv[++i];
-        if (!strcmp(a, "--host") || !strcmp(a, "--hosts")) add_hosts(v);
-        else if (!strcmp(a, "--port") || !strcmp(a, "--ports")) add_ports(v);
-        else if (!strcmp(a, "--conns")) opt_conns = atoi(v);
-        else if (!strcmp(a, "--pipeline")) opt_pipeline = atoi(v);
-        else if (!strcmp(a, "--ops")) opt_ops = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--queues")) opt_queues = atoi(v);
-        else if (!strcmp(a, "--queue-prefix")) opt_prefix = v;
-        else if (!strcmp(a, "--body")) opt_body = atoi(v);
-        else if (!strcmp(a, "--seconds")) opt_seconds = atof(v);
-        else if (!strcmp(a, "--idle-timeout")) opt_idle_timeout = atof(v);
-        else if (!strcmp(a, "--replicate")) opt_replicate = atoi(v);
-        else if (!strcmp(a, "--retry")) opt_retry = atoi(v);
-        else if (!strcmp(a, "--timeout-ms")) opt_timeout_ms = atoi(v);
-        else if (!strcmp(a, "--serve")) serve_port = atoi(v);
-        else if (!strcmp(a, "--workload")) {
-            if (!strcmp(v, "addjob")) opt_workload = W_ADD;
-            else if (!strcmp(v, "getjob-ackjob")) opt_workload = W_GA;
-            else if (!strcmp(v, "addjob-getjob-ackjob")) opt_workload = W_AGA;
-            else die("unknown workload '%s'", v);
-        } else {
-            fprintf(stderr, "resp_loadgen: unknown option %s\n", a);
-            usage();
-        }
-    }
-    if (opt_conns < 1 || opt_pipeline < 1 || opt_queues < 1 || opt_body < 0 || opt_replicate < 0 ||
-        opt_retry < 0 || opt_timeout_ms < 0)
-        die("bad arguments");
-    signal(SIGPIPE, SIG_IGN);
-    if (serve_port > 0) return fake_serve(serve_port);
+    parse_options(argc, argv);
+    if (opt_queues < 1 || opt_replicate < 0 || opt_retry < 0 || opt_timeout_ms < 0) die("bad arguments");
+    if (opt_serve_port > 0) return fake_serve(opt_nhosts ? opt_hosts[0] : "127.0.0.1", opt_serve_port);
     if (opt_ops == 0 && opt_seconds <= 0) die("--ops 0 needs --seconds");
     build_endpoints();
 
@@ -843,14 +629,9 @@ int main(int argc, char **argv) {
     for (int qi = 0; qi < opt_queues && qi < opt_conns; qi++)
         build_queue_cmds(qi, &add_cmds[qi], &add_lens[qi], &get_cmds[qi], &get_lens[qi]);
 
-    int epfd = epoll_create1(0);
-    if (epfd < 0) die("epoll_create1: %s", strerror(errno));
-
-    struct conn *conns = calloc((size_t)opt_conns, sizeof(*conns));
-    if (!conns) die("out of memory");
+    struct conn *conns = new_conns();
     for (int i = 0; i < opt_conns; i++) {
         struct conn *c = &conns[i];
-        c->idx = i;
         c->ep = &eps[i % n_eps];
         c->ep->conns++;
         c->fd = connect_to(c->ep);
@@ -859,112 +640,18 @@ int main(int argc, char **argv) {
         c->add_len = add_lens[qi];
         c->get_cmd = get_cmds[qi];
         c->get_len = get_lens[qi];
-        if (opt_ops == 0) c->quota = UINT64_MAX;
-        else c->quota = opt_ops / (uint64_t)opt_conns + ((uint64_t)i < opt_ops % (uint64_t)opt_conns);
-        c->qcap = 4 * (size_t)opt_pipeline + 16;
-        c->q = malloc(c->qcap * sizeof(*c->q));
         setup_conn(c);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-        if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) die("epoll_ctl: %s", strerror(errno));
-    }
-    g_conns_active = opt_conns;
-
-    uint64_t t_start = now_ns();
-    if (opt_seconds > 0) g_deadline_ns = t_start + (uint64_t)(opt_seconds * 1e9);
-    for (int i = 0; i < opt_conns; i++) {
-        issue_ops(&conns[i], t_start);
-        flush_out(&conns[i], epfd);
-        check_done(&conns[i], epfd);
     }
 
-    const int MAXEV = 256;
-    struct epoll_event evs[256];
-    size_t rdchunk = 256 * 1024;
-    uint64_t last_progress = now_ns();
-    uint64_t t_end = t_start;
-    int gave_up = 0;
-    while (g_conns_active > 0) {
-        int timeout_ms = 100;
-        int n = epoll_wait(epfd, evs, MAXEV, timeout_ms);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            die("epoll_wait: %s", strerror(errno));
-        }
-        uint64_t t = now_ns();
-        if (g_deadline_ns && !g_deadline_hit && t >= g_deadline_ns) {
-            g_deadline_hit = 1;
-            for (int i = 0; i < opt_conns; i++) {
-                conns[i].stopped = 1;
-                check_done(&conns[i], epfd);
-            }
-        }
-        if (n == 0) {
-            if ((double)(t - last_progress) / 1e9 > opt_idle_timeout) {
-                fprintf(stderr, "resp_loadgen: no progress for %.0f s, giving up\n", opt_idle_timeout);
-                for (int i = 0; i < opt_conns; i++) {
-                    if (!conns[i].dead) {
-                        g_errors += conns[i].inflight;
-                        conns[i].inflight = 0;
-                    }
-                }
-                gave_up = 1;
-                break;
-            }
-            continue;
-        }
-        last_progress = t;
-        for (int e = 0; e < n; e++) {
-            struct conn *c = evs[e].data.ptr;
-            if (c->dead) continue;
-            if (evs[e].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-                for (;;) {
-                    buf_reserve(&c->in, rdchunk);
-                    ssize_t r = read(c->fd, c->in.data + c->in.end, c->in.cap - c->in.end);
-                    if (r > 0) {
-                        c->in.end += (size_t)r;
-                        if (c->in.end < c->in.cap) break; /* short read: drained for now */
-                        continue;
-                    }
-                    if (r == 0) {
-                        errno = ECONNRESET;
-                        conn_kill(c, epfd, "server closed connection");
-                        break;
-                    }
-                    if (errno == EINTR) continue;
-                    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-                    conn_kill(c, epfd, "read");
-                    break;
-                }
-                if (c->dead == 1) continue;
-                t = now_ns();
-                if (parse_replies(c, t) < 0) {
-                    errno = EPROTO;
-                    conn_kill(c, epfd, "protocol desync");
-                    continue;
-                }
-                t_end = t;
-                issue_ops(c, t);
-            }
-            flush_out(c, epfd);
-            check_done(c, epfd);
-        }
-    }
-
-    double secs = (double)(t_end - t_start) / 1e9;
-    if (secs <= 0) secs = 1e-9;
-    printf("{\"ops\":%llu,\"seconds\":%.6f,\"ops_per_s\":%.1f,\"p50_us\":%llu,\"p90_us\":%llu,"
-           "\"p99_us\":%llu,\"p999_us\":%llu,\"max_us\":%llu,\"mean_us\":%.1f,\"errors\":%llu,"
-           "\"empty\":%llu,\"ack_zero\":%llu,\"gave_up\":%s,\"conns\":%d,\"pipeline\":%d,"
+    uint64_t t_start, t_end;
+    int gave_up = run_loop(conns, &t_start, &t_end);
+    print_common_fields(t_start, t_end);
+    printf("\"empty\":%llu,\"ack_zero\":%llu,\"gave_up\":%s,\"conns\":%d,\"pipeline\":%d,"
            "\"workload\":\"%s\",\"replicate\":%d,\"async\":%s,\"queues\":%d,\"body\":%d,"
            "\"nodes\":[",
-           (unsigned long long)g_ops, secs, (double)g_ops / secs,
-           (unsigned long long)hist_pct(0.50), (unsigned long long)hist_pct(0.90),
-           (unsigned long long)hist_pct(0.99), (unsigned long long)hist_pct(0.999),
-           (unsigned long long)lat_max_us, g_ops ? (double)lat_sum_us / (double)g_ops : 0.0,
-           (unsigned long long)g_errors, (unsigned long long)g_empty,
-           (unsigned long long)g_ack_zero, gave_up ? "true" : "false", opt_conns, opt_pipeline,
-           workload_names[opt_workload], opt_replicate, opt_async ? "true" : "false", opt_queues,
-           opt_body);
+           (unsigned long long)g_empty, (unsigned long long)g_ack_zero, gave_up ? "true" : "false",
+           opt_conns, opt_pipeline, workload_names[opt_workload], opt_replicate,
+           opt_async ? "true" : "false", opt_queues, opt_body);
     for (int i = 0; i < n_eps; i++)
         printf("%s{\"host\":\"%s\",\"port\":%d,\"conns\":%d,\"ops\":%llu}", i ? "," : "",
                eps[i].host, eps[i].port, eps[i].conns, (unsigned long long)eps[i].ops);
