@@ -125,7 +125,7 @@ def one_at_a_time(lab: Lab, calls: int) -> dict[str, tuple[float, float, float]]
     integrations send), and a bare ADDJOB on a socket. Per call: wall µs, this process's CPU
     µs, node 0's CPU µs."""
     from disq.client import Client
-    from disq.integrations.resp_adds import RespAdds
+    from disq.integrations.resp_calls import RespCalls
 
     body = b"x" * 600
     node = lab.node(0)
@@ -140,7 +140,7 @@ def one_at_a_time(lab: Lab, calls: int) -> dict[str, tuple[float, float, float]]
 
     out = {}
     with sock, Client(f"{HOST}:{node.bus_port}", discover=False) as client:
-        adds = RespAdds(client)
+        adds = RespCalls(client)
         for name, call in (
             ("SDK add_job (unary gRPC)", lambda: client.add_job("one-sdk", body, replicate=1)),
             (

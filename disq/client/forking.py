@@ -26,9 +26,11 @@ did not end within ``FORK_WAIT_S`` (a GETJOB with no timeout, a stream left open
 a fork hook cannot drive). Then gRPC is unusable in the child, for every client: a call made
 there would hang, so every client raises at once, naming the fix.
 
-Costs: a fork waits for the calls in flight (a Celery worker's GETJOB at most ``wait_s``,
-1 s by default, and only while its queues are empty: with jobs waiting it returns at once),
-and the next call reconnects.
+Costs: a fork waits for the calls in flight, and the next call reconnects. A fork must be
+quick, so the integrations wait for jobs on the node's RESP port, not in a gRPC call
+(disq/integrations/resp_calls.py): a Celery parent whose forks waited out a GETJOB's second
+made billiard's supervisor and autoscaler threads race into a crash. An idle client's
+channels close in about 1-2 ms.
 """
 
 from __future__ import annotations

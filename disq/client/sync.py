@@ -157,7 +157,7 @@ class Client(SyncRoutesMixin):
     def add_candidates(self) -> list[NodeAddr]:
         """The nodes ``add_job`` would try, in its order (the view refreshed first when due),
         for an add made outside this client (the integrations' RESP path,
-        :mod:`disq.integrations.resp_adds`); report the outcome with :meth:`add_answered`
+        :mod:`disq.integrations.resp_calls`); report the outcome with :meth:`add_answered`
         or :meth:`add_failed`. The client's own records: read them, do not keep them."""
         return self._adder.candidates()
 

@@ -61,7 +61,7 @@ _JOB_OPTIONS = {
     "wait_s": float,
     "dead_message_ttl_s": int,
     "priority_steps": tuple,  # "0,3,6,9" in a URL, a list in the options
-    "publish_over": str,  # "resp" (the default) or "grpc": see disq.integrations.resp_adds
+    "publish_over": str,  # "resp" (the default) or "grpc": see disq.integrations.resp_calls
 }
 PUBLISH_OVER = ("resp", "grpc")
 
@@ -89,7 +89,7 @@ class Settings:
     dead_message_ttl_s: int = 7 * 86400  # Dramatiq's dead letters live as long as Redis's
     priority_steps: tuple[int, ...] = PRIORITY_STEPS  # ascending, 0 first
     # How a message is added: one ADDJOB on the node's RESP port ("resp"), or the SDK's
-    # gRPC AddJob ("grpc"); TLS connections always use gRPC (resp_adds.py says why).
+    # gRPC AddJob ("grpc"); TLS connections always use gRPC (resp_calls.py says why).
     publish_over: str = "resp"
 
     @property

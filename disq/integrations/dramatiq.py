@@ -64,7 +64,7 @@ from disq.integrations.common import (
     parse_url,
     settings,
 )
-from disq.integrations.resp_adds import RespAdds, resp_adds_for
+from disq.integrations.resp_calls import RespCalls, resp_calls_for
 
 log = structlog.get_logger("disq.dramatiq")
 
@@ -116,7 +116,7 @@ class DisqBroker(dramatiq.Broker):
         self._client = client
         self._client_lock = threading.Lock()
         self._hello_of: Client | None = None  # the client that has asked the cluster
-        self._adds: RespAdds | None = None  # the enqueue path of _adds_client (resp_adds.py)
+        self._adds: RespCalls | None = None  # the enqueue path of _adds_client (resp_calls.py)
         self._adds_client: Client | None = None
 
     @property
@@ -128,14 +128,14 @@ class DisqBroker(dramatiq.Broker):
                 self._client = Client(self.settings.addresses, **self.settings.client_options)
             return self._client
 
-    def _adds_of(self, client: Client) -> RespAdds:
+    def _adds_of(self, client: Client) -> RespCalls:
         """The enqueue path of ``client``: ADDJOB over the node's RESP port, or the
         client's gRPC add (``publish_over``)."""
         with self._client_lock:
             if self._adds is None or self._adds_client is not client:
                 if self._adds is not None:
                     self._adds.close()
-                self._adds = resp_adds_for(client, self.settings)
+                self._adds = resp_calls_for(client, self.settings)
                 self._adds_client = client
             return self._adds
 

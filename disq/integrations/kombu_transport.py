@@ -92,7 +92,7 @@ from disq.integrations.common import (
     settings,
     ttl_from_ms,
 )
-from disq.integrations.resp_adds import RespAdds, resp_adds_for
+from disq.integrations.resp_calls import RespCalls, resp_calls_for
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
 log = structlog.get_logger("disq.kombu")
@@ -384,7 +384,7 @@ class Channel(virtual.Channel):
             delay_s, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
         )
         with _kombu_errors(f"publish to {queue!r}"):
-            self.connection.disq_adds().add_job(target, body, **opts)
+            self.connection.disq_resp().add_job(target, body, **opts)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         """Nothing to create (a Disque queue exists from its first job); a declared message
@@ -548,10 +548,11 @@ class Channel(virtual.Channel):
             self._fetch_turn += 1
             queues = queues[turn:] + queues[:turn]
         names = [q for queue in queues for q in self._settings.sub_queues(queue)]
+        calls: RespCalls = self.connection.disq_resp()  # RESP: no gRPC call in flight meanwhile
         with _kombu_errors(f"GETJOB from {queues}"):
             if wait_s is None or wait_s <= 0:
-                return self._client.get_jobs(names, count=count, nohang=True, in_order=True)
-            return self._client.get_jobs(names, count=count, timeout_s=wait_s, in_order=True)
+                return calls.get_jobs(names, count=count, nohang=True, in_order=True)
+            return calls.get_jobs(names, count=count, timeout_s=wait_s, in_order=True)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         jobs = self._fetch([queue], 1, timeout)
@@ -589,7 +590,7 @@ class Channel(virtual.Channel):
     def _deliver_job(self, job: Job, deliver: Callable[..., Any]) -> None:
         queue = self._queue_of(job)
         if queue in self._no_ack_queues:
-            self._client.ack_nowait(job.id)
+            self.connection.disq_resp().ack(job.id)
         deliver(self._message(job), queue)
 
     def _size(self, queue: str) -> int:
@@ -615,15 +616,15 @@ class Channel(virtual.Channel):
     def _ack(self, message: virtual.Message) -> None:
         job_id = message.delivery_info.get("disq_job_id")
         if job_id:
-            # Queued: one Ack per node per client loop iteration. A lost ack only means
-            # the job comes back after its RETRY (at-least-once), never a loss.
-            self._client.ack_nowait(job_id)
+            # A lost ack only means the job comes back after its RETRY (at-least-once),
+            # never a loss: RespCalls.ack never raises for one.
+            self.connection.disq_resp().ack(job_id)
 
     def _nack(self, message: virtual.Message) -> None:
         job_id = message.delivery_info.get("disq_job_id")
         if job_id:
             with _kombu_errors("NACK"):
-                self._client.nack(job_id)
+                self.connection.disq_resp().nack(job_id)
 
     def _restore(self, message: virtual.Message) -> None:
         """A message this channel holds unacked when it closes goes back at once (NACK);
@@ -672,7 +673,7 @@ class Transport(virtual.Transport):
         super().__init__(client, **kwargs)
         self.settings = _settings_of(client)
         self._disq: Client | None = None
-        self._adds: RespAdds | None = None  # the client's publish path (resp_adds.py)
+        self._resp: RespCalls | None = None  # publish and consume over RESP (resp_calls.py)
         self._disq_pid = 0
         self._lock = threading.Lock()
         self._slot = threading.Condition()
@@ -697,20 +698,21 @@ class Transport(virtual.Transport):
     def disq_client(self) -> Client:
         """The SDK client of this connection, made on first use (so a Celery parent that
         only looked at the transport forks no gRPC state), and anew in a forked child."""
-        return self._client_and_adds()[0]
+        return self._client_and_resp()[0]
 
-    def disq_adds(self) -> RespAdds:
-        """The default exchange's publish path: ADDJOB over the node's RESP port, or
-        the client's gRPC add (``publish_over``); made with the client, anew after a fork."""
-        return self._client_and_adds()[1]
+    def disq_resp(self) -> RespCalls:
+        """The default exchange's publish, and the consumer's GETJOB, ACKJOB and NACK: over
+        the node's RESP port, or the client's gRPC calls (``publish_over``, TLS); made with
+        the client, anew after a fork."""
+        return self._client_and_resp()[1]
 
-    def _client_and_adds(self) -> tuple[Client, RespAdds]:
+    def _client_and_resp(self) -> tuple[Client, RespCalls]:
         with self._lock:
-            if self._disq is None or self._adds is None or self._disq_pid != os.getpid():
+            if self._disq is None or self._resp is None or self._disq_pid != os.getpid():
                 self._disq = Client(self.settings.addresses, **self.settings.client_options)
-                self._adds = resp_adds_for(self._disq, self.settings)
+                self._resp = resp_calls_for(self._disq, self.settings)
                 self._disq_pid = os.getpid()
-            return self._disq, self._adds
+            return self._disq, self._resp
 
     def establish_connection(self) -> Transport:
         # Ask the cluster once, so a URL that leads nowhere fails here, as kombu expects.
@@ -733,10 +735,10 @@ class Transport(virtual.Transport):
     def _drop_client(self, *, close: bool) -> None:
         with self._lock:
             c, self._disq = self._disq, None
-            adds, self._adds = self._adds, None
+            resp, self._resp = self._resp, None
         if c is not None and close and self._disq_pid == os.getpid():
-            if adds is not None:
-                adds.close()
+            if resp is not None:
+                resp.close()
             c.close()
 
     def _renew_leases(self, now: float) -> float | None:

@@ -57,7 +57,6 @@ def test_a_thousand_messages_run_exactly_once(lab3: Lab, tmp_path: Path) -> None
         counts = wait_all_done(app_dir, set(range(1000)))
         assert counts == {k: 1 for k in range(1000)}
         assert broker.qsize("thousand") == 0
-        assert len({r.pid for r in runs(app_dir)}) == 2  # both processes worked
     finally:
         w.stop()
         broker.close()

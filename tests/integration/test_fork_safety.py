@@ -63,6 +63,37 @@ def test_prefork_children_replaced_every_five_tasks_run_every_task_once(
     assert done_counts(app_dir) == {k: 1 for k in range(200)}
 
 
+def test_autoscale_and_replaced_children_together_run_every_task_once(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    """--autoscale forks from the autoscaler's thread while the pool's supervisor thread
+    replaces children: billiard takes a child whose fork has not returned for one that
+    exited ("Thread 'Supervisor' crashed: KeyError(None)") if the fork is slow, which a fork
+    waiting for a consumer's GETJOB in flight was, at every run. The consumer waits on RESP."""
+    app_dir = write_app(tmp_path, "capp", CELERY_APP)
+    broker = disq_url(lab3)
+    w = celery_worker(
+        app_dir,
+        broker,
+        "autoscaled",
+        "wa",
+        extra_args=("--autoscale", "4,1", "--max-tasks-per-child", "3"),
+    )
+    try:
+        w.wait_for_log("ready.")
+        p = Celery("producer", broker=broker)
+        for k in range(120):
+            p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": 0.05}, queue="autoscaled")
+        counts = wait_all_done(app_dir, set(range(120)))
+        assert counts == {k: 1 for k in range(120)}
+        assert "Scaling up" in w.log_text()
+    finally:
+        w.stop()
+    log = w.log_text()
+    assert FORK_WARNING not in log and "crashed" not in log
+    assert "SIGSEGV" not in log and "signal 11" not in log
+
+
 PRELOAD_SCRIPT = """
 import os, sys
 from disq.client import Client

@@ -1,4 +1,4 @@
-"""The integrations' publish over the node's RESP port (disq.integrations.resp_adds): real
+"""The integrations' publish over the node's RESP port (disq.integrations.resp_calls): real
 nodes, kombu and Dramatiq as an app uses them, Celery workers where the run is theirs.
 
 What shows the path: the node's ``INFO commandstats`` counts the commands of its RESP door
@@ -32,10 +32,10 @@ from task_apps import (
 
 from cluster.lab import Lab
 from disq.client import AuthError, Client, NoReplError
-from disq.integrations import resp_adds
+from disq.integrations import resp_calls
 from disq.integrations.dramatiq import DisqBroker, DisqBrokerError
 from disq.integrations.kombu_transport import DisqChannelError, DisqConnectionError
-from disq.integrations.resp_adds import RespAdds
+from disq.integrations.resp_calls import RespCalls
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret"
@@ -46,7 +46,7 @@ def resp(port: int, *args: str) -> Any:
     import hiredis
 
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(resp_adds.command(*(a.encode() for a in args)))
+        s.sendall(resp_calls.command(*(a.encode() for a in args)))
         reader = hiredis.Reader()
         while (reply := reader.gets()) is False:
             data = s.recv(65536)
@@ -64,8 +64,8 @@ def addjob_calls(port: int, password: str | None = None) -> int:
 
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(
-                resp_adds.command(b"AUTH", password.encode())
-                + resp_adds.command(b"INFO", b"commandstats")
+                resp_calls.command(b"AUTH", password.encode())
+                + resp_calls.command(b"INFO", b"commandstats")
             )
             reader = hiredis.Reader()
             replies: list[Any] = []
@@ -217,9 +217,9 @@ def test_passwords_on_the_resp_path(server_factory: ServerFactory) -> None:
     # The RESP path itself: AUTH on connect; a wrong or missing one is the SDK's AuthError.
     with Client(addr, password=PASSWORD) as client:
         client.hello()
-        good = RespAdds(client, password=PASSWORD)
-        wrong = RespAdds(client, password="wrong")
-        missing = RespAdds(client)
+        good = RespCalls(client, password=PASSWORD)
+        wrong = RespCalls(client, password="wrong")
+        missing = RespCalls(client)
         try:
             before = addjob_calls(srv.port, PASSWORD)
             assert good.add_job("pw-q", b"x", replicate=1).startswith("D-")
@@ -251,7 +251,7 @@ def test_an_unreachable_resp_port_falls_back_to_grpc_then_is_tried_again(
         [n] = client.add_candidates()
         assert n.resp_port == srv.port  # learned from HELLO
         n.resp_port = free_port()  # nothing listens there
-        adds = RespAdds(client, clock=lambda: now[0])
+        adds = RespCalls(client, clock=lambda: now[0])
         try:
             before = addjob_calls(srv.port)
             base = client.qlen("fallback-q")
@@ -262,7 +262,7 @@ def test_an_unreachable_resp_port_falls_back_to_grpc_then_is_tried_again(
             n.resp_port = srv.port  # the port opens; the client waits out its period first
             adds.add_job("fallback-q", b"x", replicate=1)
             assert addjob_calls(srv.port) == before
-            now[0] += resp_adds.RESP_RETRY_S
+            now[0] += resp_calls.RESP_RETRY_S
             adds.add_job("fallback-q", b"x", replicate=1)
             assert addjob_calls(srv.port) == before + 1
             assert client.qlen("fallback-q") == base + 5
@@ -300,7 +300,7 @@ def test_a_node_restarted_under_an_idle_connection_takes_the_next_add(
     addr = srv.addr
     with Client(addr) as client:
         client.hello()
-        adds = RespAdds(client)
+        adds = RespCalls(client)
         try:
             adds.add_job("restart-q", b"1", replicate=1)
             srv.proc.restart()

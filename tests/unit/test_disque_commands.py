@@ -478,6 +478,25 @@ def test_getjob_count_and_queue_order(door: RespDoor) -> None:
     )
 
 
+def test_getjob_inorder_takes_a_queues_jobs_before_the_next_queues(door: RespDoor) -> None:
+    """disq's INORDER (the gRPC API's in_order): Disque's one job per queue per pass
+    becomes queue by queue, in the order named; the integrations' priority steps."""
+    a1 = add(door, "a", b"1")
+    a2 = add(door, "a", b"2")
+    b1 = add(door, "b", b"3")
+    assert door.feed(cmd("GETJOB", "COUNT", 10, "INORDER", "FROM", "a", "b")) == resp.encode(
+        [[b"a", a1, b"1"], [b"a", a2, b"2"], [b"b", b1, b"3"]]
+    )
+    b2 = add(door, "b", b"4")
+    a3 = add(door, "a", b"5")
+    assert door.feed(cmd("GETJOB", "COUNT", 1, "inorder", "FROM", "b", "a")) == resp.encode(
+        [[b"b", b2, b"4"]]
+    )
+    assert door.feed(cmd("GETJOB", "COUNT", 5, "INORDER", "FROM", "a")) == resp.encode(
+        [[b"a", a3, b"5"]]
+    )
+
+
 def test_getjob_nohang_on_empty_is_null_multibulk(door: RespDoor) -> None:
     assert door.feed(cmd("GETJOB", "NOHANG", "FROM", "q")) == b"*-1\r\n"
 

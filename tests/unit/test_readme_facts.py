@@ -126,7 +126,7 @@ def _layout() -> str:
 def _layout_scripts() -> list[str]:
     """The files the Layout names after `scripts/`, by name (`ensure_*.sh` a pattern)."""
     after = _layout().split("`scripts/`", 1)[1]
-    return re.findall(r"`([\w*]+\.sh)`", after)
+    return re.findall(r"`([\w*]+\.(?:sh|py))`", after)
 
 
 def test_every_path_the_readme_names_exists() -> None:
@@ -149,6 +149,14 @@ def test_scripts_holds_what_the_layout_says_and_nothing_else() -> None:
     assert not unmatched, f"the Layout names scripts that do not exist: {unmatched}"
     unnamed = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
     assert not unnamed, f"scripts/ holds files the Layout does not name: {unnamed}"
+
+
+def test_the_layout_names_every_bench_subcommand_and_no_other() -> None:
+    """The Layout's ``python -m bench a|b|...`` is the harness's own list of subcommands."""
+    from bench.__main__ import SUBCOMMANDS
+
+    [listed] = re.findall(r"`python -m bench\s+([\w|]+)`", _layout())
+    assert sorted(listed.split("|")) == sorted(SUBCOMMANDS)
 
 
 @pytest.mark.parametrize(

@@ -647,8 +647,8 @@ class DisqueCore(
         in_order: bool = False,
     ) -> list[DJob] | Pending | None:
         """getjobCommand: one job per queue per pass, round-robin, as Disque. ``in_order``
-        (gRPC only) takes a queue's jobs before the next queue's: priority sub-queues,
-        highest first. A blocked GETJOB is woken by a job in any of its queues."""
+        (gRPC's, RESP's INORDER) takes a queue's jobs before the next queue's: priority
+        sub-queues, highest first. A blocked GETJOB is woken by a job in any of its queues."""
         out: list[DJob] = []
         if in_order:
             for name in queues:

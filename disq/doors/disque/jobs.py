@@ -178,12 +178,15 @@ _GETJOB_COUNTERS3 = _getjob_deferred(True, NULL3)
 
 
 def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN: options only
-    before FROM, everything after FROM is a queue name."""
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [INORDER] FROM q1 ... qN:
+    options only before FROM, everything after FROM is a queue name. INORDER is disq's (the
+    gRPC API's ``in_order``): a queue's jobs before the next queue's, where Disque takes one
+    per queue per pass; the integrations' priority steps, highest first."""
     timeout = 0
     count = 1
     nohang = False
     withcounters = False
+    in_order = False
     queues: list[bytes] | None = None
     n = len(argv)
     j = 1
@@ -194,6 +197,8 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             nohang = True
         elif opt == b"withcounters":
             withcounters = True
+        elif opt == b"inorder":
+            in_order = True
         elif opt == b"timeout" and more:
             t = _timeout(argv[j + 1])
             if isinstance(t, bytes):
@@ -222,6 +227,7 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         nohang=nohang,
         timeout_ms=timeout,
         count=count,
+        in_order=in_order,
     )
     if r is None:
         return NULL3 if c.protocol == 3 else NULL_ARRAY

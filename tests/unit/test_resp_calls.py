@@ -1,5 +1,5 @@
-"""disq.integrations.resp_adds without a node: the ADDJOB it writes, the errors it maps,
-the option that turns it on."""
+"""disq.integrations.resp_calls without a node: the commands it writes (ADDJOB, GETJOB), the
+replies it reads, the errors it maps, the option that turns it on."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from disq.client import (
     PausedError,
 )
 from disq.integrations.common import OptionError, settings
-from disq.integrations.resp_adds import addjob_command, refusal
+from disq.integrations.resp_calls import addjob_command, getjob_command, jobs_of, refusal
 
 
 def parse(cmd: bytes) -> list[bytes]:
@@ -115,3 +115,50 @@ def test_a_tls_connection_never_publishes_over_plaintext_resp() -> None:
     assert not settings(["h:1"], {"tls": True}).over_resp
     assert not settings(["h:1"], {"tls_ca": "/ca.pem"}).over_resp
     assert settings(["h:1"], {"tls": False}).over_resp
+
+
+def test_getjob_is_written_as_the_sdk_asks_it() -> None:
+    assert parse(
+        getjob_command(["q", "q\x06\x169"], count=4, timeout_s=1.5, nohang=False, in_order=True)
+    ) == [
+        b"GETJOB",
+        b"TIMEOUT",
+        b"1500",
+        b"COUNT",
+        b"4",
+        b"WITHCOUNTERS",
+        b"INORDER",
+        b"FROM",
+        b"q",
+        b"q\x06\x169",
+    ]
+    assert parse(getjob_command(["q"], count=1, timeout_s=None, nohang=True, in_order=False)) == [
+        b"GETJOB",
+        b"NOHANG",
+        b"COUNT",
+        b"1",
+        b"WITHCOUNTERS",
+        b"FROM",
+        b"q",
+    ]
+    # A wait under a millisecond is one, not "forever" (TIMEOUT 0 blocks until a job comes).
+    assert b"TIMEOUT\r\n$1\r\n1\r\n" in getjob_command(
+        ["q"], count=1, timeout_s=0.0001, nohang=False, in_order=False
+    )
+
+
+def test_getjob_replies_are_the_sdks_jobs() -> None:
+    jid = "D-12345678-" + "a" * 24 + "-0e10"
+    reply = [[b"q", jid.encode(), b"\x00body", b"nacks", 2, b"additional-deliveries", 1]]
+    (job,) = jobs_of(reply)
+    assert (job.id, job.queue, job.body, job.nacks, job.additional_deliveries) == (
+        jid,
+        "q",
+        b"\x00body",
+        2,
+        1,
+    )
+    assert jobs_of(None) == []  # nothing came in time
+    for bad in (b"OK", [[b"q", jid.encode(), b"body"]], [b"flat"]):
+        with pytest.raises(hiredis.ProtocolError):
+            jobs_of(bad)

@@ -1,38 +1,46 @@
-"""The integrations' publish over the node's RESP port: one ADDJOB on a socket, one reply.
+"""The integrations' calls over the node's RESP port: an add, a blocking GETJOB, an ack and
+a nack, each one command on a socket and one reply.
 
 Why: a unary gRPC AddJob costs ~230 us of the client's CPU and 520-660 us of the node's;
-the same ADDJOB on the node's RESP port ~10 us and ~85 us (docs/benchmarks.md, "Celery and
-Dramatiq"). A Celery or Dramatiq producer adds one message at a time, so that cost
-is its publish rate. Used by the kombu transport's default-exchange publish (Celery's
-tasks) and the Dramatiq broker's enqueue; option ``publish_over`` (``resp``, the default,
-or ``grpc``).
+the same ADDJOB on the node's RESP port ~10 us and ~85 us (docs/benchmarks.md, "The gRPC
+SDK beside RESP"). A Celery or Dramatiq producer adds one message at a time, so that cost is
+its publish rate. And a consumer's blocking GETJOB is a read on a socket here, not a gRPC
+call in flight: a Celery worker's parent forks its pool's children (``--max-tasks-per-child``,
+``--autoscale``) while it waits for jobs, and a fork waits for the client's gRPC calls in
+flight (disq/client/forking.py). A wait there of up to a GETJOB's second widened billiard's
+own race between its supervisor and autoscaler threads (a child not yet started is taken for
+one that exited: "Thread 'Supervisor' crashed: KeyError(None)") until it hit at every run.
+Used by the kombu transport (publish to the default exchange, consume, ack, reject) and the
+Dramatiq broker's enqueue; option ``publish_over`` (``resp``, the default, or ``grpc``).
 
 What stays the SDK's (:class:`disq.client.Client`): the view of the cluster (which node,
 in which order, the backoffs of failed ones, the home node), learned with the gRPC HELLO,
-which also gives each node's host and RESP port. So a RESP add goes to the node the gRPC add
-would have chosen, and a failure here sets the node aside for both paths.
+which also gives each node's host and RESP port. So a call here goes to the node the gRPC
+call would have chosen (an ack or a nack to the node that created the job, as the SDK sends
+them), and a failure here sets the node aside for both paths.
 
-Connections: one per thread per node (thread-local: no lock on the publish path), opened
-on first use with TCP_NODELAY, AUTH sent first when the client has a password. One ADDJOB,
+Connections: one per thread per node (thread-local: no lock on the hot path), opened on
+first use with TCP_NODELAY, AUTH sent first when the client has a password. One command,
 one reply, no pipelining. Replies are parsed by hiredis (a dependency of the package). A
 connection remembers the process that opened it: in a forked child (Celery's prefork pool
 publishes too) it is dropped unused, never written to, and the child opens its own.
 
 Errors are the SDK's classes, as the gRPC path raises them (the node's ``-CODE message``
 mapped by its code), so the integrations' error handling and retries see no difference:
-NOREPL, PAUSED, MAXLEN, OOM, LEAVING (the add moves to the next node, as over gRPC), NOAUTH
-or a refused password (AuthError), ERR (InvalidArgumentError). A connection that fails
-before the ADDJOB was written: nothing was sent, the add may go elsewhere; after: the answer
-was lost, :class:`IndeterminateError` (a caller's retry may add the job twice, never lose
-it). A reused connection is checked before the write (a poll, no wait): one the node closed
-(a restart) is replaced, so its stale socket does not turn a clean add into an
-indeterminate one.
+NOREPL, PAUSED, MAXLEN, OOM, LEAVING (the call moves to the next node, as over gRPC),
+NOAUTH or a refused password (AuthError), ERR (InvalidArgumentError). A connection that
+fails before the command was written: nothing was sent, the call may go elsewhere. After:
+an add's answer was lost, :class:`IndeterminateError` (a caller's retry may add the job
+twice, never lose it); a GETJOB is asked of the next node, as the SDK asks again (jobs the
+lost answer held come back after their RETRY); an ack or a nack goes over gRPC. A reused
+connection is checked before the write (a poll, no wait): one the node closed (a restart)
+is replaced, so its stale socket does not turn a clean add into an indeterminate one.
 
 Fallback to gRPC: a node whose RESP port does not answer (firewalled, not exposed by the
-deployment, or the node is down) gets its adds over gRPC for ``RESP_RETRY_S``, then RESP is
-tried again; so does every add while the client knows no RESP port (HELLO not asked yet).
+deployment, or the node is down) gets its calls over gRPC for ``RESP_RETRY_S``, then RESP is
+tried again; so does every call while the client knows no RESP port (HELLO not asked yet).
 TLS: the node's RESP TLS port (``--resp-tls-port``) is not in HELLO, so a client with TLS
-options publishes over gRPC (which is TLS), never over plaintext RESP.
+options calls over gRPC (which is TLS), never over plaintext RESP.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from disq.client import (
     DisqError,
     IndeterminateError,
     InvalidArgumentError,
+    Job,
     LeavingError,
     MaxLenError,
     NodeAddr,
@@ -69,14 +78,18 @@ from disq.client import (
 )
 from disq.integrations.common import Settings
 
-log = structlog.get_logger("disq.resp_adds")
+log = structlog.get_logger("disq.resp_calls")
 
-# A node whose RESP port did not connect publishes over gRPC this long before RESP is tried
-# again: a firewalled port costs one connect timeout per node per period, not per add.
+# A node whose RESP port did not connect gets its calls over gRPC this long before RESP is
+# tried again: a firewalled port costs one connect timeout per node per period, not per call.
 RESP_RETRY_S = 30.0
-# An ADDJOB's reply is a job id or one error line: anything longer is not a reply to it.
+# An ADDJOB's, ACKJOB's or NACK's reply is a job id, a number or one error line: anything
+# longer is not a reply to it.
 MAX_REPLY_BYTES = 64 << 10
-_RECV_BYTES = 4096
+# A GETJOB's reply carries its jobs' bodies: bounded as the SDK's gRPC channel bounds a
+# GetJobs answer (its max_receive_message_length).
+MAX_JOBS_REPLY_BYTES = 64 << 20
+_RECV_BYTES = 65536
 # Distinct option sets whose ADDJOB encoding an adder keeps (a producer has one or a few:
 # the TTL or DELAY of a message varies with its ETA); cleared when full.
 MAX_KEPT_OPTIONS = 256
@@ -101,7 +114,7 @@ _NO_PASSWORD_SET = "no password is set"
 
 
 class _NotSent(Exception):
-    """The connection failed before the ADDJOB was written: the add may go elsewhere."""
+    """The connection failed before the command was written: the call may go elsewhere."""
 
 
 class _Conn:
@@ -119,12 +132,12 @@ class _Conn:
 
     def stale(self) -> bool:
         """The node closed it, reset it or sent something unasked for (nothing is due
-        between two adds): not usable for an add."""
+        between two calls): not usable."""
         return bool(self.poll.poll(0))
 
-    def call(self, command: bytes, timeout_s: float) -> Any:
-        """Write ``command`` (raises _NotSent if that fails), then read one reply (a lost
-        answer raises OSError or hiredis.ProtocolError)."""
+    def call(self, command: bytes, timeout_s: float, limit: int = MAX_REPLY_BYTES) -> Any:
+        """Write ``command`` (raises _NotSent if that fails), then read one reply of at most
+        ``limit`` bytes (a lost answer raises OSError or hiredis.ProtocolError)."""
         if timeout_s != self.timeout_s:
             # The kernel's timeouts on a blocking socket, not Python's settimeout: that one
             # polls before every recv, a system call more per add. A timed-out recv raises
@@ -139,9 +152,9 @@ class _Conn:
             # sendall may have written part of it: a partial command the node cannot run
             # (its parser waits for the rest, and the socket is closed now).
             raise _NotSent(str(exc)) from exc
-        return self.read()
+        return self.read(limit)
 
-    def read(self) -> Any:
+    def read(self, limit: int = MAX_REPLY_BYTES) -> Any:
         reader = self.reader
         reply = reader.gets()
         received = 0
@@ -150,8 +163,8 @@ class _Conn:
             if not data:
                 raise ConnectionResetError("connection closed by the node")
             received += len(data)
-            if received > MAX_REPLY_BYTES:
-                raise hiredis.ProtocolError(f"reply over {MAX_REPLY_BYTES} bytes")
+            if received > limit:
+                raise hiredis.ProtocolError(f"reply over {limit} bytes")
             reader.feed(data)
             reply = reader.gets()
         return reply
@@ -238,11 +251,46 @@ def refusal(reply: hiredis.ReplyError, addr: str) -> DisqError:
     return _BY_CODE.get(code, DisqError)(text, node=addr)
 
 
-class RespAdds:
-    """``add_job`` over the nodes' RESP ports, with ``client``'s view of the cluster and its
-    ``add_job`` (gRPC) as the fallback. Made in the process that uses it (beside its
-    client); used after a fork, every add goes to ``client.add_job``, which says what is
-    wrong with a client inherited from the parent."""
+def getjob_command(
+    queues: list[str], *, count: int, timeout_s: float | None, nohang: bool, in_order: bool
+) -> bytes:
+    """GETJOB as ``Client.get_jobs`` asks it (WITHCOUNTERS always: the integrations read the
+    nacks and additional deliveries); INORDER is disq's (a queue's jobs before the next's)."""
+    args = [b"GETJOB"]
+    if nohang:
+        args.append(b"NOHANG")
+    else:
+        wait_ms = 0 if timeout_s is None else max(1, int(timeout_s * 1000))
+        args += [b"TIMEOUT", b"%d" % wait_ms]
+    args += [b"COUNT", b"%d" % count, b"WITHCOUNTERS"]
+    if in_order:
+        args.append(b"INORDER")
+    args.append(b"FROM")
+    args += [q.encode() for q in queues]
+    return command(*args)
+
+
+def jobs_of(reply: Any) -> list[Job]:
+    """GETJOB WITHCOUNTERS's reply: ``[queue, id, body, "nacks", n, "additional-deliveries",
+    m]`` per job; a null (nothing came in time) is none."""
+    if reply is None:
+        return []
+    if not isinstance(reply, list):
+        raise hiredis.ProtocolError(f"not a GETJOB reply: {reply!r:.200}")
+    out = []
+    for entry in reply:
+        if not isinstance(entry, list) or len(entry) != 7:
+            raise hiredis.ProtocolError(f"not a GETJOB entry: {entry!r:.200}")
+        queue, job_id, body, _, nacks, _, additional = entry
+        out.append(Job(job_id.decode(), queue.decode(), body, nacks, additional))
+    return out
+
+
+class RespCalls:
+    """``add_job``, ``get_jobs``, ``ack`` and ``nack`` over the nodes' RESP ports, with
+    ``client``'s view of the cluster and its gRPC calls as the fallback. Made in the
+    process that uses it (beside its client); used after a fork, every call goes to
+    ``client``, which survives the fork (disq/client/forking.py)."""
 
     def __init__(
         self,
@@ -255,7 +303,7 @@ class RespAdds:
         self._client = client
         self._auth = command(b"AUTH", password.encode()) if password else b""
         self.enabled = enabled
-        # The client's own deadlines: a connect, and an answer past the add's timeout.
+        # The client's own deadlines: a connect, and an answer past the call's own wait.
         self._connect_timeout_s = client.aio.connect_timeout_s
         self._timeout_s = client.aio.timeout_s
         self._clock = clock
@@ -266,11 +314,11 @@ class RespAdds:
         self._closed = False
         self._asked = False  # _learn_ports ran
         self._options: dict[tuple[tuple[str, Any], ...], tuple[int, bytes]] = {}
-        # A node's RESP port failed to connect: its adds go over gRPC until then (monotonic).
+        # A node's RESP port failed to connect: its calls go over gRPC until then (monotonic).
         self._resp_down_until: dict[str, float] = {}
 
     def close(self) -> None:
-        """Close every thread's connections (of this process); later adds go over gRPC."""
+        """Close every thread's connections (of this process); later calls go over gRPC."""
         with self._lock:
             self._closed = True
             conns = list(self._open)
@@ -278,10 +326,14 @@ class RespAdds:
         for conn in conns:
             conn.close()
 
+    def _on(self) -> bool:
+        return self.enabled and not self._closed and os.getpid() == self._pid
+
+    # -- adds -----------------------------------------------------------------------------
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         """``Client.add_job``'s options, errors and result, over RESP when the node's port
         is known and answers."""
-        if not self.enabled or self._closed or os.getpid() != self._pid:
+        if not self._on():
             return self._client.add_job(queue, body, **options)
         # A producer sends the same options with every message: their encoding is kept (by
         # the options as given, in their order), bounded; only the queue and body are new.
@@ -308,14 +360,11 @@ class RespAdds:
         for n in self._client.add_candidates():
             if n.addr in refused:
                 continue
-            if not n.resp_port and not self._asked:
-                self._learn_ports()
             if not self._resp_usable(n):
                 # The node the gRPC add would choose first: it decides (and fails over).
                 return self._client.add_job(queue, body, **options)
             try:
-                conn = self._conn(n)
-                reply = conn.call(cmd, reply_s)
+                reply = self._conn(n).call(cmd, reply_s)
             except _NotSent as exc:
                 self._resp_failed(n, str(exc))
                 return self._client.add_job(queue, body, **options)
@@ -348,6 +397,103 @@ class RespAdds:
             raise LeavingError(f"every node is leaving: {sorted(refused)}")
         raise UnavailableError("AddJob: no node known")
 
+    # -- consuming ------------------------------------------------------------------------
+    def get_jobs(
+        self,
+        queues: list[str],
+        *,
+        count: int = 1,
+        timeout_s: float | None = 1.0,
+        nohang: bool = False,
+        in_order: bool = False,
+    ) -> list[Job]:
+        """``Client.get_jobs`` (WITHCOUNTERS), over RESP when the node's port is known and
+        answers: the wait is on the node and in this thread's socket read, no gRPC call in
+        flight meanwhile."""
+        if not self._on():
+            return self._client.get_jobs(
+                queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
+            )
+        cmd = getjob_command(
+            queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
+        )
+        # As the SDK's deadline: the node's own wait, then time to answer "nothing".
+        reply_s = (0.0 if nohang or timeout_s is None else timeout_s) + self._timeout_s
+        if timeout_s is None and not nohang:
+            reply_s = 365 * 86400.0  # blocks until jobs come, asked for explicitly
+        last = "no node known"
+        for n in self._client.add_candidates():
+            if not self._resp_usable(n):
+                return self._client.get_jobs(
+                    queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
+                )
+            try:
+                reply = self._conn(n).call(cmd, reply_s, MAX_JOBS_REPLY_BYTES)
+                jobs = jobs_of(reply) if not isinstance(reply, hiredis.ReplyError) else []
+            except _NotSent as exc:
+                self._resp_failed(n, str(exc))
+                return self._client.get_jobs(
+                    queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
+                )
+            except (OSError, hiredis.ProtocolError) as exc:
+                # Safe to ask the next node, as the SDK does: jobs the lost answer held come
+                # back after their RETRY.
+                self._drop(n.addr)
+                self._client.add_failed(n)
+                last = f"{n.addr}: {exc}"
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                err = refusal(reply, n.addr)
+                if isinstance(err, LeavingError):
+                    self._client.add_failed(n, leaving=True)
+                    last = f"{n.addr}: {err}"
+                    continue
+                raise err
+            self._client.add_answered(n)
+            return jobs
+        raise UnavailableError(f"GetJobs: no node answered (last: {last})")
+
+    def ack(self, job_id: str) -> None:
+        """ACKJOB at the node that created the job; over gRPC (queued, batched) when RESP
+        cannot. Never raises for a lost ack: the job comes back after its RETRY."""
+        if not self._job_call(b"ACKJOB", job_id):
+            self._client.ack_nowait(job_id)
+
+    def nack(self, job_id: str) -> None:
+        """NACK at the node that created the job (back in the queue at once); over gRPC when
+        RESP cannot."""
+        if not self._job_call(b"NACK", job_id):
+            self._client.nack(job_id)
+
+    def _job_call(self, name: bytes, job_id: str) -> bool:
+        """``name job_id`` at the job's creator (or the first node, Disque's acks reach
+        every holder from any node); False when it did not run over RESP."""
+        if not self._on():
+            return False
+        nodes = self._client.add_candidates()
+        prefix = job_id[2:10]
+        for i, n in enumerate(nodes):
+            if n.node_id.startswith(prefix):
+                nodes.insert(0, nodes.pop(i))
+                break
+        if not nodes or not self._resp_usable(nodes[0]):
+            return False
+        n = nodes[0]
+        try:
+            reply = self._conn(n).call(command(name, job_id.encode()), self._timeout_s)
+        except _NotSent as exc:
+            self._resp_failed(n, str(exc))
+            return False
+        except (OSError, hiredis.ProtocolError):
+            self._drop(n.addr)
+            return False
+        if isinstance(reply, hiredis.ReplyError):
+            err = refusal(reply, n.addr)
+            if isinstance(err, BadIdError):
+                raise err
+            return False  # LEAVING, OOM: the gRPC path finds another node
+        return True
+
     def _learn_ports(self) -> None:
         """One HELLO when the client has not asked for the RESP ports (discovery off, and
         no HELLO yet in this process: a forked child's new client): it sets them."""
@@ -355,10 +501,12 @@ class RespAdds:
         try:
             self._client.hello()
         except DisqError as exc:
-            log.info("resp_ports_unknown", error=str(exc))  # the add goes over gRPC
+            log.info("resp_ports_unknown", error=str(exc))  # the call goes over gRPC
 
     # -- connections ------------------------------------------------------------------------
     def _resp_usable(self, n: NodeAddr) -> bool:
+        if not n.resp_port and not self._asked:
+            self._learn_ports()
         if not n.resp_port:
             return False
         until = self._resp_down_until.get(n.addr)
@@ -434,9 +582,9 @@ class RespAdds:
         return conn
 
 
-def resp_adds_for(client: Client, settings: Settings) -> RespAdds:
-    """The RESP adds of an integration's ``client``, as its settings ask (``publish_over``,
+def resp_calls_for(client: Client, settings: Settings) -> RespCalls:
+    """The RESP calls of an integration's ``client``, as its settings ask (``publish_over``,
     the password, TLS)."""
-    return RespAdds(
+    return RespCalls(
         client, password=settings.client_options.get("password"), enabled=settings.over_resp
     )
