@@ -13,12 +13,20 @@ and
 
 * every live :class:`Client` stops admitting calls (:class:`CallGate`), waits for the calls
   in flight to end (at most ``FORK_WAIT_S``: a blocking GETJOB ends within its timeout),
-  sends its queued acks, closes its channels and stops its loop thread. With no channel
-  open, grpc.aio's poller thread ends too, and gRPC's own fork handlers run cleanly.
-* after the fork, in both processes, the clients admit calls again; the first call starts
-  a loop thread and connects anew (a thread start and a TCP connect: milliseconds). The
+  sends its queued acks and closes its channels. With no channel open, grpc.aio's poller
+  thread ends, and gRPC's own fork handlers run cleanly; the client's loop thread, waiting
+  in epoll, is no thread of gRPC's and stays.
+* after the fork, in both processes, the clients admit calls again; the first call connects
+  anew (a TCP connect: a millisecond or two), in the child on a loop thread of its own. The
   client keeps its view of the cluster. A client inherited by a child works there: gunicorn
   with ``--preload``, a Celery or Dramatiq worker's children.
+* a process that forked once likely forks again (a pool replacing its children, an
+  autoscaler): its clients close their channels whenever no call came for
+  ``IDLE_CLOSE_S``, so a fork seldom finds anything to close and costs tens of
+  microseconds more than a bare fork. A fork must be quick: billiard's pool appends a
+  child before forking it, and its supervisor thread, running beside the thread that forks,
+  takes a child whose fork has not returned for one that exited ("Thread 'Supervisor'
+  crashed: KeyError(None)", celery/billiard#159).
 
 What cannot be made safe is said, in the child, by :class:`ForkError`: a Client whose calls
 did not end within ``FORK_WAIT_S`` (a GETJOB with no timeout, a stream left open), or an
@@ -26,11 +34,12 @@ did not end within ``FORK_WAIT_S`` (a GETJOB with no timeout, a stream left open
 a fork hook cannot drive). Then gRPC is unusable in the child, for every client: a call made
 there would hang, so every client raises at once, naming the fix.
 
-Costs: a fork waits for the calls in flight, and the next call reconnects. A fork must be
-quick, so the integrations wait for jobs on the node's RESP port, not in a gRPC call
-(disq/integrations/resp_calls.py): a Celery parent whose forks waited out a GETJOB's second
-made billiard's supervisor and autoscaler threads race into a crash. An idle client's
-channels close in about 1-2 ms.
+Costs: a fork waits for the calls in flight, and the next call reconnects. So the
+integrations wait for jobs on the node's RESP port, not in a gRPC call
+(disq/integrations/resp_calls.py): forks that waited out a Celery parent's GETJOB made
+billiard's race above crash at every run of ``--autoscale`` with ``--max-tasks-per-child``.
+That combination still meets the race at a worker's first scale-up when its supervisor and
+autoscaler threads wake together (both start with the pool), whatever the fork costs.
 """
 
 from __future__ import annotations
@@ -85,6 +94,9 @@ _ASYNC: weakref.WeakSet[ChannelOwner] = weakref.WeakSet()
 ORPHANS: list[object] = []
 # In a child forked while gRPC ran in the parent: the reason, raised by every client.
 _unusable: str | None = None
+# This process has forked: its clients close their channels when idle (module docstring).
+_forked = False
+IDLE_CLOSE_S = 0.05
 
 
 def register(client: Forkable) -> None:
@@ -110,13 +122,21 @@ def _before_fork() -> None:
         client._fork_prepare()
 
 
+def forked() -> bool:
+    """Whether this process has forked (its clients then close their channels when idle)."""
+    return _forked
+
+
 def _after_fork_in_parent() -> None:
+    global _forked
+    _forked = True
     for client in list(_CLIENTS):
         client._fork_parent()
 
 
 def _after_fork_in_child() -> None:
-    global _unusable
+    global _unusable, _forked
+    _forked = False
     parent = os.getppid()
     busy = [c for c in list(_ASYNC) if c._open_channels()]
     if busy:
@@ -145,15 +165,18 @@ os.register_at_fork(
 
 
 class CallGate:
-    """Counts a client's calls in flight and holds new ones while a fork is prepared.
+    """Counts a client's calls in flight and holds new ones while the client closes its
+    channels (before a fork, or idle in a process that forks).
 
     Reentrant per thread: a call that makes another one (an add that refreshes the view)
-    is one call, so a fork waiting for the count to drop never waits on itself."""
+    is one call, so a fork waiting for the count to drop never waits on itself. One holder
+    at a time (a fork waits for an idle close in progress, a few ms)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._calls = 0
         self._held = False
+        self._holder = threading.Lock()
         self._depth = threading.local()
 
     @contextmanager
@@ -182,8 +205,10 @@ class CallGate:
 
     def hold(self, wait_s: float) -> bool:
         """Admit no new call; wait up to ``wait_s`` for those in flight. True when none is
-        left (the caller may then close what they used)."""
+        left (the caller may then close what they used). :meth:`release` ends it either
+        way."""
         deadline = time.monotonic() + wait_s
+        self._holder.acquire()
         with self._cond:
             self._held = True
             while self._calls:
@@ -193,10 +218,22 @@ class CallGate:
                 self._cond.wait(left)
         return True
 
+    def try_hold(self) -> bool:
+        """Hold at once if no call is in flight and no one else holds; else False."""
+        if not self._holder.acquire(blocking=False):
+            return False
+        with self._cond:
+            if self._calls:
+                self._holder.release()
+                return False
+            self._held = True
+        return True
+
     def release(self) -> None:
         with self._cond:
             self._held = False
             self._cond.notify_all()
+        self._holder.release()
 
     def reset_in_child(self) -> None:
         """A forked child has none of the parent's other threads: nothing in flight, and
@@ -204,4 +241,5 @@ class CallGate:
         self._cond = threading.Condition()
         self._calls = 0
         self._held = False
+        self._holder = threading.Lock()
         self._depth = threading.local()

@@ -37,6 +37,11 @@ class Client(SyncRoutesMixin):
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None  # on the loop (forking.py)
+        self._resume: threading.Event | None = None  # a parked loop's, during a fork
+        # A call went to the loop since its channels were last closed: it may have opened
+        # some, or queued work that will. Set inside the gate, cleared by a close.
+        self._used = True
         loop = self._start_loop()
         try:
             self._aio: AsyncClient = asyncio.run_coroutine_threadsafe(
@@ -49,26 +54,28 @@ class Client(SyncRoutesMixin):
         forking.register(self)
 
     def _start_loop(self) -> asyncio.AbstractEventLoop:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="disq-client")
+        self._loop = loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=_serve, args=(loop,), name="disq-client")
         self._thread.daemon = True
         self._thread.start()
-        return self._loop
+        return loop
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         submitted = False
         try:
             with self._gate.call():
                 future = asyncio.run_coroutine_threadsafe(coro, self._running_loop())
-                submitted = True
+                submitted = self._used = True
                 return future.result()
         finally:
             if not submitted:
                 coro.close()  # refused (closed, forked): never "was never awaited"
+            elif forking.forked():
+                self._close_when_idle()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop thread, started again if a fork stopped it (forking.py); called inside
-        the gate, so no fork runs meanwhile."""
+        """The loop thread, started anew in a forked child (the parent's thread is not
+        there); called inside the gate, so no fork runs meanwhile."""
         forking.check_usable()
         if self._closed:
             raise UnavailableError("client is closed")
@@ -78,26 +85,79 @@ class Client(SyncRoutesMixin):
 
     # -- fork (disq/client/forking.py) ----------------------------------------------------------
     def _fork_prepare(self) -> bool:
-        """Before a fork: no call in flight, acks sent, channels closed, loop thread
-        stopped. False when calls did not end in time (the child then cannot use gRPC)."""
+        """Before a fork: no call in flight, acks sent, channels closed, and the loop thread
+        parked in a threading wait until the fork is done, so nothing it runs meanwhile (a
+        timer, a refresh) opens a channel. A thread waiting there is no thread of gRPC's,
+        and with no channel open gRPC's poller thread has ended. False when calls did not
+        end in time (the child then cannot use gRPC)."""
         if not self._gate.hold(forking.FORK_WAIT_S):
             return False
-        if self._loop is not None and not self._closed:
-            self._adder.suspend()
-            asyncio.run_coroutine_threadsafe(self._aio.suspend(), self._loop).result()
-            self._stop_loop()
+        self._adder.suspend()
+        loop = self._loop
+        if loop is None or self._closed or not self._used:
+            # Nothing went to the loop since its channels closed (idle, in a process that
+            # forks): no channel is open and none will be; the fork costs nothing more.
+            return True
+        asyncio.run_coroutine_threadsafe(self._aio.suspend(), loop).result()
+        parked, self._resume = threading.Event(), threading.Event()
+        resume = self._resume
+
+        def park() -> None:
+            parked.set()
+            resume.wait()
+
+        loop.call_soon_threadsafe(park)
+        parked.wait()
+        self._used = False
         return True
 
     def _fork_parent(self) -> None:
+        if self._resume is not None:
+            self._resume.set()
+            self._resume = None
         self._gate.release()
 
     def _fork_child(self) -> None:
         self._gate.reset_in_child()
+        self._resume = None
         if self._loop is not None:
-            # Not stopped before the fork: its thread is not in this process, nor usable.
+            # The parent's loop: its thread is not in this process, and its epoll set is
+            # the parent's too. Never run, closed or freed here; the next call starts one.
+            forking.ORPHANS.append(self._loop)
             self._loop = self._thread = None
         self._adder.adopt()
         self._aio.adopt()
+
+    def _close_when_idle(self) -> None:
+        """In a process that forks: close the channels once no call came for
+        forking.IDLE_CLOSE_S, so that the next fork finds nothing to close and takes no
+        longer than a fork (the next call connects again: a millisecond or two)."""
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        try:
+            loop.call_soon_threadsafe(self._arm_idle_close, loop)
+        except RuntimeError:
+            pass  # closed meanwhile (idle already, or a fork): nothing to arm
+
+    def _arm_idle_close(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = loop.call_later(forking.IDLE_CLOSE_S, self._idle_close, loop)
+
+    def _idle_close(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._idle_timer = None
+        if self._loop is not loop or self._closed or not self._gate.try_hold():
+            return  # in use: the call in flight arms the timer again when it ends
+        loop.create_task(self._suspend_idle())
+
+    async def _suspend_idle(self) -> None:
+        try:
+            self._adder.suspend()
+            await self._aio.suspend()
+            self._used = False
+        finally:
+            self._gate.release()
 
     @property
     def last_node(self) -> str | None:
@@ -135,8 +195,7 @@ class Client(SyncRoutesMixin):
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+        thread.join()  # _serve closes the loop
 
     @property
     def aio(self) -> AsyncClient:
@@ -201,7 +260,10 @@ class Client(SyncRoutesMixin):
 
     def ack_nowait(self, *ids: str) -> None:
         with self._gate.call():
+            self._used = True
             self._running_loop().call_soon_threadsafe(self._aio.ack_nowait, *ids)
+        if forking.forked():
+            self._close_when_idle()  # the acks are sent first: suspend() flushes them
 
     def flush(self) -> None:
         self._run(self._aio.flush())
@@ -277,6 +339,15 @@ class Client(SyncRoutesMixin):
 
     def info(self, section: str = "", *, node: str | None = None) -> dict[str, str]:
         return self._run(self._aio.info(section, node=node))
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The client's loop thread: run until stopped (a close, a fork, an idle close), then
+    close the loop in its own thread."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 async def _make(addresses: str | Sequence[str], options: dict[str, Any]) -> AsyncClient:

@@ -63,22 +63,15 @@ def test_prefork_children_replaced_every_five_tasks_run_every_task_once(
     assert done_counts(app_dir) == {k: 1 for k in range(200)}
 
 
-def test_autoscale_and_replaced_children_together_run_every_task_once(
+def test_autoscale_forks_from_its_own_thread_while_the_parent_consumes(
     lab3: Lab, tmp_path: Path
 ) -> None:
-    """--autoscale forks from the autoscaler's thread while the pool's supervisor thread
-    replaces children: billiard takes a child whose fork has not returned for one that
-    exited ("Thread 'Supervisor' crashed: KeyError(None)") if the fork is slow, which a fork
-    waiting for a consumer's GETJOB in flight was, at every run. The consumer waits on RESP."""
+    """--autoscale forks children from the autoscaler's thread while the main thread waits
+    for jobs. The wait is on the RESP port, so a fork finds no gRPC call to wait for, and
+    the parent's idle client has its channels closed already."""
     app_dir = write_app(tmp_path, "capp", CELERY_APP)
     broker = disq_url(lab3)
-    w = celery_worker(
-        app_dir,
-        broker,
-        "autoscaled",
-        "wa",
-        extra_args=("--autoscale", "4,1", "--max-tasks-per-child", "3"),
-    )
+    w = celery_worker(app_dir, broker, "autoscaled", "wa", extra_args=("--autoscale", "4,1"))
     try:
         w.wait_for_log("ready.")
         p = Celery("producer", broker=broker)
@@ -87,6 +80,7 @@ def test_autoscale_and_replaced_children_together_run_every_task_once(
         counts = wait_all_done(app_dir, set(range(120)))
         assert counts == {k: 1 for k in range(120)}
         assert "Scaling up" in w.log_text()
+        assert len({r.pid for r in runs(app_dir)}) > 1  # the grown pool ran tasks
     finally:
         w.stop()
     log = w.log_text()
@@ -168,6 +162,37 @@ def test_a_fork_waits_for_the_call_in_flight_then_both_sides_go_on(lab3: Lab) ->
     assert r.returncode == 0, r.stderr
     assert "codes [0, 0, 0] bodies ['from child 0', 'from child 1', 'from child 2']" in r.stdout
     assert FORK_WARNING not in r.stderr
+
+
+def test_a_process_that_forked_closes_idle_channels_so_gRPCs_poller_is_gone(lab3: Lab) -> None:
+    """After its first fork a process's clients close their channels once idle: no gRPC
+    thread is left for the next fork to find, and the next call connects again."""
+    script = """
+    import os, sys, threading, time
+    from disq.client import Client
+
+    def grpc_threads():
+        return sorted(t.name for t in threading.enumerate() if "_poll_wrapper" in t.name)
+
+    client = Client(sys.argv[1])
+    client.hello()
+    before = grpc_threads()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    client.hello()                      # channels open again
+    during = grpc_threads()
+    deadline = time.monotonic() + 10
+    while grpc_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    after = grpc_threads()
+    print("threads", bool(before), bool(during), bool(after), "hello", bool(client.hello().my_id))
+    client.close()
+    """
+    r = run_script(script, f"127.0.0.1:{lab3.node(0).bus_port}")
+    assert r.returncode == 0, r.stderr
+    assert "threads True True False hello True" in r.stdout, r.stdout + r.stderr
 
 
 def test_an_async_client_open_across_fork_raises_a_clear_error_in_the_child(lab3: Lab) -> None:
