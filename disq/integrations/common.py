@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from disq.client import Client
+from disq.integrations.transient import TRANSIENT_LEASE_MS
 
 DEFAULT_PORT = 7710
 SCHEME = "disq"
@@ -62,6 +63,7 @@ _JOB_OPTIONS = {
     "dead_message_ttl_s": int,
     "priority_steps": tuple,  # "0,3,6,9" in a URL, a list in the options
     "publish_over": str,  # "resp" (the default) or "grpc": see disq.integrations.resp_calls
+    "transient_lease_s": float,  # an auto_delete/exclusive queue's lease without x-expires
 }
 PUBLISH_OVER = ("resp", "grpc")
 
@@ -91,6 +93,8 @@ class Settings:
     # How a message is added: one ADDJOB on the node's RESP port ("resp"), or the SDK's
     # gRPC AddJob ("grpc"); TLS connections always use gRPC (resp_calls.py says why).
     publish_over: str = "resp"
+    # The lease of a transient queue declared without x-expires (transient.py).
+    transient_lease_s: float = TRANSIENT_LEASE_MS / 1000
 
     @property
     def over_resp(self) -> bool:
@@ -281,6 +285,9 @@ def settings(
         )
     if job.get("max_message_bytes", 1) < 1:
         raise OptionError("disq option max_message_bytes: at least 1")
+    lease_s = job.get("transient_lease_s", TRANSIENT_LEASE_MS / 1000)
+    if not 0.1 <= lease_s <= 86400:
+        raise OptionError("disq option transient_lease_s: between 0.1 and 86400 seconds")
     return Settings(
         addresses=addresses,
         client_options=client,
@@ -295,6 +302,7 @@ def settings(
         dead_message_ttl_s=job.get("dead_message_ttl_s", 7 * 86400),
         priority_steps=job.get("priority_steps", PRIORITY_STEPS),
         publish_over=publish_over,
+        transient_lease_s=lease_s,
     )
 
 

@@ -22,11 +22,13 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
   queues this connection declared) become the job's TTL, whole seconds rounded up.
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
-  highest first, taken in that order; the queues take turns at the head of the list) for
-  as many messages as the QoS prefetch leaves room for; the wait is on the node, never a
-  sleep-and-poll loop.
-* ack -> ACKJOB (queued, sent within the client's loop iteration, batched per node);
-  reject(requeue=True) -> NACK (at once back in the queue, its nack counter +1);
+  highest first, taken in that order with INORDER; the queues take turns at the head of the
+  list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
+  never a sleep-and-poll loop. It goes over the node's RESP port (resp_calls.py), so a
+  Celery parent that forks its pool's children has no gRPC call in flight to wait for.
+* ack -> ACKJOB at the job's creator (over RESP; over gRPC, queued and batched per node,
+  when RESP cannot); reject(requeue=True) -> NACK (at once back in the queue, its nack
+  counter +1);
   reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
   is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
 * queue_purge: every node's queued jobs of the queue acked (one PurgeQueue per node); the
@@ -263,7 +265,10 @@ class Channel(virtual.Channel):
         if not passive:
             try:
                 expires_ms, ttl_ms = queue_lease(
-                    arguments, auto_delete=auto_delete, exclusive=exclusive
+                    arguments,
+                    auto_delete=auto_delete,
+                    exclusive=exclusive,
+                    default_ms=round(self._settings.transient_lease_s * 1000),
                 )
             except QueueArgumentError as exc:
                 raise DisqChannelError(f"disq declare queue {queue!r}: {exc}") from None

@@ -9,7 +9,7 @@ its bindings and its jobs when the lease runs out.
 
 * ``x-expires`` given: that is the lease; else an ``auto_delete`` or ``exclusive`` queue's
   lease is :data:`TRANSIENT_LEASE_MS` (60 s, RabbitMQ's default heartbeat: about when
-  RabbitMQ notices a silent client).
+  RabbitMQ notices a silent client), or the connection's option ``transient_lease_s``.
 * Renewed while this channel consumes the queue; an ``exclusive`` one while the channel is
   open, and deleted when it closes (no other connection may use it).
 * An ``auto_delete`` queue is not deleted when this channel's consumer goes: other
@@ -57,14 +57,19 @@ def _ms_argument(arguments: Mapping[str, Any], name: str, *, least: int) -> int:
 
 
 def queue_lease(
-    arguments: Mapping[str, Any] | None, *, auto_delete: bool, exclusive: bool
+    arguments: Mapping[str, Any] | None,
+    *,
+    auto_delete: bool,
+    exclusive: bool,
+    default_ms: int = TRANSIENT_LEASE_MS,
 ) -> tuple[int, int]:
-    """``(expires_ms, message_ttl_ms)`` of a declared queue: expires_ms 0 = not transient."""
+    """``(expires_ms, message_ttl_ms)`` of a declared queue: expires_ms 0 = not transient;
+    ``default_ms`` the lease of a transient one declared without x-expires."""
     args = arguments or {}
     expires_ms = _ms_argument(args, "x-expires", least=1)
     ttl_ms = _ms_argument(args, "x-message-ttl", least=0)
     if not expires_ms and (auto_delete or exclusive):
-        expires_ms = TRANSIENT_LEASE_MS
+        expires_ms = default_ms
     return expires_ms, ttl_ms
 
 

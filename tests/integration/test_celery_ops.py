@@ -284,8 +284,9 @@ def test_default_workers_with_and_without_events_leave_no_job_nobody_reads(
     lab3: Lab, tmp_path: Path, client: Client
 ) -> None:
     """No flags, and -E: heartbeats and task events go to the celeryev exchange, where
-    nothing is bound (dropped); an inspect's reply queue goes with it. After 60 s nothing
-    but task jobs exist, and the workers' pidbox queues still answer."""
+    nothing is bound (dropped); an inspect's reply queue goes with it. After 30 s (15
+    heartbeats of each worker, three lives of a pidbox queue's x-expires) nothing but task
+    jobs exist, and the workers' pidbox queues still answer."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
     workers = [
@@ -302,9 +303,9 @@ def test_default_workers_with_and_without_events_leave_no_job_nobody_reads(
         ping = celery_command(app_dir, broker, "inspect", "ping")
         assert ping.returncode == 0, ping.stdout + ping.stderr
         wait_all_done(app_dir, set(range(20)))
-        # 60 s of heartbeats (one every 2 s each) and the -E worker's task events: what the
-        # issue saw pile up as jobs.
-        time.sleep(max(0.0, 60 - (time.monotonic() - started)))
+        # 30 s of heartbeats (one every 2 s each) and the -E worker's task events, which
+        # piled up as jobs before they were dropped.
+        time.sleep(max(0.0, 30 - (time.monotonic() - started)))
         assert non_task_jobs(client, {"ops"}) == []
         assert not control_queues(client)
         # Their pidbox queues (x-expires 10 s) lived on all along: renewed while consumed.
@@ -326,11 +327,13 @@ def _broadcast_queues(c: Client) -> set[str]:
 def test_a_stopped_workers_broadcast_queue_expires_with_its_messages(
     lab3: Lab, tmp_path: Path, client: Client
 ) -> None:
-    """A Broadcast queue is auto_delete without x-expires: a lease of 60 s its worker
-    renews; stopped, the worker no longer renews it and the cluster deletes it, its binding
-    and what was broadcast to it meanwhile."""
+    """A Broadcast queue is auto_delete without x-expires: a lease its worker renews (60 s,
+    or the option transient_lease_s: 6 s here, so the test waits seconds, not a minute;
+    tests/unit/test_kombu_transient.py holds the default); stopped, the worker no longer
+    renews it and the cluster deletes it, its binding and what was broadcast to it
+    meanwhile."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
-    broker = disq_url(lab3)
+    broker = disq_url(lab3, transient_lease_s=6)
     before = _broadcast_queues(client)
     w = celery_worker(app_dir, broker, "ops,ops_bcast", "w1", concurrency=1)
     try:
@@ -344,7 +347,7 @@ def test_a_stopped_workers_broadcast_queue_expires_with_its_messages(
     def expired() -> bool:
         return mine not in _broadcast_queues(client) and mine not in client.list_routes().queues
 
-    eventually(expired, "the stopped worker's broadcast queue expired", timeout=120)
+    eventually(expired, "the stopped worker's broadcast queue expired", timeout=30)
     assert sum(client.qlen(mine, node=n.addr) for n in client.nodes()) == 0
     assert 9 not in {r.k for r in runs(app_dir)}
 

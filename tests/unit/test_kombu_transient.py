@@ -35,6 +35,26 @@ def test_auto_delete_or_exclusive_without_x_expires_gets_the_default_lease(
 ) -> None:
     lease = queue_lease(None, auto_delete=auto_delete, exclusive=exclusive)
     assert lease == (TRANSIENT_LEASE_MS, 0)
+    assert TRANSIENT_LEASE_MS == 60_000  # RabbitMQ's default heartbeat, the README's 60 s
+    # The connection's transient_lease_s replaces the default; x-expires still wins.
+    assert queue_lease(None, auto_delete=auto_delete, exclusive=exclusive, default_ms=6000) == (
+        6000,
+        0,
+    )
+    assert queue_lease(
+        {"x-expires": 10_000}, auto_delete=auto_delete, exclusive=exclusive, default_ms=6000
+    ) == (10_000, 0)
+
+
+def test_the_lease_option_is_seconds_in_a_sane_range() -> None:
+    from disq.integrations.common import OptionError, parse_url, settings
+
+    addresses, raw = parse_url("disq://h:1?transient_lease_s=6")
+    assert settings(addresses, raw).transient_lease_s == 6.0
+    assert settings(addresses, {}).transient_lease_s == 60.0
+    for bad in ("0", "-1", "100000"):
+        with pytest.raises(OptionError, match="transient_lease_s"):
+            settings(*parse_url(f"disq://h:1?transient_lease_s={bad}"))
 
 
 @pytest.mark.parametrize(

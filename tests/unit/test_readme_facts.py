@@ -71,6 +71,7 @@ def test_the_option_table_defaults_are_the_settings_defaults() -> None:
     assert s.priority_steps == (0, 3, 6, 9)
     assert s.max_message_bytes == 16 << 20
     assert s.publish_over == "resp"
+    assert s.transient_lease_s == 60
     assert s.add_options() == {"repl_timeout_ms": 5000}  # nothing else sent: the node decides
 
     mesh = Mesh(1)
