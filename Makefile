@@ -54,6 +54,9 @@ typecheck: $(STAMP)
 # compiled run just swept, at twice the time; the 20-minute budget of a CI run on 2 cores).
 # The sweeps both runs make take half of their seeds each (DISQ_SIM_SHARE, tests/unit/
 # sim_share.py): together every seed once, each build half of them.
+# pytest-xdist runs test files side by side (--dist loadfile: a module's fixtures stay in one
+# worker): most of the suite waits on real processes, timers and sockets, so 4 workers keep
+# 2 cores busy. Each worker takes ports of its own (cluster/ports.py).
 test: $(COMPILED) lint typecheck
 	scripts/tree_state.sh save $(VENV)/.tree-before-test
 	scripts/ensure_redis_cli.sh
@@ -62,8 +65,9 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_chromium.sh
 	scripts/ensure_kombu_suite.sh
 	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) DISQ_SIM_SHARE=0/2 $(BIN)/pytest -q -p no:cacheprovider \
-		--durations=15 tests
-	DISQ_PURE=1 DISQ_SIM_SHARE=1/2 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" tests/unit
+		-n 4 --dist loadfile --durations=15 tests
+	DISQ_PURE=1 DISQ_SIM_SHARE=1/2 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+		-m "not slow" tests/unit
 	scripts/ensure_beanstalkd.sh
 	DISQ_TEST_SERVER=beanstalkd $(BIN)/pytest -q -p no:cacheprovider \
 		tests/integration/test_beanstalk_wire.py tests/integration/test_clients.py

@@ -76,12 +76,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from cluster import netns
+from cluster import netns, ports
 from cluster.nodeproc import NodeProcess, NodeStartError, node_command, stop_all
+from cluster.ports import BUS_PORT_OFFSET
 from cluster.resp_client import Reply, RespClient, RespError, info_fields
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-BUS_PORT_OFFSET = 10000  # Disque's CLUSTER_PORT_INCR: the gRPC bus is RESP port + 10000
 HOST = "127.0.0.1"
 
 # A fresh Python process imports grpc, uvloop and the engine, and on a loaded 2-core machine
@@ -176,41 +176,15 @@ def _conf_arg(path: Path) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"' if " " in text else text
 
 
-def port_free(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def ephemeral_port_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def find_base_port(n: int, host: str = HOST, rng: random.Random | None = None) -> int:
-    """A base port P with P..P+n-1 and their bus ports P+10000.. all free right now.
-
-    Random rather than sequential so that parallel labs (two test runs) rarely collide.
-    """
-    r = rng or random.Random()
-    # Below the kernel's ephemeral range (32768 and up by default), bus ports included: a
-    # killed node's ports must still be free when it restarts, and an outgoing connection
-    # anywhere on the machine may take any free ephemeral port meanwhile.
-    low, high = 12000, ephemeral_port_low() - BUS_PORT_OFFSET - n
-    if high <= low:
-        low, high = 12000, 55535 - BUS_PORT_OFFSET - n
-    for _ in range(200):
-        base = r.randrange(low, high)
-        ports = [base + i for i in range(n)] + [base + BUS_PORT_OFFSET + i for i in range(n)]
-        if all(port_free(p, host) for p in ports):
-            return base
-    raise LabError(f"no free range of {n} ports (+ bus ports) found")
+    """A base port P with P..P+n-1 and their bus ports P+10000.. all free right now, never
+    handed out before by this process, and this pytest-xdist worker's (cluster/ports.py).
+    Random rather than sequential so that parallel labs (two test runs) rarely collide."""
+    offsets = [*range(n), *(BUS_PORT_OFFSET + i for i in range(n))]
+    try:
+        return ports.pick(offsets, host, rng)
+    except RuntimeError as exc:
+        raise LabError(str(exc)) from None
 
 
 @dataclass(frozen=True)

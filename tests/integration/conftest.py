@@ -26,7 +26,6 @@ fail runs to its end with ``cluster.nodeproc.run_node``.
 from __future__ import annotations
 
 import os
-import random
 import resource
 import shutil
 import socket
@@ -38,7 +37,8 @@ from typing import TypeVar
 
 import pytest
 
-from cluster.lab import Lab, ephemeral_port_low
+from cluster import ports
+from cluster.lab import Lab
 from cluster.nodeproc import (
     NodeProcess,
     Probe,
@@ -75,52 +75,17 @@ def _beanstalkd_bin() -> str | None:
     )
 
 
-# Ports handed out in this pytest process. A port is checked free and then closed, so two
-# calls in a row could get the same one back before either node binds it; this set keeps
-# every port handed out distinct (and bus ports too) for the whole run.
-_HANDED_OUT: set[int] = set()
-_LOWEST_PORT = 12000
-
-
-def _pick(offsets: tuple[int, ...]) -> int:
-    """A port P such that P + each offset is free now and never handed out before in this run.
-
-    Below the kernel's ephemeral range: a port from bind(0) is one any outgoing connection on
-    the machine may take between our check and the node's bind (or between a kill and a
-    restart), and a node that cannot bind exits, which a test only sees as a 30 s timeout.
-    """
-    rng = random.Random()
-    high = ephemeral_port_low() - max(offsets)
-    for _ in range(10_000):
-        port = rng.randrange(_LOWEST_PORT, high)
-        wanted = [port + off for off in offsets]
-        if any(p in _HANDED_OUT for p in wanted):
-            continue
-        if all(_bindable(p) for p in wanted):
-            _HANDED_OUT.update(wanted)
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 def free_port() -> int:
     """A free TCP port on 127.0.0.1, below the ephemeral range, distinct from every port
-    handed out before in this test run."""
-    return _pick((0,))
+    handed out before in this test run and from every other xdist worker's
+    (cluster/ports.py)."""
+    return ports.pick((0,))
 
 
-def free_bus_port(offset: int = 10000) -> int:
+def free_bus_port(offset: int = ports.BUS_PORT_OFFSET) -> int:
     """A free port whose Disque bus port (port + offset) is free too: a config-file node binds
     both, and an ephemeral port in use at port + offset would make it fail to start."""
-    return _pick((0, offset))
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return ports.pick((0, offset))
 
 
 class ServerProcess(NodeProcess):
