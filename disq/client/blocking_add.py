@@ -48,7 +48,7 @@ from disq.client.errors import (
     UnavailableError,
     from_metadata,
 )
-from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable, forked
+from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
 from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
 
@@ -153,13 +153,7 @@ class BlockingAdder:
             )
         if self._closed:
             raise UnavailableError("client is closed")
-        # In a process that forks, every add goes to the loop, whose channels close when
-        # idle (forking.py): channels of its own here would stay open across forks.
-        if (
-            not forked()
-            and time.monotonic() >= self._shared_until
-            and self._alone.acquire(blocking=False)
-        ):
+        if time.monotonic() >= self._shared_until and self._alone.acquire(blocking=False):
             try:
                 return self._add_here(queue, body, options)
             finally:

@@ -211,7 +211,11 @@ class Client(SyncRoutesMixin):
 
     def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
         """AsyncClient.add_job's options and errors; runs on the calling thread."""
-        return self._adder.add_job(queue, body, **options)
+        try:
+            return self._adder.add_job(queue, body, **options)
+        finally:
+            if forking.forked():
+                self._close_when_idle()  # the adder's channels close with the loop's
 
     def add_candidates(self) -> list[NodeAddr]:
         """The nodes ``add_job`` would try, in its order (the view refreshed first when due),

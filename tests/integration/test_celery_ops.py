@@ -110,7 +110,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
     workers = [
-        celery_worker(app_dir, broker, "ops,ops_bcast", n, concurrency=1) for n in ("w1", "w2")
+        celery_worker(app_dir, broker, "ops,ops_bcast", n, concurrency=1) for n in ("wc1", "wc2")
     ]
     try:
         for w in workers:
@@ -134,7 +134,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
             "add_consumer",
             "ops_extra",
             "-d",
-            f"w1@{HOST}",
+            f"wc1@{HOST}",
             "--timeout",
             "5",
         )
@@ -148,7 +148,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
             "cancel_consumer",
             "ops_extra",
             "-d",
-            f"w1@{HOST}",
+            f"wc1@{HOST}",
             "--timeout",
             "5",
         )
@@ -168,7 +168,7 @@ def test_control_commands_and_a_broadcast_queue(lab3: Lab, tmp_path: Path, clien
 def test_events_dump_shows_task_succeeded(lab3: Lab, tmp_path: Path, client: Client) -> None:
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=1, extra_args=("-E",))
+    w = celery_worker(app_dir, broker, "ops", "we1", concurrency=1, extra_args=("-E",))
     dump = WorkerProcess(
         app_dir,
         [str(BIN / "celery"), "-A", "capp", "events", "--dump"],
@@ -185,7 +185,7 @@ def test_events_dump_shows_task_succeeded(lab3: Lab, tmp_path: Path, client: Cli
         )
         producer(broker).send_task("capp.rec", args=(7,), queue="ops")
         dump.wait_for_log("task succeeded")
-        assert f"w1@{HOST}" in dump.log_text()
+        assert f"we1@{HOST}" in dump.log_text()
         os.killpg(dump.proc.pid, signal.SIGINT)  # evdump closes its connection on ^C
         dump.proc.wait(30)
         # Its auto_delete, exclusive queue went with it; the worker's events are dropped.
@@ -206,7 +206,7 @@ def test_flower_lists_the_worker_and_ten_successful_tasks(
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
     port = free_port()
-    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=1, extra_args=("-E",))
+    w = celery_worker(app_dir, broker, "ops", "wf1", concurrency=1, extra_args=("-E",))
     flower = WorkerProcess(
         app_dir,
         [str(BIN / "celery"), "-A", "capp", "flower", f"--port={port}", "--address=127.0.0.1"],
@@ -217,7 +217,7 @@ def test_flower_lists_the_worker_and_ten_successful_tasks(
     try:
         w.wait_for_log("ready.")
         flower.wait_for_log("Visit me at")
-        name = f"w1@{HOST}"
+        name = f"wf1@{HOST}"
 
         def worker_listed() -> bool:
             workers = _get_json(f"{base}/api/workers?refresh=1")
@@ -255,7 +255,7 @@ def test_shutdown_stops_the_worker_and_inspect_alone_times_out_leaving_nothing(
 ) -> None:
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=1)
+    w = celery_worker(app_dir, broker, "ops", "ws1", concurrency=1)
     try:
         w.wait_for_log("ready.")
         # The worker stops before it replies (Celery's shutdown raises WorkerShutdown), so
@@ -290,8 +290,8 @@ def test_default_workers_with_and_without_events_leave_no_job_nobody_reads(
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
     workers = [
-        celery_worker(app_dir, broker, "ops", "w1", concurrency=1),
-        celery_worker(app_dir, broker, "ops", "w2", concurrency=1, extra_args=("-E",)),
+        celery_worker(app_dir, broker, "ops", "wd1", concurrency=1),
+        celery_worker(app_dir, broker, "ops", "wd2", concurrency=1, extra_args=("-E",)),
     ]
     try:
         for w in workers:
@@ -335,7 +335,7 @@ def test_a_stopped_workers_broadcast_queue_expires_with_its_messages(
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3, transient_lease_s=6)
     before = _broadcast_queues(client)
-    w = celery_worker(app_dir, broker, "ops,ops_bcast", "w1", concurrency=1)
+    w = celery_worker(app_dir, broker, "ops,ops_bcast", "wb1", concurrency=1)
     try:
         w.wait_for_log("ready.")
         (mine,) = _broadcast_queues(client) - before
@@ -361,7 +361,7 @@ def test_rpc_results_come_back_when_gathered_one_by_one(
     monkeypatch.setenv("RESULT_BACKEND", "rpc://")  # the worker's (its env is this one's)
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "ops", "w1", concurrency=2)
+    w = celery_worker(app_dir, broker, "ops", "wr1", concurrency=2)
     try:
         w.wait_for_log("ready.")
         p = Celery("producer", broker=broker, backend="rpc://")
@@ -393,8 +393,9 @@ def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
     waiting tasks; the pidbox channel is still read, and each ack lets the next task in."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    # A worker name of its own: the lab is shared, and the earlier tests' "w1" consumed the
-    # same pidbox queue on some node; for 5 s after importing jobs of a queue a node ignores
+    # A worker name of its own (every test here has its own): the lab is shared, and an
+    # earlier test's worker of the same name consumed the same pidbox queue on some node;
+    # for 5 s after importing jobs of a queue a node ignores
     # NEEDJOBS for it (Disque's rule: an importer does not export), so a ping published
     # there could wait for this worker's node's next NEEDJOBS broadcast, which backs off
     # (2 s doubling, at most 30 s) and may come after the CLI's 8 s (ARCHITECTURE.md, the

@@ -38,29 +38,35 @@ def users_env() -> dict[str, str]:
     return env
 
 
-def test_prefork_children_replaced_every_five_tasks_run_every_task_once(
-    lab3: Lab, tmp_path: Path
-) -> None:
+def run_forking_worker(
+    lab: Lab, tmp_path: Path, queue: str, pool_args: tuple[str, ...], tasks: int, sleep_s: float
+) -> tuple[str, set[int]]:
+    """A Celery prefork worker with ``pool_args`` runs ``tasks`` tasks, each once; its log
+    (no fork warning, no child lost to a signal but the stop's SIGTERM) and its pids."""
     app_dir = write_app(tmp_path, "capp", CELERY_APP)
-    broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "forks", "wf", extra_args=("--max-tasks-per-child", "5"))
+    broker = disq_url(lab)
+    w = celery_worker(app_dir, broker, queue, "wf", extra_args=pool_args)
     try:
         w.wait_for_log("ready.")
         p = Celery("producer", broker=broker)
-        for k in range(200):
-            p.send_task("capp.rec", args=(k,), queue="forks")
-
-        counts = wait_all_done(app_dir, set(range(200)))
-        assert counts == {k: 1 for k in range(200)}
-        # Children were replaced: 200 tasks at 5 a child is at least 40 of them.
-        assert len({r.pid for r in runs(app_dir)}) >= 40
+        for k in range(tasks):
+            p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": sleep_s}, queue=queue)
+        assert wait_all_done(app_dir, set(range(tasks))) == {k: 1 for k in range(tasks)}
     finally:
         w.stop()
     log = w.log_text()
-    assert FORK_WARNING not in log
+    assert FORK_WARNING not in log and "crashed" not in log
     # Only the stop's SIGTERM may end a child by a signal (billiard logs each one).
     assert "SIGSEGV" not in log and "signal 11" not in log
-    assert done_counts(app_dir) == {k: 1 for k in range(200)}
+    assert done_counts(app_dir) == {k: 1 for k in range(tasks)}
+    return log, {r.pid for r in runs(app_dir)}
+
+
+def test_prefork_children_replaced_every_five_tasks_run_every_task_once(
+    lab3: Lab, tmp_path: Path
+) -> None:
+    _, pids = run_forking_worker(lab3, tmp_path, "forks", ("--max-tasks-per-child", "5"), 200, 0)
+    assert len(pids) >= 40  # children replaced: 200 tasks at 5 a child is 40 of them
 
 
 def test_autoscale_forks_from_its_own_thread_while_the_parent_consumes(
@@ -69,23 +75,9 @@ def test_autoscale_forks_from_its_own_thread_while_the_parent_consumes(
     """--autoscale forks children from the autoscaler's thread while the main thread waits
     for jobs. The wait is on the RESP port, so a fork finds no gRPC call to wait for, and
     the parent's idle client has its channels closed already."""
-    app_dir = write_app(tmp_path, "capp", CELERY_APP)
-    broker = disq_url(lab3)
-    w = celery_worker(app_dir, broker, "autoscaled", "wa", extra_args=("--autoscale", "4,1"))
-    try:
-        w.wait_for_log("ready.")
-        p = Celery("producer", broker=broker)
-        for k in range(120):
-            p.send_task("capp.rec", args=(k,), kwargs={"sleep_s": 0.05}, queue="autoscaled")
-        counts = wait_all_done(app_dir, set(range(120)))
-        assert counts == {k: 1 for k in range(120)}
-        assert "Scaling up" in w.log_text()
-        assert len({r.pid for r in runs(app_dir)}) > 1  # the grown pool ran tasks
-    finally:
-        w.stop()
-    log = w.log_text()
-    assert FORK_WARNING not in log and "crashed" not in log
-    assert "SIGSEGV" not in log and "signal 11" not in log
+    log, pids = run_forking_worker(lab3, tmp_path, "autoscaled", ("--autoscale", "4,1"), 120, 0.05)
+    assert "Scaling up" in log
+    assert len(pids) > 1  # the grown pool ran tasks
 
 
 PRELOAD_SCRIPT = """

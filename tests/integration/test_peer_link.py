@@ -53,7 +53,19 @@ def run(main: Callable[[], Coroutine[Any, Any, None]], loop: str = "uvloop") -> 
 
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(wrapper())
-    assert not leaked, leaked
+    assert not [ctx for ctx in leaked if not _another_loops_grpc_event(ctx)], leaked
+
+
+def _another_loops_grpc_event(ctx: dict[str, Any]) -> bool:
+    """grpc.aio's poller hands every loop of the process the events of all of them: an event
+    of an earlier test's loop, closed since, raises "Event loop is closed" in this loop's
+    reader. Not this test's doing (a node has one loop for its life), so not counted."""
+    exc = ctx.get("exception")
+    return (
+        isinstance(exc, RuntimeError)
+        and str(exc) == "Event loop is closed"
+        and "PollerCompletionQueue._handle_events" in str(ctx.get("message", ""))
+    )
 
 
 _LIVE: list[PeerLinks] = []
