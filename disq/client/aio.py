@@ -157,9 +157,10 @@ def _fill_add(
     maxlen: int | None = None,
     async_: bool = False,
     idempotency_key: str | None = None,
+    delay_ms: int = 0,
 ) -> None:
     """Set an AddJobRequest's fields (in place: a batch adds its messages with
-    ``jobs.add()``, which saves a copy per job)."""
+    ``jobs.add()``, which saves a copy per job). ``delay_ms`` or ``delay_s``, not both."""
     req.queue = queue
     req.body = body.encode() if isinstance(body, str) else body
     req.timeout_ms = repl_timeout_ms
@@ -167,8 +168,12 @@ def _fill_add(
         if not 1 <= replicate <= 65535:  # RESP's REPLICATE bounds; 0 is not "the default"
             raise ValueError(f"replicate must be between 1 and 65535, not {replicate}")
         req.replicate = replicate
+    if delay_s and delay_ms:
+        raise ValueError("add_job: delay_s or delay_ms, not both")
     if delay_s:
         req.delay_s = delay_s
+    if delay_ms:
+        req.delay_ms = delay_ms
     if maxlen:
         req.maxlen = maxlen
     if async_:
@@ -464,9 +469,11 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         maxlen: int | None = None,
         async_: bool = False,
         idempotency_key: str | None = None,
+        delay_ms: int = 0,
     ) -> str:
         """ADDJOB; the job's id. Sync by default: the id comes once ``replicate`` nodes hold
         a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched.
+        A delay is ``delay_s`` (Disque's DELAY) or ``delay_ms`` (to the millisecond).
         With ``idempotency_key``, repeating the add (same queue, within the nodes' window)
         answers the first job's id and adds nothing: safe to retry after an
         IndeterminateError."""
@@ -489,6 +496,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                 maxlen=maxlen,
                 async_=async_,
                 idempotency_key=idempotency_key,
+                delay_ms=delay_ms,
             )
         except (TypeError, ValueError):
             del batch.request.jobs[-1]  # a bad argument: nothing joins the batch

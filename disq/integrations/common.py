@@ -104,9 +104,10 @@ class Settings:
         return self.publish_over == "resp" and not tls
 
     def add_options(
-        self, delay_s: int = 0, *, ttl_s: int | None = None, cluster_size: int = 0
+        self, delay_ms: int = 0, *, ttl_s: int | None = None, cluster_size: int = 0
     ) -> dict[str, Any]:
-        """The keyword arguments of ``Client.add_job`` for a message delayed ``delay_s``.
+        """The keyword arguments of ``Client.add_job`` for a message delayed ``delay_ms``
+        (milliseconds, as Dramatiq and Celery's countdown/ETA give them: the node's DELAYMS).
 
         ``ttl_s``: the message's own (kombu's expiration, a queue's message TTL); the lower
         of it and the ``ttl_s`` option applies, as RabbitMQ applies the lower of a
@@ -125,9 +126,9 @@ class Settings:
             opts["async_"] = True
         ttls = [t for t in (ttl_s, self.ttl_s) if t is not None]
         ttl = min(ttls) if ttls else None
-        if delay_s > 0:
-            opts["delay_s"] = delay_s
-            opts["ttl_s"] = (ttl or 86400) + delay_s
+        if delay_ms > 0:
+            opts["delay_ms"] = delay_ms
+            opts["ttl_s"] = (ttl or 86400) + -(-delay_ms // 1000)
         elif ttl is not None:
             opts["ttl_s"] = ttl
         return opts
@@ -175,9 +176,10 @@ def ttl_from_ms(ms: Any) -> int | None:
     return max(1, math.ceil(value / 1000 - 1e-9))
 
 
-def delay_from_seconds(seconds: float) -> int:
-    """DELAY is whole seconds: round up, so a job never runs before its time."""
-    return max(0, math.ceil(seconds - 1e-6))
+def delay_ms_from_seconds(seconds: float) -> int:
+    """A delay in whole milliseconds (the node's DELAYMS), rounded up: a job never runs
+    before its time."""
+    return max(0, math.ceil(seconds * 1000 - 1e-3))  # float noise is not a millisecond
 
 
 def _priority_steps(value: Any) -> tuple[int, ...]:

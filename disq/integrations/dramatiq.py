@@ -34,6 +34,7 @@ the worker restarts its consumer and retries acks); refusals raise ``DisqBrokerE
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -60,7 +61,6 @@ from disq.client import (
 from disq.integrations.common import (
     Settings,
     ack_queued,
-    delay_from_seconds,
     parse_url,
     settings,
 )
@@ -168,15 +168,15 @@ class DisqBroker(dramatiq.Broker):
         if _JOB_ID in message.options:  # a delivered message sent again (a retry)
             options = {k: v for k, v in message.options.items() if k != _JOB_ID}
             message = dataclasses.replace(message, options=options)
-        delay_s = delay_from_seconds(delay / 1000) if delay else 0
+        delay_ms = max(0, math.ceil(delay)) if delay else 0  # Dramatiq's delay is ms
         step = self.settings.priority_step(message.options.get("broker_priority"))
         self.logger.debug("Enqueueing message %r on queue %r.", message.message_id, queue_name)
         self.emit_before("enqueue", message, delay)
-        self._add(self.settings.step_queue(queue_name, step), message.encode(), delay_s)
+        self._add(self.settings.step_queue(queue_name, step), message.encode(), delay_ms)
         self.emit_after("enqueue", message, delay)
         return message
 
-    def _add(self, queue_name: str, body: bytes, delay_s: int, ttl_s: int | None = None) -> str:
+    def _add(self, queue_name: str, body: bytes, delay_ms: int, ttl_s: int | None = None) -> str:
         limit = self.settings.max_message_bytes
         if len(body) > limit:
             raise DisqBrokerError(
@@ -194,7 +194,7 @@ class DisqBroker(dramatiq.Broker):
                         self._hello_of = client
                     # Read at each attempt: after a failover the client may know the
                     # cluster anew.
-                    opts = self.settings.add_options(delay_s, cluster_size=client.cluster_size())
+                    opts = self.settings.add_options(delay_ms, cluster_size=client.cluster_size())
                     if ttl_s is not None:
                         opts["ttl_s"] = ttl_s
                     return self._adds_of(client).add_job(queue_name, body, **opts)

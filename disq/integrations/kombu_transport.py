@@ -88,7 +88,7 @@ from disq.integrations.common import (
     Settings,
     ack_queued,
     base_queue,
-    delay_from_seconds,
+    delay_ms_from_seconds,
     host_port,
     parse_url,
     settings,
@@ -161,10 +161,12 @@ def _kombu_errors(what: str) -> Iterator[None]:
         raise DisqChannelError(f"disq {what}: {exc.reason} {exc}") from exc
 
 
-def eta_delay_s(headers: dict[str, Any] | None, now_s: float | None = None) -> int:
-    """The DELAY of a Celery message: its ``eta`` header (protocol 2, ISO 8601) from now,
-    rounded up to whole seconds; 0 without one or when it has passed. A naive ETA is UTC
-    (Celery writes aware ones unless ``enable_utc`` is off and no timezone is set)."""
+def eta_delay_ms(headers: dict[str, Any] | None, now_s: float | None = None) -> int:
+    """The delay of a Celery message, in ms (the node's DELAYMS): its ``eta`` header
+    (protocol 2, ISO 8601, microseconds) from now, rounded up; 0 without one or when it has
+    passed. A countdown keeps its precision (1.5 s is 1,500 ms, not Disque's 2 s). A naive
+    ETA is UTC (Celery writes aware ones unless ``enable_utc`` is off and no timezone is
+    set)."""
     eta = (headers or {}).get("eta")
     if not eta:
         return 0
@@ -175,7 +177,7 @@ def eta_delay_s(headers: dict[str, Any] | None, now_s: float | None = None) -> i
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     now = time.time() if now_s is None else now_s
-    return delay_from_seconds(when.timestamp() - now)
+    return delay_ms_from_seconds(when.timestamp() - now)
 
 
 class QoS(virtual.QoS):
@@ -375,7 +377,7 @@ class Channel(virtual.Channel):
                 f"message of {len(body)} bytes for queue {queue!r} is over the limit of "
                 f"{limit} bytes (transport option max_message_bytes)"
             )
-        delay_s = eta_delay_s(message.get("headers"))
+        delay_ms = eta_delay_ms(message.get("headers"))
         props = message.get("properties") or {}
         ttls = [
             t
@@ -386,7 +388,7 @@ class Channel(virtual.Channel):
             queue, self._settings.priority_step(props.get("priority"))
         )
         opts = self._settings.add_options(
-            delay_s, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
+            delay_ms, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
         )
         with _kombu_errors(f"publish to {queue!r}"):
             self.connection.disq_resp().add_job(target, body, **opts)
@@ -425,10 +427,10 @@ class Channel(virtual.Channel):
                 f"message of {len(body)} bytes for exchange {exchange!r} is over the limit "
                 f"of {limit} bytes (transport option max_message_bytes)"
             )
-        delay_s = eta_delay_s(message.get("headers"))
+        delay_ms = eta_delay_ms(message.get("headers"))
         # The message's own TTL here; each queue's x-message-ttl is applied by the node.
         opts = self._settings.add_options(
-            delay_s,
+            delay_ms,
             ttl_s=ttl_from_ms(props.get("expiration")),
             cluster_size=self._client.cluster_size(),
         )

@@ -211,6 +211,7 @@ def addjob_options(
     maxlen: int | None = None,
     async_: bool = False,
     idempotency_key: str | None = None,
+    delay_ms: int = 0,
 ) -> tuple[int, bytes]:
     """ADDJOB's arguments after the body, encoded, and the command's argument count; set as
     the gRPC request sets them (:func:`disq.client.aio._fill_add`): a falsy REPLICATE,
@@ -219,6 +220,7 @@ def addjob_options(
         ("replicate", replicate),
         ("repl_timeout_ms", repl_timeout_ms),
         ("delay_s", delay_s),
+        ("delay_ms", delay_ms),
         ("retry_s", retry_s),
         ("ttl_s", ttl_s),
         ("maxlen", maxlen),
@@ -228,8 +230,12 @@ def addjob_options(
     args = [b"%d" % repl_timeout_ms]
     if replicate:
         args += [b"REPLICATE", b"%d" % replicate]
+    if delay_s and delay_ms:
+        raise ValueError("add_job: delay_s or delay_ms, not both")
     if delay_s:
         args += [b"DELAY", b"%d" % delay_s]
+    if delay_ms:
+        args += [b"DELAYMS", b"%d" % delay_ms]
     if retry_s is not None:
         args += [b"RETRY", b"%d" % retry_s]
     if ttl_s is not None:

@@ -47,7 +47,7 @@ class ErrorInfo(_message.Message):
     def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AddJobRequest(_message.Message):
-    __slots__ = ("queue", "body", "timeout_ms", "replicate", "delay_s", "retry_s", "ttl_s", "maxlen", "idempotency_key")
+    __slots__ = ("queue", "body", "timeout_ms", "replicate", "delay_s", "retry_s", "ttl_s", "maxlen", "idempotency_key", "delay_ms")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class AddJobRequest(_message.Message):
     MAXLEN_FIELD_NUMBER: _ClassVar[int]
     ASYNC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     body: bytes
     timeout_ms: int
@@ -67,7 +68,8 @@ class AddJobRequest(_message.Message):
     ttl_s: int
     maxlen: int
     idempotency_key: str
-    def __init__(self, queue: _Optional[str] = ..., body: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., replicate: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., maxlen: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., **kwargs) -> None: ...
+    delay_ms: int
+    def __init__(self, queue: _Optional[str] = ..., body: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., replicate: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., maxlen: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., delay_ms: _Optional[int] = ..., **kwargs) -> None: ...
 
 class AddJobResponse(_message.Message):
     __slots__ = ("id",)

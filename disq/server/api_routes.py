@@ -53,7 +53,8 @@ def _ttl_capped(job: api_pb2.AddJobRequest, message_ttl_ms: int) -> int:
     """A queue's x-message-ttl caps the add's TTL: whole seconds, rounded up, at least 1,
     counted from when the job is queued (after its DELAY, as RabbitMQ counts from when the
     message enters the queue; Disque refuses a DELAY at or past the TTL)."""
-    cap_s = max(1, -(-message_ttl_ms // 1000)) + job.delay_s
+    delay_s = job.delay_s or -(-job.delay_ms // 1000)
+    cap_s = max(1, -(-message_ttl_ms // 1000)) + delay_s
     ttl_s = job.ttl_s if job.HasField("ttl_s") else DEFAULT_TTL_S
     return min(ttl_s, cap_s)
 

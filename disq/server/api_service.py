@@ -158,6 +158,8 @@ def _start_add(
     has = req.HasField
     if has("ttl_s") and req.ttl_s == 0:
         raise syntax("TTL must be a number > 0")
+    if req.delay_s and req.delay_ms:
+        raise syntax("DELAY and DELAYMS exclude each other")
     token = new_token()
     r = add_job(
         now,
@@ -172,6 +174,7 @@ def _start_add(
         maxlen=req.maxlen or None,
         async_=getattr(req, "async"),
         idem_key=req.idempotency_key,
+        delay_ms=req.delay_ms,
     )
     return token, (None if r is PENDING else str(r))
 

@@ -393,13 +393,8 @@ def test_a_worker_whose_prefetch_is_full_still_answers_and_runs_on(
     waiting tasks; the pidbox channel is still read, and each ack lets the next task in."""
     app_dir = write_app(tmp_path, "capp", OPS_APP)
     broker = disq_url(lab3)
-    # A worker name of its own (every test here has its own): the lab is shared, and an
-    # earlier test's worker of the same name consumed the same pidbox queue on some node;
-    # for 5 s after importing jobs of a queue a node ignores
-    # NEEDJOBS for it (Disque's rule: an importer does not export), so a ping published
-    # there could wait for this worker's node's next NEEDJOBS broadcast, which backs off
-    # (2 s doubling, at most 30 s) and may come after the CLI's 8 s (ARCHITECTURE.md, the
-    # job's data flow, step 6: the known gap).
+    # A worker name of its own, as every test here: the lab is shared, and its pidbox
+    # queue is this test's alone.
     w = celery_worker(app_dir, broker, "ops", "wfull", acks_late=True, concurrency=1)
     try:
         w.wait_for_log("ready.")

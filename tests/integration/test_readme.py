@@ -170,7 +170,8 @@ def _redis_cli() -> str:
 def test_readme_redis_cli_block_runs(readme_node: ReadmeNode) -> None:
     """The README's "Use it with redis-cli or a Disque client", line by line through
     redis-cli: the add answers an id, GETJOB the queue, that id and the body, ACKJOB 1, and
-    the keyed add run twice answers one id for one job."""
+    the keyed add run twice answers one id for one job, the DELAYMS add is not queued at once
+    and is queued once its 300 ms ran out."""
     cli = _redis_cli()
     resp_port = readme_node.resp_port
     text = README.read_text()
@@ -178,7 +179,7 @@ def test_readme_redis_cli_block_runs(readme_node: ReadmeNode) -> None:
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     lines = [ln.partition("#")[0] for ln in block.group(1).splitlines() if ln.strip()]
-    assert len(lines) == 4
+    assert len(lines) == 5
 
     def run(line: str, job_id: str = "") -> list[str]:
         argv = shlex.split(line.replace("7711", str(resp_port)).replace("D-1f2e3d4c-...", job_id))
@@ -196,6 +197,10 @@ def test_readme_redis_cli_block_runs(readme_node: ReadmeNode) -> None:
     assert run(lines[3]) == [first] and first.startswith("D-")
     with RespClient("127.0.0.1", resp_port) as c:
         assert c.call("QLEN", "emails") == 1  # hello was acked: the keyed job alone
+        [delayed] = run(lines[4])
+        assert c.call("QLEN", "emails") == 1  # not queued before its time
+        eventually(lambda: c.call("QLEN", "emails") == 2, "the DELAYMS job queued")
+        assert c.call("SHOW", delayed) is not None
 
 
 def test_readme_a_node_started_like_beanstalkd_keeps_nothing(server: ServerProcess) -> None:

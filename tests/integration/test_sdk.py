@@ -105,6 +105,27 @@ def test_grpc_and_resp_doors_see_the_same_queue(lab3: Lab) -> None:
 
 
 # ----------------------------------------------------------------------------- the SDK
+def test_a_delay_in_milliseconds_is_never_early_and_not_rounded_to_a_second(lab3: Lab) -> None:
+    """``delay_ms=300``: a consumer waiting on the node gets the job 300 ms after its add
+    or later (never before), and well before the second Disque's DELAY would round it to.
+    Timed by the node itself: its lifecycle events (enqueued, then delivered)."""
+    with Client(addr(lab3, 0), discover=False) as c:
+        start = c.read_events(addr(lab3, 0), max_events=1).next_seq
+        job_id = c.add_job("delay-ms", b"soon", replicate=1, delay_ms=300)
+        [job] = c.get_jobs("delay-ms", timeout_s=5)
+        assert job.id == job_id
+        c.ack(job_id)
+
+        def times() -> dict[str, int] | None:
+            events = c.read_events(addr(lab3, 0), start, max_events=1000).events
+            mine = {e.kind: e.time_ms for e in events if e.job_id == job_id}
+            return mine if {"enqueued", "delivered"} <= set(mine) else None
+
+        mine = eventually(times, "the add's and the delivery's events in the node's log")
+    waited_ms = mine["delivered"] - mine["enqueued"]
+    assert 300 <= waited_ms < 1000, waited_ms
+
+
 def test_add_get_ack_across_nodes(lab3: Lab) -> None:
     with Client(addr(lab3, 0), discover=False) as producer:
         ids = [producer.add_job("xnodes", f"job-{k}", replicate=3) for k in range(5)]

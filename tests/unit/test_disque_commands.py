@@ -356,9 +356,32 @@ def test_addjob_options(door: RespDoor, node: FakeNode) -> None:
     assert door.feed(cmd("QLEN", "q")) == b":0\r\n"  # delayed jobs are not queued
 
 
+def test_addjob_delayms_queues_the_job_to_the_millisecond(door: RespDoor, node: FakeNode) -> None:
+    """disq's DELAYMS: the job is queued that many ms after the add (its record keeps the
+    delay in whole seconds rounded up, for the copies and the AOF, which never queue it
+    early)."""
+    job_id = add(door, "q", b"x", "DELAYMS", 300).decode()
+    job = node.core.jobs[job_id]
+    assert (job.delay_s, job.qtime_ms) == (1, T0 + 300)
+    node.core.tick(T0 + 300)  # due once passed (core/timers.py)
+    assert node.core.qlen("q") == 0
+    node.core.tick(T0 + 301)
+    assert node.core.qlen("q") == 1
+    assert door.feed(cmd("ADDJOB", "q", "b", 0, "DELAY", 1, "DELAYMS", 5)) == err(
+        "ERR DELAY and DELAYMS exclude each other"
+    )
+
+
 @pytest.mark.parametrize(
     ("opts", "error"),
     [
+        (("DELAYMS", -1), "ERR DELAYMS time must be a non negative number"),
+        (("DELAYMS", "0.5"), "ERR DELAYMS time must be a non negative number"),
+        (
+            ("TTL", 10, "DELAYMS", 10_000),
+            "ERR The specified DELAY is greater than TTL. Job refused since would never be "
+            "delivered",
+        ),
         (("REPLICATE", 0), "ERR REPLICATE must be between 1 and 65535"),
         (("REPLICATE", 65536), "ERR REPLICATE must be between 1 and 65535"),
         (("REPLICATE", "x"), "ERR REPLICATE must be between 1 and 65535"),

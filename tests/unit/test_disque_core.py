@@ -10,7 +10,7 @@ from disq.core.beanstalk.job import BURIED
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED, AwakeEntry
-from disq.core.messages import DelJob, GotJob, IdemKeys
+from disq.core.messages import DelJob, GotJob, IdemKeys, SetAck, WillQueue
 from disq.core.timers import REBUILD_SLACK
 from disq.persistence.cluster_records import REC_IDEMKEY, REC_KEYVOTE
 from disq.persistence.framing import iter_frames
@@ -130,6 +130,69 @@ def test_federation_blocked_consumer_gets_remote_job_within_a_second() -> None:
     assert served, "blocked consumer was not served"
     assert served[0][1][0].body == b"far"  # type: ignore[index]
     assert c.now - start <= 1000
+
+
+def test_jobs_an_earlier_consumer_imported_reach_its_next_node_at_once() -> None:
+    """A consumer's client moved from node 1 to node 2 while node 1 still held jobs it had
+    imported for it. Disque's importer ignores NEEDJOBS for its import window, and node 2's
+    broadcasts back off: the consumer waited 12.2 s here. Node 1 has no consumer waiting
+    (its queue is not empty), so it gives them."""
+    c = Cluster(3)
+    for i in range(10):
+        c.core(0).add_job(c.now, 1, "q", f"j{i}".encode(), timeout_ms=0, repl=1)
+    for token in (101, 102):  # the consumer on node 1: jobs come from node 0
+        c.core(1).get_job(c.now, token, ["q"], timeout_ms=0)
+        c.pump()
+        c.advance(200)
+    c.core(0).get_job(c.now, 500, ["q"], nohang=True, count=10)  # node 0's own consumer
+    assert c.core(0).qlen("q") == 0 and c.core(1).qlen("q") > 0
+    assert c.core(1).queues["q"].import_rate(c.now) > 0  # node 1 is an importer
+    assert c.core(2).get_job(c.now, 10, ["q"], timeout_ms=0) is PENDING
+    c.pump()  # NEEDJOBS, YOURJOBS: no timer needed
+    served = [r for t, r in c.replies[c.ids[2]] if t == 10]
+    assert served and served[0][0].body.startswith(b"j")  # type: ignore[index]
+
+
+def test_a_new_wait_asks_every_node_at_once_whatever_the_last_waits_backoff() -> None:
+    """A consumer waited long on node 2 (its broadcasts backed off toward 30 s); node 1,
+    which had a consumer of its own when node 2 asked, then got jobs nobody there takes. A
+    consumer that starts waiting on node 2 again (a polling one, or a client moved there)
+    gets them at once, not at the old wait's next broadcast."""
+    c = Cluster(3)
+    assert c.core(1).get_job(c.now, 1, ["q"], timeout_ms=40_000) is PENDING
+    assert c.core(2).get_job(c.now, 2, ["q"], timeout_ms=40_000) is PENDING
+    c.pump()
+    c.advance(41_000)  # both waits time out; node 2's broadcasts backed off meanwhile
+    assert (1, None) in c.replies[c.ids[1]] and (2, None) in c.replies[c.ids[2]]
+    assert c.core(2).queues["q"].needjobs_bcast_attempt >= 4
+    c.core(1).add_job(c.now, 3, "q", b"waiting", timeout_ms=0, repl=1)
+    assert c.core(1).qlen("q") == 1  # node 2's interest was not kept (node 1 had a consumer)
+    assert c.core(2).get_job(c.now, 4, ["q"], timeout_ms=0) is PENDING
+    c.pump()  # NEEDJOBS, YOURJOBS: no timer needed
+    served = [r for t, r in c.replies[c.ids[2]] if t == 4]
+    assert served and served[0][0].body == b"waiting"  # type: ignore[index]
+
+
+def test_a_willqueue_for_a_job_acked_here_is_answered_with_a_setack() -> None:
+    """A copy the acker's GC never reached (two holders exported the job at different times,
+    and the one that knew of the copy took the acker's DELJOB) is requeued by its RETRY: the
+    nodes where the job is gone answer its WILLQUEUE with a SETACK, and it collects itself.
+    The simulator's sweep found such a copy (seed 2685) once importers export too."""
+    c = Cluster(3)
+    job_id = c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=0, repl=1)
+    assert isinstance(job_id, str)
+    assert c.core(0).get_job(c.now, 2, ["q"], nohang=True)
+    assert c.core(0).ack_job(c.now, [job_id]) == 1
+    c.pump()
+    c.advance(1000)
+    assert job_id not in c.core(0).jobs
+    c.nodes[0].on_peer_messages(c.now, c.ids[2], [WillQueue(job_id)])
+    sent = c.nodes[0].ready(c.now).messages.get(c.ids[2], [])
+    assert SetAck(job_id, 0) in sent
+    # Never for an id this node knows nothing of (a job it never held, or one moved away).
+    c.nodes[0].advance()
+    c.nodes[0].on_peer_messages(c.now, c.ids[2], [WillQueue("D-" + "1" * 38)])
+    assert not c.nodes[0].ready(c.now).messages.get(c.ids[2])
 
 
 def test_getjob_timeout_and_nohang() -> None:

@@ -72,7 +72,12 @@ def test_the_lower_ttl_applies_and_a_delayed_ones_counts_from_the_end_of_its_del
     assert _settings().add_options(ttl_s=2)["ttl_s"] == 2
     assert _settings(ttl_s=60).add_options(ttl_s=2)["ttl_s"] == 2
     assert _settings(ttl_s=1).add_options(ttl_s=2)["ttl_s"] == 1
-    assert _settings().add_options(5, ttl_s=2)["ttl_s"] == 7
+    assert _settings().add_options(5000, ttl_s=2)["ttl_s"] == 7
+    assert _settings().add_options(300, ttl_s=2) == {
+        "repl_timeout_ms": 5000,
+        "delay_ms": 300,
+        "ttl_s": 3,
+    }
     assert "ttl_s" not in _settings().add_options()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from disq.integrations.common import OptionError, parse_url, settings
-from disq.integrations.kombu_transport import eta_delay_s
+from disq.integrations.kombu_transport import eta_delay_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,8 @@ def test_url_with_nodes_password_and_options() -> None:
         "ttl_s": 3600,
     }
     # A delayed job lives its TTL after its delay (Disque refuses DELAY >= TTL).
-    assert s.add_options(delay_s=7200)["ttl_s"] == 3600 + 7200
+    assert s.add_options(delay_ms=7_200_000)["ttl_s"] == 3600 + 7200
+    assert s.add_options(delay_ms=1500)["ttl_s"] == 3600 + 2  # whole seconds, rounded up
     assert settings(addrs, {"visibility_timeout": 60}).retry_s == 60
 
 
@@ -140,13 +141,15 @@ def test_bad_urls_and_options_are_refused_clearly(url: str, options: dict, messa
         settings(addrs, {**raw, **options})
 
 
-def test_eta_header_becomes_whole_seconds_of_delay_rounded_up() -> None:
+def test_eta_header_becomes_milliseconds_of_delay_rounded_up() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     eta = (now + timedelta(seconds=2.2)).isoformat()
-    assert eta_delay_s({"eta": eta}, now.timestamp()) == 3
-    assert eta_delay_s({"eta": (now + timedelta(seconds=3)).isoformat()}, now.timestamp()) == 3
-    assert eta_delay_s({"eta": (now - timedelta(seconds=5)).isoformat()}, now.timestamp()) == 0
-    assert eta_delay_s({"eta": None}, now.timestamp()) == 0
-    assert eta_delay_s({}, now.timestamp()) == 0
+    assert eta_delay_ms({"eta": eta}, now.timestamp()) == 2200
+    eta = (now + timedelta(microseconds=300_400)).isoformat()
+    assert eta_delay_ms({"eta": eta}, now.timestamp()) == 301  # never early
+    assert eta_delay_ms({"eta": (now + timedelta(seconds=3)).isoformat()}, now.timestamp()) == 3000
+    assert eta_delay_ms({"eta": (now - timedelta(seconds=5)).isoformat()}, now.timestamp()) == 0
+    assert eta_delay_ms({"eta": None}, now.timestamp()) == 0
+    assert eta_delay_ms({}, now.timestamp()) == 0
     naive = (now + timedelta(seconds=10)).replace(tzinfo=None).isoformat()
-    assert eta_delay_s({"eta": naive}, now.timestamp()) == 10
+    assert eta_delay_ms({"eta": naive}, now.timestamp()) == 10_000

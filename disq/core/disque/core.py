@@ -160,6 +160,7 @@ class DisqueCore(
         # tombstones reached their bound).
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
+        self._gone: OrderedDict[str, int] = OrderedDict()  # acked or DELJOBed here (ack.py)
         self._idem = OrderedDict()  # idempotency.py
         self._idem_tentative = set()
         self._idem_shadow = {}
@@ -376,6 +377,8 @@ class DisqueCore(
         if j.flags & BEANSTALK_OWNED and j.bid:
             self.beanstalk_dropped.append(j.bid)
             j.bid = 0
+        if j.state == ACKED:
+            self._mark_gone(j.id, now_ms, True)
         self._forget(j)
         self._tombstone(j.id, now_ms)
 
@@ -510,13 +513,21 @@ class DisqueCore(
         maxlen: int | None = None,
         async_: bool = False,
         idem_key: str = "",
+        delay_ms: int = 0,
     ) -> str | Pending:
         """ADDJOB after syntax checks. Returns the id, or PENDING for a synchronous add
         (the id or a NOREPL error arrives in ``replies``). Raises DisqueError.
 
         ``idem_key``: an add that repeats a key seen on this queue within the window adds
         nothing and answers the first job's id; if that add still waits for its copies,
-        this one waits with it and gets the same answer."""
+        this one waits with it and gets the same answer.
+
+        ``delay_ms`` (RESP's DELAYMS, the API's delay_ms) replaces ``delay_s``: this node
+        queues the job that many milliseconds from now. The job's record keeps the delay
+        in whole seconds, rounded up, as Disque's DELAY: what the copies, the AOF and a
+        requeue after an ENQUEUE count from, so none of them queues it early."""
+        if delay_ms:
+            delay_s = -(-delay_ms // 1000)
         if self._handoffs is not None:  # draining (handoff.py): no new jobs, go elsewhere
             raise DisqueError("LEAVING", LEAVING_MSG)
         if repl is None:
@@ -545,6 +556,7 @@ class DisqueCore(
             args = {
                 "repl": repl,
                 "delay_s": delay_s,
+                "delay_ms": delay_ms,
                 "retry_s": retry_s,
                 "ttl_s": ttl,
                 "maxlen": maxlen,
@@ -580,7 +592,7 @@ class DisqueCore(
             self._remember_key(j, now_ms)
         if not extrepl:
             j.delivered = self._only_me()
-        j.qtime_ms = now_ms + (delay_s if delay_s else retry_s) * 1000
+        j.qtime_ms = now_ms + (delay_ms or (delay_s if delay_s else retry_s) * 1000)
         self.stats["jobs_added"] += 1
         self.events.add(ev.ENQUEUED, now_ms, queue, job_id, 0, len(body))
 
@@ -687,8 +699,9 @@ class DisqueCore(
         self._gets[token] = GetWait(list(queues), deadline)
         for name in queues:
             q = self._queue(name, now_ms)
+            new_wait = not q.blocked
             q.blocked[token] = None
-            self._need_jobs(q, now_ms, reached_zero=False)
+            self._need_jobs(q, now_ms, reached_zero=False, new_wait=new_wait)
         if deadline:
             heapq.heappush(self._client_timers, (deadline, token))
         return PENDING

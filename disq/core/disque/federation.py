@@ -20,6 +20,9 @@ NEEDJOBS_BCAST_MIN_MS = 2000
 NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
+# A consumer that starts waiting on a queue nobody here waited on asks every node at once
+# (at most this often), not at the backed-off pace of a wait that goes on (below).
+NEEDJOBS_NEW_WAIT_MS = 100
 NEEDJOBS_MIN_REQUEST = 5
 NEEDJOBS_MAX_REQUEST = 100
 WANTED_VALID_MS = 35_000  # longer than the longest NEEDJOBS broadcast gap
@@ -30,11 +33,23 @@ WANTED_VALID_MS = 35_000  # longer than the longest NEEDJOBS broadcast gap
 class FederationMixin(CoreParts):
     """NEEDJOBS / YOURJOBS of DisqueCore."""
 
-    def _need_jobs(self, q: DQueue, now_ms: int, reached_zero: bool) -> None:
+    def _need_jobs(
+        self, q: DQueue, now_ms: int, reached_zero: bool, new_wait: bool = False
+    ) -> None:
         """needJobsForQueue: a rare NEEDJOBS(1) broadcast to discover who has jobs, and
-        frequent ad hoc requests to the nodes that recently answered."""
+        frequent ad hoc requests to the nodes that recently answered.
+
+        ``new_wait``: a consumer starts waiting where none waited. Disque broadcasts on the
+        backoff of the queue's last wait (up to 30 s): a consumer whose client moved here,
+        or one that polls (a Dramatiq or Celery consumer's GETJOB of a second, again and
+        again), could wait that long for jobs queued on a node that last heard from this
+        one while it had consumers of its own. A new wait broadcasts now (at most every
+        NEEDJOBS_NEW_WAIT_MS) and starts the backoff over."""
         if self.view.leaving:
             return
+        if new_wait and now_ms - q.needjobs_bcast_ms > NEEDJOBS_NEW_WAIT_MS:
+            q.needjobs_bcast_ms = 0
+            q.needjobs_bcast_attempt = 0
         responders = q.live_responders(now_ms)
         rate = q.import_rate(now_ms)
         to_fetch = NEEDJOBS_MIN_REQUEST
@@ -110,12 +125,19 @@ class FederationMixin(CoreParts):
                 return  # at the bound: a peer's interest is not worth a queue record
             # Remember the interest (the queue record is reclaimed by the idle GC).
             q = self._queue(msg.queue, now_ms)
-        if q.paused_out or q.import_rate(now_ms) > 0:
+        if q.paused_out:
             return
         if not q.skiplist:
             if not q.blocked:
                 q.wanted_by[sender] = now_ms + WANTED_VALID_MS
             return
+        # Disque ignores a NEEDJOBS while its queue imports (an importer does not export),
+        # against jobs bouncing between nodes. But a node imports only for consumers that
+        # asked here, and one with jobs queued has none of them waiting: those jobs sat
+        # here, for up to the import window and the asker's next (backed off) broadcast,
+        # while a consumer elsewhere asked for them (a Dramatiq or Celery consumer whose
+        # client moved to another node stalled 4-18 s). Jobs move only towards a node
+        # whose consumers wait, and at most half of a short queue goes (_give_jobs).
         self._give_jobs(q, sender, max(1, msg.count), now_ms)
 
     def _on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:

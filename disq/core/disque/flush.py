@@ -72,6 +72,7 @@ class FlushMixin(CoreParts):
         self._awake_acked.clear()
         self._one_copy.clear()
         self._tombstones.clear()
+        self._gone.clear()
         self._idem_timer_ms = 0
         self._kv_timer_ms = 0
 

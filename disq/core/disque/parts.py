@@ -70,6 +70,7 @@ class CoreParts:
     # absolute time, are wall-clock; every deadline in memory is on the node clock.
     wall_offset_ms: int
     _tombstones: OrderedDict[str, int]
+    _gone: OrderedDict[str, int]
     # core.py's job timers: heaps of AwakeEntry, lazy; ASYNC adds without a copy here
     _awake: list[AwakeEntry]
     _awake_acked: list[AwakeEntry]
@@ -194,6 +195,7 @@ class CoreParts:
         maxlen: int | None = None,
         async_: bool = False,
         idem_key: str = "",
+        delay_ms: int = 0,
     ) -> str | Pending:
         raise NotImplementedError
 
@@ -202,6 +204,9 @@ class CoreParts:
         raise NotImplementedError
 
     def _tombstoned(self, job_id: str, now_ms: int) -> bool:
+        raise NotImplementedError
+
+    def _gone_how(self, job_id: str, now_ms: int) -> int:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ aof.py's
@@ -340,7 +345,7 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_delete_from_cluster",
         "add_job",
     ),
-    "ack": ("_tombstone", "_tombstoned"),
+    "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
     "handoff": ("_handoff_gotjob",),

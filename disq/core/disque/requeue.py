@@ -17,7 +17,8 @@ from disq.core.disque.job import (
     DJob,
 )
 from disq.core.disque.parts import CoreParts
-from disq.core.messages import Enqueue, Queued, SetAck, WillQueue, Working
+from disq.core.disque.state import GONE_ACKED, GONE_DELETED
+from disq.core.messages import DelJob, Enqueue, Queued, SetAck, WillQueue, Working
 
 
 def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
@@ -87,6 +88,13 @@ class RequeueMixin(CoreParts):
     def _on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
         j = self.jobs.get(msg.job_id)
         if j is None:
+            # Acked, or deleted, here: the sender's copy is one the GC did not reach
+            # (ack.py's _mark_gone says how); it is told what happened to the job.
+            how = self._gone_how(msg.job_id, now_ms)
+            if how == GONE_ACKED:
+                self._send(sender, SetAck(msg.job_id, 0))
+            elif how == GONE_DELETED:
+                self._send(sender, DelJob([msg.job_id]))
             return
         if j.state == ACKED:
             self._send(sender, SetAck(j.id, len(j.delivered)))

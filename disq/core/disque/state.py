@@ -21,6 +21,13 @@ IDEM_TIMER = -1  # idempotency.py: resend unacknowledged keys, expire the window
 KV_TIMER = -2  # keyvote.py: the vote rounds' retries
 
 
+# ---------------------------------------------------------------------------- ack.py
+# What ack.py's _gone_how says of a job id no longer here; requeue.py answers a WILLQUEUE
+# for it by it.
+GONE_DELETED = 1  # a DELJOB deleted it: a copy elsewhere is deleted too
+GONE_ACKED = 2  # acked here: a copy elsewhere is acked too
+
+
 # ---------------------------------------------------------------------------- blocked.py
 # Silent targets of a synchronous ADDJOB are asked again (REPLJOB) from 250 ms on, the gap
 # doubling (blocked.py says why).

@@ -47,12 +47,16 @@ _ADDJOB_NUMBERS: dict[bytes, tuple[int, int, bytes]] = {
     b"ttl": (1, _LLONG_MAX, b"-ERR TTL must be a number > 0\r\n"),
     b"retry": (0, _LLONG_MAX, b"-ERR RETRY time must be a non negative number\r\n"),
     b"delay": (0, _LLONG_MAX, b"-ERR DELAY time must be a non negative number\r\n"),
+    # disq's: the delay in milliseconds (the API's delay_ms), instead of DELAY's seconds.
+    b"delayms": (0, _LLONG_MAX, b"-ERR DELAYMS time must be a non negative number\r\n"),
     b"maxlen": (1, _LLONG_MAX, b"-ERR MAXLEN must be a positive number\r\n"),
 }
 
 
-# ADDJOB's parsed options: (ms-timeout, REPLICATE, DELAY, RETRY, TTL, MAXLEN, ASYNC, key).
-_AddOptions = tuple[int, int | None, int, int | None, int | None, int | None, bool, str]
+# ADDJOB's parsed options: (ms-timeout, REPLICATE, DELAY, RETRY, TTL, MAXLEN, ASYNC, key,
+# DELAYMS).
+_AddOptions = tuple[int, int | None, int, int | None, int | None, int | None, bool, str, int]
+_DELAY_EXCLUSIVE = b"-ERR DELAY and DELAYMS exclude each other\r\n"
 # A producer sends the same options with every add: their parse is kept, by the exact
 # arguments after the body, for unkeyed adds (a key makes every add's arguments unique).
 # Bounded: cleared when full.
@@ -93,6 +97,8 @@ def _add_options(argv: list[bytes]) -> tuple[_AddOptions | bytes, bool]:
         else:
             return SYNTAX_ERR, not idem_key
         j += 1
+    if b"delay" in numbers and b"delayms" in numbers:
+        return _DELAY_EXCLUSIVE, not idem_key
     timeout = _timeout(argv[3])
     if isinstance(timeout, bytes):
         return timeout, not idem_key
@@ -105,13 +111,14 @@ def _add_options(argv: list[bytes]) -> tuple[_AddOptions | bytes, bool]:
         numbers.get(b"maxlen"),
         async_,
         idem_key,
+        numbers.get(b"delayms", 0),
     )
     return options, not idem_key
 
 
 def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
-    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n]
-    [ASYNC] [IDEMPOTENCY-KEY key]."""
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s | DELAYMS ms] [RETRY s] [TTL s]
+    [MAXLEN n] [ASYNC] [IDEMPOTENCY-KEY key]."""
     key = tuple(argv[3:])
     options = _ADD_OPTIONS.get(key)
     if options is None:
@@ -122,7 +129,7 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             _ADD_OPTIONS[key] = options
     if isinstance(options, bytes):
         return options
-    timeout, repl, delay_s, retry_s, ttl_s, maxlen, async_, idem_key = options
+    timeout, repl, delay_s, retry_s, ttl_s, maxlen, async_, idem_key, delay_ms = options
     full = c.node.disk_full
     if full is not None:
         # A definite refusal, in Disque's words for "not added, no room" (its -OOM): nothing
@@ -142,6 +149,7 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         maxlen=maxlen,
         async_=async_,
         idem_key=idem_key,
+        delay_ms=delay_ms,
     )
     if isinstance(r, Pending):
         return c.block(token, _addjob_deferred)
