@@ -100,10 +100,8 @@ from disq.core.timers import compact, rebuild_bound
 Frame = tuple[int, bytes]  # an AOF record: (type, payload)
 
 MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs memory
-# Jitter on every requeue time, so the copies on several nodes do not all requeue at once.
-# Disque draws it from -250..+250 ms (randomTimeError(500)): a job could come back up to a
-# quarter of a second before its RETRY, to a worker still on it (RETRY is Celery's visibility
-# timeout here). disq draws 0..+250 ms: never early, as late as Disque at most.
+# Requeue jitter, so copies do not all requeue at once. Disque's -250..+250 ms could requeue
+# before RETRY (Celery's visibility timeout here); disq's 0..+250 ms is never early.
 REQUEUE_JITTER_MS = 250
 DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
@@ -139,12 +137,9 @@ class DisqueCore(
         self.queues: dict[str, DQueue] = {}
         self._awake: list[AwakeEntry] = []  # lazy deletion (job.py AwakeEntry)
         self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
-        # Acked jobs' GC attempts have a heap of their own. Why: an acked job's attempt is due
-        # a second or two after its ack, and it is nearly always stale by then (the DELJOB
-        # came). Popped from the heap of every live job's requeue and expiry (hundreds of
-        # thousands of entries, far out of the CPU's caches) each one cost a node 13% of its
-        # main thread under GETJOB+ACKJOB; this heap holds only the last seconds of acks.
-        # _process_jobs pops the two in one (awake_ms, id) order, as one heap would.
+        # Acked jobs' GC attempts have a heap of their own: nearly always stale when due, they
+        # cost 13% of a node's main thread under GETJOB+ACKJOB popped from the big heap (out of
+        # the caches). _process_jobs pops the two in one (awake_ms, id) order, as one heap would.
         self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
         # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
@@ -154,10 +149,8 @@ class DisqueCore(
         self._gets = {}  # token -> blocked GETJOB
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
-        # Both are FIFOs trimmed from their oldest end: OrderedDicts, because a plain dict
-        # whose first entries keep being deleted makes next(iter(d)) walk every deleted slot
-        # before it (O(n) per call until the next resize: 80% of a node's acks once the
-        # tombstones reached their bound).
+        # FIFOs trimmed from their oldest end: OrderedDicts, as a plain dict's next(iter(d))
+        # walks every deleted slot first (80% of a node's acks once tombstones were bounded).
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
         self._gone: OrderedDict[str, int] = OrderedDict()  # acked or DELJOBed here (ack.py)
@@ -520,12 +513,8 @@ class DisqueCore(
 
         ``idem_key``: an add that repeats a key seen on this queue within the window adds
         nothing and answers the first job's id; if that add still waits for its copies,
-        this one waits with it and gets the same answer.
-
-        ``delay_ms`` (RESP's DELAYMS, the API's delay_ms) replaces ``delay_s``: this node
-        queues the job that many milliseconds from now. The job's record keeps the delay
-        in whole seconds, rounded up, as Disque's DELAY: what the copies, the AOF and a
-        requeue after an ENQUEUE count from, so none of them queues it early."""
+        this one waits with it and gets the same answer. ``delay_ms`` replaces ``delay_s``
+        here; the record keeps whole seconds rounded up (copies and AOF never queue early)."""
         if delay_ms:
             delay_s = -(-delay_ms // 1000)
         if self._handoffs is not None:  # draining (handoff.py): no new jobs, go elsewhere
@@ -598,11 +587,9 @@ class DisqueCore(
 
         if extrepl or (repl > 1 and not async_):
             # Sync, and every add this node cannot keep a copy of (memory warning, leaving):
-            # the client learns the id only once a copy exists elsewhere. Disque answers an
-            # ASYNC add here at once, with its REPLJOBs and the ENQUEUE still in flight, so
-            # one lost message loses an acknowledged job; disq promises no acknowledged job
-            # lost with at most R-1 nodes down, so an ASYNC add waits here for its FIRST copy
-            # (the others stay best effort, as ASYNC's are), or gets NOREPL at its timeout.
+            # the id comes once a copy exists elsewhere. Disque answers ASYNC at once, so one
+            # lost message loses an acknowledged job; here ASYNC waits for its FIRST copy (the
+            # others best effort) or gets NOREPL at its timeout.
             self._register(j)
             j.confirmed = NO_NODES if extrepl else {self.my_id}
             if async_:
