@@ -216,6 +216,9 @@ class WorkerProcess:
         self.app_dir = app_dir
         self.log_path = app_dir / f"{name}.log"
         with open(self.log_path, "ab") as log:
+            # A worker started again under the same name appends to the same file: this
+            # process's output starts here (a "ready." of the last one is not this one's).
+            self.log_start = log.tell()
             self.proc = subprocess.Popen(
                 argv,
                 cwd=app_dir,
@@ -227,7 +230,9 @@ class WorkerProcess:
             )
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_start)
+            return log.read().decode(errors="replace")
 
     def wait_for_log(self, text: str, timeout: float = 60.0) -> None:
         def seen() -> bool:
