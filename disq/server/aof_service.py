@@ -78,7 +78,13 @@ class DiskPolicy(NamedTuple):
 
 
 def disk_full_message(low_bytes: int) -> str:
-    """The refusal every door gives an add while the disk is low (RESP: after ``-OOM ``)."""
+    """The refusal every door gives an add while the disk is low (RESP: after ``-OOM ``);
+    ``low_bytes`` 0: the filesystem tells no size, a write found it full."""
+    if not low_bytes:
+        return (
+            "disk full: a write to the AOF found no space, new jobs are refused until "
+            "space is freed (reads, acks and deletes still work)"
+        )
     return (
         f"disk full: less than {low_bytes} bytes free for the AOF, new jobs are refused until "
         "space is freed (reads, acks and deletes still work)"
@@ -119,8 +125,8 @@ class AofService:
         self._rewrite_pos = 0
         # Disk space (docs/disk-full.md): the marks, the last statvfs, the state.
         self.disk_policy: DiskPolicy | None = None
-        self.disk_total = 0
-        self.disk_free = -1  # bytes free at the last check; -1: not checked
+        self.disk_total = 0  # -1: the filesystem reports no size (_size_unknown)
+        self.disk_free = -1  # bytes free at the last check; -1: not checked or unknown
         self.disk_full = False  # new jobs refused for lack of space
         self.reserve_bytes = 0  # held in DIR/disq.reserve now
         self._since_check = 0  # bytes written since the last statvfs
@@ -442,6 +448,9 @@ class AofService:
             self.log.warning("aof_disk_check_failed", error=str(exc))
             return
         self._since_check = 0
+        if space.total == 0:
+            self._size_unknown(writer)
+            return
         if self.disk_policy is None or space.total != self.disk_total:
             self.disk_total = space.total
             self.disk_policy = DiskPolicy.for_total(space.total)
@@ -465,6 +474,21 @@ class AofService:
             )
         if self.disk_full:
             self._maybe_rewrite_for_space(writer)
+        self._update_refusal()
+
+    def _size_unknown(self, writer: AofWriter) -> None:
+        """A filesystem that reports no blocks at all (ramfs, some FUSE and network ones):
+        its size is unknown, not zero, so no mark applies and adds are taken. Only a write
+        that meets ENOSPC says it is full; the next check takes adds again, and a write that
+        still fails says so again (its Ready and replies wait for the retry meanwhile)."""
+        if self.disk_total != -1:  # said once, until a size shows up
+            self.log.warning("aof_disk_size_unknown", data_dir=str(writer.data_dir))
+        self.disk_policy = None
+        self.disk_total = -1
+        self.disk_free = -1
+        if self.disk_full and self.error is None:
+            self.disk_full = False
+            self.log.info("aof_disk_ok", reason="size_unknown")
         self._update_refusal()
 
     def _enter_disk_full(self, why: str) -> None:

@@ -66,6 +66,23 @@ def small_fs(short_tmp: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
 
 
+@pytest.fixture
+def sizeless_fs(short_tmp: Path) -> Iterator[Path]:
+    """A ramfs mounted for this test: its statvfs reports zero blocks, as some FUSE and
+    network filesystems do (LazyFS did)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a ramfs needs root")
+    mnt = short_tmp / "rfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a ramfs: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
+
+
 class Node:
     """One disq-node on the small filesystem, with its three doors."""
 
@@ -290,3 +307,31 @@ def test_disk_full_refuses_adds_only_and_recovers_without_restart(
     finally:
         node.close_clients()
         node.srv.kill()
+
+
+def test_a_filesystem_that_reports_no_size_takes_adds(
+    sizeless_fs: Path, server_factory: ServerFactory
+) -> None:
+    """Zero blocks is "size unknown", not "full": every door takes adds, the node says why
+    it keeps no free-space marks, and what it took survives a restart."""
+    assert os.statvfs(sizeless_fs).f_blocks == 0
+    node = Node(server_factory, sizeless_fs)
+    try:
+        bs_ids = [int(node.put().split()[1]) for _ in range(50)]
+        dq_ids = []
+        for _ in range(50):
+            reply = node.addjob_raw()
+            assert reply.startswith(b"+D-"), reply
+            dq_ids.append(reply[1:-2].decode())
+        with grpc.insecure_channel(f"127.0.0.1:{node.grpc_port}") as ch:
+            added = api_pb2_grpc.QueueStub(ch).AddJob(
+                api_pb2.AddJobRequest(queue="q", body=b"grpc", timeout_ms=5000), timeout=10
+            )
+        dq_ids.append(added.id)
+        info = node.info()
+        assert info["aof_disk_full"] == "0", info
+        assert "aof_disk_size_unknown" in node.srv.log_text()
+        node.restart()
+        assert_all_there(node, bs_ids, dq_ids)
+    finally:
+        node.close_clients()
