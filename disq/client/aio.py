@@ -45,6 +45,7 @@ from disq.client.errors import (
     from_info,
     from_metadata,
 )
+from disq.client.failover import was_not_sent
 from disq.client.inspection import AsyncInspectionMixin
 from disq.client.routes import AsyncRoutesMixin
 from disq.client.schedules import AsyncSchedulesMixin
@@ -68,15 +69,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
-# UNAVAILABLE with one of these: the call never reached a servicer, safe to send elsewhere.
-# The last is a node's own, in the milliseconds after a restart before its client API loads
-# (disq/server/late_services.py).
-_NOT_SENT = (
-    "failed to connect",
-    "Connection refused",
-    "connections to all backends failing",
-    "the call was not run",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,11 +565,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
             except grpc.aio.AioRpcError as exc:
                 err = self._error(exc, n)
                 details = exc.details() or ""
-                if (
-                    err is None
-                    and exc.code() == grpc.StatusCode.UNAVAILABLE
-                    and any(s in details for s in _NOT_SENT)
-                ):
+                if err is None and was_not_sent(exc):
                     self._mark_down(n)  # never left: safe to send elsewhere
                     last = f"{n.addr}: {details}"
                     continue

@@ -39,7 +39,7 @@ from typing import Any
 
 import grpc
 
-from disq.client.aio import _CHANNEL_OPTIONS, _NOT_SENT, AsyncClient, NodeAddr, _fill_add
+from disq.client.aio import _CHANNEL_OPTIONS, AsyncClient, NodeAddr, _fill_add
 from disq.client.errors import (
     AuthError,
     DisqError,
@@ -48,6 +48,7 @@ from disq.client.errors import (
     UnavailableError,
     from_metadata,
 )
+from disq.client.failover import was_not_sent
 from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
 from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
@@ -198,7 +199,7 @@ class BlockingAdder:
                     node.ready = False
                     aio._mark_down(n)
                     code, details = _status(exc)
-                    if code == grpc.StatusCode.UNAVAILABLE and any(s in details for s in _NOT_SENT):
+                    if was_not_sent(exc):
                         last = f"{n.addr}: {details}"
                         continue  # never left: safe to send elsewhere
                     raise IndeterminateError(

@@ -23,13 +23,12 @@ from disq.client.errors import (
     UnavailableError,
     from_info,
 )
+from disq.client.failover import was_not_sent
 from disq.proto_gen import api_pb2
 
 if TYPE_CHECKING:
     from disq.client.aio import AsyncClient
     from disq.client.sync import Client
-
-_NOT_SENT = ("failed to connect", "Connection refused", "connections to all backends failing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +175,7 @@ async def _send_publish(
                 return err
             details = exc.details() or ""
             client._mark_down(n)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and any(s in details for s in _NOT_SENT):
+            if was_not_sent(exc):
                 last = f"{n.addr}: {details}"
                 continue  # never left: safe to send elsewhere
             return IndeterminateError(
