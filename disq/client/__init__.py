@@ -1,7 +1,7 @@
 """The disq SDK: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), the same
 methods; errors in :mod:`disq.client.errors`. See docs/sdk.md."""
 
-from disq.client.aio import AsyncClient, Job, NodeAddr
+from disq.client.aio import AsyncClient, Job
 from disq.client.errors import (
     AuthError,
     BadIdError,
@@ -20,6 +20,7 @@ from disq.client.errors import (
     TooLateError,
     UnavailableError,
 )
+from disq.client.failover import NodeAddr
 from disq.client.forking import ForkError
 from disq.client.routes import Routes
 from disq.client.schedules import Schedule

@@ -1,14 +1,10 @@
 """``AsyncClient``: the asyncio SDK. Give it one or more seed addresses (gRPC ports); it
 learns the cluster with Hello and hides it.
 
-How it chooses a node: the nodes Hello lists, best HELLO priority first (1 ok, 5 no link,
-10 suspect, 100 dead or leaving), a random one among the best so that many clients spread,
-and then the same one while it answers (Disque's queues are per node: a consumer that hopped
-between nodes would lean on federation for every job).
-A node whose transport fails is set aside for a backoff (0.5 s doubling to 10 s) and the call
-moves on. The view is refreshed every ``refresh_s`` and after failures; an address the
-cluster stops listing (a node restarted at a new address, a forgotten node) is dropped, seeds
-excepted.
+How it chooses a node, and what a failed call means: disq/client/failover.py (the view and
+the rule every path shares). The view is refreshed every ``refresh_s`` and after failures;
+an address the cluster stops listing (a node restarted at a new address, a forgotten node)
+is dropped, seeds excepted.
 
 What it retries: every call whose effect is safe to repeat (reads, acks, nacks, WORKING,
 pause) moves to the next node when the transport fails. An add is retried only when it
@@ -36,6 +32,7 @@ import grpc
 import grpc.aio
 
 from disq.client import forking
+from disq.client.adds import fill_add
 from disq.client.errors import (
     AuthError,
     DisqError,
@@ -43,9 +40,14 @@ from disq.client.errors import (
     LeavingError,
     UnavailableError,
     from_info,
-    from_metadata,
 )
-from disq.client.failover import was_not_sent
+from disq.client.failover import (
+    DEFAULT_ADDR,
+    NodeAddr,
+    NodeSet,
+    judge_failure,
+    refusal,
+)
 from disq.client.inspection import AsyncInspectionMixin
 from disq.client.routes import AsyncRoutesMixin
 from disq.client.schedules import AsyncSchedulesMixin
@@ -56,19 +58,9 @@ from disq.tls import PemSource, client_tls
 
 T = TypeVar("T")
 
-DEFAULT_ADDR = "127.0.0.1:7710"
 PASSWORD_KEY = "disq-password"
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 10.0
 MAX_BATCH = 1000  # adds or acks in one call
 _FOREVER_S = 365 * 86400.0  # "block until jobs come", asked for explicitly
-_CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.enable_retries", 0),  # the SDK decides what is safe to retry
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,36 +84,12 @@ class Job:
 
 
 @dataclass(slots=True)
-class NodeAddr:
-    """A node as the client knows it."""
-
-    addr: str  # host:grpc_port
-    node_id: str = ""
-    priority: int = 1
-    down_until: float = 0.0
-    backoff_s: float = BACKOFF_MIN_S
-    channel: Any = None
-    stub: Any = None
-    resp_port: int = 0  # its RESP port as HELLO gives it (0: not known yet)
-
-    def usable(self, now: float) -> bool:
-        return now >= self.down_until
-
-
-@dataclass(slots=True)
 class _AddBatch:
     """add_job calls of one loop iteration: their requests and their callers' futures."""
 
     request: api_pb2.AddJobsRequest
     futures: list[asyncio.Future[str]] = field(default_factory=list)
     deadline_s: float = 0.0
-
-
-def _split(addresses: str | Sequence[str]) -> list[str]:
-    if isinstance(addresses, str):
-        addresses = addresses.split(",")
-    out = [a.strip() for a in addresses if a.strip()]
-    return out or [DEFAULT_ADDR]
 
 
 def _job(j: api_pb2.QueuedJob) -> Job:
@@ -134,48 +102,6 @@ def _job(j: api_pb2.QueuedJob) -> Job:
         j.retry_s,
         j.idempotency_key or None,
     )
-
-
-def _fill_add(
-    req: api_pb2.AddJobRequest,
-    queue: str,
-    body: bytes | str,
-    *,
-    replicate: int | None = None,
-    repl_timeout_ms: int = 5000,
-    delay_s: int = 0,
-    retry_s: int | None = None,
-    ttl_s: int | None = None,
-    maxlen: int | None = None,
-    async_: bool = False,
-    idempotency_key: str | None = None,
-    delay_ms: int = 0,
-) -> None:
-    """Set an AddJobRequest's fields (in place: a batch adds its messages with
-    ``jobs.add()``, which saves a copy per job). ``delay_ms`` or ``delay_s``, not both."""
-    req.queue = queue
-    req.body = body.encode() if isinstance(body, str) else body
-    req.timeout_ms = repl_timeout_ms
-    if replicate is not None:
-        if not 1 <= replicate <= 65535:  # RESP's REPLICATE bounds; 0 is not "the default"
-            raise ValueError(f"replicate must be between 1 and 65535, not {replicate}")
-        req.replicate = replicate
-    if delay_s and delay_ms:
-        raise ValueError("add_job: delay_s or delay_ms, not both")
-    if delay_s:
-        req.delay_s = delay_s
-    if delay_ms:
-        req.delay_ms = delay_ms
-    if maxlen:
-        req.maxlen = maxlen
-    if async_:
-        setattr(req, "async", True)  # a Python keyword
-    if retry_s is not None:
-        req.retry_s = retry_s
-    if ttl_s is not None:
-        req.ttl_s = ttl_s
-    if idempotency_key:
-        req.idempotency_key = idempotency_key
 
 
 class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
@@ -202,32 +128,43 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
     ) -> None:
         forking.check_usable()
         self._pid = os.getpid()
-        self.seeds = _split(addresses)
         # TLS (docs/sdk.md): on with ``tls=True`` or any tls_* file (a path, or PEM bytes);
         # ``tls_ca`` verifies the nodes (default: the system's roots), ``tls_cert``/``tls_key``
         # is the client certificate of nodes that require one. Plaintext by default.
-        self._tls = client_tls(
+        tls_config = client_tls(
             tls=tls, ca=tls_ca, cert=tls_cert, key=tls_key, server_name=tls_server_name
         )
-        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
+        self.view = NodeSet(
+            addresses,
+            rng=rng or random.Random(),
+            tls=tls_config,
+            refresh_s=refresh_s,
+            discover=discover,
+        )
+        self.seeds = self.view.seeds
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
-        self.refresh_s = refresh_s
-        self.discover = discover
         self._metadata = ((PASSWORD_KEY, password),) if password else None
-        self._rng = rng or random.Random()
-        self._nodes: dict[str, NodeAddr] = {a: NodeAddr(a) for a in self.seeds}
-        self._cluster_size = len(self._nodes)  # the last HELLO's node count (seeds: none yet)
-        self._refreshed_at = -1.0
         self._refreshing: asyncio.Task[None] | None = None
         self._add_batch: _AddBatch | None = None
         self._acks: dict[str, list[str]] = {}
         self._flush_scheduled = False
         self._inflight: set[asyncio.Task[Any]] = set()
         self._closed = False
-        # The node that answered the last unrouted call: tried first while it answers.
-        self.last_node: str | None = None
         forking.register_async(self)
+
+    @property
+    def last_node(self) -> str | None:
+        """The node that answered the last unrouted call: tried first while it answers."""
+        return self.view.last_node
+
+    @last_node.setter
+    def last_node(self, addr: str | None) -> None:
+        self.view.last_node = addr
+
+    @property
+    def discover(self) -> bool:
+        return self.view.discover
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -241,7 +178,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
             return
         await self.flush()
         self._closed = True
-        for n in self._nodes.values():
+        for n in self.view.by_addr.values():
             if n.channel is not None:
                 await n.channel.close()
                 n.channel = n.stub = None
@@ -251,7 +188,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         """Send queued acks and close every channel, staying open: the next call opens
         them again (on the loop it runs on). For a fork, with no call in flight."""
         await self.flush()
-        for n in self._nodes.values():
+        for n in self.view.by_addr.values():
             if n.channel is not None:
                 await n.channel.close()
                 n.channel = n.stub = None
@@ -265,12 +202,12 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         self._closed = True
 
     def _open_channels(self) -> int:
-        return sum(1 for n in self._nodes.values() if n.channel is not None)
+        return sum(1 for n in self.view.by_addr.values() if n.channel is not None)
 
     def _fork_orphan(self) -> None:
         """In a child forked with this client's channels open: never touch them (closing or
         freeing one runs gRPC's copied state); calls raise ForkError."""
-        for n in self._nodes.values():
+        for n in self.view.by_addr.values():
             if n.channel is not None:
                 forking.ORPHANS.append(n.channel)
                 n.channel = n.stub = None
@@ -278,13 +215,14 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
     # ------------------------------------------------------------------ nodes
     def nodes(self) -> list[NodeAddr]:
         """What the client knows of the cluster (a copy of its view)."""
-        return [NodeAddr(n.addr, n.node_id, n.priority, n.down_until) for n in self._nodes.values()]
+        known = self.view.by_addr.values()
+        return [NodeAddr(n.addr, n.node_id, n.priority, n.down_until) for n in known]
 
     @property
     def cluster_size(self) -> int:
         """How many nodes the last HELLO listed (before one: the seeds), failing ones too;
         ``hello()`` counts as one with discovery off."""
-        return self._cluster_size
+        return self.view.cluster_size
 
     def _stub(self, n: NodeAddr) -> Any:
         if n.stub is None:
@@ -295,49 +233,13 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                     "new client in this process (or use disq.client.Client, which survives "
                     "fork())"
                 )
-            if self._tls is None:
-                n.channel = grpc.aio.insecure_channel(n.addr, options=_CHANNEL_OPTIONS)
-            else:
-                n.channel = grpc.aio.secure_channel(
-                    n.addr,
-                    self._credentials,
-                    options=[*_CHANNEL_OPTIONS, *self._tls.channel_options()],
-                )
+            n.channel = self.view.open_aio_channel(n.addr)
             # Unary calls are asked again while the node is starting (starting.py).
             n.stub = wrap_stub(api_pb2_grpc.QueueStub(n.channel))  # type: ignore[no-untyped-call]
         return n.stub
 
-    def _mark_down(self, n: NodeAddr) -> None:
-        n.down_until = time.monotonic() + n.backoff_s
-        n.backoff_s = min(BACKOFF_MAX_S, n.backoff_s * 2)
-        self._refreshed_at = -1.0  # learn the new state of the cluster soon
-
-    def _mark_up(self, n: NodeAddr) -> None:
-        n.down_until = 0.0
-        n.backoff_s = BACKOFF_MIN_S
-
-    def _candidates(self, prefer: str | None = None) -> list[NodeAddr]:
-        """Nodes to try, in order: the preferred one (by node id prefix) when usable, then
-        the usable nodes by priority (random among equals), then the ones set aside."""
-        now = time.monotonic()
-        nodes = list(self._nodes.values())
-        self._rng.shuffle(nodes)
-        nodes.sort(key=lambda n: (not n.usable(now), n.priority))
-        home = self._nodes.get(self.last_node) if self.last_node else None
-        if home is not None and home.usable(now) and home.priority <= nodes[0].priority:
-            nodes.remove(home)
-            nodes.insert(0, home)
-        if prefer:
-            for i, n in enumerate(nodes):
-                if n.node_id.startswith(prefer) and n.usable(now):
-                    nodes.insert(0, nodes.pop(i))
-                    break
-        return nodes
-
     async def _maybe_refresh(self) -> None:
-        if not self.discover:
-            return
-        if self._refreshed_at >= 0 and time.monotonic() - self._refreshed_at < self.refresh_s:
+        if not self.view.refresh_due():
             return
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.ensure_future(self._refresh())
@@ -345,8 +247,9 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
 
     async def _refresh(self) -> None:
         """Hello on the first node that answers: its list replaces the priorities."""
-        self._refreshed_at = time.monotonic()
-        for n in self._candidates():
+        view = self.view
+        view.refreshed_at = time.monotonic()
+        for n in view.candidates():
             try:
                 r = await self._stub(n).Hello(
                     api_pb2.HelloRequest(), timeout=self.connect_timeout_s, metadata=self._metadata
@@ -354,56 +257,14 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
                     raise AuthError(exc.details() or "NOAUTH", node=n.addr) from exc
-                self._mark_down(n)
+                view.mark_down(n)
                 continue
-            self._mark_up(n)
-            n.node_id = r.my_id
-            seen = set()
-            for info in r.nodes:
-                if not info.grpc_port:
-                    continue
-                addr = f"{info.host}:{info.grpc_port}"
-                seen.add(addr)
-                known = self._nodes.get(addr)
-                if known is None:
-                    known = self._nodes[addr] = NodeAddr(addr)
-                known.node_id = info.id
-                known.priority = info.priority
-                known.resp_port = info.resp_port
-            self._forget_unlisted(seen)
-            self._cluster_size = len(seen) or self._cluster_size
+            for channel in view.learn(n, r):
+                self._spawn(channel.close())
             return
         # Nobody answered: keep the view; the calls will report it.
 
-    def _forget_unlisted(self, listed: set[str]) -> None:
-        """Drop the addresses the cluster no longer lists: a node restarted at a new address
-        (a new pod IP) is listed there, and its old address leads nowhere (or, later, to
-        another node). Seeds stay, since they are how the user reaches the cluster (a DNS
-        name, a Service), but a seed no longer listed is no longer taken for the node that
-        was there: routing by node id must find that node at its new address."""
-        moved_ids = {self._nodes[a].node_id for a in listed}
-        for addr in list(self._nodes):
-            if addr in listed:
-                continue
-            n = self._nodes[addr]
-            if addr in self.seeds:
-                if n.node_id in moved_ids:
-                    n.node_id = ""
-                continue
-            del self._nodes[addr]
-            if self.last_node == addr:
-                self.last_node = None
-            if n.channel is not None:
-                self._spawn(n.channel.close())
-                n.channel = n.stub = None
-
     # ------------------------------------------------------------------ calling
-    def _error(self, exc: grpc.aio.AioRpcError, n: NodeAddr) -> DisqError | None:
-        """The node's own refusal, or None for a transport failure."""
-        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-            return AuthError(exc.details() or "NOAUTH Authentication required.", node=n.addr)
-        return from_metadata(exc.trailing_metadata(), exc.details() or "", n.addr)
-
     async def _call(
         self,
         method: str,
@@ -417,7 +278,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
         last = "no node known"
-        for n in self._candidates(prefer):
+        for n in self.view.candidates(prefer):
             try:
                 r = await getattr(self._stub(n), method)(
                     request,
@@ -425,12 +286,11 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                     metadata=self._metadata,
                 )
             except grpc.aio.AioRpcError as exc:
-                err = self._error(exc, n)
-                if err is not None:
-                    raise err from None
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (
-                    n.channel is not None
+                if (
+                    exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    and n.channel is not None
                     and n.channel.get_state() == grpc.ChannelConnectivity.READY
+                    and refusal(exc, n.addr) is None
                 ):
                     raise UnavailableError(
                         f"{method}: no answer from {n.addr} in time", node=n.addr
@@ -438,12 +298,13 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                 # Not connected when the deadline passed (an address that drops packets: a
                 # node moved away, a cut): the call waited for a connection and never left,
                 # so the next node may take it.
-                self._mark_down(n)
+                err = judge_failure(self.view, n, exc, what=method, repeatable=True)
+                if err is not None:
+                    raise err from None
                 last = f"{n.addr}: {exc.code().name} {exc.details()}"
                 continue
-            self._mark_up(n)
-            if prefer is None:  # calls routed by job id do not move the client's home node
-                self.last_node = n.addr
+            # Calls routed by job id do not move the client's home node.
+            self.view.answered(n, home=prefer is None)
             return r
         raise UnavailableError(f"{method}: no node answered (last: {last})")
 
@@ -476,7 +337,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         if batch is None:
             batch = self._add_batch = _AddBatch(api_pb2.AddJobsRequest())
         try:
-            _fill_add(
+            fill_add(
                 batch.request.jobs.add(),
                 queue,
                 body,
@@ -515,7 +376,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         deadline_ms = 0
         for j in jobs:
             msg = add()
-            _fill_add(msg, **j)
+            fill_add(msg, **j)
             deadline_ms = max(deadline_ms, msg.timeout_ms)
             if len(request.jobs) == MAX_BATCH:
                 out.extend(await self._send_adds(request, deadline_ms / 1000))
@@ -553,7 +414,8 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         n_jobs = len(request.jobs)
         deadline = wait_s + self.timeout_s
         last = "no node known"
-        for n in self._candidates():
+        view = self.view
+        for n in view.candidates():
             if n.addr in refused:
                 continue  # said LEAVING to this batch already
             stub = self._stub(n)
@@ -563,34 +425,22 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
             try:
                 r = await stub.AddJobs(request, timeout=deadline, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
-                err = self._error(exc, n)
-                details = exc.details() or ""
-                if err is None and was_not_sent(exc):
-                    self._mark_down(n)  # never left: safe to send elsewhere
-                    last = f"{n.addr}: {details}"
+                err = judge_failure(view, n, exc, what="add")
+                if err is None:  # never left: safe to send elsewhere
+                    last = f"{n.addr}: {exc.details()}"
                     continue
-                if err is None:
-                    self._mark_down(n)
-                    err = IndeterminateError(
-                        f"add sent to {n.addr} but no answer came ({exc.code().name}): "
-                        "the job may exist",
-                        node=n.addr,
-                    )
                 return [err] * n_jobs
-            self._mark_up(n)
-            self.last_node = n.addr
+            view.answered(n)
             results: list[str | DisqError] = [
                 from_info(res.error, n.addr) if res.HasField("error") else res.id
                 for res in r.results
             ]
             leaving = [i for i, res in enumerate(results) if isinstance(res, LeavingError)]
             refused = refused | {n.addr}
-            if leaving and any(c.addr not in refused for c in self._candidates()):
+            if leaving and view.others_than(refused):
                 # The node is draining (SIGTERM, CLUSTER LEAVING): those jobs were not added
                 # there, so they move to the next node, and the client's home moves too.
-                self._mark_down(n)
-                if self.last_node == n.addr:
-                    self.last_node = None
+                view.leaving(n)
                 retry = api_pb2.AddJobsRequest()
                 retry.jobs.extend(request.jobs[i] for i in leaving)
                 moved = await self._send_adds(retry, wait_s, refused)
@@ -606,7 +456,7 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         try:
             await asyncio.wait_for(ch.channel_ready(), self.connect_timeout_s)
         except (TimeoutError, grpc.aio.AioRpcError):
-            self._mark_down(n)
+            self.view.mark_down(n)
             return False
         return True
 
@@ -677,19 +527,17 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         while not self._closed:
             await self._maybe_refresh()
             served = False
-            for n in self._candidates():
+            for n in self.view.candidates():
                 call = self._stub(n).StreamJobs(req, metadata=self._metadata)
                 try:
                     async for resp in call:
                         served = True
-                        self._mark_up(n)
-                        self.last_node = n.addr
+                        self.view.answered(n)
                         yield [_job(j) for j in resp.jobs]
                 except grpc.aio.AioRpcError as exc:
-                    err = self._error(exc, n)
+                    err = judge_failure(self.view, n, exc, what="StreamJobs", repeatable=True)
                     if err is not None:
                         raise err from None
-                    self._mark_down(n)
                     continue
                 finally:
                     call.cancel()
@@ -744,24 +592,19 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
 
     async def hello(self) -> api_pb2.HelloResponse:
         r: api_pb2.HelloResponse = await self._call("Hello", api_pb2.HelloRequest())
-        # The cluster's size even with discovery off (the URL may name one Service).
-        self._cluster_size = sum(1 for n in r.nodes if n.grpc_port) or self._cluster_size
-        for info in r.nodes:  # with discovery off too: the RESP ports of the nodes it knows
-            known = self._nodes.get(f"{info.host}:{info.grpc_port}")
-            if known is not None:
-                known.resp_port = info.resp_port
+        self.view.learn_ports(r)  # with discovery off too
         return r
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:
         """One call to one node (its gRPC address), never retried elsewhere: for what is per
         node (its jobs, its event log, its INFO)."""
-        n = self._nodes.get(node) or self._nodes.setdefault(node, NodeAddr(node))
+        n = self.view.node(node)
         try:
             return await getattr(self._stub(n), method)(
                 request, timeout=self.timeout_s, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
-            err = self._error(exc, n)
+            err = refusal(exc, n.addr)
             raise err or UnavailableError(f"{method}: {n.addr} did not answer") from None
 
 

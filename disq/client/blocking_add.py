@@ -39,16 +39,9 @@ from typing import Any
 
 import grpc
 
-from disq.client.aio import _CHANNEL_OPTIONS, AsyncClient, NodeAddr, _fill_add
-from disq.client.errors import (
-    AuthError,
-    DisqError,
-    IndeterminateError,
-    LeavingError,
-    UnavailableError,
-    from_metadata,
-)
-from disq.client.failover import was_not_sent
+from disq.client.adds import fill_add
+from disq.client.errors import IndeterminateError, LeavingError, UnavailableError
+from disq.client.failover import NodeAddr, NodeSet, judge_failure
 from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
 from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
@@ -78,12 +71,19 @@ class BlockingAdder:
 
     def __init__(
         self,
-        aio: AsyncClient,
+        view: NodeSet,
+        *,
+        metadata: Any,
+        timeout_s: float,
+        connect_timeout_s: float,
         refresh: Callable[[], None],
         add_on_loop: Callable[..., str],
         gate: CallGate,
     ) -> None:
-        self._aio = aio
+        self._view = view  # the async client's own: one view of the cluster for both
+        self._metadata = metadata
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
         self._gate = gate
         self._refresh = refresh  # runs the async client's refresh on its loop thread
         self._add_on_loop = add_on_loop  # the async client's add_job, run on its loop
@@ -174,9 +174,9 @@ class BlockingAdder:
 
     def _add_here(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
         request = api_pb2.AddJobRequest()
-        _fill_add(request, queue, body, **options)  # TypeError/ValueError: a bad argument
-        aio = self._aio
-        deadline_s = request.timeout_ms / 1000 + aio.timeout_s
+        fill_add(request, queue, body, **options)  # TypeError/ValueError: a bad argument
+        view = self._view
+        deadline_s = request.timeout_ms / 1000 + self._timeout_s
         refused: set[str] = set()  # said LEAVING to this add
         last = "no node known"
         for n in self.candidates():
@@ -187,61 +187,49 @@ class BlockingAdder:
                 last = f"{n.addr}: not reachable"
                 continue
             try:
-                response = node.add_job(request, timeout=deadline_s, metadata=aio._metadata)
+                response = node.add_job(request, timeout=deadline_s, metadata=self._metadata)
             except ValueError:
                 # Its channel was closed under us (the address was just forgotten, or the
                 # client closed): the call never started, so the next node may take it.
                 last = f"{n.addr}: channel closed"
                 continue
             except grpc.RpcError as exc:
-                err = _refusal(exc, n.addr)
-                if err is None:
-                    node.ready = False
-                    aio._mark_down(n)
-                    code, details = _status(exc)
-                    if was_not_sent(exc):
-                        last = f"{n.addr}: {details}"
-                        continue  # never left: safe to send elsewhere
-                    raise IndeterminateError(
-                        f"add sent to {n.addr} but no answer came ({code.name}): the job may exist",
-                        node=n.addr,
-                    ) from None
+                err = judge_failure(view, n, exc, what="add")
+                if err is None or isinstance(err, IndeterminateError):
+                    node.ready = False  # its transport failed
+                if err is None:  # never left: safe to send elsewhere
+                    last = f"{n.addr}: {_details(exc)}"
+                    continue
                 if isinstance(err, LeavingError):
                     refused.add(n.addr)
-                    if any(c.addr not in refused for c in aio._candidates()):
+                    if view.others_than(refused):
                         # The node is draining: the job was not added there; the add and
                         # the client's home move to the next node.
-                        aio._mark_down(n)
-                        if aio.last_node == n.addr:
-                            aio.last_node = None
+                        view.leaving(n)
                         continue
                 raise err from None
-            aio._mark_up(n)
-            aio.last_node = n.addr
+            view.answered(n)
             return str(response.id)
         raise UnavailableError(f"AddJob: no node reachable (last: {last})")
 
     def candidates(self) -> list[NodeAddr]:
         """The nodes an add tries, in order, the view refreshed first when it is due (on
         the loop thread): the async client's own records, not copies."""
-        aio = self._aio
-        if aio.discover and (
-            aio._refreshed_at < 0 or time.monotonic() - aio._refreshed_at >= aio.refresh_s
-        ):
+        if self._view.refresh_due():
             self._refresh()
-        return aio._candidates()
+        return self._view.candidates()
 
     def answered(self, n: NodeAddr) -> None:
         """``n`` took an add: it is up, and the client's home."""
-        self._aio._mark_up(n)
-        self._aio.last_node = n.addr
+        self._view.answered(n)
 
     def failed(self, n: NodeAddr, *, leaving: bool = False) -> None:
         """``n`` failed an add (its transport, or LEAVING): set aside for a backoff; a
         leaving node stops being the client's home."""
-        self._aio._mark_down(n)
-        if leaving and self._aio.last_node == n.addr:
-            self._aio.last_node = None
+        if leaving:
+            self._view.leaving(n)
+        else:
+            self._view.mark_down(n)
 
     def _node(self, addr: str) -> _SyncNode:
         node = self._nodes.get(addr)
@@ -257,15 +245,7 @@ class BlockingAdder:
             return node
 
     def _open(self, addr: str) -> _SyncNode:
-        tls = self._aio._tls
-        if tls is None:
-            channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
-        else:
-            channel = grpc.secure_channel(
-                addr,
-                self._aio._credentials,
-                options=[*_CHANNEL_OPTIONS, *tls.channel_options()],
-            )
+        channel = self._view.open_sync_channel(addr)
         add = channel.unary_unary(
             _ADD_JOB,
             request_serializer=api_pb2.AddJobRequest.SerializeToString,
@@ -280,7 +260,7 @@ class BlockingAdder:
         """Close the channels of addresses the async client no longer knows (a node that
         moved, a forgotten one); called under the lock when a channel is added, so the
         table never holds more channels than the client has known addresses plus one."""
-        known = set(self._aio._nodes)
+        known = set(self._view.by_addr)
         for addr in [a for a in self._nodes if a not in known]:
             self._nodes.pop(addr).channel.close()
 
@@ -296,24 +276,14 @@ class BlockingAdder:
         if node.ready:
             return True
         try:
-            node.probe(b"", timeout=self._aio.connect_timeout_s, wait_for_ready=True)
+            node.probe(b"", timeout=self._connect_timeout_s, wait_for_ready=True)
         except grpc.RpcError:
-            self._aio._mark_down(n)
+            self._view.mark_down(n)
             return False
         node.ready = True
         return True
 
 
-def _status(exc: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+def _details(exc: grpc.RpcError) -> str:
     call: Any = exc  # a failed sync call is both an RpcError and a grpc.Call
-    return call.code(), call.details() or ""
-
-
-def _refusal(exc: grpc.RpcError, addr: str) -> DisqError | None:
-    """The node's own refusal (its ErrorInfo, or a refused password), or None for a failure
-    of the transport."""
-    code, details = _status(exc)
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        return AuthError(details or "NOAUTH Authentication required.", node=addr)
-    call: Any = exc
-    return from_metadata(call.trailing_metadata(), details, addr)
+    return str(call.details() or "")

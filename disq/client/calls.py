@@ -8,14 +8,15 @@ that AsyncClient still has what they use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Protocol
+
+from disq.client.failover import NodeSet
 
 
 class NodeCalls(Protocol):
     @property
-    def _nodes(self) -> Mapping[str, object]:
-        """The nodes the client knows, by gRPC address."""
+    def view(self) -> NodeSet:
+        """The nodes the client knows (failover.py)."""
         ...
 
     async def _call(

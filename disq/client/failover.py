@@ -1,20 +1,46 @@
-"""What the SDK's calls agree on when a node does not answer: which failures mean the call
-never left (so sending it to the next node cannot make a second copy).
+"""The SDK's one view of the cluster and its one rule for moving a call between nodes.
 
-Every loop that moves a call to another node (the async client's adds, the blocking add,
-the publish path) asks :func:`was_not_sent`; one list, so they cannot drift apart (the
-publish path once lacked a starting node's answer and raised IndeterminateError where an
-add moved on).
+:class:`NodeSet` owns what every client path needs to know of the nodes: their addresses and
+ids, the order to try them in, which are set aside after a failure, the client's home node,
+and how a channel to one is opened. :func:`judge_failure` says what a failed call means: the
+node's own refusal (raise it), a call that never left or is safe to repeat (the next node),
+or an answer lost after the call left (an :class:`IndeterminateError`, never a second copy).
+The async client's calls and adds, the blocking add and the publish path all use both, so
+their answers cannot drift apart (the publish path once lacked a starting node's "not run"
+and raised IndeterminateError where an add moved on).
+
+How the order is chosen: the nodes Hello lists, best HELLO priority first (1 ok, 5 no link,
+10 suspect, 100 dead or leaving), a random one among the best so that many clients spread,
+then the same one while it answers (Disque's queues are per node: a consumer that hopped
+between nodes would lean on federation for every job). A node whose transport fails is set
+aside for a backoff (0.5 s doubling to 10 s).
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from disq.client.errors import AuthError, DisqError, IndeterminateError, from_metadata
 from disq.client.starting import STARTING_DETAILS
+from disq.proto_gen import api_pb2
+from disq.tls import TlsConfig
 
+DEFAULT_ADDR = "127.0.0.1:7710"
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 10.0
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.enable_retries", 0),  # the SDK decides what is safe to retry
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 # UNAVAILABLE with one of these: the call never reached a servicer, safe to send elsewhere.
 # The last is a node's own, in the milliseconds after a restart before its client API loads
 # (disq/server/late_services.py; disq/client/starting.py asks that node again first).
@@ -26,6 +52,185 @@ NOT_SENT_DETAILS = (
 )
 
 
+@dataclass(slots=True)
+class NodeAddr:
+    """A node as the client knows it."""
+
+    addr: str  # host:grpc_port
+    node_id: str = ""
+    priority: int = 1
+    down_until: float = 0.0
+    backoff_s: float = BACKOFF_MIN_S
+    channel: Any = None
+    stub: Any = None
+    resp_port: int = 0  # its RESP port as HELLO gives it (0: not known yet)
+
+    def usable(self, now: float) -> bool:
+        return now >= self.down_until
+
+
+def split_addresses(addresses: str | Sequence[str]) -> list[str]:
+    if isinstance(addresses, str):
+        addresses = addresses.split(",")
+    out = [a.strip() for a in addresses if a.strip()]
+    return out or [DEFAULT_ADDR]
+
+
+class NodeSet:
+    """The nodes a client knows, in the order to try them (see the module docstring)."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        *,
+        rng: random.Random,
+        tls: TlsConfig | None,
+        refresh_s: float,
+        discover: bool,
+    ) -> None:
+        self.seeds = split_addresses(addresses)
+        self.by_addr: dict[str, NodeAddr] = {a: NodeAddr(a) for a in self.seeds}
+        self.cluster_size = len(self.by_addr)  # the last HELLO's node count (seeds: none yet)
+        self.refreshed_at = -1.0
+        self.refresh_s = refresh_s
+        self.discover = discover
+        # The node that answered the last unrouted call: tried first while it answers.
+        self.last_node: str | None = None
+        self.rng = rng
+        self.tls = tls
+        self.credentials = tls.channel_credentials() if tls is not None else None
+
+    # ------------------------------------------------------------------ order and marks
+    def candidates(self, prefer: str | None = None) -> list[NodeAddr]:
+        """Nodes to try, in order: the preferred one (by node id prefix) when usable, then
+        the usable nodes by priority (random among equals, the home node first), then the
+        ones set aside."""
+        now = time.monotonic()
+        nodes = list(self.by_addr.values())
+        self.rng.shuffle(nodes)
+        nodes.sort(key=lambda n: (not n.usable(now), n.priority))
+        home = self.by_addr.get(self.last_node) if self.last_node else None
+        if home is not None and home.usable(now) and home.priority <= nodes[0].priority:
+            nodes.remove(home)
+            nodes.insert(0, home)
+        if prefer:
+            for i, n in enumerate(nodes):
+                if n.node_id.startswith(prefer) and n.usable(now):
+                    nodes.insert(0, nodes.pop(i))
+                    break
+        return nodes
+
+    def refresh_due(self) -> bool:
+        return self.discover and (
+            self.refreshed_at < 0 or time.monotonic() - self.refreshed_at >= self.refresh_s
+        )
+
+    def mark_down(self, n: NodeAddr) -> None:
+        """``n``'s transport failed: set it aside for its backoff, and learn the cluster's
+        state again soon."""
+        n.down_until = time.monotonic() + n.backoff_s
+        n.backoff_s = min(BACKOFF_MAX_S, n.backoff_s * 2)
+        self.refreshed_at = -1.0
+
+    def mark_up(self, n: NodeAddr) -> None:
+        n.down_until = 0.0
+        n.backoff_s = BACKOFF_MIN_S
+
+    def answered(self, n: NodeAddr, *, home: bool = True) -> None:
+        """``n`` answered: it is up and, unless the call was routed by job id, the home."""
+        self.mark_up(n)
+        if home:
+            self.last_node = n.addr
+
+    def leaving(self, n: NodeAddr) -> None:
+        """``n`` refused as LEAVING (it is draining): set aside, and no longer the home."""
+        self.mark_down(n)
+        if self.last_node == n.addr:
+            self.last_node = None
+
+    def others_than(self, refused: set[str] | frozenset[str]) -> bool:
+        """Whether a node not in ``refused`` is left to try."""
+        return any(a not in refused for a in self.by_addr)
+
+    def node(self, addr: str) -> NodeAddr:
+        """The record of ``addr``, made if the client did not know it (a per-node call)."""
+        return self.by_addr.get(addr) or self.by_addr.setdefault(addr, NodeAddr(addr))
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, n: NodeAddr, r: api_pb2.HelloResponse) -> list[Any]:
+        """Hello's answer from ``n``: its list replaces the priorities, and the addresses it
+        no longer lists are dropped; their open channels are returned, for the caller to
+        close on its own loop or thread."""
+        self.mark_up(n)
+        n.node_id = r.my_id
+        seen = set()
+        for info in r.nodes:
+            if not info.grpc_port:
+                continue
+            addr = f"{info.host}:{info.grpc_port}"
+            seen.add(addr)
+            known = self.by_addr.get(addr)
+            if known is None:
+                known = self.by_addr[addr] = NodeAddr(addr)
+            known.node_id = info.id
+            known.priority = info.priority
+            known.resp_port = info.resp_port
+        self.cluster_size = len(seen) or self.cluster_size
+        return self._forget_unlisted(seen)
+
+    def learn_ports(self, r: api_pb2.HelloResponse) -> None:
+        """Hello's answer with discovery off: the cluster's size and the RESP ports of the
+        nodes the client knows (the URL may name one Service), nothing else."""
+        self.cluster_size = sum(1 for n in r.nodes if n.grpc_port) or self.cluster_size
+        for info in r.nodes:
+            known = self.by_addr.get(f"{info.host}:{info.grpc_port}")
+            if known is not None:
+                known.resp_port = info.resp_port
+
+    def _forget_unlisted(self, listed: set[str]) -> list[Any]:
+        """Drop the addresses the cluster no longer lists: a node restarted at a new address
+        (a new pod IP) is listed there, and its old address leads nowhere (or, later, to
+        another node). Seeds stay, since they are how the user reaches the cluster (a DNS
+        name, a Service), but a seed no longer listed is no longer taken for the node that
+        was there: routing by node id must find that node at its new address."""
+        moved_ids = {self.by_addr[a].node_id for a in listed}
+        closing = []
+        for addr in list(self.by_addr):
+            if addr in listed:
+                continue
+            n = self.by_addr[addr]
+            if addr in self.seeds:
+                if n.node_id in moved_ids:
+                    n.node_id = ""
+                continue
+            del self.by_addr[addr]
+            if self.last_node == addr:
+                self.last_node = None
+            if n.channel is not None:
+                closing.append(n.channel)
+                n.channel = n.stub = None
+        return closing
+
+    # ------------------------------------------------------------------ channels
+    def channel_options(self) -> list[tuple[str, Any]]:
+        if self.tls is None:
+            return CHANNEL_OPTIONS
+        return [*CHANNEL_OPTIONS, *self.tls.channel_options()]
+
+    def open_aio_channel(self, addr: str) -> Any:
+        import grpc.aio
+
+        if self.tls is None:
+            return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(addr, self.credentials, options=self.channel_options())
+
+    def open_sync_channel(self, addr: str) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return grpc.secure_channel(addr, self.credentials, options=self.channel_options())
+
+
+# ---------------------------------------------------------------------- failures
 def was_not_sent(exc: grpc.RpcError) -> bool:
     """Whether a failed call certainly never reached a node's servicer."""
     call: Any = exc  # a failed call is both an RpcError and a grpc.Call (or an AioRpcError)
@@ -33,3 +238,39 @@ def was_not_sent(exc: grpc.RpcError) -> bool:
         return False
     details = call.details() or ""
     return any(s in details for s in NOT_SENT_DETAILS)
+
+
+def refusal(exc: grpc.RpcError, addr: str) -> DisqError | None:
+    """The node's own refusal (its ErrorInfo, or a refused password), or None for a failure
+    of the transport."""
+    call: Any = exc
+    code, details = call.code(), call.details() or ""
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthError(details or "NOAUTH Authentication required.", node=addr)
+    return from_metadata(call.trailing_metadata(), details, addr)
+
+
+def judge_failure(
+    nodes: NodeSet,
+    n: NodeAddr,
+    exc: grpc.RpcError,
+    *,
+    what: str,
+    repeatable: bool = False,
+    lost: str = "the job may exist",
+) -> DisqError | None:
+    """What a failed call to ``n`` means, for every path that moves calls between nodes:
+    the node's refusal (to raise or return), None when the next node may take the call (it
+    never left, or it is ``repeatable``: reads, acks, nacks), or an IndeterminateError for
+    an add whose answer was lost after it left. A transport failure sets ``n`` aside."""
+    err = refusal(exc, n.addr)
+    if err is not None:
+        return err
+    nodes.mark_down(n)
+    if repeatable or was_not_sent(exc):
+        return None
+    call: Any = exc
+    return IndeterminateError(
+        f"{what} sent to {n.addr} but no answer came ({call.code().name}): {lost}",
+        node=n.addr,
+    )

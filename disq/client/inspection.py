@@ -147,7 +147,7 @@ class AsyncInspectionMixin:
     ) -> dict[str, str]:
         """INFO of one node (``node``: a known address, or an id prefix; default: any)."""
         req = api_pb2.InfoRequest(section=section)
-        if node is not None and node in self._nodes:
+        if node is not None and node in self.view.by_addr:
             r = await self._call_node(node, "Info", req)
         else:
             r = await self._call("Info", req, prefer=node)

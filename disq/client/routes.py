@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import grpc.aio
 
+from disq.client.adds import fill_add
 from disq.client.errors import (
     DisqError,
-    IndeterminateError,
     LeavingError,
     UnavailableError,
     from_info,
 )
-from disq.client.failover import was_not_sent
+from disq.client.failover import judge_failure
 from disq.proto_gen import api_pb2
 
 if TYPE_CHECKING:
@@ -114,13 +114,11 @@ class AsyncRoutesMixin:
         default exchange ``""`` is the queue named by ``routing_key``. A refused add raises
         its error (the jobs of the other queues may exist); like add_job, an answer lost
         after the call left is an IndeterminateError, never a silent second copy."""
-        from disq.client.aio import _fill_add
-
         if _aio(self)._closed:
             raise UnavailableError("client is closed")
         await _aio(self)._maybe_refresh()
         req = api_pb2.PublishRequest(exchange=exchange, routing_key=routing_key)
-        _fill_add(req.job, "", body, **options)
+        fill_add(req.job, "", body, **options)
         results = await _send_publish(_aio(self), req, req.job.timeout_ms / 1000, frozenset())
         if isinstance(results, DisqError):
             raise results
@@ -160,7 +158,8 @@ async def _send_publish(
     did not leave, or when the node refused every add as LEAVING (it added nothing)."""
     deadline = wait_s + client.timeout_s
     last = "no node known"
-    for n in client._candidates():
+    view = client.view
+    for n in view.candidates():
         if n.addr in refused:
             continue
         stub = client._stub(n)
@@ -170,29 +169,18 @@ async def _send_publish(
         try:
             r = await stub.Publish(req, timeout=deadline, metadata=client._metadata)
         except grpc.aio.AioRpcError as exc:
-            err = client._error(exc, n)
+            err = judge_failure(view, n, exc, what="publish", lost="its jobs may exist")
             if err is not None:
                 return err
-            details = exc.details() or ""
-            client._mark_down(n)
-            if was_not_sent(exc):
-                last = f"{n.addr}: {details}"
-                continue  # never left: safe to send elsewhere
-            return IndeterminateError(
-                f"publish sent to {n.addr} but no answer came ({exc.code().name}): "
-                "its jobs may exist",
-                node=n.addr,
-            )
-        client._mark_up(n)
-        client.last_node = n.addr
+            last = f"{n.addr}: {exc.details()}"
+            continue  # never left: safe to send elsewhere
+        view.answered(n)
         results: list[str | DisqError] = [
             from_info(res.error, n.addr) if res.HasField("error") else res.id for res in r.results
         ]
         if results and all(isinstance(res, LeavingError) for res in results):
             # The node is draining and added nothing: the next node routes it.
-            client._mark_down(n)
-            if client.last_node == n.addr:
-                client.last_node = None
+            view.leaving(n)
             return await _send_publish(client, req, wait_s, refused | {n.addr})
         return results
     return UnavailableError(f"Publish: no node reachable (last: {last})")

@@ -20,9 +20,10 @@ from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Seque
 from typing import Any, TypeVar
 
 from disq.client import forking
-from disq.client.aio import DEFAULT_ADDR, AsyncClient, Job, NodeAddr
+from disq.client.aio import AsyncClient, Job
 from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError, UnavailableError
+from disq.client.failover import DEFAULT_ADDR, NodeAddr
 from disq.client.routes import SyncRoutesMixin
 from disq.client.schedules import Schedule
 from disq.proto_gen import api_pb2
@@ -50,7 +51,15 @@ class Client(SyncRoutesMixin):
         except BaseException:
             self._stop_loop()  # bad options (TLS files, ...): no thread left behind
             raise
-        self._adder = BlockingAdder(self._aio, self._refresh, self._add_on_loop, self._gate)
+        self._adder = BlockingAdder(
+            self._aio.view,
+            metadata=self._aio._metadata,
+            timeout_s=self._aio.timeout_s,
+            connect_timeout_s=self._aio.connect_timeout_s,
+            refresh=self._refresh,
+            add_on_loop=self._add_on_loop,
+            gate=self._gate,
+        )
         forking.register(self)
 
     def _start_loop(self) -> asyncio.AbstractEventLoop:

@@ -214,7 +214,7 @@ def addjob_options(
     delay_ms: int = 0,
 ) -> tuple[int, bytes]:
     """ADDJOB's arguments after the body, encoded, and the command's argument count; set as
-    the gRPC request sets them (:func:`disq.client.aio._fill_add`): a falsy REPLICATE,
+    the gRPC request sets them (:func:`disq.client.adds.fill_add`): a falsy REPLICATE,
     DELAY or MAXLEN is the node's default; RETRY 0 and TTL are sent when given."""
     for name, value in (
         ("replicate", replicate),
