@@ -52,8 +52,14 @@ class AsyncInspectionMixin:
         r = await (self._call_node(node, "QLen", req) if node else self._call("QLen", req))
         return int(r.count)
 
-    async def qstat(self: NodeCalls, queue: str) -> dict[str, Any] | None:
-        r = await self._call("QStat", api_pb2.QueueName(queue=queue))
+    async def qstat(
+        self: NodeCalls, queue: str, *, node: str | None = None
+    ) -> dict[str, Any] | None:
+        """QSTAT of one node (``node``: its gRPC address; default: any); None when it holds
+        nothing of the queue. ``jobs``: the live jobs of the queue it holds, queued or not
+        (``active``: delivered or waiting for a requeue; ``delayed``: waiting out a DELAY)."""
+        req = api_pb2.QueueName(queue=queue)
+        r = await (self._call_node(node, "QStat", req) if node else self._call("QStat", req))
         if not r.found:
             return None
         return {
@@ -67,6 +73,9 @@ class AsyncInspectionMixin:
             "jobs_in": r.jobs_in,
             "jobs_out": r.jobs_out,
             "pause": r.pause,
+            "jobs": r.jobs,
+            "active": r.active,
+            "delayed": r.delayed,
         }
 
     async def queues(self: NodeCalls, *, minlen: int | None = None) -> list[str]:

@@ -310,8 +310,8 @@ class Client(SyncRoutesMixin):
     def qlen(self, queue: str, *, node: str | None = None) -> int:
         return self._run(self._aio.qlen(queue, node=node))
 
-    def qstat(self, queue: str) -> dict[str, Any] | None:
-        return self._run(self._aio.qstat(queue))
+    def qstat(self, queue: str, *, node: str | None = None) -> dict[str, Any] | None:
+        return self._run(self._aio.qstat(queue, node=node))
 
     def qpeek(self, queue: str, count: int = 10) -> list[Job]:
         return self._run(self._aio.qpeek(queue, count))

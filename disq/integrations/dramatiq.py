@@ -5,27 +5,35 @@ How Dramatiq's broker contract maps to Disque's commands (through the SDK's bloc
 ``disq.client.Client``, which fails over between the URL's nodes):
 
 * ``enqueue(message, delay=ms)`` -> ADDJOB of ``message.encode()`` on the message's queue,
-  with DELAY (whole seconds, rounded up) for a delay: the job is not delivered before its
-  time, so no worker holds it in memory meanwhile. (Dramatiq's Redis and RabbitMQ brokers
-  use a ``<queue>.DQ`` delay queue the worker holds messages from; this broker declares no
-  delay queues.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the options;
-  REPLICATE's default is the majority of the nodes HELLO lists (one node of 3 may be down).
+  with DELAYMS for a delay (milliseconds, as Dramatiq gives it): the job is not delivered
+  before its time, so no worker holds it in memory meanwhile. (Dramatiq's Redis and
+  RabbitMQ brokers use a ``<queue>.DQ`` delay queue the worker holds messages from; this
+  broker declares no delay queues, and a delayed message keeps its queue name and gets no
+  ``eta`` option.) REPLICATE, RETRY (the visibility timeout), TTL and ASYNC from the
+  options; REPLICATE's default is the majority of the nodes HELLO lists (one node of 3 may
+  be down). The message returned carries its job's id in ``options["disq_job_id"]``, as a
+  delivered one does (Redis's ``redis_message_id``): the two compare equal.
 * The ``broker_priority`` message option (Dramatiq's RabbitMQ broker's: a HIGHER number is
   served first; the opposite of the actor's own ``priority``) picks the queue's priority
   step, as the kombu transport's priorities (disq/integrations/common.py): 0..9, steps 0,
   3, 6, 9 (option ``priority_steps``), one disq queue per step but 0; consumers take the
   steps highest first.
-* ``consume(queue, prefetch, timeout)`` -> a consumer: blocking GETJOB for the free prefetch
-  slots, waiting on the node up to ``timeout``; with every slot taken it waits for an
-  ack, not a timer.
+* ``consume(queue, prefetch, timeout)`` declares the queue (as RabbitMQ's) and returns a
+  consumer: blocking GETJOB for the free prefetch slots, waiting on the node up to
+  ``timeout``; with every slot taken it waits for an ack, not a timer. A message delivered
+  before (a nack, or a requeue after its RETRY: GETJOB's counters) has ``redelivered``
+  True, as RabbitMQ's messages have.
 * ``ack`` -> ACKJOB. ``nack`` (the message failed for good: Dramatiq's Retries middleware
   gave up) -> dead letter: the message is added to ``<queue>.XQ`` (Dramatiq's dead-letter
   queue name, as the RabbitMQ broker; kept ``dead_message_ttl_s``, 7 days as Redis's), then
-  the original is acked. ``requeue`` (worker shutdown) -> NACK: back in the queue at once.
+  the original is acked. Both take a delivered proxy or a plain ``Message`` carrying its
+  job's id. ``requeue`` (worker shutdown) -> NACK: back in the queue at once.
 * Unacked messages (a killed worker) come back after RETRY.
-* ``flush(queue)`` acks every node's queued jobs of the queue, of each of its priority
-  steps and of its ``.XQ``; ``join`` waits until the queue's QLEN (its steps', summed over
-  the nodes) is 0.
+* ``flush(queue)`` acks every job of the queue (each of its priority steps) and of its
+  ``.XQ`` on every node: the queued ones, and those waiting out a delay or delivered and not
+  acked yet (Redis's flush drops its delay queue too). ``join`` waits until no node holds a
+  live job of the queue: none queued, delayed or delivered and unacked (QSTAT's ``jobs``,
+  summed over the nodes and the steps).
 
 Failures to reach the cluster raise Dramatiq's ``ConnectionClosed`` (a BrokerConnectionError:
 the worker restarts its consumer and retries acks); refusals raise ``DisqBrokerError``.
@@ -45,7 +53,7 @@ import dramatiq
 import structlog
 from dramatiq.broker import Consumer, MessageProxy
 from dramatiq.common import xq_name
-from dramatiq.errors import BrokerError, ConnectionClosed, QueueJoinTimeout, QueueNotFound
+from dramatiq.errors import BrokerError, ConnectionClosed, QueueJoinTimeout
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
@@ -68,7 +76,9 @@ from disq.integrations.resp_calls import RespCalls, resp_calls_for
 
 log = structlog.get_logger("disq.dramatiq")
 
-_JOB_ID = "disq_job_id"  # where a delivered message keeps its job's id (not re-sent)
+# Where a sent or delivered message keeps its job's id (Redis's redis_message_id); never
+# encoded into a job's body: a retry is a new job.
+_JOB_ID = "disq_job_id"
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 # An add that failed for want of a node is sent again, to the next node, as Dramatiq's
 # RabbitMQ broker re-publishes up to this many times before it raises ConnectionClosed. A
@@ -91,6 +101,53 @@ def _broker_errors(what: str) -> Iterator[None]:
         raise ConnectionClosed(exc) from exc
     except DisqError as exc:
         raise DisqBrokerError(f"disq {what}: {exc.reason} {exc}") from exc
+
+
+def _plain(message: Message[Any] | MessageProxy) -> Message[Any]:
+    """The Message itself, of a delivered proxy or a plain one."""
+    if isinstance(message, MessageProxy):
+        inner: Message[Any] = message._message
+        return inner
+    return message
+
+
+def _without_job_id(message: Message[Any]) -> Message[Any]:
+    if _JOB_ID not in message.options:
+        return message
+    options = {k: v for k, v in message.options.items() if k != _JOB_ID}
+    return dataclasses.replace(message, options=options)
+
+
+# JSCAN's states of a job held but not queued: delivered or waiting out a delay (active), an
+# add waiting for its copies (wait-repl).
+_UNQUEUED_STATES = ("active", "wait-repl")
+ACK_BATCH = 1000
+
+
+def _ack_unqueued(client: Client, queue: str) -> int:
+    """Ack every job of ``queue`` held but not queued on any node the client knows (a job
+    has copies on several nodes: each id is acked once). The number acked."""
+    ids: set[str] = set()
+    for node in client.nodes():
+        try:
+            jobs = client.scan_jobs(node.addr, queue=queue, states=_UNQUEUED_STATES)
+        except UnavailableError:
+            continue  # down: its copies are collected by the acks' GC when it is back
+        ids.update(j.id for j in jobs)
+    found = sorted(ids)
+    acked = 0
+    for i in range(0, len(found), ACK_BATCH):
+        acked += client.ack(*found[i : i + ACK_BATCH])
+    return acked
+
+
+class DisqMessage(MessageProxy):
+    """A delivered message. ``redelivered`` (as RabbitMQ's messages have it): it was
+    delivered before, by GETJOB's counters (a nack, or a requeue after its RETRY)."""
+
+    def __init__(self, message: Message[Any], redelivered: bool) -> None:
+        super().__init__(message)
+        self.redelivered = redelivered
 
 
 class DisqBroker(dramatiq.Broker):
@@ -149,8 +206,8 @@ class DisqBroker(dramatiq.Broker):
             c.close()
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 30000) -> Consumer:
-        if queue_name not in self.queues:
-            raise QueueNotFound(queue_name)
+        """A consumer of ``queue_name``, declared first (as RabbitMQ's broker does)."""
+        self.declare_queue(queue_name)
         return _DisqConsumer(self, queue_name, prefetch, timeout)
 
     def declare_queue(self, queue_name: str) -> None:
@@ -162,17 +219,16 @@ class DisqBroker(dramatiq.Broker):
             self.emit_after("declare_queue", queue_name)
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
-        if isinstance(message, MessageProxy):  # Retries sends the delivered proxy again
-            message = message._message
+        """ADDJOB of the message (DELAYMS ``delay``); returns it with its job's id in
+        ``options["disq_job_id"]``, so it equals the message a consumer gets."""
+        message = _without_job_id(_plain(message))  # a retry sends a delivered one again
         queue_name = message.queue_name
-        if _JOB_ID in message.options:  # a delivered message sent again (a retry)
-            options = {k: v for k, v in message.options.items() if k != _JOB_ID}
-            message = dataclasses.replace(message, options=options)
         delay_ms = max(0, math.ceil(delay)) if delay else 0  # Dramatiq's delay is ms
         step = self.settings.priority_step(message.options.get("broker_priority"))
         self.logger.debug("Enqueueing message %r on queue %r.", message.message_id, queue_name)
         self.emit_before("enqueue", message, delay)
-        self._add(self.settings.step_queue(queue_name, step), message.encode(), delay_ms)
+        job_id = self._add(self.settings.step_queue(queue_name, step), message.encode(), delay_ms)
+        message = message.copy(options={_JOB_ID: job_id})
         self.emit_after("enqueue", message, delay)
         return message
 
@@ -224,21 +280,44 @@ class DisqBroker(dramatiq.Broker):
         return total
 
     def flush(self, queue_name: str) -> None:
-        """Ack every queued job of the queue (each priority step) and of its dead-letter
-        queue, on every node."""
+        """Ack every job of the queue (each priority step) and of its dead-letter queue, on
+        every node: the queued ones at once (PurgeQueue), then those not queued (waiting out
+        a delay, delivered and not acked yet) found by JSCAN on each node. A worker's later
+        ack of a flushed message is harmless."""
         for name in (*self.settings.sub_queues(queue_name), xq_name(queue_name)):
             with _broker_errors(f"flush {name!r}"):
                 ack_queued(self.client, name)
+                _ack_unqueued(self.client, name)
 
     def flush_all(self) -> None:
         for queue_name in self.queues:
             self.flush(queue_name)
 
+    def pending(self, queue_name: str) -> int:
+        """The live jobs of ``queue_name`` (each priority step) the nodes that answer hold:
+        queued, waiting out a delay, or delivered and not acked yet (QSTAT's ``jobs``,
+        summed). A job counts once per copy: 0 means none anywhere."""
+        total = 0
+        client = self.client
+        for node in client.nodes():
+            for name in self.settings.sub_queues(queue_name):
+                try:
+                    stat = client.qstat(name, node=node.addr)
+                except UnavailableError:
+                    break  # down: its copies come back by their RETRY on the others
+                if stat is not None:
+                    total += int(stat["jobs"])
+        return total
+
     def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
-        """Wait until no job of the queue is queued on any node (Dramatiq's brokers poll
-        their queue sizes the same way; this is meant for tests)."""
+        """Wait until no node holds a live job of the queue: none queued, delayed, or
+        delivered and not acked (Dramatiq's brokers poll the same way; meant for tests).
+        ``timeout`` in milliseconds: then :class:`QueueJoinTimeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
-        while self.qsize(queue_name):
+        while True:
+            with _broker_errors(f"join {queue_name!r}"):
+                if not self.pending(queue_name):
+                    return
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)
             time.sleep(interval / 1000)
@@ -252,43 +331,50 @@ class _DisqConsumer(Consumer):
         self.prefetch = max(1, prefetch)
         self.wait_s = min(timeout / 1000, broker.settings.wait_s) if timeout else 0.001
         self._cache: list[MessageProxy] = []
-        self._outstanding = 0  # delivered to the worker, not yet acked or nacked
+        # Job ids delivered to the worker, not yet acked or nacked (Redis's consumer keeps
+        # its queued_message_ids the same way): a message acked twice, or one this consumer
+        # never delivered, frees no slot.
+        self._outstanding: set[str] = set()
         self._slots = threading.Condition()
 
-    def _done(self) -> None:
+    def _done(self, job_id: str | None) -> None:
         with self._slots:
-            self._outstanding -= 1
+            self._outstanding.discard(job_id or "")
             self._slots.notify_all()
 
-    def ack(self, message: MessageProxy) -> None:
+    def ack(self, message: Message[Any] | MessageProxy) -> None:
+        """ACKJOB of a delivered message (a proxy, or the plain Message of one)."""
+        job_id = message.options.get(_JOB_ID)
         try:
-            job_id = message.options.get(_JOB_ID)
             if job_id:
                 # Batched per node by the client; a lost ack brings the job back after
                 # its RETRY (a second run, never a loss).
                 self.broker.client.ack_nowait(job_id)
         finally:
-            self._done()
+            self._done(job_id)
 
-    def nack(self, message: MessageProxy) -> None:
-        """Failed for good: into ``<queue>.XQ`` (as Dramatiq's other brokers), then acked."""
+    def nack(self, message: Message[Any] | MessageProxy) -> None:
+        """Failed for good: into ``<queue>.XQ`` (as Dramatiq's other brokers), then acked.
+        A proxy or the plain Message of a delivered message."""
+        plain = _plain(message)
+        job_id = plain.options.get(_JOB_ID)
         try:
-            job_id = message.options.get(_JOB_ID)
-            options = {k: v for k, v in message.options.items() if k != _JOB_ID}
-            dead = dataclasses.replace(message._message, options=options)
+            dead = _without_job_id(plain)
             self.broker._add(
                 xq_name(self.queue_name), dead.encode(), 0, self.broker.settings.dead_message_ttl_s
             )
             if job_id:
                 with _broker_errors("ack of a dead-lettered message"):
                     self.broker.client.ack(job_id)
-            log.info("dead_lettered", queue=self.queue_name, message_id=message.message_id)
+            log.info("dead_lettered", queue=self.queue_name, message_id=plain.message_id)
         finally:
-            self._done()
+            self._done(job_id)
 
-    def requeue(self, messages: Iterable[MessageProxy]) -> None:
+    def requeue(self, messages: Iterable[Message[Any] | MessageProxy]) -> None:
         """Shutdown: the messages not run go back at once (NACK)."""
         ids = [m.options[_JOB_ID] for m in messages if m.options.get(_JOB_ID)]
+        with self._slots:
+            self._outstanding.difference_update(ids)
         if ids:
             with _broker_errors("requeue"):
                 self.broker.client.nack(*ids)
@@ -302,7 +388,7 @@ class _DisqConsumer(Consumer):
         if self._cache:
             return self._take()
         with self._slots:
-            room = self.prefetch - self._outstanding
+            room = self.prefetch - len(self._outstanding)
             if room <= 0:
                 # Every slot is taken: wait for an ack (or the timeout, so the worker can
                 # look at its delayed messages and its shutdown flag).
@@ -325,10 +411,12 @@ class _DisqConsumer(Consumer):
                     self.broker.client.ack(job.id)
                 continue
             message.options[_JOB_ID] = job.id
-            self._cache.append(MessageProxy(message))
+            redelivered = job.nacks > 0 or job.additional_deliveries > 0
+            self._cache.append(DisqMessage(message, redelivered))
         return self._take() if self._cache else None
 
     def _take(self) -> MessageProxy:
+        proxy = self._cache.pop(0)
         with self._slots:
-            self._outstanding += 1
-        return self._cache.pop(0)
+            self._outstanding.add(proxy.options[_JOB_ID])
+        return proxy

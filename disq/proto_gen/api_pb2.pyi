@@ -212,7 +212,7 @@ class QueueName(_message.Message):
     def __init__(self, queue: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("found", "name", "len", "age_s", "idle_s", "blocked", "import_from", "import_rate", "jobs_in", "jobs_out", "pause")
+    __slots__ = ("found", "name", "len", "age_s", "idle_s", "blocked", "import_from", "import_rate", "jobs_in", "jobs_out", "pause", "jobs", "active", "delayed")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LEN_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,9 @@ class QueueStats(_message.Message):
     JOBS_IN_FIELD_NUMBER: _ClassVar[int]
     JOBS_OUT_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     found: bool
     name: str
     len: int
@@ -235,7 +238,10 @@ class QueueStats(_message.Message):
     jobs_in: int
     jobs_out: int
     pause: str
-    def __init__(self, found: _Optional[bool] = ..., name: _Optional[str] = ..., len: _Optional[int] = ..., age_s: _Optional[int] = ..., idle_s: _Optional[int] = ..., blocked: _Optional[int] = ..., import_from: _Optional[_Iterable[str]] = ..., import_rate: _Optional[int] = ..., jobs_in: _Optional[int] = ..., jobs_out: _Optional[int] = ..., pause: _Optional[str] = ...) -> None: ...
+    jobs: int
+    active: int
+    delayed: int
+    def __init__(self, found: _Optional[bool] = ..., name: _Optional[str] = ..., len: _Optional[int] = ..., age_s: _Optional[int] = ..., idle_s: _Optional[int] = ..., blocked: _Optional[int] = ..., import_from: _Optional[_Iterable[str]] = ..., import_rate: _Optional[int] = ..., jobs_in: _Optional[int] = ..., jobs_out: _Optional[int] = ..., pause: _Optional[str] = ..., jobs: _Optional[int] = ..., active: _Optional[int] = ..., delayed: _Optional[int] = ...) -> None: ...
 
 class QPeekRequest(_message.Message):
     __slots__ = ("queue", "count")

@@ -626,6 +626,9 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 jobs_in=d["jobs-in"],
                 jobs_out=d["jobs-out"],
                 pause=d["pause"],
+                jobs=d["jobs"],
+                active=d["active"],
+                delayed=d["delayed"],
             )
 
         return await self._call(context, body)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dramatiq
 import pytest
+from dramatiq.errors import QueueJoinTimeout
 from eventually import eventually
 from task_apps import (
     DRAMATIQ_APP,
@@ -21,7 +22,7 @@ from task_apps import (
 )
 
 from cluster.lab import Lab
-from disq.integrations.dramatiq import DisqBroker
+from disq.integrations.dramatiq import DisqBroker, DisqMessage
 
 
 def send(
@@ -179,3 +180,102 @@ def test_higher_broker_priority_messages_run_first(lab3: Lab, tmp_path: Path) ->
         w.stop()
     started = [r.k for r in sorted(runs(app_dir), key=lambda r: r.at) if r.event == "start"]
     assert started == expected
+
+
+def test_join_waits_for_delayed_messages_until_every_one_ran(lab3: Lab, tmp_path: Path) -> None:
+    """20 messages delayed 1.5 s: none is queued anywhere while join starts (QLEN 0 on every
+    node), yet join returns only once the worker ran and acked all 20."""
+    app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
+    url = disq_url(lab3)
+    w = dramatiq_worker(app_dir, url, "djoin", "w1")
+    broker = DisqBroker(url)
+    try:
+        w.wait_for_log("Worker process is ready for action.")
+        for k in range(20):
+            send(broker, "djoin", k, delay_ms=1500)
+        assert broker.qsize("djoin") == 0  # all delayed: nothing queued yet
+        broker.join("djoin")
+        assert done_counts(app_dir) == {k: 1 for k in range(20)}
+        assert broker.pending("djoin") == 0
+    finally:
+        w.stop()
+        broker.close()
+
+
+def test_join_waits_for_messages_being_worked_on(lab3: Lab, tmp_path: Path) -> None:
+    """Messages delivered and still running (not acked): join waits for their ack."""
+    app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
+    url = disq_url(lab3)
+    w = dramatiq_worker(app_dir, url, "dslow", "w1", threads=4)
+    broker = DisqBroker(url)
+    try:
+        w.wait_for_log("Worker process is ready for action.")
+        for k in range(3):
+            send(broker, "dslow", k, sleep_s=1.5)
+        eventually(
+            lambda: {r.k for r in runs(app_dir) if r.event == "start"} == {0, 1, 2},
+            "the three messages started",
+        )
+        assert broker.qsize("dslow") == 0  # delivered, so no longer queued
+        broker.join("dslow")
+        assert done_counts(app_dir) == {0: 1, 1: 1, 2: 1}
+    finally:
+        w.stop()
+        broker.close()
+
+
+def test_join_times_out_and_flush_drops_delayed_and_unacked_messages(lab3: Lab) -> None:
+    """No worker: a delayed message and a delivered one never acked keep join waiting until
+    its timeout (QueueJoinTimeout); flush drops both, and join returns."""
+    broker = DisqBroker(disq_url(lab3))
+    try:
+        send(broker, "dflush", 1, delay_ms=60_000)
+        send(broker, "dflush", 2)
+        consumer = broker.consume("dflush", prefetch=1, timeout=1000)
+        taken = eventually(lambda: next(consumer), "the undelayed message delivered")
+        assert taken.args == (2,)
+        assert broker.qsize("dflush") == 0 and broker.pending("dflush") >= 2
+        with pytest.raises(QueueJoinTimeout):
+            broker.join("dflush", timeout=300)
+        broker.flush("dflush")
+        broker.join("dflush", timeout=10_000)
+        assert broker.pending("dflush") == 0
+        consumer.ack(taken)  # the worker's late ack of a flushed message: harmless
+        consumer.close()
+    finally:
+        broker.close()
+
+
+def test_a_delivered_message_equals_the_sent_one_and_plain_messages_ack_and_nack(
+    lab3: Lab,
+) -> None:
+    """``enqueue`` returns the message with its job's id set, so the delivered one compares
+    equal (as Redis's ``redis_message_id``); ack and nack take the plain Message; a message
+    delivered again is ``redelivered`` (RabbitMQ's flag), a first delivery is not."""
+    broker = DisqBroker(disq_url(lab3))
+    try:
+        sent = broker.enqueue(
+            dramatiq.Message(
+                queue_name="dequal", actor_name="rec", args=(1,), kwargs={"a": [1, 2]}, options={}
+            )
+        )
+        assert sent.options["disq_job_id"]
+        consumer = broker.consume("dequal", prefetch=2, timeout=1000)
+        got = eventually(lambda: next(consumer), "the message delivered")
+        assert got == sent and got._message == sent
+        assert isinstance(got, DisqMessage) and got.redelivered is False
+        consumer.requeue([got])  # NACK: delivered again at once, counted
+        again = eventually(lambda: next(consumer), "the message delivered again")
+        assert again == sent and again.redelivered is True
+        consumer.nack(again._message)  # a plain Message: dead-lettered, the original acked
+        eventually(lambda: broker.qsize("dequal.XQ") == 1, "the message dead-lettered")
+        broker.join("dequal", timeout=10_000)
+        dead = broker.consume("dequal.XQ", timeout=1000)
+        corpse = eventually(lambda: next(dead), "the dead letter delivered")
+        assert corpse.message_id == sent.message_id and corpse.args == (1,)
+        dead.ack(corpse._message)  # a plain Message too
+        broker.join("dequal.XQ", timeout=10_000)
+        consumer.close()
+        dead.close()
+    finally:
+        broker.close()

@@ -276,7 +276,7 @@ def test_redis_py_8_protocol_2(port: int) -> None:
     assert out["qstat"] == [
         b"name", b"py2", b"len", 1, b"age", 0, b"idle", 0, b"blocked", 0,
         b"import-from", [], b"import-rate", 0, b"jobs-in", 1, b"jobs-out", 0,
-        b"pause", b"none",
+        b"pause", b"none", b"jobs", 1, b"active", 0, b"delayed", 0,
     ]  # fmt: skip
     hello = r.execute_command("HELLO", 2)
     assert hello[:6] == [b"server", b"disque", b"version", b"1.0-rc1", b"proto", 2]

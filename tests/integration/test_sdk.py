@@ -126,6 +126,25 @@ def test_a_delay_in_milliseconds_is_never_early_and_not_rounded_to_a_second(lab3
     assert 300 <= waited_ms < 1000, waited_ms
 
 
+def test_qstat_of_each_node_counts_its_delayed_and_delivered_jobs(lab3: Lab) -> None:
+    """QStat's jobs, active and delayed: what QLEN does not show, per node (node 0 holds
+    every job, REPLICATE 1); a node holding nothing of the queue answers None."""
+    with Client(all_addrs(lab3)) as c:
+        here = addr(lab3, 0)
+        assert c.qstat("qstat-counts", node=here) is None
+        c.hello()
+        with Client(here, discover=False) as one:
+            one.add_job("qstat-counts", b"later", replicate=1, delay_ms=60_000)
+            delivered = one.add_job("qstat-counts", b"now", replicate=1)
+            one.add_job("qstat-counts", b"queued", replicate=1)
+            [job] = one.get_jobs("qstat-counts", timeout_s=5)
+            assert job.id == delivered
+        stat = c.qstat("qstat-counts", node=here)
+        assert stat is not None
+        assert (stat["len"], stat["jobs"], stat["active"], stat["delayed"]) == (1, 3, 1, 1)
+        assert c.qstat("qstat-counts", node=addr(lab3, 1)) is None
+
+
 def test_add_get_ack_across_nodes(lab3: Lab) -> None:
     with Client(addr(lab3, 0), discover=False) as producer:
         ids = [producer.add_job("xnodes", f"job-{k}", replicate=3) for k in range(5)]

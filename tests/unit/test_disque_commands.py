@@ -789,8 +789,27 @@ def test_qlen_qstat(door: RespDoor, node: FakeNode) -> None:
             1,
             b"pause",
             b"none",
+            # disq's, after Disque's own fields: every live job held (2), the delivered one,
+            # none delayed (disq/core/disque/counts.py).
+            b"jobs",
+            2,
+            b"active",
+            1,
+            b"delayed",
+            0,
         ]
     )
+    add(door, "q", b"later", "DELAY", 5)
+    assert door.feed(cmd("QSTAT", "q")).endswith(
+        resp.encode([b"jobs", 3, b"active", 1, b"delayed", 1])[4:]
+    )
+    # A queue with no queue record but jobs held (only delayed ones): an empty queue's
+    # Disque fields and the counts, where Disque answers null.
+    add(door, "only-delayed", b"d", "DELAY", 5)
+    assert door.feed(cmd("QLEN", "only-delayed")) == b":0\r\n"
+    stat = door.feed(cmd("QSTAT", "only-delayed"))
+    assert stat.startswith(b"*26\r\n$4\r\nname\r\n$12\r\nonly-delayed\r\n$3\r\nlen\r\n:0\r\n")
+    assert stat.endswith(resp.encode([b"jobs", 1, b"active", 0, b"delayed", 1])[4:])
 
 
 def test_qpeek(door: RespDoor) -> None:

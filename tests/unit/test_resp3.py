@@ -228,7 +228,7 @@ def test_qstat_is_a_map(node: FakeNode) -> None:
     d = resp3_door(node)
     add(d, "q")
     assert d.feed(cmd("QSTAT", "q")) == (
-        b"%10\r\n"
+        b"%13\r\n"
         b"$4\r\nname\r\n$1\r\nq\r\n"
         b"$3\r\nlen\r\n:1\r\n"
         b"$3\r\nage\r\n:0\r\n"
@@ -239,6 +239,9 @@ def test_qstat_is_a_map(node: FakeNode) -> None:
         b"$7\r\njobs-in\r\n:1\r\n"
         b"$8\r\njobs-out\r\n:0\r\n"
         b"$5\r\npause\r\n$4\r\nnone\r\n"
+        b"$4\r\njobs\r\n:1\r\n"
+        b"$6\r\nactive\r\n:0\r\n"
+        b"$7\r\ndelayed\r\n:0\r\n"
     )
     assert d.feed(cmd("QSTAT", "nope")) == b"_\r\n"
 

@@ -334,6 +334,23 @@ def test_checker_catches_queues_out_of_step(monkeypatch: pytest.MonkeyPatch) -> 
     assert e.value.invariant.startswith("4 ")
 
 
+class _FetchUncounted(SimDisqueCore):
+    """Its fetch delivers the job but leaves it out of its queue's counts (counts.py)."""
+
+    def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
+        j = super()._fetch(q, now_ms)
+        if j is not None:
+            self._count(j, -1)
+        return j
+
+
+def test_checker_catches_counts_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    _mutate(monkeypatch, "SimDisqueCore", _FetchUncounted)
+    with pytest.raises(InvariantViolation) as e:
+        run(1, nodes=3, crashes=False, partitions=False)
+    assert e.value.invariant.startswith("4 ") and "counts" in e.value.detail
+
+
 class _FailsOnGotAck(SimDisqueCore):
     def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
         if isinstance(msg, GotAck):

@@ -15,6 +15,7 @@ from mypy_extensions import mypyc_attr, trait
 from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.job import (
     ACTIVE,
+    AWAITS_DELAY,
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
@@ -90,6 +91,7 @@ class AofMixin(CoreParts):
                 votes.extend(decode_keyvotes(payload))
         persist, self.persist = self.persist, False  # what is replayed is logged already
         requeue = self._restore_jobs(now_ms, buf, offsets)
+        self._recount()  # the job table was filled in bulk (counts.py)
         self._restore_keys(now_ms, keys)
         self._kv_restore(now_ms, votes)
         self._kv_after_restore()
@@ -148,7 +150,7 @@ class AofMixin(CoreParts):
             flags = j.flags
             if j.delay_s and now_ms <= j.ctime // 1_000_000 - off + j.delay_s * 1000:
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
-                flags &= ~BCAST_QUEUED
+                flags = (flags & ~BCAST_QUEUED) | AWAITS_DELAY
             if flags & origin and j.bid:
                 # This node owned it: the engine's AOF has the live job under that id.
                 flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE

@@ -49,6 +49,7 @@ from disq.core.disque.api import (
 )
 from disq.core.disque.blocked import BlockedClientsMixin
 from disq.core.disque.bridge import BeanstalkBridgeMixin
+from disq.core.disque.counts import CountsMixin
 from disq.core.disque.dead_peers import DeadPeersMixin
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
@@ -126,6 +127,7 @@ class DisqueCore(
     DeadPeersMixin,
     AofMixin,
     FlushMixin,
+    CountsMixin,
 ):
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
         self.view = view
@@ -137,20 +139,18 @@ class DisqueCore(
         self.queues: dict[str, DQueue] = {}
         self._awake: list[AwakeEntry] = []  # lazy deletion (job.py AwakeEntry)
         self._awake_rebuild_at = rebuild_bound(0)  # compacted past this size (timers.py)
-        # Acked jobs' GC attempts have a heap of their own: nearly always stale when due, they
-        # cost 13% of a node's main thread under GETJOB+ACKJOB popped from the big heap (out of
-        # the caches). _process_jobs pops the two in one (awake_ms, id) order, as one heap would.
+        # Acked jobs' GC attempts apart (nearly always stale; 13% of a node under GETJOB+ACKJOB
+        # in the big heap); _process_jobs pops the two in one (awake_ms, id) order.
         self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
-        # Unannotated below: the type is CoreParts' declaration (parts.py), written once.
-        self._adds = {}  # token -> blocked ADDJOB
+        self._adds = {}  # unannotated: CoreParts declares the type (parts.py); blocked ADDJOBs
         self._add_by_job: dict[str, int] = {}
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
         self._gets = {}  # token -> blocked GETJOB
         self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
         self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
-        # FIFOs trimmed from their oldest end: OrderedDicts, as a plain dict's next(iter(d))
-        # walks every deleted slot first (80% of a node's acks once tombstones were bounded).
+        # FIFOs trimmed from their oldest end: OrderedDicts (a dict's next(iter(d)) walks every
+        # deleted slot first: 80% of a node's acks once tombstones were bounded).
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
         self._gone: OrderedDict[str, int] = OrderedDict()  # acked or DELJOBed here (ack.py)
@@ -177,14 +177,14 @@ class DisqueCore(
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
-        # Wall minus node clock (disq/server/clock.py), kept current by the node: a job's
-        # ctime and the AOF's absolute expiry are wall-clock, as in Disque (they travel and
-        # outlive the process); etime, qtime and every other deadline here are node-clock.
+        # Wall minus node clock (disq/server/clock.py), kept current by the node: ctime and the
+        # AOF's absolute expiry are wall-clock (as Disque's); every other deadline node-clock.
         self.wall_offset_ms = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
         self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (update_memory)
         self.max_memory_bytes = 0  # 0: no limit
         self.used_bytes = 0  # bodies + a fixed per-job estimate
+        self._qcounts = {}  # counts.py
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         self.max_queues = MAX_QUEUES
@@ -342,11 +342,13 @@ class DisqueCore(
     def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
         self.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
+        self._count(j, 1)
         if awake:
             self._update_awake(j)
 
     def _forget(self, j: DJob) -> None:
         del self.jobs[j.id]
+        self._count(j, -1)
         if self._one_copy:
             self._one_copy.discard(j.id)
         self.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
@@ -437,7 +439,7 @@ class DisqueCore(
             j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
         else:
             j.qtime_ms = 0
-        j.state = QUEUED
+        self._to_queued(j)
         j.queued_at = self.view.my_id
         q = self._queue(j.queue, now_ms)
         q.skiplist.add(j)
@@ -450,9 +452,8 @@ class DisqueCore(
             self._push_wanted(q, now_ms)
         return True
 
-    # What the simulator's core (SimDisqueCore) and the tests' mutants override in Python.
-    # Defined here, not only in the parts: compiled, a Python override is called only for a
-    # method of the class itself (a method a trait gives it is called directly).
+    # What the simulator's core and the tests' mutants override in Python, defined here: a
+    # Python override is called only for the compiled class's own methods, not a trait's.
     def restore(
         self, now_ms: int, records: list[Frame], buf: bytes = b"", offsets: list[int] | None = None
     ) -> None:
@@ -467,7 +468,7 @@ class DisqueCore(
         q = self.queues.get(j.queue)
         if q is not None:
             q.skiplist.discard(j)
-        j.state = ACTIVE
+        self._to_active(j)
         return True
 
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
@@ -475,7 +476,7 @@ class DisqueCore(
         if not q.skiplist or q.paused_out:
             return None
         j: DJob = q.skiplist.pop(0)
-        j.state = ACTIVE
+        self._to_active(j)
         j.flags |= DELIVERED
         q.jobs_out += 1
         q.atime_ms = now_ms
@@ -621,8 +622,7 @@ class DisqueCore(
             self._replicate(j, additional, now_ms)
         self._announce_key(j, now_ms)  # not waiting for copies: the add is done now
         # A keyed add answered at once (ASYNC, REPLICATE 1) still waits for its key to reach
-        # every live peer, as a sync keyed add does (idempotency.py): a retry elsewhere must
-        # find it.
+        # every live peer, as a sync keyed add does (idempotency.py): a retry must find it.
         if idem_key and self._hold_reply(
             j, [token], now_ms + timeout_ms if timeout_ms > 0 else 0, now_ms
         ):

@@ -55,6 +55,7 @@ class FlushMixin(CoreParts):
                 self.beanstalk_dropped.append(j.bid)
             j.awake_ms = -1
         self.jobs.clear()
+        self._qcounts.clear()
         self.queues.clear()
         self.used_bytes = 0
         self._clear_waits()

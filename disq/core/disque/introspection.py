@@ -56,9 +56,31 @@ class IntrospectionMixin(CoreParts):
         return len(q) if q is not None else 0
 
     def qstat(self, now_ms: int, queue: str) -> list[tuple[str, object]] | None:
+        """Disque's fields, then disq's (counts.py): ``jobs`` (every live job of the queue
+        held here, queued or not), ``active`` (delivered or waiting for a requeue) and
+        ``delayed``. A queue with no queue record here (never queued to, or collected idle)
+        is null as in Disque, unless this node holds jobs of it: then its Disque fields are
+        those of an empty queue."""
+        jobs, active, delayed = self.queue_counts(queue)
         q = self.queues.get(queue)
         if q is None:
-            return None
+            if not jobs:
+                return None
+            return [
+                ("name", queue),
+                ("len", 0),
+                ("age", 0),
+                ("idle", 0),
+                ("blocked", 0),
+                ("import-from", []),
+                ("import-rate", 0),
+                ("jobs-in", 0),
+                ("jobs-out", 0),
+                ("pause", "none"),
+                ("jobs", jobs),
+                ("active", active),
+                ("delayed", delayed),
+            ]
         return [
             ("name", q.name),
             ("len", len(q)),
@@ -70,6 +92,9 @@ class IntrospectionMixin(CoreParts):
             ("jobs-in", q.jobs_in),
             ("jobs-out", q.jobs_out),
             ("pause", q.pause_name()),
+            ("jobs", jobs),
+            ("active", active),
+            ("delayed", delayed),
         ]
 
     def qpeek(self, queue: str, count: int) -> list[DJob]:

@@ -26,6 +26,7 @@ DELIVERED = 4  # this node delivered the job at least once
 BEANSTALK_ORIGIN = 8  # put through a beanstalk door; a takeover puts it in the local engine
 BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``): this record
 # only answers the holders (WILLQUEUE -> QUEUED) and tells them of changes and deletion
+AWAITS_DELAY = 32  # made with a DELAY, not yet seen queued (counts.py's "delayed")
 
 
 # The empty confirmation set every job starts with, shared: a set per job costs 216 bytes and
@@ -134,6 +135,7 @@ class DJob:
         self._rare: DJobRare | None = None
         if delay_s:
             self.delay_s = delay_s
+            self.flags = AWAITS_DELAY
         # Nodes that may have a copy. Shared (NO_NODES, or the core's one-node set for a
         # REPLICATE 1 job) until deliver_to() makes the job its own.
         self.delivered: set[str] | frozenset[str] = NO_NODES

@@ -117,6 +117,8 @@ class CoreParts:
     memory_warning: int  # 0 ok, 1 >75%, 2 >95%, 3 full
     max_memory_bytes: int  # 0: no limit
     used_bytes: int
+    # counts.py: queue -> [held live jobs not queued here, of them delayed]
+    _qcounts: dict[str, list[int]]
 
     # ------------------------------------------------------------------ core.py's
     @property
@@ -224,6 +226,22 @@ class CoreParts:
         raise NotImplementedError
 
     def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ counts.py's
+    def _to_active(self, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _to_acked(self, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _undelay(self, j: DJob) -> None:
+        raise NotImplementedError
+
+    def _recount(self) -> None:
+        raise NotImplementedError
+
+    def queue_counts(self, queue: str) -> tuple[int, int, int]:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ handoff.py's
@@ -348,6 +366,13 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
+    "counts": (
+        "_to_active",
+        "_to_acked",
+        "_undelay",
+        "_recount",
+        "queue_counts",
+    ),
     "handoff": ("_handoff_gotjob",),
     "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
     "requeue": ("_merge_counters",),

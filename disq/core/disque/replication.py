@@ -23,6 +23,7 @@ from mypy_extensions import mypyc_attr, trait
 from disq.core import events as ev
 from disq.core.disque.job import (
     ACTIVE,
+    AWAITS_DELAY,
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
@@ -157,6 +158,8 @@ class ReplicationMixin(CoreParts):
         # BCAST_QUEUED as Disque's REPLJOB sets it: the job was (or is being) queued where
         # it came from, so this copy's own requeue counts a delivery (core.py _enqueue).
         j.flags = BCAST_QUEUED
+        if d.delay_s and now_ms <= d.ctime // 1_000_000 - self.wall_offset_ms + d.delay_s * 1000:
+            j.flags |= AWAITS_DELAY  # not queued before its DELAY ends (counts.py)
         j.nacks = d.nacks
         j.add_deliveries = d.additional_deliveries
         j.delivered = {*d.nodes_delivered, self.my_id}

@@ -12,7 +12,8 @@ replayed with tracing, the job's history and its messages):
 3. No core raises (any exception is reported with the seed), and no core spins (its next
    deadline stays at ``now``).
 4. Structure, checked after steps: every id in a node's queues is in its ``jobs`` with state
-   QUEUED (and the same queue and ctime), and every QUEUED job is in its queue.
+   QUEUED (and the same queue and ctime), and every QUEUED job is in its queue; the per-queue
+   counts of jobs not queued (counts.py, kept as jobs move) equal a count from scratch.
 5. Nothing is delivered that no producer submitted (or whose ADDJOB was refused); one ADDJOB
    is one job id; a RETRY 0 job (at-most-once) is delivered at most once.
 6. Optional (``final_gc_ms``): once everything is healed, every acked job is garbage
@@ -135,6 +136,18 @@ class InvariantsMixin(SimBase):
         if queued != in_queues:
             raise self._violation(
                 "4 (queues match jobs)", f"{where}: {queued} QUEUED jobs, {in_queues} queued ids"
+            )
+        kept, counts = core._qcounts, core.counts_from_scratch()
+        if kept != counts:
+            wrong = {
+                k: (kept.get(k), counts.get(k))
+                for k in sorted({*kept, *counts})
+                if kept.get(k) != counts.get(k)
+            }
+            raise self._violation(
+                "4 (queues match jobs)",
+                f"{where}: per-queue counts [not queued, delayed] (kept, from scratch): "
+                f"{wrong} (counts.py)",
             )
 
     def _check_all_structures(self) -> None:
