@@ -8,9 +8,12 @@ that AsyncClient still has what they use.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
 
-from disq.client.failover import NodeSet
+from disq.client.failover import NodeAddr, NodeSet
+
+T = TypeVar("T")
 
 
 class NodeCalls(Protocol):
@@ -33,3 +36,34 @@ class NodeCalls(Protocol):
     async def _call_node(self, node: str, method: str, request: Any) -> Any:
         """One call to one node (its gRPC address), never retried elsewhere."""
         ...
+
+
+class PublishCalls(NodeCalls, Protocol):
+    """What the routes mixin's publish and purge need beyond :class:`NodeCalls`: a send to
+    one node chosen by the failover rule (failover.py), on the client's channels."""
+
+    timeout_s: float
+    _closed: bool
+
+    @property
+    def _metadata(self) -> Any: ...
+
+    async def _maybe_refresh(self) -> None: ...
+
+    def _stub(self, n: NodeAddr) -> Any: ...
+
+    async def _connected(self, n: NodeAddr) -> bool: ...
+
+    def nodes(self) -> list[NodeAddr]: ...
+
+    async def purge_queue(self, queue: str) -> int: ...
+
+
+class OnLoop(Protocol):
+    """The blocking client as its mixins see it: the async client, whose coroutines it runs
+    on its loop thread."""
+
+    @property
+    def _aio(self) -> PublishCalls: ...
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T: ...

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import grpc
 import grpc.aio
 
 from disq.client.adds import fill_add
+from disq.client.calls import OnLoop, PublishCalls
 from disq.client.errors import (
     DisqError,
     LeavingError,
@@ -25,10 +26,6 @@ from disq.client.errors import (
 )
 from disq.client.failover import judge_failure
 from disq.proto_gen import api_pb2
-
-if TYPE_CHECKING:
-    from disq.client.aio import AsyncClient
-    from disq.client.sync import Client
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,33 +38,25 @@ class Routes:
     # message_ttl_ms)
 
 
-def _aio(mixin: object) -> AsyncClient:
-    return cast("AsyncClient", mixin)
-
-
-def _sync(mixin: object) -> Client:
-    return cast("Client", mixin)
-
-
 class AsyncRoutesMixin:
     """The routes methods of AsyncClient."""
 
     async def declare_exchange(
-        self, name: str, type: str = "direct", *, passive: bool = False
+        self: PublishCalls, name: str, type: str = "direct", *, passive: bool = False
     ) -> None:
         """Declare an exchange (direct, fanout or topic) for every node. Redeclaring with
         another type raises PreconditionFailedError; an unsupported type
         InvalidArgumentError. ``passive``: only check it exists (NotFoundError otherwise)."""
         req = api_pb2.DeclareExchangeRequest(name=name, type=type, passive=passive)
-        await _aio(self)._call("DeclareExchange", req)
+        await self._call("DeclareExchange", req)
 
-    async def delete_exchange(self, name: str) -> bool:
+    async def delete_exchange(self: PublishCalls, name: str) -> bool:
         """The exchange and its bindings; True if it existed."""
-        r = await _aio(self)._call("DeleteExchange", api_pb2.ExchangeName(name=name))
+        r = await self._call("DeleteExchange", api_pb2.ExchangeName(name=name))
         return bool(r.found)
 
     async def declare_queue(
-        self, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0
+        self: PublishCalls, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0
     ) -> None:
         """A queue's options. ``expires_ms`` > 0 makes it transient (RabbitMQ's x-expires):
         deleted with its bindings and jobs on every node unless declared again within that
@@ -76,29 +65,33 @@ class AsyncRoutesMixin:
         req = api_pb2.DeclareQueueRequest(
             name=name, expires_ms=expires_ms, message_ttl_ms=message_ttl_ms
         )
-        await _aio(self)._call("DeclareQueue", req)
+        await self._call("DeclareQueue", req)
 
-    async def delete_queue(self, name: str) -> int:
+    async def delete_queue(self: PublishCalls, name: str) -> int:
         """Remove the queue's declaration and bindings and purge its queued jobs on every
         node; the number of jobs purged (a node that does not answer is skipped here, and
         purges when it learns the delete)."""
-        purged = await _aio(self).purge_queue(name)
-        r = await _aio(self)._call("DeleteQueue", api_pb2.QueueName(queue=name))
+        purged = await self.purge_queue(name)
+        r = await self._call("DeleteQueue", api_pb2.QueueName(queue=name))
         return purged + int(r.count)  # the jobs that arrived there since the purge
 
-    async def bind_queue(self, queue: str, exchange: str, routing_key: str = "") -> None:
+    async def bind_queue(
+        self: PublishCalls, queue: str, exchange: str, routing_key: str = ""
+    ) -> None:
         """Bind ``queue`` to ``exchange`` (NotFoundError when the exchange does not exist)."""
         req = api_pb2.BindingRequest(queue=queue, exchange=exchange, routing_key=routing_key)
-        await _aio(self)._call("BindQueue", req)
+        await self._call("BindQueue", req)
 
-    async def unbind_queue(self, queue: str, exchange: str, routing_key: str = "") -> bool:
+    async def unbind_queue(
+        self: PublishCalls, queue: str, exchange: str, routing_key: str = ""
+    ) -> bool:
         """True if the binding existed."""
         req = api_pb2.BindingRequest(queue=queue, exchange=exchange, routing_key=routing_key)
-        r = await _aio(self)._call("UnbindQueue", req)
+        r = await self._call("UnbindQueue", req)
         return bool(r.found)
 
-    async def list_routes(self) -> Routes:
-        r = await _aio(self)._call("ListRoutes", api_pb2.ListRoutesRequest())
+    async def list_routes(self: PublishCalls) -> Routes:
+        r = await self._call("ListRoutes", api_pb2.ListRoutesRequest())
         return Routes(
             exchanges={e.name: e.type for e in r.exchanges},
             bindings=[(b.exchange, b.queue, b.routing_key) for b in r.bindings],
@@ -106,7 +99,7 @@ class AsyncRoutesMixin:
         )
 
     async def publish(
-        self, exchange: str, routing_key: str, body: bytes | str, **options: Any
+        self: PublishCalls, exchange: str, routing_key: str, body: bytes | str, **options: Any
     ) -> list[str]:
         """Route through ``exchange`` on a node and add one job per matched queue with
         add_job's ``options``; their ids in route order (queues sorted). [] when nothing
@@ -114,12 +107,12 @@ class AsyncRoutesMixin:
         default exchange ``""`` is the queue named by ``routing_key``. A refused add raises
         its error (the jobs of the other queues may exist); like add_job, an answer lost
         after the call left is an IndeterminateError, never a silent second copy."""
-        if _aio(self)._closed:
+        if self._closed:
             raise UnavailableError("client is closed")
-        await _aio(self)._maybe_refresh()
+        await self._maybe_refresh()
         req = api_pb2.PublishRequest(exchange=exchange, routing_key=routing_key)
         fill_add(req.job, "", body, **options)
-        results = await _send_publish(_aio(self), req, req.job.timeout_ms / 1000, frozenset())
+        results = await _send_publish(self, req, req.job.timeout_ms / 1000, frozenset())
         if isinstance(results, DisqError):
             raise results
         for res in results:
@@ -127,17 +120,17 @@ class AsyncRoutesMixin:
                 raise res
         return [res for res in results if isinstance(res, str)]
 
-    async def purge_queue(self, queue: str) -> int:
+    async def purge_queue(self: PublishCalls, queue: str) -> int:
         """Every queued job of ``queue`` on every node the client knows, acked (as ACKJOB:
         the copies elsewhere are collected); how many in total. A node that does not answer
         is skipped. Jobs being worked on or waiting out a delay are not queued: they stay."""
-        if _aio(self)._closed:
+        if self._closed:
             raise UnavailableError("client is closed")
-        await _aio(self)._maybe_refresh()
-        addrs = [n.addr for n in _aio(self).nodes()]
+        await self._maybe_refresh()
+        addrs = [n.addr for n in self.nodes()]
         req = api_pb2.QueueName(queue=queue)
         answers = await asyncio.gather(
-            *(_aio(self)._call_node(addr, "PurgeQueue", req) for addr in addrs),
+            *(self._call_node(addr, "PurgeQueue", req) for addr in addrs),
             return_exceptions=True,
         )
         total = 0
@@ -151,7 +144,7 @@ class AsyncRoutesMixin:
 
 
 async def _send_publish(
-    client: AsyncClient, req: api_pb2.PublishRequest, wait_s: float, refused: frozenset[str]
+    client: PublishCalls, req: api_pb2.PublishRequest, wait_s: float, refused: frozenset[str]
 ) -> list[str | DisqError] | DisqError:
     """One Publish on the first node whose channel is connected: an id or an error per
     matched queue, or one error for the call. Sent again elsewhere only when it certainly
@@ -189,40 +182,41 @@ async def _send_publish(
 class SyncRoutesMixin:
     """The routes methods of the blocking Client (the AsyncClient's, on its loop)."""
 
-    def declare_exchange(self, name: str, type: str = "direct", *, passive: bool = False) -> None:
-        c = _sync(self)
-        c._run(c._aio.declare_exchange(name, type, passive=passive))
+    def declare_exchange(
+        self: OnLoop, name: str, type: str = "direct", *, passive: bool = False
+    ) -> None:
+        self._run(AsyncRoutesMixin.declare_exchange(self._aio, name, type, passive=passive))
 
-    def delete_exchange(self, name: str) -> bool:
-        c = _sync(self)
-        return c._run(c._aio.delete_exchange(name))
+    def delete_exchange(self: OnLoop, name: str) -> bool:
+        return self._run(AsyncRoutesMixin.delete_exchange(self._aio, name))
 
-    def declare_queue(self, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0) -> None:
-        c = _sync(self)
-        c._run(c._aio.declare_queue(name, expires_ms=expires_ms, message_ttl_ms=message_ttl_ms))
+    def declare_queue(
+        self: OnLoop, name: str, *, expires_ms: int = 0, message_ttl_ms: int = 0
+    ) -> None:
+        aio = self._aio
+        ttl_ms = message_ttl_ms
+        self._run(
+            AsyncRoutesMixin.declare_queue(aio, name, expires_ms=expires_ms, message_ttl_ms=ttl_ms)
+        )
 
-    def delete_queue(self, name: str) -> int:
-        c = _sync(self)
-        return c._run(c._aio.delete_queue(name))
+    def delete_queue(self: OnLoop, name: str) -> int:
+        return self._run(AsyncRoutesMixin.delete_queue(self._aio, name))
 
-    def bind_queue(self, queue: str, exchange: str, routing_key: str = "") -> None:
-        c = _sync(self)
-        c._run(c._aio.bind_queue(queue, exchange, routing_key))
+    def bind_queue(self: OnLoop, queue: str, exchange: str, routing_key: str = "") -> None:
+        self._run(AsyncRoutesMixin.bind_queue(self._aio, queue, exchange, routing_key))
 
-    def unbind_queue(self, queue: str, exchange: str, routing_key: str = "") -> bool:
-        c = _sync(self)
-        return c._run(c._aio.unbind_queue(queue, exchange, routing_key))
+    def unbind_queue(self: OnLoop, queue: str, exchange: str, routing_key: str = "") -> bool:
+        return self._run(AsyncRoutesMixin.unbind_queue(self._aio, queue, exchange, routing_key))
 
-    def list_routes(self) -> Routes:
-        c = _sync(self)
-        return c._run(c._aio.list_routes())
+    def list_routes(self: OnLoop) -> Routes:
+        return self._run(AsyncRoutesMixin.list_routes(self._aio))
 
     def publish(
-        self, exchange: str, routing_key: str, body: bytes | str, **options: Any
+        self: OnLoop, exchange: str, routing_key: str, body: bytes | str, **options: Any
     ) -> list[str]:
-        c = _sync(self)
-        return c._run(c._aio.publish(exchange, routing_key, body, **options))
+        return self._run(
+            AsyncRoutesMixin.publish(self._aio, exchange, routing_key, body, **options)
+        )
 
-    def purge_queue(self, queue: str) -> int:
-        c = _sync(self)
-        return c._run(c._aio.purge_queue(queue))
+    def purge_queue(self: OnLoop, queue: str) -> int:
+        return self._run(AsyncRoutesMixin.purge_queue(self._aio, queue))
