@@ -8,7 +8,7 @@ import asyncio
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from disq.client.aio import _NOT_SENT
+from disq.client.failover import NOT_SENT_DETAILS
 from disq.server.late_services import NOT_STARTED_DETAILS, LateServices
 
 
@@ -67,4 +67,4 @@ def test_calls_are_not_run_until_the_services_are_installed_then_served() -> Non
 
 def test_the_sdk_counts_an_early_call_as_never_sent() -> None:
     # The SDK retries such a call (elsewhere if it can) instead of reporting it indeterminate.
-    assert any(marker in NOT_STARTED_DETAILS for marker in _NOT_SENT)
+    assert any(marker in NOT_STARTED_DETAILS for marker in NOT_SENT_DETAILS)
