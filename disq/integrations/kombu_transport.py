@@ -536,7 +536,9 @@ class Channel(virtual.Channel):
         info["disq_job_id"] = job.id
         info.setdefault("routing_key", base_queue(job.queue))
         info.setdefault("exchange", "")
-        payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
+        # Delivered before (nacked, or again after its RETRY): where Celery reads it, as
+        # kombu's Redis transport marks a restored message.
+        info["redelivered"] = payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
         return payload
 
     def _fetch(self, queues: list[str], count: int, wait_s: float | None) -> list[Job]:

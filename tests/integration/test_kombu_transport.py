@@ -82,6 +82,7 @@ def test_unacked_message_comes_back_after_retry(conn: kombu.Connection) -> None:
     assert again.payload == "once"
     assert time.monotonic() - sent_back >= 1.0
     assert again.delivery_info["disq_job_id"] == first.delivery_info["disq_job_id"]
+    assert again.delivery_info["redelivered"] is True  # where Celery's request reads it
     again.ack()
     q.close()
 
@@ -92,7 +93,7 @@ def test_reject_with_and_without_requeue(conn: kombu.Connection, grpc_addr: str)
     m = q.get(timeout=5)
     m.reject(requeue=True)  # NACK: back at once, not after RETRY
     back = q.get(timeout=1)
-    assert back.payload == "again"
+    assert back.payload == "again" and back.delivery_info["redelivered"] is True
     with Client(grpc_addr) as c:
         shown = c.show(back.delivery_info["disq_job_id"])
         assert shown is not None and shown["nacks"] == 1
