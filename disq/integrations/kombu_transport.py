@@ -20,7 +20,8 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   the others ``<queue>\\x06\\x16<step>``), but a HIGHER number is served first, as on
   RabbitMQ (kombu's integration suite's ``PRIORITY_ORDER = 'asc'``).
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
-  queues this connection declared) become the job's TTL, whole seconds rounded up.
+  queues this connection declared) become the job's TTL, whole seconds rounded up; not a
+  Celery task's ``expires`` (the worker revokes it, as on Redis).
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
   highest first, taken in that order with INORDER; the queues take turns at the head of the
   list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
@@ -178,6 +179,17 @@ def eta_delay_ms(headers: dict[str, Any] | None, now_s: float | None = None) -> 
         when = when.replace(tzinfo=UTC)
     now = time.time() if now_s is None else now_s
     return delay_ms_from_seconds(when.timestamp() - now)
+
+
+def message_ttl_s(message: dict[str, Any]) -> int | None:
+    """The job's TTL from the message's ``expiration`` (ms), or None. Not for a Celery task
+    (its ``expires`` header, protocol 2): the worker must receive it to mark it REVOKED, as
+    on Redis, which ignores expiration; a job that vanished would leave its result pending
+    forever."""
+    headers = message.get("headers") or {}
+    if headers.get("task") and headers.get("expires"):
+        return None
+    return ttl_from_ms((message.get("properties") or {}).get("expiration"))
 
 
 class QoS(virtual.QoS):
@@ -380,9 +392,7 @@ class Channel(virtual.Channel):
         delay_ms = eta_delay_ms(message.get("headers"))
         props = message.get("properties") or {}
         ttls = [
-            t
-            for t in (ttl_from_ms(props.get("expiration")), self.connection.queue_ttl_s(queue))
-            if t is not None
+            t for t in (message_ttl_s(message), self.connection.queue_ttl_s(queue)) if t is not None
         ]
         target = self._settings.step_queue(
             queue, self._settings.priority_step(props.get("priority"))
@@ -431,7 +441,7 @@ class Channel(virtual.Channel):
         # The message's own TTL here; each queue's x-message-ttl is applied by the node.
         opts = self._settings.add_options(
             delay_ms,
-            ttl_s=ttl_from_ms(props.get("expiration")),
+            ttl_s=message_ttl_s(message),
             cluster_size=self._client.cluster_size(),
         )
         with _kombu_errors(f"publish to exchange {exchange!r}"):

@@ -266,6 +266,20 @@ def test_a_message_with_expiration_2_is_gone_after_it(
     q.close()
 
 
+def test_a_celery_tasks_expiration_is_no_ttl(conn: kombu.Connection, grpc_addr: str) -> None:
+    """Celery's ``expires=1`` (its header, and ``expiration`` in the properties): the job
+    stays, for the worker to receive it and revoke it, as on Redis."""
+    q = conn.SimpleQueue("kq-task-ttl")
+    expires = "2026-01-01T00:00:01+00:00"
+    q.put("task", expiration=1, headers={"task": "capp.add", "id": "t1", "expires": expires})
+    (job,) = _jobs_of(grpc_addr, "kq-task-ttl")
+    assert job.ttl_s > 60  # the node's default TTL, not the second
+    m = q.get(timeout=5)
+    assert m.headers["expires"] == expires
+    m.ack()
+    q.close()
+
+
 def test_a_declared_message_ttl_caps_what_is_published_to_the_queue(
     conn: kombu.Connection, grpc_addr: str
 ) -> None:
