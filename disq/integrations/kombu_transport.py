@@ -95,6 +95,7 @@ from disq.integrations.common import (
     settings,
     ttl_from_ms,
 )
+from disq.integrations.kombu_loop import Fetcher, reset_after_fork
 from disq.integrations.resp_calls import RespCalls, resp_calls_for
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
@@ -558,10 +559,8 @@ class Channel(virtual.Channel):
         ``in_order`` is strict over the whole list, so the list is queue by queue and the
         queues take turns at its head, one more each fetch (as kombu's Redis transport
         rotates its queues). A strict order across queues would let the first one's backlog
-        take every fetch's room: a busy task queue would starve a worker's pidbox (it never
-        answered ``celery inspect ping``). The trade-off: between queues, priority is per
-        queue, as on RabbitMQ (a priority-9 message of one queue does not pass another
-        queue's priority-0 ones within a fetch; it is first in its own queue)."""
+        take every fetch's room (a busy task queue starved a worker's pidbox). The
+        trade-off: between queues, priority is per queue, as on RabbitMQ."""
         if len(queues) > 1:
             turn = self._fetch_turn % len(queues)
             self._fetch_turn += 1
@@ -671,6 +670,7 @@ def _delete_owned_queues_at_exit() -> None:
 
 
 atexit.register(_delete_owned_queues_at_exit)
+os.register_at_fork(after_in_child=lambda: reset_after_fork(_OPEN_TRANSPORTS))
 
 
 class Transport(virtual.Transport):
@@ -684,7 +684,10 @@ class Transport(virtual.Transport):
     can_parse_url = True
     # GETJOB blocks on the node: no sleep between empty polls.
     polling_interval = 0.0
-    implements = virtual.Transport.implements.extend(exchange_type=EXCHANGE_TYPES)
+    # asynchronous: a Celery worker runs its event loop (see disq.integrations.kombu_loop).
+    implements = virtual.Transport.implements.extend(
+        asynchronous=True, exchange_type=EXCHANGE_TYPES
+    )
     connection_errors: Any = (*virtual.Transport.connection_errors, DisqConnectionError)
     channel_errors: Any = (*virtual.Transport.channel_errors, DisqChannelError)
 
@@ -697,7 +700,19 @@ class Transport(virtual.Transport):
         self._lock = threading.Lock()
         self._slot = threading.Condition()
         self._queue_ttl_s: dict[str, int] = {}  # declared message TTLs (MAX_QUEUE_TTLS)
+        self._fetcher: Fetcher | None = None  # on an event loop (register_with_event_loop)
         _OPEN_TRANSPORTS.add(self)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """A thread fetches, the loop's thread delivers (disq.integrations.kombu_loop)."""
+        self._stop_fetcher()
+        self._fetcher = Fetcher(self._drain, self._deliver)
+        loop.add_reader(self._fetcher.fd, self._fetcher.on_readable)
+
+    def _stop_fetcher(self) -> None:
+        fetcher, self._fetcher = self._fetcher, None
+        for job_id in fetcher.stop(self.settings.wait_s + 1.0) if fetcher else ():
+            self.disq_resp().nack(job_id)  # fetched, never delivered: back in the queue now
 
     def queue_ttl_s(self, queue: str) -> int | None:
         """The message TTL this connection declared for ``queue``, if any."""
@@ -743,6 +758,7 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         _OPEN_TRANSPORTS.discard(self)
+        self._stop_fetcher()
         super().close_connection(connection)  # channels first: they NACK what they held
         self._drop_client(close=True)
 
@@ -772,7 +788,15 @@ class Transport(virtual.Transport):
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
         """Deliver what one blocking GETJOB over every channel's queues brings;
         ``socket.timeout`` when nothing came within ``timeout``. While every prefetch slot
-        is taken, wait for an ack instead. Transient queues' leases are renewed here."""
+        is taken, wait for an ack instead. Transient queues' leases are renewed here. On an
+        event loop, what the fetcher brings (it runs ``_drain``)."""
+        if self._fetcher is not None:
+            if not self._fetcher.wait(timeout):
+                raise TimeoutError()
+            return
+        self._drain(timeout, self._deliver)
+
+    def _drain(self, timeout: float | None, deliver: Callable[..., Any]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -794,7 +818,7 @@ class Transport(virtual.Transport):
                     wait_s = min(wait_s, remaining)
                 if next_renewal is not None:
                     wait_s = min(wait_s, next_renewal - now)
-                if self._fetch_for(consumable, wait_s):
+                if self._fetch_for(consumable, wait_s, deliver):
                     return
                 if not held:
                     continue
@@ -807,7 +831,9 @@ class Transport(virtual.Transport):
             with self._slot:
                 self._slot.wait(wait_s)
 
-    def _fetch_for(self, channels: list[_Channel], wait_s: float) -> bool:
+    def _fetch_for(
+        self, channels: list[_Channel], wait_s: float, deliver: Callable[..., Any]
+    ) -> bool:
         """One blocking GETJOB over the queues of every channel that may take messages,
         each job delivered through the channel that consumes its queue. One wait for all:
         taking turns (kombu's cycle) would block on an idle channel (a Celery worker's
@@ -820,7 +846,7 @@ class Transport(virtual.Transport):
         count = min(ch._room() for ch in channels)
         jobs = channels[0]._fetch(list(owner), count, wait_s)
         for job in jobs:
-            owner[channels[0]._queue_of(job)]._deliver_job(job, self._deliver)
+            owner[channels[0]._queue_of(job)]._deliver_job(job, deliver)
         return bool(jobs)
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
