@@ -60,6 +60,7 @@ class Fetcher:
         os.set_blocking(self.fd, False)
         os.set_blocking(self._wfd, False)
         self._pid = os.getpid()
+        self._loop: Any = None
         self._thread = threading.Thread(target=self._run, name="disq-kombu-fetcher", daemon=True)
         self._thread.start()
 
@@ -97,6 +98,11 @@ class Fetcher:
             pass  # the pipe is full (the loop has wake-ups pending) or closed (stopping)
 
     # -- the loop's thread ----------------------------------------------------------------
+    def register(self, loop: Any) -> None:
+        """Deliver from the loop (kombu's Hub) when the pipe is readable."""
+        self._loop = loop
+        loop.add_reader(self.fd, self.on_readable)
+
     def on_readable(self, *_args: Any) -> None:
         """Deliver what the fetcher brought (the loop calls this when the pipe is readable,
         :meth:`wait` when no loop runs)."""
@@ -138,6 +144,9 @@ class Fetcher:
         self._taken.set()
         if os.getpid() != self._pid:
             return []  # a forked child: the thread is the parent's
+        if self._loop is not None:  # before the close: the number may be reused at once
+            self._loop.remove_reader(self.fd)
+            self._loop = None
         if self._thread is not threading.current_thread():
             self._thread.join(join_s)
         if not self._thread.is_alive():

@@ -707,7 +707,7 @@ class Transport(virtual.Transport):
         """A thread fetches, the loop's thread delivers (disq.integrations.kombu_loop)."""
         self._stop_fetcher()
         self._fetcher = Fetcher(self._drain, self._deliver)
-        loop.add_reader(self._fetcher.fd, self._fetcher.on_readable)
+        self._fetcher.register(loop)
 
     def _stop_fetcher(self) -> None:
         fetcher, self._fetcher = self._fetcher, None
