@@ -10,6 +10,7 @@ import socket
 import time
 from pathlib import Path
 
+import kombu
 import pytest
 from celery import Celery
 from celery.exceptions import TaskRevokedError
@@ -76,6 +77,30 @@ def test_a_rejected_task_comes_back_redelivered_within_a_second(lab3: Lab, tmp_p
     events = sorted(runs(app_dir), key=lambda r: r.at)
     assert [r.event for r in events] == ["first", "done"], events
     assert events[1].at - events[0].at < 1.0  # NACK: back in the queue at once
+
+
+def test_a_message_rejected_at_another_node_comes_back_within_a_second(lab3: Lab) -> None:
+    """Published at node 1, consumed from node 0 (the node brought it over), rejected with
+    requeue: the NACK goes to the node that created the job, which queues it at once, and
+    the consumer's next GETJOB at node 0 gets it from there within a second."""
+    node0, node1 = (f"127.0.0.1:{lab3.node(i).bus_port}" for i in (0, 1))
+    with (
+        kombu.Connection(f"disq://{node0},{node1}") as near,
+        kombu.Connection(f"disq://{node1}?discover=false&replicate=1") as far,
+    ):
+        with far.Producer() as producer:
+            producer.publish("again", routing_key="rej-far")
+        q = near.SimpleQueue("rej-far")
+        first = q.get(timeout=10)
+        assert not first.delivery_info["redelivered"]
+        rejected_at = time.monotonic()
+        first.reject(requeue=True)
+        back = q.get(timeout=5)
+        took_s = time.monotonic() - rejected_at
+        assert back.payload == "again" and back.delivery_info["redelivered"] is True
+        assert took_s < 1.0, took_s
+        back.ack()
+        q.close()
 
 
 def test_an_expired_task_is_revoked_not_lost(
