@@ -136,14 +136,14 @@ class Fetcher:
         self.on_readable()
         return something
 
-    def stop(self, join_s: float) -> list[str]:
+    def stop(self, join_s: float, put_back: Callable[[str], None]) -> None:
         """Stop fetching; the pipe is closed once the thread ended (within ``join_s``, a
-        GETJOB's wait): else left open, never written to once closed. Returns the job ids
-        fetched and never delivered (for the transport to put back)."""
+        GETJOB's wait): else left open, never written to once closed. The jobs fetched and
+        never delivered go to ``put_back`` (a NACK: else they come back after their RETRY)."""
         self._stop.set()
         self._taken.set()
         if os.getpid() != self._pid:
-            return []  # a forked child: the thread is the parent's
+            return  # a forked child: the thread is the parent's
         if self._loop is not None:  # before the close: the number may be reused at once
             self._loop.remove_reader(self.fd)
             self._loop = None
@@ -157,8 +157,13 @@ class Fetcher:
                     pass
         with self._lock:
             batch, self._ready = self._ready, []
-        ids = [m["properties"]["delivery_info"].get("disq_job_id") for m, _ in batch]
-        return [i for i in ids if i]
+        for message, _queue in batch:
+            job_id = message["properties"]["delivery_info"].get("disq_job_id")
+            try:
+                if job_id:
+                    put_back(job_id)
+            except Exception as exc:  # the cluster out of reach: back after its RETRY
+                log.warning("disq.kombu.put_back_failed", job=job_id, error=repr(exc))
 
 
 def _appender(batch: Batch) -> Callable[[dict[str, Any], str], None]:

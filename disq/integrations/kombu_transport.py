@@ -711,8 +711,8 @@ class Transport(virtual.Transport):
 
     def _stop_fetcher(self) -> None:
         fetcher, self._fetcher = self._fetcher, None
-        for job_id in fetcher.stop(self.settings.wait_s + 1.0) if fetcher else ():
-            self.disq_resp().nack(job_id)  # fetched, never delivered: back in the queue now
+        if fetcher is not None:  # what it fetched and never delivered: NACKed, back at once
+            fetcher.stop(self.settings.wait_s + 1.0, lambda job_id: self.disq_resp().nack(job_id))
 
     def queue_ttl_s(self, queue: str) -> int | None:
         """The message TTL this connection declared for ``queue``, if any."""
@@ -764,7 +764,8 @@ class Transport(virtual.Transport):
 
     def _collect(self, connection: Any) -> None:
         """After a fork (Celery's pool): forget the parent's client without closing it; its
-        loop thread does not exist in this process."""
+        loop thread does not exist in this process. Celery's after a connection error too."""
+        self._stop_fetcher()
         self._drop_client(close=False)
 
     def _drop_client(self, *, close: bool) -> None:
