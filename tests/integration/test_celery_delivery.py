@@ -177,3 +177,31 @@ def test_a_revoked_countdown_task_never_runs(lab3: Lab, tmp_path: Path) -> None:
     finally:
         w.stop()
     assert 7 not in {r.k for r in runs(app_dir)}
+
+
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_the_threads_and_solo_pools_run_on_the_event_loop(
+    lab3: Lab, tmp_path: Path, pool: str
+) -> None:
+    """The transport is asynchronous, so every pool runs on Celery's event loop, not only
+    prefork: tasks run once each, and an idle worker answers within 1 s."""
+    app_dir = write_app(tmp_path, "capp", DELIVERY_APP)
+    broker = disq_url(lab3)
+    name = f"w{pool}"
+    w = celery_worker(app_dir, broker, f"q{pool}", name, extra_args=("-P", pool))
+    try:
+        w.wait_for_log("ready.")
+        assert {"threads": "(thread)", "solo": "(solo)"}[pool] in w.log_text()  # the banner
+        p = producer(broker)
+        for k in range(20):
+            p.send_task("capp.snooze", args=(k, 0.0), queue=f"q{pool}")
+        eventually(
+            lambda: sorted(r.k for r in runs(app_dir) if r.event == "done") == list(range(20)),
+            "the 20 tasks done once each",
+            30,
+        )
+        ping = p.control.inspect(timeout=1, destination=[f"{name}@{HOST}"]).ping()
+        assert ping == {f"{name}@{HOST}": {"ok": "pong"}}, ping
+        assert "Traceback" not in w.log_text()
+    finally:
+        w.stop()
