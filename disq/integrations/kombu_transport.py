@@ -25,13 +25,14 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
   highest first, taken in that order with INORDER; the queues take turns at the head of the
   list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
-  never a sleep-and-poll loop. It goes over the node's RESP port (resp_calls.py), so a
-  Celery parent that forks its pool's children has no gRPC call in flight to wait for.
+  never a sleep-and-poll loop, over its RESP port (resp_calls.py: a Celery parent that forks
+  has no gRPC call in flight). Asynchronous: on a Celery worker's event loop a thread of the
+  connection waits, the loop delivers (kombu_loop.py: a full prefetch blocks no pidbox).
 * ack -> ACKJOB at the job's creator (over RESP; over gRPC, queued and batched per node,
   when RESP cannot); reject(requeue=True) -> NACK (at once back in the queue, its nack
-  counter +1);
-  reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
-  is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
+  counter +1, delivered with ``redelivered`` True); reject(requeue=False) -> ACKJOB
+  (dropped). Unacked messages come back after RETRY, which is the visibility timeout; the
+  ones a closing channel still holds are NACKed back at once.
 * queue_purge: every node's queued jobs of the queue acked (one PurgeQueue per node); the
   queue's size: QLEN summed over the nodes (Disque's queues are per node).
 * Exchanges (direct, fanout, topic), bindings and transient queues live in the cluster's
@@ -126,8 +127,7 @@ HELD_LOOK_INTERVAL_S = 0.2
 # a NOHANG GETJOB takes only what the node holds and asks no other node (no NEEDJOBS), so a
 # message published at another node (``celery inspect`` connected elsewhere) would stay
 # there for as long as the prefetch is full. A blocking one that finds nothing asks the
-# cluster, as any waiting consumer's does; what the others send is queued on the node and
-# taken by a later look.
+# cluster; what the others send is queued on the node and taken by a later look.
 HELD_LOOK_WAIT_S = 0.001
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
