@@ -64,7 +64,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from queue import Empty
 from typing import Any
 
@@ -90,13 +89,13 @@ from disq.integrations.common import (
     Settings,
     ack_queued,
     base_queue,
-    delay_ms_from_seconds,
     host_port,
     parse_url,
     settings,
     ttl_from_ms,
 )
 from disq.integrations.kombu_loop import Fetcher, reset_after_fork
+from disq.integrations.kombu_messages import eta_delay_ms, message_ttl_s
 from disq.integrations.resp_calls import RespCalls, resp_calls_for
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
@@ -161,36 +160,6 @@ def _kombu_errors(what: str) -> Iterator[None]:
         raise DisqConnectionError(f"disq {what}: {exc}") from exc
     except DisqError as exc:
         raise DisqChannelError(f"disq {what}: {exc.reason} {exc}") from exc
-
-
-def eta_delay_ms(headers: dict[str, Any] | None, now_s: float | None = None) -> int:
-    """The delay of a Celery message, in ms (the node's DELAYMS): its ``eta`` header
-    (protocol 2, ISO 8601, microseconds) from now, rounded up; 0 without one or when it has
-    passed. A countdown keeps its precision (1.5 s is 1,500 ms, not Disque's 2 s). A naive
-    ETA is UTC (Celery writes aware ones unless ``enable_utc`` is off and no timezone is
-    set)."""
-    eta = (headers or {}).get("eta")
-    if not eta:
-        return 0
-    try:
-        when = datetime.fromisoformat(str(eta))
-    except ValueError:
-        return 0  # not ours to refuse: the worker reads (and judges) the header itself
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = time.time() if now_s is None else now_s
-    return delay_ms_from_seconds(when.timestamp() - now)
-
-
-def message_ttl_s(message: dict[str, Any]) -> int | None:
-    """The job's TTL from the message's ``expiration`` (ms), or None. Not for a Celery task
-    (its ``expires`` header, protocol 2): the worker must receive it to mark it REVOKED, as
-    on Redis, which ignores expiration; a job that vanished would leave its result pending
-    forever."""
-    headers = message.get("headers") or {}
-    if headers.get("task") and headers.get("expires"):
-        return None
-    return ttl_from_ms((message.get("properties") or {}).get("expiration"))
 
 
 class QoS(virtual.QoS):
