@@ -20,17 +20,19 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
   the others ``<queue>\\x06\\x16<step>``), but a HIGHER number is served first, as on
   RabbitMQ (kombu's integration suite's ``PRIORITY_ORDER = 'asc'``).
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
-  queues this connection declared) become the job's TTL, whole seconds rounded up.
+  queues this connection declared) become the job's TTL, whole seconds rounded up; not a
+  Celery task's ``expires`` (the worker revokes it, as on Redis).
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
   highest first, taken in that order with INORDER; the queues take turns at the head of the
   list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
-  never a sleep-and-poll loop. It goes over the node's RESP port (resp_calls.py), so a
-  Celery parent that forks its pool's children has no gRPC call in flight to wait for.
+  never a sleep-and-poll loop, over its RESP port (resp_calls.py: a Celery parent that forks
+  has no gRPC call in flight). Asynchronous: on a Celery worker's event loop a thread of the
+  connection waits, the loop delivers (kombu_loop.py: a full prefetch blocks no pidbox).
 * ack -> ACKJOB at the job's creator (over RESP; over gRPC, queued and batched per node,
   when RESP cannot); reject(requeue=True) -> NACK (at once back in the queue, its nack
-  counter +1);
-  reject(requeue=False) -> ACKJOB (dropped). Unacked messages come back after RETRY, which
-  is the visibility timeout; the ones a closing channel still holds are NACKed back at once.
+  counter +1, delivered with ``redelivered`` True); reject(requeue=False) -> ACKJOB
+  (dropped). Unacked messages come back after RETRY, which is the visibility timeout; the
+  ones a closing channel still holds are NACKed back at once.
 * queue_purge: every node's queued jobs of the queue acked (one PurgeQueue per node); the
   queue's size: QLEN summed over the nodes (Disque's queues are per node).
 * Exchanges (direct, fanout, topic), bindings and transient queues live in the cluster's
@@ -62,7 +64,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from queue import Empty
 from typing import Any
 
@@ -88,12 +89,13 @@ from disq.integrations.common import (
     Settings,
     ack_queued,
     base_queue,
-    delay_ms_from_seconds,
     host_port,
     parse_url,
     settings,
     ttl_from_ms,
 )
+from disq.integrations.kombu_loop import Fetcher, reset_after_fork
+from disq.integrations.kombu_messages import eta_delay_ms, message_ttl_s
 from disq.integrations.resp_calls import RespCalls, resp_calls_for
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
@@ -124,8 +126,7 @@ HELD_LOOK_INTERVAL_S = 0.2
 # a NOHANG GETJOB takes only what the node holds and asks no other node (no NEEDJOBS), so a
 # message published at another node (``celery inspect`` connected elsewhere) would stay
 # there for as long as the prefetch is full. A blocking one that finds nothing asks the
-# cluster, as any waiting consumer's does; what the others send is queued on the node and
-# taken by a later look.
+# cluster; what the others send is queued on the node and taken by a later look.
 HELD_LOOK_WAIT_S = 0.001
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
@@ -159,25 +160,6 @@ def _kombu_errors(what: str) -> Iterator[None]:
         raise DisqConnectionError(f"disq {what}: {exc}") from exc
     except DisqError as exc:
         raise DisqChannelError(f"disq {what}: {exc.reason} {exc}") from exc
-
-
-def eta_delay_ms(headers: dict[str, Any] | None, now_s: float | None = None) -> int:
-    """The delay of a Celery message, in ms (the node's DELAYMS): its ``eta`` header
-    (protocol 2, ISO 8601, microseconds) from now, rounded up; 0 without one or when it has
-    passed. A countdown keeps its precision (1.5 s is 1,500 ms, not Disque's 2 s). A naive
-    ETA is UTC (Celery writes aware ones unless ``enable_utc`` is off and no timezone is
-    set)."""
-    eta = (headers or {}).get("eta")
-    if not eta:
-        return 0
-    try:
-        when = datetime.fromisoformat(str(eta))
-    except ValueError:
-        return 0  # not ours to refuse: the worker reads (and judges) the header itself
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = time.time() if now_s is None else now_s
-    return delay_ms_from_seconds(when.timestamp() - now)
 
 
 class QoS(virtual.QoS):
@@ -380,9 +362,7 @@ class Channel(virtual.Channel):
         delay_ms = eta_delay_ms(message.get("headers"))
         props = message.get("properties") or {}
         ttls = [
-            t
-            for t in (ttl_from_ms(props.get("expiration")), self.connection.queue_ttl_s(queue))
-            if t is not None
+            t for t in (message_ttl_s(message), self.connection.queue_ttl_s(queue)) if t is not None
         ]
         target = self._settings.step_queue(
             queue, self._settings.priority_step(props.get("priority"))
@@ -431,7 +411,7 @@ class Channel(virtual.Channel):
         # The message's own TTL here; each queue's x-message-ttl is applied by the node.
         opts = self._settings.add_options(
             delay_ms,
-            ttl_s=ttl_from_ms(props.get("expiration")),
+            ttl_s=message_ttl_s(message),
             cluster_size=self._client.cluster_size(),
         )
         with _kombu_errors(f"publish to exchange {exchange!r}"):
@@ -536,7 +516,9 @@ class Channel(virtual.Channel):
         info["disq_job_id"] = job.id
         info.setdefault("routing_key", base_queue(job.queue))
         info.setdefault("exchange", "")
-        payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
+        # Delivered before (nacked, or again after its RETRY): where Celery reads it, as
+        # kombu's Redis transport marks a restored message.
+        info["redelivered"] = payload["redelivered"] = bool(job.nacks or job.additional_deliveries)
         return payload
 
     def _fetch(self, queues: list[str], count: int, wait_s: float | None) -> list[Job]:
@@ -546,10 +528,8 @@ class Channel(virtual.Channel):
         ``in_order`` is strict over the whole list, so the list is queue by queue and the
         queues take turns at its head, one more each fetch (as kombu's Redis transport
         rotates its queues). A strict order across queues would let the first one's backlog
-        take every fetch's room: a busy task queue would starve a worker's pidbox (it never
-        answered ``celery inspect ping``). The trade-off: between queues, priority is per
-        queue, as on RabbitMQ (a priority-9 message of one queue does not pass another
-        queue's priority-0 ones within a fetch; it is first in its own queue)."""
+        take every fetch's room (a busy task queue starved a worker's pidbox). The
+        trade-off: between queues, priority is per queue, as on RabbitMQ."""
         if len(queues) > 1:
             turn = self._fetch_turn % len(queues)
             self._fetch_turn += 1
@@ -659,6 +639,7 @@ def _delete_owned_queues_at_exit() -> None:
 
 
 atexit.register(_delete_owned_queues_at_exit)
+os.register_at_fork(after_in_child=lambda: reset_after_fork(_OPEN_TRANSPORTS))
 
 
 class Transport(virtual.Transport):
@@ -672,7 +653,10 @@ class Transport(virtual.Transport):
     can_parse_url = True
     # GETJOB blocks on the node: no sleep between empty polls.
     polling_interval = 0.0
-    implements = virtual.Transport.implements.extend(exchange_type=EXCHANGE_TYPES)
+    # asynchronous: a Celery worker runs its event loop (see disq.integrations.kombu_loop).
+    implements = virtual.Transport.implements.extend(
+        asynchronous=True, exchange_type=EXCHANGE_TYPES
+    )
     connection_errors: Any = (*virtual.Transport.connection_errors, DisqConnectionError)
     channel_errors: Any = (*virtual.Transport.channel_errors, DisqChannelError)
 
@@ -685,7 +669,19 @@ class Transport(virtual.Transport):
         self._lock = threading.Lock()
         self._slot = threading.Condition()
         self._queue_ttl_s: dict[str, int] = {}  # declared message TTLs (MAX_QUEUE_TTLS)
+        self._fetcher: Fetcher | None = None  # on an event loop (register_with_event_loop)
         _OPEN_TRANSPORTS.add(self)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """A thread fetches, the loop's thread delivers (disq.integrations.kombu_loop)."""
+        self._stop_fetcher()
+        self._fetcher = Fetcher(self._drain, self._deliver)
+        self._fetcher.register(loop)
+
+    def _stop_fetcher(self) -> None:
+        fetcher, self._fetcher = self._fetcher, None
+        if fetcher is not None:  # what it fetched and never delivered: NACKed, back at once
+            fetcher.stop(self.settings.wait_s + 1.0, lambda job_id: self.disq_resp().nack(job_id))
 
     def queue_ttl_s(self, queue: str) -> int | None:
         """The message TTL this connection declared for ``queue``, if any."""
@@ -731,12 +727,14 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         _OPEN_TRANSPORTS.discard(self)
+        self._stop_fetcher()
         super().close_connection(connection)  # channels first: they NACK what they held
         self._drop_client(close=True)
 
     def _collect(self, connection: Any) -> None:
         """After a fork (Celery's pool): forget the parent's client without closing it; its
-        loop thread does not exist in this process."""
+        loop thread does not exist in this process. Celery's after a connection error too."""
+        self._stop_fetcher()
         self._drop_client(close=False)
 
     def _drop_client(self, *, close: bool) -> None:
@@ -760,7 +758,15 @@ class Transport(virtual.Transport):
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
         """Deliver what one blocking GETJOB over every channel's queues brings;
         ``socket.timeout`` when nothing came within ``timeout``. While every prefetch slot
-        is taken, wait for an ack instead. Transient queues' leases are renewed here."""
+        is taken, wait for an ack instead. Transient queues' leases are renewed here. On an
+        event loop, what the fetcher brings (it runs ``_drain``)."""
+        if self._fetcher is not None:
+            if not self._fetcher.wait(timeout):
+                raise TimeoutError()
+            return
+        self._drain(timeout, self._deliver)
+
+    def _drain(self, timeout: float | None, deliver: Callable[..., Any]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
@@ -782,7 +788,7 @@ class Transport(virtual.Transport):
                     wait_s = min(wait_s, remaining)
                 if next_renewal is not None:
                     wait_s = min(wait_s, next_renewal - now)
-                if self._fetch_for(consumable, wait_s):
+                if self._fetch_for(consumable, wait_s, deliver):
                     return
                 if not held:
                     continue
@@ -795,7 +801,9 @@ class Transport(virtual.Transport):
             with self._slot:
                 self._slot.wait(wait_s)
 
-    def _fetch_for(self, channels: list[_Channel], wait_s: float) -> bool:
+    def _fetch_for(
+        self, channels: list[_Channel], wait_s: float, deliver: Callable[..., Any]
+    ) -> bool:
         """One blocking GETJOB over the queues of every channel that may take messages,
         each job delivered through the channel that consumes its queue. One wait for all:
         taking turns (kombu's cycle) would block on an idle channel (a Celery worker's
@@ -808,7 +816,7 @@ class Transport(virtual.Transport):
         count = min(ch._room() for ch in channels)
         jobs = channels[0]._fetch(list(owner), count, wait_s)
         for job in jobs:
-            owner[channels[0]._queue_of(job)]._deliver_job(job, self._deliver)
+            owner[channels[0]._queue_of(job)]._deliver_job(job, deliver)
         return bool(jobs)
 
     def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:

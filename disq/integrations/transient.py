@@ -145,10 +145,12 @@ class TransientQueues:
         return self._queues.pop(name, None)
 
     def owned(self) -> list[str]:
-        return [q.name for q in self._queues.values() if q.owned]
+        return [q.name for q in list(self._queues.values()) if q.owned]
 
     def _kept(self, consumed: Collection[str]) -> list[TransientQueue]:
-        return [q for q in self._queues.values() if q.owned or q.name in consumed]
+        # A copy first (one C call, atomic under the GIL): on an event loop the renewals
+        # run in the fetcher's thread while the loop's thread may declare a queue.
+        return [q for q in list(self._queues.values()) if q.owned or q.name in consumed]
 
     def due(self, now: float, consumed: Collection[str]) -> list[TransientQueue]:
         """The queues to renew now: consumed or exclusive, at a third of their lease."""

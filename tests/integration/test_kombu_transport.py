@@ -82,6 +82,7 @@ def test_unacked_message_comes_back_after_retry(conn: kombu.Connection) -> None:
     assert again.payload == "once"
     assert time.monotonic() - sent_back >= 1.0
     assert again.delivery_info["disq_job_id"] == first.delivery_info["disq_job_id"]
+    assert again.delivery_info["redelivered"] is True  # where Celery's request reads it
     again.ack()
     q.close()
 
@@ -92,7 +93,7 @@ def test_reject_with_and_without_requeue(conn: kombu.Connection, grpc_addr: str)
     m = q.get(timeout=5)
     m.reject(requeue=True)  # NACK: back at once, not after RETRY
     back = q.get(timeout=1)
-    assert back.payload == "again"
+    assert back.payload == "again" and back.delivery_info["redelivered"] is True
     with Client(grpc_addr) as c:
         shown = c.show(back.delivery_info["disq_job_id"])
         assert shown is not None and shown["nacks"] == 1
@@ -262,6 +263,20 @@ def test_a_message_with_expiration_2_is_gone_after_it(
     eventually(lambda: not _jobs_of(grpc_addr, "kq-ttl"), "the expired jobs to be gone", 10)
     with pytest.raises(q.Empty):
         q.get(timeout=1)
+    q.close()
+
+
+def test_a_celery_tasks_expiration_is_no_ttl(conn: kombu.Connection, grpc_addr: str) -> None:
+    """Celery's ``expires=1`` (its header, and ``expiration`` in the properties): the job
+    stays, for the worker to receive it and revoke it, as on Redis."""
+    q = conn.SimpleQueue("kq-task-ttl")
+    expires = "2026-01-01T00:00:01+00:00"
+    q.put("task", expiration=1, headers={"task": "capp.add", "id": "t1", "expires": expires})
+    (job,) = _jobs_of(grpc_addr, "kq-task-ttl")
+    assert job.ttl_s > 60  # the node's default TTL, not the second
+    m = q.get(timeout=5)
+    assert m.headers["expires"] == expires
+    m.ack()
     q.close()
 
 

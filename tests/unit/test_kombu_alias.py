@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from disq.integrations.common import OptionError, parse_url, settings
-from disq.integrations.kombu_transport import eta_delay_ms
+from disq.integrations.kombu_messages import eta_delay_ms, message_ttl_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,3 +153,15 @@ def test_eta_header_becomes_milliseconds_of_delay_rounded_up() -> None:
     assert eta_delay_ms({}, now.timestamp()) == 0
     naive = (now + timedelta(seconds=10)).replace(tzinfo=None).isoformat()
     assert eta_delay_ms({"eta": naive}, now.timestamp()) == 10_000
+
+
+def test_expiration_is_the_ttl_except_for_a_celery_tasks_expires() -> None:
+    """kombu's expiration (ms) is the job's TTL, whole seconds rounded up; a Celery task's
+    (its ``expires`` header) is not: the worker must receive it to revoke it."""
+    assert message_ttl_s({"properties": {"expiration": "1500"}, "headers": {}}) == 2
+    assert message_ttl_s({"properties": {}, "headers": {}}) is None
+    task = {"task": "capp.add", "id": "t1", "expires": "2026-01-01T00:00:01+00:00"}
+    assert message_ttl_s({"properties": {"expiration": "1000"}, "headers": task}) is None
+    # A Celery task without expires, or another message with a "task" header: as before.
+    no_expires = {"task": "capp.add", "id": "t1", "expires": None}
+    assert message_ttl_s({"properties": {"expiration": "1000"}, "headers": no_expires}) == 1
