@@ -128,6 +128,8 @@ HELD_LOOK_INTERVAL_S = 0.2
 # there for as long as the prefetch is full. A blocking one that finds nothing asks the
 # cluster; what the others send is queued on the node and taken by a later look.
 HELD_LOOK_WAIT_S = 0.001
+# How long a fetch waits for more acks once a slot is free but fewer than half (_drain).
+FETCH_GATHER_S = 0.005
 # Failing to reach the cluster, or an add whose outcome is unknown: kombu retries these.
 _CONNECTION_REASONS = (UnavailableError, IndeterminateError, NoReplError, LeavingError, AuthError)
 
@@ -668,6 +670,11 @@ class Transport(virtual.Transport):
         self._disq_pid = 0
         self._lock = threading.Lock()
         self._slot = threading.Condition()
+        # Slots freed so far (under _slot): a drain that read it before looking at the
+        # prefetch waits only if no ack came since, else an ack that lands between its look
+        # and its wait (the loop's thread acks while the fetcher looks) would be waited out.
+        self._slots_freed = 0
+        self._next_held_look = 0.0  # monotonic: a held drain's next look at the others
         self._queue_ttl_s: dict[str, int] = {}  # declared message TTLs (MAX_QUEUE_TTLS)
         self._fetcher: Fetcher | None = None  # on an event loop (register_with_event_loop)
         _OPEN_TRANSPORTS.add(self)
@@ -753,6 +760,7 @@ class Transport(virtual.Transport):
 
     def _slot_freed(self) -> None:
         with self._slot:
+            self._slots_freed += 1
             self._slot.notify_all()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
@@ -768,7 +776,9 @@ class Transport(virtual.Transport):
 
     def _drain(self, timeout: float | None, deliver: Callable[..., Any]) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        gather_until = 0.0  # the wait for a batch's acks, once one slot is free (below)
         while True:
+            freed = self._slots_freed
             now = time.monotonic()
             next_renewal = self._renew_leases(now)
             remaining = None if deadline is None else deadline - now
@@ -779,10 +789,28 @@ class Transport(virtual.Transport):
             # A channel whose prefetch slots are all taken (a worker's tasks with acks_late)
             # beside others that may fetch (its pidbox): a blocking GETJOB on the others
             # would make a slot freed by an ack wait it out. So a quick look at the others
-            # (HELD_LOOK_WAIT_S), then a wait on the slot condition an ack signals, a short
-            # one.
+            # (HELD_LOOK_WAIT_S) at most every HELD_LOOK_INTERVAL_S, and between looks a
+            # wait on the slot condition an ack signals. Not a look each time: the acks of a
+            # batch just handed to the loop's thread come within milliseconds, and a look
+            # then (a GETJOB round trip, the node's timer) delayed every batch.
+            # A channel with a slot free but fewer than half its prefetch: the loop's thread
+            # is acking the batch it was handed (an ack a task, a few ms for all of them).
+            # Fetching at the first ack brought one message a GETJOB (a solo worker drained
+            # at a fifth of the rate): wait FETCH_GATHER_S for the others' acks first.
+            short = [ch for ch in consumable if ch.qos.prefetch_count > 2 * ch._room()]
+            if short:
+                if not gather_until:
+                    gather_until = now + FETCH_GATHER_S
+                if now < gather_until:
+                    with self._slot:
+                        if self._slots_freed == freed:
+                            self._slot.wait(gather_until - now)
+                    continue
             held = len(consumable) < len(consuming)
-            if consumable:
+            look = not held or now >= self._next_held_look
+            if consumable and look:
+                if held:
+                    self._next_held_look = now + HELD_LOOK_INTERVAL_S
                 wait_s = HELD_LOOK_WAIT_S if held else self.settings.wait_s
                 if remaining is not None:
                     wait_s = min(wait_s, remaining)
@@ -795,11 +823,12 @@ class Transport(virtual.Transport):
             # Nothing may be fetched now: wait for a slot (an ack) or a consumer.
             wait_s = self.settings.wait_s if remaining is None else remaining
             if consumable:
-                wait_s = min(wait_s, HELD_LOOK_INTERVAL_S)
+                wait_s = min(wait_s, max(self._next_held_look - now, 0.0))
             if next_renewal is not None:
                 wait_s = min(wait_s, max(next_renewal - now, 0.0))
             with self._slot:
-                self._slot.wait(wait_s)
+                if self._slots_freed == freed:
+                    self._slot.wait(wait_s)
 
     def _fetch_for(
         self, channels: list[_Channel], wait_s: float, deliver: Callable[..., Any]
