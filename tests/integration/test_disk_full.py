@@ -42,24 +42,23 @@ OUT_OF_MEMORY = b"OUT_OF_MEMORY\r\n"
 MAX_ROUNDS = 10_000  # a 4 MiB filesystem holds under 2,000 such jobs
 
 
-@pytest.fixture
-def small_fs(short_tmp: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs mounted for this test, unmounted afterwards."""
+def mounted(mnt: Path, kind: str, *options: str) -> Iterator[Path]:
+    """A filesystem of ``kind`` mounted at ``mnt`` for one test (root only: skipped else),
+    unmounted afterwards."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = short_tmp / "fs"
+        pytest.skip(f"mounting a {kind} needs root")
     mnt.mkdir()
     try:
         r = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mnt)],
+            ["mount", "-t", kind, *options, kind, str(mnt)],
             capture_output=True,
             text=True,
             timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot mount a tmpfs: {exc}")
+        pytest.skip(f"cannot mount a {kind}: {exc}")
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+        pytest.skip(f"cannot mount a {kind}: {r.stderr.strip()}")
     try:
         yield mnt
     finally:
@@ -67,20 +66,16 @@ def small_fs(short_tmp: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
+def small_fs(short_tmp: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs."""
+    yield from mounted(short_tmp / "fs", "tmpfs", "-o", f"size={FS_BYTES}")
+
+
+@pytest.fixture
 def sizeless_fs(short_tmp: Path) -> Iterator[Path]:
-    """A ramfs mounted for this test: its statvfs reports zero blocks, as some FUSE and
-    network filesystems do (LazyFS did)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a ramfs needs root")
-    mnt = short_tmp / "rfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a ramfs: {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
+    """A ramfs: its statvfs reports zero blocks, as some FUSE and network filesystems do
+    (LazyFS did)."""
+    yield from mounted(short_tmp / "rfs", "ramfs")
 
 
 class Node:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dramatiq
@@ -40,6 +42,22 @@ def send(
     broker.enqueue(message, delay=delay_ms)
 
 
+@contextmanager
+def worker_and_broker(
+    app_dir: Path, url: str, queue: str, **worker_options: int
+) -> Iterator[DisqBroker]:
+    """A `dramatiq dapp` worker on ``queue``, ready, and a broker in this process; both
+    stopped afterwards."""
+    w = dramatiq_worker(app_dir, url, queue, "w1", **worker_options)
+    broker = DisqBroker(url)
+    try:
+        w.wait_for_log("Worker process is ready for action.")
+        yield broker
+    finally:
+        w.stop()
+        broker.close()
+
+
 def test_a_thousand_messages_run_exactly_once(lab3: Lab, tmp_path: Path) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
     broker_url = disq_url(lab3)
@@ -70,10 +88,7 @@ def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_qu
 ) -> None:
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
     broker_url = disq_url(lab3)
-    w = dramatiq_worker(app_dir, broker_url, "timing", "w1")
-    broker = DisqBroker(broker_url)
-    try:
-        w.wait_for_log("Worker process is ready for action.")
+    with worker_and_broker(app_dir, broker_url, "timing") as broker:
         sent_at = time.time()
         send(broker, "timing", 1, delay_ms=3000)
         send(broker, "timing", 2, fail=True)  # max_retries=1: two attempts, then dead
@@ -86,9 +101,6 @@ def test_delayed_messages_wait_on_the_node_and_failures_go_to_the_dead_letter_qu
         assert broker.qsize("timing") == 0
         broker.flush("timing")
         assert broker.qsize("timing.XQ") == 0
-    finally:
-        w.stop()
-        broker.close()
 
 
 @pytest.mark.slow
@@ -134,19 +146,13 @@ def test_a_node_killed_while_messages_flow_loses_none_with_the_defaults(tmp_path
     with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
         app_dir = write_app(tmp_path / "app", "dapp", DRAMATIQ_APP)
         url = disq_url(lab)  # the README's URL: every node, no option
-        w = dramatiq_worker(app_dir, url, "flow", "w1", threads=2)
-        broker = DisqBroker(url)
-        try:
-            w.wait_for_log("Worker process is ready for action.")
+        with worker_and_broker(app_dir, url, "flow", threads=2) as broker:
             slowest_s = send_while_a_node_dies(
                 lab, "flow", lambda k: send(broker, "flow", k, sleep_s=0.01)
             )
             counts = wait_all_done(app_dir, set(range(300)), timeout=DEFAULT_RETRY_S / 2)
             assert set(counts) == set(range(300))  # none lost (a retried add may run twice)
             print(f"slowest publish: {slowest_s:.2f} s")  # reported, not asserted
-        finally:
-            w.stop()
-            broker.close()
 
 
 def test_higher_broker_priority_messages_run_first(lab3: Lab, tmp_path: Path) -> None:
@@ -187,29 +193,20 @@ def test_join_waits_for_delayed_messages_until_every_one_ran(lab3: Lab, tmp_path
     node), yet join returns only once the worker ran and acked all 20."""
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
     url = disq_url(lab3)
-    w = dramatiq_worker(app_dir, url, "djoin", "w1")
-    broker = DisqBroker(url)
-    try:
-        w.wait_for_log("Worker process is ready for action.")
+    with worker_and_broker(app_dir, url, "djoin") as broker:
         for k in range(20):
             send(broker, "djoin", k, delay_ms=1500)
         assert broker.qsize("djoin") == 0  # all delayed: nothing queued yet
         broker.join("djoin")
         assert done_counts(app_dir) == {k: 1 for k in range(20)}
         assert broker.pending("djoin") == 0
-    finally:
-        w.stop()
-        broker.close()
 
 
 def test_join_waits_for_messages_being_worked_on(lab3: Lab, tmp_path: Path) -> None:
     """Messages delivered and still running (not acked): join waits for their ack."""
     app_dir = write_app(tmp_path, "dapp", DRAMATIQ_APP)
     url = disq_url(lab3)
-    w = dramatiq_worker(app_dir, url, "dslow", "w1", threads=4)
-    broker = DisqBroker(url)
-    try:
-        w.wait_for_log("Worker process is ready for action.")
+    with worker_and_broker(app_dir, url, "dslow", threads=4) as broker:
         for k in range(3):
             send(broker, "dslow", k, sleep_s=1.5)
         eventually(
@@ -219,9 +216,6 @@ def test_join_waits_for_messages_being_worked_on(lab3: Lab, tmp_path: Path) -> N
         assert broker.qsize("dslow") == 0  # delivered, so no longer queued
         broker.join("dslow")
         assert done_counts(app_dir) == {0: 1, 1: 1, 2: 1}
-    finally:
-        w.stop()
-        broker.close()
 
 
 def test_join_times_out_and_flush_drops_delayed_and_unacked_messages(lab3: Lab) -> None:
