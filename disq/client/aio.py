@@ -26,13 +26,13 @@ import random
 import time
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack, cast
 
 import grpc
 import grpc.aio
 
 from disq.client import forking
-from disq.client.adds import fill_add
+from disq.client.adds import AddOptions, fill_add
 from disq.client.errors import (
     AuthError,
     DisqError,
@@ -309,27 +309,13 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         raise UnavailableError(f"{method}: no node answered (last: {last})")
 
     # ------------------------------------------------------------------ adding
-    async def add_job(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        replicate: int | None = None,
-        repl_timeout_ms: int = 5000,
-        delay_s: int = 0,
-        retry_s: int | None = None,
-        ttl_s: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        idempotency_key: str | None = None,
-        delay_ms: int = 0,
-    ) -> str:
+    async def add_job(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
         """ADDJOB; the job's id. Sync by default: the id comes once ``replicate`` nodes hold
         a copy (NoReplError if not within ``repl_timeout_ms``). Concurrent adds are batched.
-        A delay is ``delay_s`` (Disque's DELAY) or ``delay_ms`` (to the millisecond).
-        With ``idempotency_key``, repeating the add (same queue, within the nodes' window)
-        answers the first job's id and adds nothing: safe to retry after an
-        IndeterminateError."""
+        The options are :class:`~disq.client.adds.AddOptions`: a delay is ``delay_s``
+        (Disque's DELAY) or ``delay_ms`` (to the millisecond); with ``idempotency_key``,
+        repeating the add (same queue, within the nodes' window) answers the first job's id
+        and adds nothing: safe to retry after an IndeterminateError."""
         if self._closed:
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
@@ -337,26 +323,13 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         if batch is None:
             batch = self._add_batch = _AddBatch(api_pb2.AddJobsRequest())
         try:
-            fill_add(
-                batch.request.jobs.add(),
-                queue,
-                body,
-                replicate=replicate,
-                repl_timeout_ms=repl_timeout_ms,
-                delay_s=delay_s,
-                retry_s=retry_s,
-                ttl_s=ttl_s,
-                maxlen=maxlen,
-                async_=async_,
-                idempotency_key=idempotency_key,
-                delay_ms=delay_ms,
-            )
+            fill_add(batch.request.jobs.add(), queue, body, options)
         except (TypeError, ValueError):
             del batch.request.jobs[-1]  # a bad argument: nothing joins the batch
             raise
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         batch.futures.append(fut)
-        batch.deadline_s = max(batch.deadline_s, repl_timeout_ms / 1000)
+        batch.deadline_s = max(batch.deadline_s, batch.request.jobs[-1].timeout_ms / 1000)
         if len(batch.futures) >= MAX_BATCH:
             self._add_batch = None
             self._spawn(self._send_batch(batch))
@@ -376,7 +349,12 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         deadline_ms = 0
         for j in jobs:
             msg = add()
-            fill_add(msg, **j)
+            options = dict(j)
+            try:
+                queue, body = options.pop("queue"), options.pop("body")
+            except KeyError as exc:
+                raise TypeError(f"add_jobs: a job without {exc.args[0]!r}") from None
+            fill_add(msg, queue, body, cast(AddOptions, options))
             deadline_ms = max(deadline_ms, msg.timeout_ms)
             if len(request.jobs) == MAX_BATCH:
                 out.extend(await self._send_adds(request, deadline_ms / 1000))

@@ -35,11 +35,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
-from disq.client.adds import fill_add
+from disq.client.adds import AddOptions, fill_add
 from disq.client.errors import IndeterminateError, LeavingError, UnavailableError
 from disq.client.failover import NodeAddr, NodeSet, judge_failure
 from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
@@ -131,7 +131,7 @@ class BlockingAdder:
         self._nodes = {}
         self._on_loop = 0
 
-    def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
+    def add_job(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
         """The async client's ``add_job`` (same options, same errors), blocking.
 
         An add goes on the caller's thread while this client's adds come one at a time. Once
@@ -145,7 +145,7 @@ class BlockingAdder:
         with self._gate.call():
             return self._add_job(queue, body, options)
 
-    def _add_job(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
+    def _add_job(self, queue: str, body: bytes | str, options: AddOptions) -> str:
         check_usable()
         if os.getpid() != self._pid:
             raise ForkError(
@@ -172,9 +172,9 @@ class BlockingAdder:
                 if not self._on_loop:
                     self._loop_idle.notify_all()
 
-    def _add_here(self, queue: str, body: bytes | str, options: dict[str, Any]) -> str:
+    def _add_here(self, queue: str, body: bytes | str, options: AddOptions) -> str:
         request = api_pb2.AddJobRequest()
-        fill_add(request, queue, body, **options)  # TypeError/ValueError: a bad argument
+        fill_add(request, queue, body, options)  # TypeError/ValueError: a bad argument
         view = self._view
         deadline_s = request.timeout_ms / 1000 + self._timeout_s
         refused: set[str] = set()  # said LEAVING to this add

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 import grpc
 import grpc.aio
 
-from disq.client.adds import fill_add
+from disq.client.adds import AddOptions, fill_add
 from disq.client.calls import OnLoop, PublishCalls
 from disq.client.errors import (
     DisqError,
@@ -99,7 +99,11 @@ class AsyncRoutesMixin:
         )
 
     async def publish(
-        self: PublishCalls, exchange: str, routing_key: str, body: bytes | str, **options: Any
+        self: PublishCalls,
+        exchange: str,
+        routing_key: str,
+        body: bytes | str,
+        **options: Unpack[AddOptions],
     ) -> list[str]:
         """Route through ``exchange`` on a node and add one job per matched queue with
         add_job's ``options``; their ids in route order (queues sorted). [] when nothing
@@ -111,7 +115,7 @@ class AsyncRoutesMixin:
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
         req = api_pb2.PublishRequest(exchange=exchange, routing_key=routing_key)
-        fill_add(req.job, "", body, **options)
+        fill_add(req.job, "", body, options)
         results = await _send_publish(self, req, req.job.timeout_ms / 1000, frozenset())
         if isinstance(results, DisqError):
             raise results
@@ -212,7 +216,11 @@ class SyncRoutesMixin:
         return self._run(AsyncRoutesMixin.list_routes(self._aio))
 
     def publish(
-        self: OnLoop, exchange: str, routing_key: str, body: bytes | str, **options: Any
+        self: OnLoop,
+        exchange: str,
+        routing_key: str,
+        body: bytes | str,
+        **options: Unpack[AddOptions],
     ) -> list[str]:
         return self._run(
             AsyncRoutesMixin.publish(self._aio, exchange, routing_key, body, **options)

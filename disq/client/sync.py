@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from disq.client import forking
+from disq.client.adds import AddOptions
 from disq.client.aio import AsyncClient, Job
 from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError, UnavailableError
@@ -182,7 +183,7 @@ class Client(SyncRoutesMixin):
     def _refresh(self) -> None:
         self._run(self._aio._maybe_refresh())
 
-    def _add_on_loop(self, queue: str, body: bytes | str, **options: Any) -> str:
+    def _add_on_loop(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
         return self._run(self._aio.add_job(queue, body, **options))
 
     def close(self) -> None:
@@ -218,7 +219,7 @@ class Client(SyncRoutesMixin):
         """How many nodes the last HELLO listed (before one: the seeds); no call made."""
         return self._aio.cluster_size
 
-    def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
+    def add_job(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
         """AsyncClient.add_job's options and errors; runs on the calling thread."""
         try:
             return self._adder.add_job(queue, body, **options)

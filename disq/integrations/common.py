@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from disq.client import Client
+from disq.client.adds import AddOptions
 from disq.integrations.transient import TRANSIENT_LEASE_MS
 
 DEFAULT_PORT = 7710
@@ -105,7 +106,7 @@ class Settings:
 
     def add_options(
         self, delay_ms: int = 0, *, ttl_s: int | None = None, cluster_size: int = 0
-    ) -> dict[str, Any]:
+    ) -> AddOptions:
         """The keyword arguments of ``Client.add_job`` for a message delayed ``delay_ms``
         (milliseconds, as Dramatiq and Celery's countdown/ETA give them: the node's DELAYMS).
 
@@ -115,7 +116,7 @@ class Settings:
         delayed job's TTL counts from the end of its delay: it lives as long after it
         becomes ready as any other job. ``cluster_size``: the nodes the client knows, whose
         majority is REPLICATE when the option is not given (0: the node's default)."""
-        opts: dict[str, Any] = {"repl_timeout_ms": self.repl_timeout_ms}
+        opts: AddOptions = {"repl_timeout_ms": self.repl_timeout_ms}
         if self.replicate is not None:
             opts["replicate"] = self.replicate
         elif cluster_size > 0:

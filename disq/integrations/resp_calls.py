@@ -53,7 +53,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import hiredis
 import structlog
@@ -76,6 +76,7 @@ from disq.client import (
     TooLateError,
     UnavailableError,
 )
+from disq.client.adds import REPL_TIMEOUT_MS, AddOptions, check_add_options
 from disq.integrations.common import Settings
 
 log = structlog.get_logger("disq.resp_calls")
@@ -186,7 +187,7 @@ def command(*args: bytes) -> bytes:
     return b"".join(parts)
 
 
-def addjob_command(queue: str, body: bytes | str, **options: Any) -> bytes:
+def addjob_command(queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> bytes:
     """ADDJOB with ``Client.add_job``'s keyword arguments (:func:`addjob_options`)."""
     q = queue.encode()
     data = body.encode() if isinstance(body, str) else bytes(body)
@@ -201,50 +202,27 @@ def addjob_command(queue: str, body: bytes | str, **options: Any) -> bytes:
     )
 
 
-def addjob_options(
-    *,
-    replicate: int | None = None,
-    repl_timeout_ms: int = 5000,
-    delay_s: int = 0,
-    retry_s: int | None = None,
-    ttl_s: int | None = None,
-    maxlen: int | None = None,
-    async_: bool = False,
-    idempotency_key: str | None = None,
-    delay_ms: int = 0,
-) -> tuple[int, bytes]:
+def addjob_options(**options: Unpack[AddOptions]) -> tuple[int, bytes]:
     """ADDJOB's arguments after the body, encoded, and the command's argument count; set as
-    the gRPC request sets them (:func:`disq.client.adds.fill_add`): a falsy REPLICATE,
-    DELAY or MAXLEN is the node's default; RETRY 0 and TTL are sent when given."""
-    for name, value in (
-        ("replicate", replicate),
-        ("repl_timeout_ms", repl_timeout_ms),
-        ("delay_s", delay_s),
-        ("delay_ms", delay_ms),
-        ("retry_s", retry_s),
-        ("ttl_s", ttl_s),
-        ("maxlen", maxlen),
-    ):
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise ValueError(f"add_job {name}: a non-negative integer, got {value!r}")
-    args = [b"%d" % repl_timeout_ms]
-    if replicate:
+    the gRPC request sets them (:func:`disq.client.adds.fill_add`, the same checks): a falsy
+    REPLICATE, DELAY or MAXLEN is the node's default; RETRY 0 and TTL are sent when given."""
+    check_add_options(options)
+    args = [b"%d" % options.get("repl_timeout_ms", REPL_TIMEOUT_MS)]
+    if replicate := options.get("replicate"):
         args += [b"REPLICATE", b"%d" % replicate]
-    if delay_s and delay_ms:
-        raise ValueError("add_job: delay_s or delay_ms, not both")
-    if delay_s:
+    if delay_s := options.get("delay_s"):
         args += [b"DELAY", b"%d" % delay_s]
-    if delay_ms:
+    if delay_ms := options.get("delay_ms"):
         args += [b"DELAYMS", b"%d" % delay_ms]
-    if retry_s is not None:
+    if (retry_s := options.get("retry_s")) is not None:
         args += [b"RETRY", b"%d" % retry_s]
-    if ttl_s is not None:
+    if (ttl_s := options.get("ttl_s")) is not None:
         args += [b"TTL", b"%d" % ttl_s]
-    if maxlen:
+    if maxlen := options.get("maxlen"):
         args += [b"MAXLEN", b"%d" % maxlen]
-    if async_:
+    if options.get("async_"):
         args.append(b"ASYNC")
-    if idempotency_key:
+    if idempotency_key := options.get("idempotency_key"):
         args += [b"IDEMPOTENCY-KEY", idempotency_key.encode()]
     return len(args) + 3, b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
@@ -336,7 +314,7 @@ class RespCalls:
         return self.enabled and not self._closed and os.getpid() == self._pid
 
     # -- adds -----------------------------------------------------------------------------
-    def add_job(self, queue: str, body: bytes | str, **options: Any) -> str:
+    def add_job(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
         """``Client.add_job``'s options, errors and result, over RESP when the node's port
         is known and answers."""
         if not self._on():
