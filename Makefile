@@ -56,7 +56,9 @@ typecheck: $(STAMP)
 # sim_share.py): together every seed once, each build half of them.
 # pytest-xdist runs test files side by side (--dist loadfile: a module's fixtures stay in one
 # worker): most of the suite waits on real processes, timers and sockets, so 4 workers keep
-# 2 cores busy. Each worker takes ports of its own (cluster/ports.py).
+# 2 cores busy. Each worker takes ports of its own (cluster/ports.py). The install test runs
+# alone after them: its builds (mypyc and gcc over 77 modules, twice) hold both cores for
+# minutes, and beside the Spark and timing tests they starved the nodes into timeouts.
 test: $(COMPILED) lint typecheck
 	scripts/tree_state.sh save $(VENV)/.tree-before-test
 	scripts/ensure_redis_cli.sh
@@ -65,7 +67,8 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_chromium.sh
 	scripts/ensure_kombu_suite.sh
 	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) DISQ_SIM_SHARE=0/2 $(BIN)/pytest -q -p no:cacheprovider \
-		-n 4 --dist loadfile --durations=15 tests
+		-n 4 --dist loadfile --durations=15 --ignore=tests/integration/test_install.py tests
+	$(BIN)/pytest -q -p no:cacheprovider tests/integration/test_install.py
 	DISQ_PURE=1 DISQ_SIM_SHARE=1/2 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 		-m "not slow" tests/unit
 	scripts/ensure_beanstalkd.sh

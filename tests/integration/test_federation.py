@@ -30,7 +30,10 @@ from cluster.lab import Lab
 from disq.integrations.dramatiq import DisqBroker
 
 ROUND = 100
-ROUND_LIMIT_S = 1.0  # what the rounds must stay under (the stalls were 4-18 s)
+# What the rounds must stay under: the stalls were 4-18 s; on a quiet machine every round
+# takes 0.5-0.7 s, and one of 1.006 s was seen with the suite's other workers saturating both
+# cores. A stall (a NEEDJOBS backoff, an import window) is seconds: 2 s tells them apart.
+ROUND_LIMIT_S = 2.0
 
 
 def node_url(lab: Lab, i: int) -> str:
