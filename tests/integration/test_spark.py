@@ -42,6 +42,17 @@ def spark() -> Iterator[Any]:
     s.stop()
 
 
+@pytest.fixture(scope="module")
+def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """This module's 3 nodes, with a 5 s node timeout (conftest's lab3 has 1.5 s): the module
+    leaves ~100k replicated jobs on them while the suite's other workers and a JVM hold both
+    cores, and a peer marked failing for a missed probe makes its holders requeue every copy
+    at once (the work of which missed more probes, seen as a requeue storm in a loaded run).
+    No test here kills a node."""
+    with Lab(3, tmp_path_factory.mktemp("lab3"), node_timeout_ms=5000) as lab:
+        yield lab
+
+
 def nodes(lab: Lab) -> str:
     return ",".join(f"127.0.0.1:{lab.node(i).bus_port}" for i in range(lab.n))
 
