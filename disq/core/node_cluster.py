@@ -141,7 +141,7 @@ def settle(core: NodeCore, now_ms: int, disque: DisqueCore) -> None:
             break
     else:  # pragma: no cover - would be a core bug: each round consumes its input
         raise RuntimeError("the beanstalk bridge did not settle")
-    if disque.max_memory_bytes or disque.memory_warning:
+    if disque.memory.max_bytes or disque.memory.warning:
         # Also when the limit went to 0: a warning level must clear at once.
         sched = core.scheduler
         other = beanstalk.live_bytes + (sched.table_bytes if sched is not None else 0)
@@ -155,9 +155,9 @@ def tell_deaths(now_ms: int, changes: list[tuple[str, int]], disque: DisqueCore)
     other state (alive, suspected, left after its drain, forgotten) ends the reason."""
     for node_id, state in changes:
         if state == DEAD:
-            disque.peer_dead(now_ms, node_id)
+            disque.dead_peers.died(now_ms, node_id)
         else:
-            disque.peer_alive(node_id)
+            disque.dead_peers.alive(node_id)
 
 
 def add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:

@@ -477,5 +477,5 @@ class NodeCore:
         it after every write: O(1))."""
         live = self.beanstalk.live_bytes
         if self.disque is not None:
-            live += self.disque.used_bytes
+            live += self.disque.memory.used_bytes
         return live

@@ -114,7 +114,7 @@ class ClusterServices:
             membership = Membership(me, rng, now, **timing)
         self.membership = membership
         self.disque = DisqueCore(membership, rng, now)
-        self.disque.max_memory_bytes = runtime.config.limits.max_memory_bytes
+        self.disque.memory.max_bytes = runtime.config.limits.max_memory_bytes
         self.disque.persist = runtime.aof.writer is not None  # the AOF turns it on when open
         core = runtime.core
         self.disque.wall_offset_ms = core.beanstalk.wall_offset_ms  # the node's (clock.py)
@@ -219,7 +219,7 @@ class ClusterServices:
         runtime = self.runtime
         if name == "maxmemory":
             limit = int(value)
-            self.disque.max_memory_bytes = limit
+            self.disque.memory.max_bytes = limit
             runtime.beanstalk.limits.max_memory_bytes = limit
         elif name == "appendonly":
             store = self.settings.config_store

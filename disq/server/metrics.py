@@ -306,15 +306,17 @@ class NodeCollector(Collector):
                     events.add_metric([queue or "_unknown", ev.KIND_NAMES[kind]], n)
         yield events
         yield GaugeMetricFamily(
-            "disq_memory_used_bytes", "Bytes the Disque core accounts for jobs.", value=d.used_bytes
+            "disq_memory_used_bytes",
+            "Bytes the Disque core accounts for jobs.",
+            value=d.memory.used_bytes,
         )
         yield GaugeMetricFamily(
-            "disq_memory_max_bytes", "maxmemory (0: no limit).", value=d.max_memory_bytes
+            "disq_memory_max_bytes", "maxmemory (0: no limit).", value=d.memory.max_bytes
         )
         yield GaugeMetricFamily(
             "disq_memory_warning_level",
             "0 ok, 1 above 75% of maxmemory, 2 above 95%, 3 full.",
-            value=d.memory_warning,
+            value=d.memory.warning,
         )
         yield from self._membership()
         yield from self._links()

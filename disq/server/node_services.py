@@ -139,7 +139,7 @@ class NodeServices:
                 ("used_memory_human", _human(used)),
                 ("used_memory_rss", rss),
                 ("maxmemory", node.config.limits.max_memory_bytes),
-                ("mem_warning_level", self.core.memory_warning),
+                ("mem_warning_level", self.core.memory.warning),
             ]
         if section == "persistence":
             aof = node.aof.writer

@@ -57,7 +57,7 @@ def test_a_reset_flushes_every_job_and_queue_and_answers_every_waiter() -> None:
     node.on_peer_messages(T0, _id(1), [_copy_of("D-00000002-aaaaaaaaaaaaaaaaaaaaaaaa-05a1")])
     assert len(disque.jobs) == 3 and disque.outbox
     node.cluster_reset(T0 + 1)
-    assert disque.jobs == {} and disque.queues == {} and disque.used_bytes == 0
+    assert disque.jobs == {} and disque.queues == {} and disque.memory.used_bytes == 0
     assert disque.outbox == []  # the add's REPLJOBs to the forgotten peers do not leave
     assert sorted(disque.replies, key=lambda r: r[0]) == [
         (2, DisqueError("NOREPL", NOREPL_EXPIRED)),  # unregisterJob's answer

@@ -251,8 +251,8 @@ def test_memory_warning_one_evicts_empty_queues_after_ten_seconds() -> None:
     names = _empty_queues(m, 100)
     _kept_queues(m)
     core = m.disque(0)
-    used = core.used_bytes + len(core.queues) * QUEUE_OVERHEAD_BYTES
-    core.max_memory_bytes = used * 100 // 80  # 80%: level 1
+    used = core.memory.used_bytes + len(core.queues) * QUEUE_OVERHEAD_BYTES
+    core.memory.max_bytes = used * 100 // 80  # 80%: level 1
     assert core.update_memory(m.now) == 1
     m.advance(QUEUE_IDLE_GC_WARN_MS - 2000, step=500)
     assert set(names) <= set(core.queues)
@@ -265,12 +265,12 @@ def test_memory_pressure_evicts_empty_queues_after_two_seconds_then_clears() -> 
     names = _empty_queues(m, 1000)
     _kept_queues(m)
     core = m.disque(0)
-    core.max_memory_bytes = 1  # CONFIG SET maxmemory 1: the queues alone are over it
+    core.memory.max_bytes = 1  # CONFIG SET maxmemory 1: the queues alone are over it
     assert core.update_memory(m.now) == 3
     m.advance(QUEUE_IDLE_GC_PRESSURE_MS + 1500, step=100)
     assert not set(names) & set(core.queues)
     assert sorted(core.queues) == ["blocked", "full", "paused"]
     # What is left still counts (three queues and a job): the level stays where it is.
-    assert core.memory_warning == 3
-    core.max_memory_bytes = 10 << 20
+    assert core.memory.warning == 3
+    core.memory.max_bytes = 10 << 20
     assert core.update_memory(m.now) == 0

@@ -263,7 +263,7 @@ def test_working_postpones_and_nack_requeues() -> None:
 def test_memory_levels_external_replication_then_oom() -> None:
     c = Cluster(3)
     core = c.core(0)
-    core.max_memory_bytes = 20_000
+    core.memory.max_bytes = 20_000
     body = b"x" * 1000
     local_copies = 0
     external = None
@@ -288,7 +288,7 @@ def test_memory_levels_external_replication_then_oom() -> None:
     # One of them was told to queue it (ENQUEUE), so a consumer can get it.
     assert c.core(1).qlen("m") + c.core(2).qlen("m") >= 1
     # Full: ADDJOB is refused with Disque's OOM error.
-    core.max_memory_bytes = core.used_bytes
+    core.memory.max_bytes = core.memory.used_bytes
     core.update_memory(c.now)
     with pytest.raises(DisqueError) as e:
         core.add_job(c.now, 999, "m", body, timeout_ms=1000, repl=2)
@@ -305,12 +305,12 @@ def test_memory_level_two_evicts_acked_jobs_only() -> None:
     for j in got:
         j.state = 3  # ACKED, as if GC were still waiting for a peer
     before = len(core.jobs)
-    limit = core.used_bytes
-    core.max_memory_bytes = limit  # 100%: evict acked jobs until below 95%
+    limit = core.memory.used_bytes
+    core.memory.max_bytes = limit  # 100%: evict acked jobs until below 95%
     assert core.update_memory(c.now) in (1, 2)
-    assert len(core.jobs) < before and core.used_bytes <= limit * 95 // 100
+    assert len(core.jobs) < before and core.memory.used_bytes <= limit * 95 // 100
     assert all(i in core.jobs for i in ids_[5:])  # unacked jobs are never evicted
-    core.max_memory_bytes = limit * 4 // 10  # more than every acked job can free
+    core.memory.max_bytes = limit * 4 // 10  # more than every acked job can free
     assert core.update_memory(c.now) == 3
     assert sorted(core.jobs) == sorted(ids_[5:])
 

@@ -8,14 +8,16 @@ import random
 
 from disq.core.disque.api import PENDING
 from disq.core.disque.core import DisqueCore
+from disq.core.disque.counts import from_scratch
 from disq.persistence.framing import iter_frames
 from disq.testing.mesh import Mesh
 
 
 def counts(core: DisqueCore, queue: str = "q") -> tuple[int, int, int]:
     """``(jobs, active, delayed)``, after checking the kept counts against a recount."""
-    assert core._qcounts == core.counts_from_scratch()
-    return core.queue_counts(queue)
+    assert core.counts.by_queue == from_scratch(core.jobs.values())
+    q = core.queues.get(queue)
+    return core.counts.of(queue, len(q) if q is not None else 0)
 
 
 def stat(core: DisqueCore, now_ms: int, queue: str = "q") -> dict[str, object] | None:

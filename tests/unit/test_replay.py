@@ -195,7 +195,9 @@ def test_a_replay_from_the_file_gives_every_job_the_file_holds_field_by_field(
         (disque._awake_time(j), j.id) for j in disque.jobs.values()
     )
     assert all(j.awake_ms == disque._awake_time(j) for j in disque.jobs.values())
-    assert disque.used_bytes == sum(len(j.body) + JOB_OVERHEAD_BYTES for j in disque.jobs.values())
+    assert disque.memory.used_bytes == sum(
+        len(j.body) + JOB_OVERHEAD_BYTES for j in disque.jobs.values()
+    )
 
 
 def test_the_in_place_replay_and_the_records_replay_give_the_same_state(tmp_path: Path) -> None:
@@ -213,7 +215,7 @@ def test_the_in_place_replay_and_the_records_replay_give_the_same_state(tmp_path
         (e.at_ms, e.job_id) for e in b._awake
     )
     assert a._idem == b._idem and a._idem_tentative == b._idem_tentative
-    assert a.used_bytes == b.used_bytes
+    assert a.memory.used_bytes == b.memory.used_bytes
 
 
 def test_a_controlled_restart_queues_what_the_file_holds_in_ctime_order(tmp_path: Path) -> None:

@@ -614,7 +614,7 @@ def test_schedule_bodies_count_towards_maxmemory_and_an_add_past_it_is_oom() -> 
     mesh = _mesh(1, _utc(2026, 5, 1, 12, 0, 0))
     s = _sched(mesh)
     disque = mesh.disque(0)
-    disque.max_memory_bytes = 10 << 20
+    disque.memory.max_bytes = 10 << 20
     body = b"x" * (1 << 20)
     added = 0
     with pytest.raises(ScheduleError) as refused:
@@ -626,7 +626,7 @@ def test_schedule_bodies_count_towards_maxmemory_and_an_add_past_it_is_oom() -> 
     assert sorted(s.names()) == sorted(f"s{k}" for k in range(9))
     assert s.table_bytes > 9 << 20
     mesh.advance(100)
-    assert disque.memory_warning >= 1  # over 75% of maxmemory: schedules alone
+    assert disque.memory.warning >= 1  # over 75% of maxmemory: schedules alone
     # Replacing one with a smaller body frees room; a delete gives all of it back.
     s.add(mesh.now, ScheduleDef("s0", "@daily", "UTC", "q", b"small"))
     s.delete(mesh.now, "s1")

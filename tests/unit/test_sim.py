@@ -340,7 +340,7 @@ class _FetchUncounted(SimDisqueCore):
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
         j = super()._fetch(q, now_ms)
         if j is not None:
-            self._count(j, -1)
+            self.counts.add(j, -1)
         return j
 
 
@@ -493,7 +493,7 @@ def _acknowledged(c: _Pump, res: object, token: int) -> bool:
 def test_core_extrepl_repl1_sync_add() -> None:  # BUG_EXTREPL_REPL1, fixed
     # 1. Its only REPLJOB is lost: the acknowledged job must still be delivered (HEAD: no).
     c = _Pump()
-    c.cores[0].memory_warning = 1
+    c.cores[0].memory.warning = 1
     res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=1, retry_s=1)
     c.pump(drop=_first_only((ReplJob,)))
     c.advance(10_000)
@@ -502,7 +502,7 @@ def test_core_extrepl_repl1_sync_add() -> None:  # BUG_EXTREPL_REPL1, fixed
     # 2. Nothing fails: consumed and acked on the external holder, it must not come back
     # (working tree: the creator's untracked copy is delivered again after its retry).
     c = _Pump()
-    c.cores[0].memory_warning = 1
+    c.cores[0].memory.warning = 1
     res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=1, retry_s=1)
     c.pump()
     assert _acknowledged(c, res, 1)
@@ -523,7 +523,7 @@ def test_core_extrepl_async_add_is_delivered(lost: tuple[type, ...]) -> None:
     """BUG_EXTREPL_ASYNC, fixed: the id comes only once a copy exists elsewhere, so losing
     the first REPLJOBs or the ENQUEUE delays the job, never loses it."""
     c = _Pump()
-    c.cores[0].memory_warning = 1
+    c.cores[0].memory.warning = 1
     res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=2, async_=True, retry_s=1)
     assert res is PENDING  # no copy anywhere yet: no id
     c.pump(drop=_first_only(lost))
@@ -535,9 +535,9 @@ def test_core_extrepl_async_add_is_delivered(lost: tuple[type, ...]) -> None:
 
 def test_core_extrepl_async_add_times_out_without_a_copy() -> None:
     c = _Pump()
-    c.cores[0].memory_warning = 1
+    c.cores[0].memory.warning = 1
     for core in c.cores[1:]:
-        core.memory_warning = 1  # nobody can take a copy
+        core.memory.warning = 1  # nobody can take a copy
     res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=1000, repl=2, async_=True, retry_s=1)
     assert res is PENDING
     c.pump()

@@ -86,7 +86,7 @@ class AckMixin(CoreParts):
         if j.state == QUEUED:
             self._dequeue(j)
         self._key_done(j, now_ms)  # acked: its add surely finished
-        self._to_acked(j)
+        self.counts.to_acked(j)
         j.gc_retry = first_gc_step
         j.confirmed = NO_NODES
         # Every acked job gets GC attempts of its own (as in Disque): a node that learned the

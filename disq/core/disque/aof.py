@@ -91,7 +91,7 @@ class AofMixin(CoreParts):
                 votes.extend(decode_keyvotes(payload))
         persist, self.persist = self.persist, False  # what is replayed is logged already
         requeue = self._restore_jobs(now_ms, buf, offsets)
-        self._recount()  # the job table was filled in bulk (counts.py)
+        self.counts.rebuild(self.jobs.values())  # the job table was filled in bulk (counts.py)
         self._restore_keys(now_ms, keys)
         self._kv_restore(now_ms, votes)
         self._kv_after_restore()
@@ -168,7 +168,7 @@ class AofMixin(CoreParts):
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 requeue.append(j)
         self._prev_ctime = prev_ctime
-        self.used_bytes += used + JOB_OVERHEAD_BYTES * len(loaded)
+        self.memory.used_bytes += used + JOB_OVERHEAD_BYTES * len(loaded)
         # One heapify instead of a push per job; the heap was empty, or a few entries.
         self._awake.extend(awake)
         heapq.heapify(self._awake)

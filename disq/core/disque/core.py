@@ -49,8 +49,8 @@ from disq.core.disque.api import (
 )
 from disq.core.disque.blocked import BlockedClientsMixin
 from disq.core.disque.bridge import BeanstalkBridgeMixin
-from disq.core.disque.counts import CountsMixin
-from disq.core.disque.dead_peers import DeadPeersMixin
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
 from disq.core.disque.handoff import HandoffMixin
@@ -71,7 +71,7 @@ from disq.core.disque.job import (
     DJob,
 )
 from disq.core.disque.keyvote import KeyVoteMixin
-from disq.core.disque.memory import MemoryMixin
+from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.disque.requeue import RequeueMixin
@@ -122,12 +122,9 @@ class DisqueCore(
     BeanstalkBridgeMixin,
     ReplicationMixin,
     BlockedClientsMixin,
-    MemoryMixin,
     RequeueMixin,
-    DeadPeersMixin,
     AofMixin,
     FlushMixin,
-    CountsMixin,
 ):
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
         self.view = view
@@ -181,17 +178,11 @@ class DisqueCore(
         # AOF's absolute expiry are wall-clock (as Disque's); every other deadline node-clock.
         self.wall_offset_ms = 0
         self._next_cron_ms = now_ms + CRON_IDLE_MS
-        self.memory_warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full (update_memory)
-        self.max_memory_bytes = 0  # 0: no limit
-        self.used_bytes = 0  # bodies + a fixed per-job estimate
-        self._qcounts = {}  # counts.py
+        self.memory = MemoryLevels()  # memory.py: the warning level, maxmemory, used bytes
+        self.counts = QueueCounts()  # counts.py
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         self.max_queues = MAX_QUEUES
-        self._dead_peers: set[str] = set()  # dead_peers.py
-        self._dead_sweep: list[str] = []
-        self._dead_sweep_pos = 0
-        self._dead_sweep_due_ms = 0
         self._handoffs = None  # handoff.py: no drain started
         self._handoff_usable = None
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
@@ -210,6 +201,8 @@ class DisqueCore(
             "jobs_exported": 0,
             "noreply_timeouts": 0,
         }
+        # dead_peers.py: the jobs a peer confirmed dead had queued are requeued soon
+        self.dead_peers = DeadPeers(view, self.jobs, rng, self.stats, self._update_awake)
 
     # ================================================================== helpers
     @property
@@ -341,17 +334,17 @@ class DisqueCore(
     # ================================================================== job lifecycle
     def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
-        self.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
-        self._count(j, 1)
+        self.memory.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
+        self.counts.add(j, 1)
         if awake:
             self._update_awake(j)
 
     def _forget(self, j: DJob) -> None:
         del self.jobs[j.id]
-        self._count(j, -1)
+        self.counts.add(j, -1)
         if self._one_copy:
             self._one_copy.discard(j.id)
-        self.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
+        self.memory.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
         j.awake_ms = -1
 
     def _unregister(self, j: DJob, now_ms: int) -> None:
@@ -439,7 +432,7 @@ class DisqueCore(
             j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
         else:
             j.qtime_ms = 0
-        self._to_queued(j)
+        self.counts.to_queued(j)
         j.queued_at = self.view.my_id
         q = self._queue(j.queue, now_ms)
         q.skiplist.add(j)
@@ -460,7 +453,9 @@ class DisqueCore(
         AofMixin.restore(self, now_ms, records, buf, offsets)
 
     def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
-        return MemoryMixin.update_memory(self, now_ms, other_bytes)
+        """The memory warning level (memory.py), ``other_bytes`` the beanstalk engine's."""
+        m = self.memory
+        return m.update(now_ms, len(self.queues), other_bytes, self.jobs, self._unregister)
 
     def _dequeue(self, j: DJob) -> bool:
         if j.state != QUEUED:
@@ -468,7 +463,7 @@ class DisqueCore(
         q = self.queues.get(j.queue)
         if q is not None:
             q.skiplist.discard(j)
-        self._to_active(j)
+        self.counts.to_active(j)
         return True
 
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
@@ -476,7 +471,7 @@ class DisqueCore(
         if not q.skiplist or q.paused_out:
             return None
         j: DJob = q.skiplist.pop(0)
-        self._to_active(j)
+        self.counts.to_active(j)
         j.flags |= DELIVERED
         q.jobs_out += 1
         q.atime_ms = now_ms
@@ -556,9 +551,9 @@ class DisqueCore(
             first = self._keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
             if first is not None:
                 return first
-        if self.memory_warning >= 3:
+        if self.memory.warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
-        extrepl = self.memory_warning > 0 or self.view.leaving
+        extrepl = self.memory.warning > 0 or self.view.leaving
         additional = repl if extrepl else repl - 1
         # A REPLICATE 1 add needs no peer: the peers' list (a copy per call) is not built.
         reachable = len(self.view.reachable_peers()) if additional > 0 else 0
@@ -726,7 +721,7 @@ class DisqueCore(
         return self._enqueue_many(now_ms, job_ids, nack=False)
 
     def _enqueue_many(self, now_ms: int, job_ids: list[str], nack: bool) -> int:
-        if self.memory_warning >= 3:
+        if self.memory.warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         n = 0
         for job_id in job_ids:
@@ -779,13 +774,14 @@ class DisqueCore(
             nxt = self._client_timers[0][0] + 1
         if self._repl_timers and self._repl_timers[0][0] < nxt:
             nxt = self._repl_timers[0][0]
-        if self._dead_sweep and self._dead_sweep_due_ms < nxt:
-            nxt = self._dead_sweep_due_ms  # a death's sweep: at once, a batch per tick
+        dead = self.dead_peers
+        if dead.sweep_ids and dead.sweep_due_ms < nxt:
+            nxt = dead.sweep_due_ms  # a death's sweep: at once, a batch per tick
         return nxt
 
     def tick(self, now_ms: int) -> None:
-        if self._dead_sweep:
-            self._sweep_dead(now_ms)
+        if self.dead_peers.sweep_ids:
+            self.dead_peers.sweep(now_ms)
         self._expire_keys(now_ms)
         self._process_jobs(now_ms)
         self._process_clients(now_ms)
@@ -863,7 +859,7 @@ class DisqueCore(
         if self._kv_acc:
             self._kv_prune(now_ms)
         any_blocked = False
-        idle_ms = self.queue_idle_gc_ms()
+        idle_ms = self.memory.queue_idle_gc_ms()
         idle: list[str] = []
         for q in self.queues.values():
             if q.blocked:

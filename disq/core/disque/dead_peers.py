@@ -24,14 +24,18 @@ copy of the dict's keys, 15-20 ms of CPU per million; a dict's iterator cannot b
 across ticks while jobs come and go) and the timer looks at ``DEAD_SWEEP_BATCH`` of them per
 tick, so a node holding a million jobs does not stall its loop for the whole walk. A second
 death during a sweep starts it again with both nodes (a job brought forward stays so).
+
+A component of the core: it owns the dead set and the sweep; it reads the job table and
+moves a job's requeue time through the core's timer (``update_awake``), nothing else.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+import random
+from collections.abc import Callable
 
+from disq.core.disque.api import ClusterView
 from disq.core.disque.job import ACTIVE, BCAST_WILLQUEUE, BEANSTALK_ORIGIN, DJob
-from disq.core.disque.parts import CoreParts
 
 # A second or two: long enough for the WILLQUEUE round (sent 500 ms before) to reach a live
 # holder that has the job queued, short beside a RETRY. The jitter spreads the holders so the
@@ -41,52 +45,69 @@ DEAD_REQUEUE_JITTER_MS = 1000
 DEAD_SWEEP_BATCH = 4096  # job ids looked at per tick
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class DeadPeersMixin(CoreParts):
+class DeadPeers:
     """Requeue soon the jobs a dead peer had queued (the module's docstring says which)."""
 
-    def peer_dead(self, now_ms: int, node_id: str) -> None:
-        """Membership confirmed ``node_id`` DEAD: sweep the jobs, from the next tick on."""
-        if node_id == self.my_id:
-            return
-        self._dead_peers.add(node_id)
-        self._dead_sweep = list(self.jobs)
-        self._dead_sweep_pos = 0
-        self._dead_sweep_due_ms = now_ms
+    def __init__(
+        self,
+        view: ClusterView,
+        jobs: dict[str, DJob],
+        rng: random.Random,
+        stats: dict[str, int],
+        update_awake: Callable[[DJob], None],
+    ) -> None:
+        self.view = view
+        self.jobs = jobs
+        self.rng = rng
+        self.stats = stats
+        self.update_awake = update_awake
+        self.dead: set[str] = set()
+        self.sweep_ids: list[str] = []  # job ids to look at, a snapshot taken at the death
+        self.sweep_pos = 0
+        self.sweep_due_ms = 0
 
-    def peer_alive(self, node_id: str) -> None:
+    def died(self, now_ms: int, node_id: str) -> None:
+        """Membership confirmed ``node_id`` DEAD: sweep the jobs, from the next tick on."""
+        if node_id == self.view.my_id:
+            return
+        self.dead.add(node_id)
+        self.sweep_ids = list(self.jobs)
+        self.sweep_pos = 0
+        self.sweep_due_ms = now_ms
+
+    def alive(self, node_id: str) -> None:
         """``node_id`` is back (or was only suspected): no longer a reason to requeue.
         Jobs already brought forward keep their time: their WILLQUEUE now reaches it, and
         it answers QUEUED if it has them queued."""
-        self._dead_peers.discard(node_id)
-        if not self._dead_peers:
-            self._dead_sweep = []
-            self._dead_sweep_pos = 0
+        self.dead.discard(node_id)
+        if not self.dead:
+            self.sweep_ids = []
+            self.sweep_pos = 0
 
-    def _sweep_dead(self, now_ms: int) -> None:
-        ids = self._dead_sweep
-        pos = self._dead_sweep_pos
+    def sweep(self, now_ms: int) -> None:
+        """One batch of the sweep (the core's tick runs it while ``sweep_ids`` is not empty)."""
+        ids = self.sweep_ids
+        pos = self.sweep_pos
         end = min(pos + DEAD_SWEEP_BATCH, len(ids))
         jobs = self.jobs
         for i in range(pos, end):
             j = jobs.get(ids[i])
             if j is not None:
-                self._requeue_soon(j, now_ms)
+                self.requeue_soon(j, now_ms)
         if end >= len(ids):
-            self._dead_sweep = []
-            self._dead_sweep_pos = 0
-            self._dead_peers.clear()
+            self.sweep_ids = []
+            self.sweep_pos = 0
+            self.dead.clear()
         else:
-            self._dead_sweep_pos = end
+            self.sweep_pos = end
 
-    def _requeue_soon(self, j: DJob, now_ms: int) -> bool:
+    def requeue_soon(self, j: DJob, now_ms: int) -> bool:
         """Bring ``j``'s requeue forward if a dead peer had it; True if it was."""
         if j.state != ACTIVE or j.retry_s == 0 or j.qtime_ms == 0:
             return False  # queued here, acked, waiting for its copies, or at-most-once
         if j.flags & BEANSTALK_ORIGIN:
             return False  # the owner's holders take it over by their own timer (bridge.py)
-        dead = self._dead_peers
+        dead = self.dead
         where = j.queued_at
         if where:
             if where not in dead:
@@ -105,5 +126,5 @@ class DeadPeersMixin(CoreParts):
         j.qtime_ms = at
         j.flags |= BCAST_WILLQUEUE
         self.stats["jobs_requeue_advanced"] += 1
-        self._update_awake(j)
+        self.update_awake(j)
         return True

@@ -86,7 +86,7 @@ class FederationMixin(CoreParts):
                 # the id of a deleted job. Such a job stays here until its key is decided.
                 kept.append(j)
                 continue
-            self._to_active(j)
+            self.counts.to_active(j)
             j.queued_at = node  # queued at the importer now (dead_peers.py)
             q.jobs_out += 1
             j.deliver_to(node)

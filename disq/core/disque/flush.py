@@ -55,9 +55,9 @@ class FlushMixin(CoreParts):
                 self.beanstalk_dropped.append(j.bid)
             j.awake_ms = -1
         self.jobs.clear()
-        self._qcounts.clear()
+        self.counts.clear()
         self.queues.clear()
-        self.used_bytes = 0
+        self.memory.used_bytes = 0
         self._clear_waits()
         self._clear_keys()
 

@@ -61,8 +61,8 @@ class IntrospectionMixin(CoreParts):
         ``delayed``. A queue with no queue record here (never queued to, or collected idle)
         is null as in Disque, unless this node holds jobs of it: then its Disque fields are
         those of an empty queue."""
-        jobs, active, delayed = self.queue_counts(queue)
         q = self.queues.get(queue)
+        jobs, active, delayed = self.counts.of(queue, len(q) if q is not None else 0)
         if q is None:
             if not jobs:
                 return None

@@ -1,15 +1,18 @@
 """Memory (Disque's getMemoryWarningLevel and what its levels trigger), from this core's
 estimate of its jobs' size (``used_bytes``: bodies plus JOB_OVERHEAD_BYTES each) and the
 beanstalk engine's.
+
+A component of the core: it owns the accounting (the core adds and subtracts a job's bytes
+as it registers and forgets it) and the level; the core hands it the job table and its way
+to drop a job when the level asks for eviction.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from collections.abc import Callable
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
-from disq.core.disque.job import ACKED
-from disq.core.disque.parts import CoreParts
+from disq.core.disque.job import ACKED, DJob
 
 # What an empty queue record costs (DQueue, its SortedList and dicts, the name, the entry in
 # ``queues``), measured with tracemalloc on CPython 3.11: about 780 bytes. Queues are memory
@@ -24,27 +27,37 @@ QUEUE_IDLE_GC_WARN_MS = QUEUE_IDLE_GC_MS // 30
 QUEUE_IDLE_GC_PRESSURE_MS = 2000
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class MemoryMixin(CoreParts):
-    """The memory warning levels of DisqueCore."""
+class MemoryLevels:
+    """Disque's memory warning levels over the core's estimate of its jobs' size."""
 
-    def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
+    def __init__(self) -> None:
+        self.warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full
+        self.max_bytes = 0  # maxmemory; 0: no limit
+        self.used_bytes = 0  # bodies + JOB_OVERHEAD_BYTES each
+
+    def update(
+        self,
+        now_ms: int,
+        queues: int,
+        other_bytes: int,
+        jobs: dict[str, DJob],
+        unregister: Callable[[DJob, int], None],
+    ) -> int:
         """Disque's memory warning levels (getMemoryWarningLevel), from this core's estimate
         plus ``other_bytes`` (the beanstalk engine's jobs). Level 1 (>75%): new jobs are
         replicated externally and REPLJOB is refused; level 2 (>95%): acked jobs, which are
         only GC bookkeeping, are evicted; level 3 (full): ADDJOB, NACK and ENQUEUE get -OOM.
-        Empty idle queues count too (``QUEUE_OVERHEAD_BYTES`` each) and are evicted faster
-        from level 1 on (``queue_idle_gc_ms``, run by the core's cron)."""
-        limit = self.max_memory_bytes
+        Empty idle queues count too (``QUEUE_OVERHEAD_BYTES`` each for ``queues``) and are
+        evicted faster from level 1 on (``queue_idle_gc_ms``, run by the core's cron)."""
+        limit = self.max_bytes
         if limit <= 0:
-            self.memory_warning = 0
+            self.warning = 0
             return 0
-        queues = len(self.queues) * QUEUE_OVERHEAD_BYTES
-        used = self.used_bytes + other_bytes + queues
+        queue_bytes = queues * QUEUE_OVERHEAD_BYTES
+        used = self.used_bytes + other_bytes + queue_bytes
         if used > limit * 95 // 100:
-            self._evict_acked(now_ms, used - limit * 95 // 100)
-            used = self.used_bytes + other_bytes + queues
+            _evict_acked(now_ms, used - limit * 95 // 100, jobs, unregister)
+            used = self.used_bytes + other_bytes + queue_bytes
         level = 0
         if used > limit * 75 // 100:
             level = 1
@@ -52,28 +65,31 @@ class MemoryMixin(CoreParts):
             level = 2
         if used >= limit:
             level = 3
-        self.memory_warning = level
+        self.warning = level
         return level
-
-    def _evict_acked(self, now_ms: int, want_bytes: int) -> None:
-        """Drop acked jobs (oldest first in dict order) until ``want_bytes`` are freed. The
-        worst case is a duplicate delivery by a holder that never heard the ack, which
-        at-least-once allows; never an unacked job lost."""
-        freed = 0
-        for j in [j for j in self.jobs.values() if j.state == ACKED]:
-            if freed >= want_bytes:
-                break
-            freed += len(j.body) + JOB_OVERHEAD_BYTES
-            self._unregister(j, now_ms)
 
     def queue_idle_gc_ms(self) -> int:
         """How long an empty queue (no blocked client, no pause) stays registered while
         idle: Disque's evictIdleQueues (300 s; 10 s at memory warning 1; 2 s above). The
         cost of evicting early is a queue record made again on the next use, and QSTAT
         answering null meanwhile; the queue's counters (jobs in/out) start over."""
-        level = self.memory_warning
+        level = self.warning
         if level > 1:
             return QUEUE_IDLE_GC_PRESSURE_MS
         if level > 0:
             return QUEUE_IDLE_GC_WARN_MS
         return QUEUE_IDLE_GC_MS
+
+
+def _evict_acked(
+    now_ms: int, want_bytes: int, jobs: dict[str, DJob], unregister: Callable[[DJob, int], None]
+) -> None:
+    """Drop acked jobs (oldest first in dict order) until ``want_bytes`` are freed. The
+    worst case is a duplicate delivery by a holder that never heard the ack, which
+    at-least-once allows; never an unacked job lost."""
+    freed = 0
+    for j in [j for j in jobs.values() if j.state == ACKED]:
+        if freed >= want_bytes:
+            break
+        freed += len(j.body) + JOB_OVERHEAD_BYTES
+        unregister(j, now_ms)

@@ -38,7 +38,9 @@ from disq.core.disque.state import (
 
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult, Pending
+    from disq.core.disque.counts import QueueCounts
     from disq.core.disque.job import AwakeEntry, DJob
+    from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
     from disq.core.messages import GotJob, JobData, Message
@@ -108,17 +110,9 @@ class CoreParts:
     # handoff.py
     _handoffs: dict[str, Handoff] | None  # None: no drain started
     _handoff_usable: Callable[[str], bool] | None  # the runtime's link check
-    # dead_peers.py: the peers confirmed dead whose jobs are being swept
-    _dead_peers: set[str]
-    _dead_sweep: list[str]  # job ids to look at, a snapshot taken at the death
-    _dead_sweep_pos: int
-    _dead_sweep_due_ms: int
-    # memory.py
-    memory_warning: int  # 0 ok, 1 >75%, 2 >95%, 3 full
-    max_memory_bytes: int  # 0: no limit
-    used_bytes: int
-    # counts.py: queue -> [held live jobs not queued here, of them delayed]
-    _qcounts: dict[str, list[int]]
+    memory: MemoryLevels  # memory.py
+    # counts.py: per queue, the held live jobs not queued here, of them delayed
+    counts: QueueCounts
 
     # ------------------------------------------------------------------ core.py's
     @property
@@ -226,22 +220,6 @@ class CoreParts:
         raise NotImplementedError
 
     def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ counts.py's
-    def _to_active(self, j: DJob) -> None:
-        raise NotImplementedError
-
-    def _to_acked(self, j: DJob) -> None:
-        raise NotImplementedError
-
-    def _undelay(self, j: DJob) -> None:
-        raise NotImplementedError
-
-    def _recount(self) -> None:
-        raise NotImplementedError
-
-    def queue_counts(self, queue: str) -> tuple[int, int, int]:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ handoff.py's
@@ -366,13 +344,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
-    "counts": (
-        "_to_active",
-        "_to_acked",
-        "_undelay",
-        "_recount",
-        "queue_counts",
-    ),
     "handoff": ("_handoff_gotjob",),
     "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
     "requeue": ("_merge_counters",),

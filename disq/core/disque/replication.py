@@ -120,7 +120,7 @@ class ReplicationMixin(CoreParts):
     # ------------------------------------------------------------------ messages
     def _on_repljob(self, now_ms: int, sender: str, msg: ReplJob) -> None:
         d = msg.job
-        if self.memory_warning > 0 or self.view.leaving:
+        if self.memory.warning > 0 or self.view.leaving:
             return  # no copy: the sender will pick another node
         q = self.queues.get(d.queue)
         if q is not None and q.paused_in:

@@ -80,7 +80,7 @@ class RequeueMixin(CoreParts):
             self._dequeue(j)  # two copies queued: the one whose node wins keeps it
         if j.state != QUEUED:
             j.queued_at = sender  # where the job is now (dead_peers.py)
-        self._undelay(j)  # queued there: its delay is over (counts.py)
+        self.counts.undelay(j)  # queued there: its delay is over (counts.py)
         j.flags |= BCAST_QUEUED
         if j.state in (ACTIVE, QUEUED) and j.retry_s:
             j.flags |= BCAST_WILLQUEUE

@@ -251,12 +251,12 @@ class Scheduler:
         live = sum(1 for x in self.table.values() if not x.deleted)
         if d.name not in self.table and live >= SCHEDULES_MAX:
             raise ScheduleError(f"too many schedules (at most {SCHEDULES_MAX})")
-        limit = self.disque.max_memory_bytes
+        limit = self.disque.memory.max_bytes
         if limit > 0:
             cur = self.table.get(d.name)
             grow = def_bytes(d) - (def_bytes(cur) if cur is not None else 0)
-            used = self.disque.used_bytes + self.table_bytes
-            if grow > 0 and (self.disque.memory_warning >= 3 or used + grow > limit):
+            used = self.disque.memory.used_bytes + self.table_bytes
+            if grow > 0 and (self.disque.memory.warning >= 3 or used + grow > limit):
                 # ADDJOB's refusal, in the same words: the add would take the node past it.
                 raise ScheduleError("command not allowed when used memory > 'maxmemory'.", "OOM")
         self._local_change(now_ms, d)

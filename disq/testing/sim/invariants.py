@@ -52,6 +52,7 @@ replayed with tracing, the job's history and its messages):
 
 from __future__ import annotations
 
+from disq.core.disque.counts import from_scratch
 from disq.core.disque.job import (
     ACKED,
     ACTIVE,
@@ -137,7 +138,7 @@ class InvariantsMixin(SimBase):
             raise self._violation(
                 "4 (queues match jobs)", f"{where}: {queued} QUEUED jobs, {in_queues} queued ids"
             )
-        kept, counts = core._qcounts, core.counts_from_scratch()
+        kept, counts = core.counts.by_queue, from_scratch(core.jobs.values())
         if kept != counts:
             wrong = {
                 k: (kept.get(k), counts.get(k))

@@ -199,13 +199,13 @@ class SimNode:
 
 class SimDisqueCore(DisqueCore):
     """The real Disque core; only the memory warning is the nemesis's to set. NodeCore
-    recomputes the level from ``max_memory_bytes`` after every step (0: no warning), so a
+    recomputes the level from ``memory.max_bytes`` after every step (0: no warning), so a
     level forced by the nemesis is kept while no limit is configured."""
 
     forced_warning = 0
 
     def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
-        if self.max_memory_bytes <= 0:
-            self.memory_warning = self.forced_warning
+        if self.memory.max_bytes <= 0:
+            self.memory.warning = self.forced_warning
             return self.forced_warning
         return super().update_memory(now_ms, other_bytes)

@@ -79,7 +79,7 @@ class NemesisMixin(SimBase):
                 self._rewrite(rng.choice(up))
             elif action == "pressure":
                 nd = rng.choice(up)
-                self._set_pressure(nd, 0 if self._core(nd).memory_warning else 1)
+                self._set_pressure(nd, 0 if self._core(nd).memory.warning else 1)
             elif action == "leave":
                 nd = rng.choice(up)
                 self._set_leaving(nd, nd.id not in self.leaving)
@@ -260,7 +260,7 @@ class NemesisMixin(SimBase):
         """Memory warning 1: the node refuses REPLJOBs and replicates ADDJOBs externally."""
         self.stats["pressure"] += level
         core = self._core(nd)
-        core.forced_warning = core.memory_warning = level
+        core.forced_warning = core.memory.warning = level
         self._avail_note()
         if self._tr:
             self._t(f"NEMESIS memory-warning {nd.name} {level}")
@@ -303,7 +303,7 @@ class NemesisMixin(SimBase):
         queue unpaused on every node (locally: a broadcast PAUSE might be lost)."""
         for nd in self.nodes:
             core = self._core(nd)
-            if core.memory_warning:
+            if core.memory.warning:
                 self._set_pressure(nd, 0)
             if nd.id in self.leaving or (nd.member is not None and nd.member.leaving):
                 self._set_leaving(nd, False)

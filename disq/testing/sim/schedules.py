@@ -99,7 +99,7 @@ class SchedulesMixin(SimBase):
             return
         ok = tuple(nd.up and not nd.frozen and nd.id not in self.leaving for nd in self.nodes)
         copies = tuple(
-            a and nd.core is not None and not nd.core.memory_warning
+            a and nd.core is not None and not nd.core.memory.warning
             for a, nd in zip(ok, self.nodes, strict=True)
         )
         snap = (self.now, ok, tuple(self.side), copies)

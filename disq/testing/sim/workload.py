@@ -86,7 +86,7 @@ class WorkloadMixin(SimBase):
             rec.timeout_ms = timeout
             self.idem_adds.setdefault(rec.idem_key, []).append(rec)
         assert nd.view is not None
-        rec.extrepl = self._core(nd).memory_warning > 0 or nd.view.leaving
+        rec.extrepl = self._core(nd).memory.warning > 0 or nd.view.leaving
         self.adds[body] = rec
         token = self._new_token()
         now = self.now + nd.skew
