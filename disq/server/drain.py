@@ -10,7 +10,7 @@ What a SIGTERM does on a node with a cluster half (``NodeRuntime.terminate``):
    queued on another node now, not after its RETRY; a job with no copy elsewhere
    (REPLICATE 1) is copied to another node first. The core's messages leave through the
    ordinary flush, after the AOF write.
-3. When the core reports nothing left in flight (``handoff_pending() == 0``), or the drain
+3. When the core reports nothing left in flight (``handoff.pending() == 0``), or the drain
    bound passes (``--drain-timeout-s``, default 20 s, below Kubernetes' 30 s grace period),
    the node stops as before: the last flush, the cluster closed, the AOF fsynced and
    closed, exit 0. A node with nothing to hand off stops at once.
@@ -72,17 +72,17 @@ async def _hand_off(runtime: NodeHost) -> None:
         membership.set_leaving(now, True)
     runtime.beanstalk.draining = True  # the beanstalk door refuses puts too (as SIGUSR1)
     links = cluster.links
-    jobs = disque.start_handoff(
+    jobs = disque.handoff.start(
         now, usable=links.is_up if links is not None else lambda _node_id: False
     )
     runtime.after_commands(None, now)
     log.info("drain_started", jobs=jobs, timeout_s=runtime.config.drain_timeout_s)
-    while disque.handoff_pending() and loop.time() < deadline:
+    while disque.handoff.pending() and loop.time() < deadline:
         await asyncio.sleep(DRAIN_POLL_S)
         now = runtime.now_ms()
-        disque.handoff_tick(now)
+        disque.handoff.tick(now)
         runtime.after_commands(None, now)
-    left = disque.handoff_pending()
+    left = disque.handoff.pending()
     if left:
         log.warning("drain_timed_out", jobs_left=left)
     else:

@@ -160,7 +160,7 @@ def test_a_drain_handoff_carries_the_counters_and_the_move_counts_nothing() -> N
     _get(m, 0)
     assert m.disque(0).nack(m.now, [job_id]) == 1  # queued again on node 0, nacks 1
     m.views[m.ids[0]].leaving = True
-    assert m.disque(0).start_handoff(m.now) == 1
+    assert m.disque(0).handoff.start(m.now) == 1
     m.pump()
     [holder] = _queued_on(m, job_id)
     assert holder in (1, 2)
@@ -173,7 +173,7 @@ def test_a_handed_off_delivered_job_counts_its_redelivery_on_the_new_holder() ->
     job_id = _add(m, 0, 1, repl=1, retry_s=2)
     _get(m, 0)  # delivered, then its node drains: the job moves with REPLJOB only
     m.views[m.ids[0]].leaving = True
-    assert m.disque(0).start_handoff(m.now) == 1
+    assert m.disque(0).handoff.start(m.now) == 1
     m.pump()
     [holder] = [i for i in (1, 2) if job_id in m.disque(i).jobs]
     assert m.disque(holder).jobs[job_id].state == ACTIVE

@@ -41,9 +41,9 @@ def test_queued_jobs_are_handed_off_and_queued_elsewhere_at_once() -> None:
         assert job_id not in m.disque(1).jobs and job_id not in m.disque(2).jobs
     _leave(m, 0)
     core = m.disque(0)
-    assert core.start_handoff(m.now) == 6
+    assert core.handoff.start(m.now) == 6
     m.pump()
-    assert core.handoff_pending() == 0
+    assert core.handoff.pending() == 0
     assert core.jobs == {}  # every copy forgotten here once another node confirmed
     for job_id in solo + dual:
         assert len(_queued_on(m, job_id)) == 1, job_id
@@ -66,9 +66,9 @@ def test_active_single_copy_is_replicated_not_queued() -> None:
     got = m.disque(0).get_job(m.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and got[0].id == job_id
     _leave(m, 0)
-    assert m.disque(0).start_handoff(m.now) == 1
+    assert m.disque(0).handoff.start(m.now) == 1
     m.pump()
-    assert m.disque(0).handoff_pending() == 0
+    assert m.disque(0).handoff.pending() == 0
     j = m.disque(1).jobs[job_id]
     assert j.state == ACTIVE  # a consumer has it: queued again only at RETRY
 
@@ -78,16 +78,16 @@ def test_silent_peer_is_replaced_and_no_peer_keeps_the_job() -> None:
     job_id = _add(m, 0, 1, b"x", repl=1)
     _leave(m, 0)
     core = m.disque(0)
-    core.start_handoff(m.now)
-    first = core._handoffs[job_id].target  # type: ignore[index]
+    core.handoff.start(m.now)
+    first = core.handoff.in_flight[job_id].target  # type: ignore[index]
     m.cut = {first}
     m.pump()
-    assert core.handoff_pending() == 1
+    assert core.handoff.pending() == 1
     m.cut = set()
     m.now += 1000
-    core.handoff_tick(m.now)
+    core.handoff.tick(m.now)
     m.pump()
-    assert core.handoff_pending() == 0
+    assert core.handoff.pending() == 0
     other = 3 - m.ids.index(first)
     assert m.disque(other).jobs[job_id].state == QUEUED
 
@@ -98,7 +98,7 @@ def test_silent_peer_is_replaced_and_no_peer_keeps_the_job() -> None:
     m2.views[m2.ids[0]].down = {m2.ids[1]}
     core2 = m2.disque(0)
     core2.aof_out.clear()
-    assert core2.start_handoff(m2.now) == 0
+    assert core2.handoff.start(m2.now) == 0
     assert core2.jobs[job2].state == QUEUED
     # Put back, not redelivered: no delivery counted, no record written again (a drain
     # on a full disk wrote every job once more and failed: tests/integration/test_disk_full).
@@ -120,7 +120,7 @@ def test_a_peer_whose_link_is_down_is_not_chosen() -> None:
     job_id = _add(m, 0, 1, b"x", repl=1)
     _leave(m, 0)
     core = m.disque(0)
-    core.start_handoff(m.now, usable=lambda n: n != m.ids[1])
+    core.handoff.start(m.now, usable=lambda n: n != m.ids[1])
     m.pump()
-    assert core.handoff_pending() == 0
+    assert core.handoff.pending() == 0
     assert job_id in m.disque(2).jobs and job_id not in m.disque(1).jobs

@@ -527,7 +527,7 @@ def test_a_drain_does_not_hand_off_a_keyed_job_whose_vote_is_not_won() -> None:
     c.pump()
     [keyed] = [i for i in c.core(0).jobs if i != plain]
     c.views[c.ids[0]].leaving = True
-    assert c.core(0).start_handoff(c.now) == 1  # the plain job only
+    assert c.core(0).handoff.start(c.now) == 1  # the plain job only
     c.pump()
     assert [job_id for _, job_id in queued(c)] == [plain]
     assert keyed in c.core(0).jobs and all(keyed not in c.core(i).jobs for i in (1, 2))

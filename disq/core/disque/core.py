@@ -53,7 +53,7 @@ from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
-from disq.core.disque.handoff import HandoffMixin
+from disq.core.disque.handoff import Handoffs
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
@@ -113,7 +113,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    HandoffMixin,
     IdempotencyMixin,
     KeyVoteMixin,
     FederationMixin,
@@ -183,8 +182,7 @@ class DisqueCore(
         self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
         self.persist = True  # produce aof_out records (the node turns it off without an AOF)
         self.max_queues = MAX_QUEUES
-        self._handoffs = None  # handoff.py: no drain started
-        self._handoff_usable = None
+        self.handoff = Handoffs(self)  # handoff.py: a drain's jobs in flight
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.takeovers: list[DJob] = []
         self.beanstalk_dropped: list[int] = []
@@ -513,7 +511,7 @@ class DisqueCore(
         here; the record keeps whole seconds rounded up (copies and AOF never queue early)."""
         if delay_ms:
             delay_s = -(-delay_ms // 1000)
-        if self._handoffs is not None:  # draining (handoff.py): no new jobs, go elsewhere
+        if self.handoff.draining:  # handoff.py: no new jobs, go elsewhere
             raise DisqueError("LEAVING", LEAVING_MSG)
         if repl is None:
             repl = min(3, self.view.cluster_size())

@@ -1,8 +1,8 @@
 """Handoff on a graceful drain (issue 11): a leaving node gives its jobs to other nodes.
 
 The runtime sets the node leaving (CLUSTER LEAVING yes: ADDJOB answers -LEAVING, peers stop
-choosing it), calls :meth:`HandoffMixin.start_handoff` once, then :meth:`handoff_tick` now and
-then until :meth:`handoff_pending` is 0 or its drain bound passes (disq/server/drain.py).
+choosing it), calls :meth:`Handoffs.start` once, then :meth:`Handoffs.tick` now and then until
+:meth:`Handoffs.pending` is 0 or its drain bound passes (disq/server/drain.py).
 
 What is handed off, one job at a time, to one reachable peer:
 
@@ -29,15 +29,20 @@ after any node loss), WAIT_REPL adds (their clients get the id or -NOREPL), ACKE
 engine and there is no protocol to move it; replicated ones (``beanstalk-replicate`` > 1)
 are taken over by a holder when this node is gone, the others stay in the AOF.
 A delayed job that is QUEUED here gets its DELAY again on the peer (ENQUEUE's rule).
+
+A component of the core (``core.handoff``): it owns the jobs in flight; what it does to the
+job table (dequeue, enqueue, forget) and the messages it sends go through the core, the
+:class:`HandoffHost` it is given.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
-from mypy_extensions import mypyc_attr, trait
-
+from disq.core.disque.api import ClusterView
 from disq.core.disque.job import (
     ACKED,
     ACTIVE,
@@ -47,34 +52,57 @@ from disq.core.disque.job import (
     QUEUED,
     DJob,
 )
-from disq.core.disque.parts import CoreParts
-from disq.core.disque.state import Handoff
-from disq.core.messages import Enqueue, GotJob, ReplJob
+from disq.core.disque.state import Handoff, Key
+from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class HandoffMixin(CoreParts):
-    """The drain handoff of DisqueCore. Replication's GOTJOB handler asks
-    :meth:`_handoff_gotjob` first: a GOTJOB for a job being handed off confirms the handoff;
-    every other one is replication's."""
+class HandoffHost(Protocol):
+    """What the handoff needs of the core."""
 
-    def start_handoff(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
+    jobs: dict[str, DJob]
+    view: ClusterView
+    rng: random.Random
+
+    def _send(self, node: str, msg: Message) -> None: ...
+    def _dequeue(self, j: DJob) -> bool: ...
+    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool: ...
+    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
+    def _log_del(self, job_id: str) -> None: ...
+    def _unregister(self, j: DJob, now_ms: int) -> None: ...
+    def _kv_needed(self, j: DJob) -> bool: ...
+    def _kv_decided_here(self, k: Key) -> str: ...
+
+
+class Handoffs:
+    """The drain handoff. Replication's GOTJOB handler asks :meth:`gotjob` first: a GOTJOB
+    for a job being handed off confirms the handoff; every other one is replication's."""
+
+    def __init__(self, host: HandoffHost) -> None:
+        self.host = host
+        self.in_flight: dict[str, Handoff] | None = None  # None: no drain started
+        self.usable: Callable[[str], bool] | None = None  # the runtime's link check
+
+    @property
+    def draining(self) -> bool:
+        return self.in_flight is not None
+
+    def start(self, now_ms: int, usable: Callable[[str], bool] | None = None) -> int:
         """Begin handing this node's jobs to others (the node is leaving). Returns how many
         are in flight; 0 at once when there is nothing to move or nowhere to move it.
         ``usable``: the runtime's word on a reachable peer (its link is up): a peer that has
         just exited is still reachable for membership until the node timeout."""
-        self._handoff_usable = usable
-        hs = self._handoffs
+        self.usable = usable
+        hs = self.in_flight
         if hs is None:
-            hs = self._handoffs = {}
-        me = self.my_id
-        for j in list(self.jobs.values()):
+            hs = self.in_flight = {}
+        host = self.host
+        me = host.view.my_id
+        for j in list(host.jobs.values()):
             if j.id in hs or j.flags & (BEANSTALK_ORIGIN | BEANSTALK_OWNED):
                 continue
-            if self._kv_needed(j) and self._kv_decided_here((j.queue, j.idem_key)) != j.id:
+            if host._kv_needed(j) and host._kv_decided_here((j.queue, j.idem_key)) != j.id:
                 # Its key's vote is not won here (keyvote.py): queued elsewhere it could be a
                 # second job of the key. It stays, in the AOF; the vote decides after a restart.
                 continue
@@ -87,41 +115,42 @@ class HandoffMixin(CoreParts):
                 h = Handoff(enqueue=not delivered, queued=False)
             else:
                 continue
-            self._dequeue(j)
+            host._dequeue(j)
             hs[j.id] = h
-            self._handoff_send(j, h, now_ms)
+            self._send(j, h, now_ms)
         return len(hs)
 
-    def handoff_pending(self) -> int:
+    def pending(self) -> int:
         """Jobs handed off but not confirmed yet."""
-        return len(self._handoffs) if self._handoffs else 0
+        return len(self.in_flight) if self.in_flight else 0
 
-    def handoff_tick(self, now_ms: int) -> None:
+    def tick(self, now_ms: int) -> None:
         """Replace the peers that did not confirm in time; drop what no longer needs it."""
-        hs = self._handoffs
+        hs = self.in_flight
         if not hs:
             return
-        reachable = set(self._handoff_peers())
+        reachable = set(self._peers())
         for job_id, h in list(hs.items()):
-            j = self.jobs.get(job_id)
+            j = self.host.jobs.get(job_id)
             if j is None or j.state == ACKED:
                 del hs[job_id]  # acked or deleted meanwhile: nothing to move
                 continue
             if h.until > now_ms and h.target in reachable:
                 continue  # a peer that became unreachable or leaving is replaced at once
             if j.state == QUEUED:
-                self._dequeue(j)  # its requeue timer fired here meanwhile
-            self._handoff_send(j, h, now_ms)
+                self.host._dequeue(j)  # its requeue timer fired here meanwhile
+            self._send(j, h, now_ms)
 
-    def _handoff_peers(self) -> list[str]:
-        usable = self._handoff_usable
-        peers = self.view.reachable_peers()
+    def _peers(self) -> list[str]:
+        usable = self.usable
+        peers = self.host.view.reachable_peers()
         return peers if usable is None else [n for n in peers if usable(n)]
 
-    def _handoff_send(self, j: DJob, h: Handoff, now_ms: int) -> None:
-        reachable = self._handoff_peers()
+    def _send(self, j: DJob, h: Handoff, now_ms: int) -> None:
+        host = self.host
+        reachable = self._peers()
         if not reachable:
-            self._handoff_give_up(j, h, now_ms)
+            self._give_up(j, h, now_ms)
             return
         fresh = [n for n in reachable if n not in h.tried]
         if not fresh:
@@ -129,31 +158,31 @@ class HandoffMixin(CoreParts):
             fresh = list(reachable)
         holders = [n for n in fresh if n in j.delivered]
         pool = holders or fresh
-        target = pool[int(self.rng.random() * len(pool))]
+        target = pool[int(host.rng.random() * len(pool))]
         h.target = target
         h.tried.append(target)
         h.until = now_ms + HANDOFF_RETRY_MS
         j.deliver_to(target)
-        data = self._job_data(j, now_ms)
-        me = self.my_id
+        data = host._job_data(j, now_ms)
+        me = host.view.my_id
         data = replace(data, nodes_delivered=[n for n in data.nodes_delivered if n != me])
-        self._send(target, ReplJob(data))
+        host._send(target, ReplJob(data))
         if h.enqueue:
-            self._send(target, Enqueue(j.id))
+            host._send(target, Enqueue(j.id))
 
-    def _handoff_give_up(self, j: DJob, h: Handoff, now_ms: int) -> None:
-        hs = self._handoffs
+    def _give_up(self, j: DJob, h: Handoff, now_ms: int) -> None:
+        hs = self.in_flight
         if hs is not None:
             hs.pop(j.id, None)
         if h.queued and j.state == ACTIVE:
             # Stays here, queued, in the AOF for a restart. Put back where it was: not a
             # delivery, so no counter moves and the record need not be written again.
-            self._enqueue(j, now_ms, moved=True)
+            self.host._enqueue(j, now_ms, moved=True)
 
-    def _handoff_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> bool:
+    def gotjob(self, now_ms: int, sender: str, msg: GotJob) -> bool:
         """True when ``msg`` confirms a handoff (it is then done with); False: not one of
         this drain's, replication's to handle."""
-        hs = self._handoffs
+        hs = self.in_flight
         if not hs:
             return False
         h = hs.get(msg.job_id)
@@ -161,8 +190,8 @@ class HandoffMixin(CoreParts):
             return False
         if sender in h.tried:
             del hs[msg.job_id]
-            j = self.jobs.get(msg.job_id)
+            j = self.host.jobs.get(msg.job_id)
             if j is not None and j.state != ACKED:
-                self._log_del(j.id)
-                self._unregister(j, now_ms)
+                self.host._log_del(j.id)
+                self.host._unregister(j, now_ms)
         return True

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Set
+from collections.abc import Set
 from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr, trait
@@ -29,7 +29,6 @@ from disq.core.disque.state import (
     Acceptor,
     AddWait,
     GetWait,
-    Handoff,
     HeldReply,
     HeldRetry,
     Key,
@@ -39,11 +38,12 @@ from disq.core.disque.state import (
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult, Pending
     from disq.core.disque.counts import QueueCounts
+    from disq.core.disque.handoff import Handoffs
     from disq.core.disque.job import AwakeEntry, DJob
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
-    from disq.core.messages import GotJob, JobData, Message
+    from disq.core.messages import JobData, Message
     from disq.persistence.cluster_records import IdemKeyEntry, KeyVoteEntry
 
 
@@ -107,9 +107,7 @@ class CoreParts:
     _kv_acc: dict[Key, Acceptor]
     _kv_prop: dict[Key, Proposal]
     _kv_timer_ms: int
-    # handoff.py
-    _handoffs: dict[str, Handoff] | None  # None: no drain started
-    _handoff_usable: Callable[[str], bool] | None  # the runtime's link check
+    handoff: Handoffs  # handoff.py: a drain's jobs in flight
     memory: MemoryLevels  # memory.py
     # counts.py: per queue, the held live jobs not queued here, of them delayed
     counts: QueueCounts
@@ -222,10 +220,6 @@ class CoreParts:
     def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ handoff.py's
-    def _handoff_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> bool:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ replication.py's
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         raise NotImplementedError
@@ -293,9 +287,6 @@ class CoreParts:
     def _kv_timer_fire(self, now_ms: int) -> None:
         raise NotImplementedError
 
-    def _kv_decided_here(self, k: Key) -> str:
-        raise NotImplementedError
-
     def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
         raise NotImplementedError
 
@@ -344,7 +335,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
-    "handoff": ("_handoff_gotjob",),
     "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
     "requeue": ("_merge_counters",),
     "idempotency": (
@@ -367,7 +357,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_kv_after_restore",
         "_kv_cancel",
         "_kv_timer_fire",
-        "_kv_decided_here",
         "_kv_learn",
         "_kv_needed",
         "_kv_propose",

@@ -176,7 +176,7 @@ class ReplicationMixin(CoreParts):
         return j
 
     def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
-        if self._handoffs and self._handoff_gotjob(now_ms, sender, msg):
+        if self.handoff.in_flight and self.handoff.gotjob(now_ms, sender, msg):
             return  # it confirmed a drain's handoff (handoff.py)
         j = self.jobs.get(msg.job_id)
         if j is None or j.state != WAIT_REPL:
