@@ -190,7 +190,7 @@ class NodeCore:
             if membership is not None:
                 membership.on_link_up(now_ms, node_id)
             if disque is not None:
-                disque.peer_link_up(now_ms, node_id)
+                disque.blocked.peer_link_up(now_ms, node_id)
             if self.scheduler is not None:
                 self.scheduler.on_link_up(now_ms, node_id)
             if self.routes is not None:

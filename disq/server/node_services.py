@@ -129,7 +129,7 @@ class NodeServices:
         if section == "clients":
             return [
                 ("connected_clients", rt.hub.connected_clients),
-                ("blocked_clients", self.core.blocked_clients()),
+                ("blocked_clients", self.core.blocked.count()),
             ]
         if section == "memory":
             rss = _current_rss()

@@ -470,7 +470,7 @@ def test_closing_a_blocked_sync_addjob_cancels_it(tokens: Iterator[int]) -> None
     assert len(node.core.jobs) == 1
     d.close()
     assert node.core.jobs == {}
-    assert node.core.blocked_clients() == 0
+    assert node.core.blocked.count() == 0
 
 
 # ------------------------------------------------------------------ GETJOB
@@ -590,7 +590,7 @@ def test_closed_door_cancels_its_getjob(node: FakeNode, tokens: Iterator[int]) -
     other = make_door(node, tokens)
     gone.feed(cmd("GETJOB", "FROM", "q"))
     gone.close()
-    assert node.core.blocked_clients() == 0
+    assert node.core.blocked.count() == 0
     job_id = add(other, "q", b"x")
     assert route(node, gone, other) == {}
     assert other.feed(cmd("GETJOB", "NOHANG", "FROM", "q")) == resp.encode([[b"q", job_id, b"x"]])

@@ -460,8 +460,8 @@ def test_sync_add_asks_a_target_again_as_soon_as_its_link_is_up() -> None:
     c.advance(2100)  # resent at 250, 500, 1000 and 2000 ms; the next one is at 3000 ms
     assert not c.replies[c.ids[0]]
     c.cut = set()
-    creator.peer_link_up(c.now, c.ids[1])  # already has its copy: nothing to ask
-    creator.peer_link_up(c.now, c.ids[2])
+    creator.blocked.peer_link_up(c.now, c.ids[1])  # already has its copy: nothing to ask
+    creator.blocked.peer_link_up(c.now, c.ids[2])
     c.pump()  # no time passes
     [(token, job_id)] = c.replies[c.ids[0]]
     assert token == 1 and all(job_id in c.core(i).jobs for i in range(3))

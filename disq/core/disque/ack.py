@@ -79,10 +79,7 @@ class AckMixin(CoreParts):
         if j.state == WAIT_REPL:
             # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so
             # the copies exist; answer the producer with its id instead of crashing.
-            token = self._add_by_job.pop(j.id, None)
-            if token is not None:
-                self._adds.pop(token, None)
-                self._reply_add(token, j.id)
+            self.blocked.answer_add_of(j.id, j.id)
         if j.state == QUEUED:
             self._dequeue(j)
         self._key_done(j, now_ms)  # acked: its add surely finished

@@ -79,7 +79,7 @@ class BeanstalkBridgeMixin(CoreParts):
             self._log_job(j, now_ms)
             return job_id, False
         j.confirmed = {self.my_id}
-        self._wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
+        self.blocked.wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
         self._replicate(j, additional, now_ms)
         return job_id, True
 

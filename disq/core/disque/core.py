@@ -47,7 +47,7 @@ from disq.core.disque.api import (
     DisqueError,
     Pending,
 )
-from disq.core.disque.blocked import BlockedClientsMixin
+from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.bridge import BeanstalkBridgeMixin
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
@@ -75,7 +75,7 @@ from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.disque.requeue import RequeueMixin
-from disq.core.disque.state import KV_AT_ONCE, GetWait
+from disq.core.disque.state import KV_AT_ONCE
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -120,7 +120,6 @@ class DisqueCore(
     AckMixin,
     BeanstalkBridgeMixin,
     ReplicationMixin,
-    BlockedClientsMixin,
     RequeueMixin,
     AofMixin,
     FlushMixin,
@@ -139,12 +138,8 @@ class DisqueCore(
         # in the big heap); _process_jobs pops the two in one (awake_ms, id) order.
         self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
-        self._adds = {}  # unannotated: CoreParts declares the type (parts.py); blocked ADDJOBs
-        self._add_by_job: dict[str, int] = {}
+        self.blocked = BlockedClients(self)  # blocked.py: waiting ADDJOBs and GETJOBs
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
-        self._gets = {}  # token -> blocked GETJOB
-        self._client_timers: list[tuple[int, int]] = []  # (deadline_ms, token), lazy
-        self._repl_timers: list[tuple[int, int]] = []  # (next_repl_ms, token), lazy
         # FIFOs trimmed from their oldest end: OrderedDicts (a dict's next(iter(d)) walks every
         # deleted slot first: 80% of a node's acks once tombstones were bounded).
         self._only_me_set: frozenset[str] = frozenset()
@@ -164,8 +159,6 @@ class DisqueCore(
         self._held_reply_of = {}
         self._idem_reruns = []
         self.idem_reply_wait = True  # a done keyed add answers once peers have its key
-        self._followers: dict[int, list[int]] = {}  # blocked.py
-        self._follower_of: dict[int, int] = {}
         self.idem_window_ms = IDEM_WINDOW_MS
         self._kv_acc = {}  # keyvote.py
         self._kv_prop = {}
@@ -353,10 +346,7 @@ class DisqueCore(
         if j.state == QUEUED:
             self._dequeue(j)
         if j.state == WAIT_REPL:
-            token = self._add_by_job.pop(j.id, None)
-            if token is not None:
-                self._adds.pop(token, None)
-                self._reply_add(token, DisqueError("NOREPL", NOREPL_EXPIRED))
+            self.blocked.answer_add_of(j.id, DisqueError("NOREPL", NOREPL_EXPIRED))
             self._forget_key(j)
             j.state = ACTIVE
             self._broadcast_del(j)
@@ -438,7 +428,7 @@ class DisqueCore(
         q.atime_ms = now_ms
         self._update_awake(j)
         if q.blocked:
-            self._serve_blocked(q, now_ms)
+            self.blocked.serve(q, now_ms)
         elif q.wanted_by and not q.paused_out:
             self._push_wanted(q, now_ms)
         return True
@@ -589,7 +579,7 @@ class DisqueCore(
             if async_:
                 self._one_copy.add(job_id)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-            self._wait_for_copies(token, job_id, deadline, now_ms)
+            self.blocked.wait_for_copies(token, job_id, deadline, now_ms)
             self._replicate(j, additional, now_ms)
             return PENDING
 
@@ -676,15 +666,21 @@ class DisqueCore(
         for name in queues:
             self._check_new_queue(name)
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-        self._gets[token] = GetWait(list(queues), deadline)
+        self.blocked.block_get(token, list(queues), deadline)
         for name in queues:
             q = self._queue(name, now_ms)
             new_wait = not q.blocked
             q.blocked[token] = None
             self._need_jobs(q, now_ms, reached_zero=False, new_wait=new_wait)
-        if deadline:
-            heapq.heappush(self._client_timers, (deadline, token))
         return PENDING
+
+    def cancel(self, token: int) -> None:
+        """The client of ``token`` went away: its blocked command is dropped."""
+        if self._idem_cancel(token):  # a keyed add held (idempotency.py)
+            return
+        if self._kv_prop and self._kv_cancel(token):  # waiting for its key's vote
+            return
+        self.blocked.cancel(token)
 
     def working(self, now_ms: int, job_id: str) -> int:
         j = self.jobs.get(job_id)
@@ -768,10 +764,7 @@ class DisqueCore(
             nxt = self._awake[0].at_ms + 1
         if self._awake_acked and self._awake_acked[0].at_ms < nxt:
             nxt = self._awake_acked[0].at_ms + 1
-        if self._client_timers and self._client_timers[0][0] < nxt:
-            nxt = self._client_timers[0][0] + 1
-        if self._repl_timers and self._repl_timers[0][0] < nxt:
-            nxt = self._repl_timers[0][0]
+        nxt = self.blocked.next_deadline_ms(nxt)
         dead = self.dead_peers
         if dead.sweep_ids and dead.sweep_due_ms < nxt:
             nxt = dead.sweep_due_ms  # a death's sweep: at once, a batch per tick
@@ -782,7 +775,7 @@ class DisqueCore(
             self.dead_peers.sweep(now_ms)
         self._expire_keys(now_ms)
         self._process_jobs(now_ms)
-        self._process_clients(now_ms)
+        self.blocked.process(now_ms)
         if now_ms >= self._next_cron_ms:
             self._cron(now_ms)
 

@@ -31,8 +31,9 @@ class FlushMixin(CoreParts):
         """Forget every job and queue; every blocked client is answered."""
         gone = DisqueError("NOREPL", NOREPL_EXPIRED)
         replies = self.replies
-        for token in list(self._adds):
-            self._reply_add(token, gone)  # and its followers
+        blocked = self.blocked
+        for token in list(blocked.adds):
+            blocked.reply_add(token, gone)  # and its followers
         for token in self._held_retry_of:
             replies.append((token, gone))
         for h in self._idem_reruns:  # held retries released, not re-run yet
@@ -43,7 +44,7 @@ class FlushMixin(CoreParts):
         for p in self._kv_prop.values():
             for token in p.tokens:
                 replies.append((token, gone))
-        for token in self._gets:
+        for token in blocked.gets:
             replies.append((token, None))  # GETJOB's timeout reply, as Disque's
         log = log_deletes and self.persist
         for j in self.jobs.values():
@@ -62,13 +63,7 @@ class FlushMixin(CoreParts):
         self._clear_keys()
 
     def _clear_waits(self) -> None:
-        self._adds.clear()
-        self._add_by_job.clear()
-        self._followers.clear()
-        self._follower_of.clear()
-        self._gets.clear()
-        self._client_timers.clear()
-        self._repl_timers.clear()
+        self.blocked.reset()
         self._awake.clear()
         self._awake_acked.clear()
         self._one_copy.clear()

@@ -37,7 +37,6 @@ The ADDJOBs that repeat a key while the first add still waits for its copies wai
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 from mypy_extensions import mypyc_attr, trait
@@ -111,7 +110,7 @@ class IdempotencyMixin(CoreParts):
             losers = [i for i in [*self._idem_shadow.get(k, ()), hit[0]] if i != job_id]
             for i in losers:
                 other = self.jobs.get(i)
-                if other is not None and (other.state == WAIT_REPL or i in self._add_by_job):
+                if other is not None and (other.state == WAIT_REPL or i in self.blocked.add_by_job):
                     return False  # this node's own add of the key still waits: it keeps it
             self._idem_shadow.pop(k, None)
             for i in losers:
@@ -249,10 +248,9 @@ class IdempotencyMixin(CoreParts):
         first = self._known_key(queue, key, now_ms)
         if first is None:
             return None
-        leader = self._add_by_job.get(first)
+        leader = self.blocked.add_by_job.get(first)
         if leader is not None:  # the first add still waits for its copies: wait with it
-            self._followers.setdefault(leader, []).append(token)
-            self._follower_of[token] = leader
+            self.blocked.follow(leader, token)
             return PENDING
         k = (queue, key)
         held = self._held_replies.get(k)
@@ -438,7 +436,7 @@ class IdempotencyMixin(CoreParts):
     def _idem_arm(self, at: int) -> None:
         if self._idem_timer_ms == 0 or at < self._idem_timer_ms:
             self._idem_timer_ms = at
-            heapq.heappush(self._client_timers, (at, IDEM_TIMER))
+            self.blocked.arm(at, IDEM_TIMER)
 
     def _idem_timer_fire(self, now_ms: int) -> None:
         """Resend what peers have not acknowledged, release held answers, time out held

@@ -179,7 +179,7 @@ class IntrospectionMixin(CoreParts):
         if flags is not None:
             q.pause = flags
             if not q.paused_out and q.blocked and q.skiplist:
-                self._serve_blocked(q, now_ms)
+                self.blocked.serve(q, now_ms)
         if bcast:
             for node in self.view.all_peers():
                 self._send(node, Pause(queue, q.pause))
@@ -190,4 +190,4 @@ class IntrospectionMixin(CoreParts):
         q = self._queue(msg.queue, now_ms)
         q.pause = msg.flags & (PAUSE_IN | PAUSE_OUT)
         if not q.paused_out and q.blocked and q.skiplist:
-            self._serve_blocked(q, now_ms)
+            self.blocked.serve(q, now_ms)

@@ -47,7 +47,6 @@ reconfiguration.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Set
 
@@ -365,10 +364,7 @@ class KeyVoteMixin(CoreParts):
         """A job that lost its key's vote goes from every holder; an add still waiting for
         its copies answers the winner's id (it is the key's job)."""
         if j.state == WAIT_REPL:
-            token = self._add_by_job.pop(j.id, None)
-            if token is not None:
-                self._adds.pop(token, None)
-                self._reply_add(token, winner)
+            self.blocked.answer_add_of(j.id, winner)
             j.state = ACTIVE
         self._delete_from_cluster(j, now_ms)
 
@@ -376,7 +372,7 @@ class KeyVoteMixin(CoreParts):
     def _kv_arm(self, at: int) -> None:
         if at and (self._kv_timer_ms == 0 or at < self._kv_timer_ms):
             self._kv_timer_ms = at
-            heapq.heappush(self._client_timers, (at, KV_TIMER))
+            self.blocked.arm(at, KV_TIMER)
 
     def _kv_timer_fire(self, now_ms: int) -> None:
         """New rounds for votes without a majority in time; NOREPL for clients past their

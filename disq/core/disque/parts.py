@@ -27,8 +27,6 @@ from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.state import (
     Acceptor,
-    AddWait,
-    GetWait,
     HeldReply,
     HeldRetry,
     Key,
@@ -37,6 +35,7 @@ from disq.core.disque.state import (
 
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult, Pending
+    from disq.core.disque.blocked import BlockedClients
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.handoff import Handoffs
     from disq.core.disque.job import AwakeEntry, DJob
@@ -77,15 +76,7 @@ class CoreParts:
     _awake: list[AwakeEntry]
     _awake_acked: list[AwakeEntry]
     _one_copy: set[str]
-    # blocked.py: blocked clients and their timers
-    _adds: dict[int, AddWait]  # token -> blocked ADDJOB
-    _add_by_job: dict[str, int]
-    _gets: dict[int, GetWait]  # token -> blocked GETJOB
-    _client_timers: list[tuple[int, int]]  # (deadline_ms, token), lazy
-    _repl_timers: list[tuple[int, int]]  # (next_repl_ms, token), lazy
-    # The ADDJOBs that repeated a key while its first add still waits for its copies.
-    _followers: dict[int, list[int]]  # leader token -> follower tokens
-    _follower_of: dict[int, int]
+    blocked: BlockedClients  # blocked.py: waiting ADDJOBs and GETJOBs, their timers
     # idempotency.py: (queue, idempotency key) -> (job id, until), insertion order = age.
     _idem: OrderedDict[Key, tuple[str, int]]
     _idem_tentative: set[Key]
@@ -145,9 +136,6 @@ class CoreParts:
         raise NotImplementedError
 
     def _dequeue(self, j: DJob) -> bool:
-        raise NotImplementedError
-
-    def _fetch(self, q: DQueue, now_ms: int) -> DJob | None:
         raise NotImplementedError
 
     def _postpone(self, j: DJob, now_ms: int) -> None:
@@ -210,16 +198,6 @@ class CoreParts:
     def _log_del(self, job_id: str) -> None:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ blocked.py's
-    def _reply_add(self, token: int, result: DeferredResult) -> None:
-        raise NotImplementedError
-
-    def _wait_for_copies(self, token: int, job_id: str, deadline_ms: int, now_ms: int) -> None:
-        raise NotImplementedError
-
-    def _serve_blocked(self, q: DQueue, now_ms: int) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ replication.py's
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         raise NotImplementedError
@@ -245,12 +223,6 @@ class CoreParts:
         raise NotImplementedError
 
     def key_records(self) -> list[bytes]:
-        raise NotImplementedError
-
-    def _idem_cancel(self, token: int) -> bool:
-        raise NotImplementedError
-
-    def _idem_timer_fire(self, now_ms: int) -> None:
         raise NotImplementedError
 
     def _log_keys(self, entries: list[tuple[str, str, str, int]]) -> None:
@@ -279,12 +251,6 @@ class CoreParts:
         raise NotImplementedError
 
     def _kv_after_restore(self) -> None:
-        raise NotImplementedError
-
-    def _kv_cancel(self, token: int) -> bool:
-        raise NotImplementedError
-
-    def _kv_timer_fire(self, now_ms: int) -> None:
         raise NotImplementedError
 
     def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
@@ -321,7 +287,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_forget",
         "_enqueue",
         "_dequeue",
-        "_fetch",
         "_postpone",
         "_update_awake",
         "_awake_time",
@@ -334,7 +299,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     ),
     "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
-    "blocked": ("_reply_add", "_wait_for_copies", "_serve_blocked"),
     "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
     "requeue": ("_merge_counters",),
     "idempotency": (
@@ -342,8 +306,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_key_done",
         "_restore_keys",
         "key_records",
-        "_idem_cancel",
-        "_idem_timer_fire",
         "_log_keys",
         "_announce",
         "_announce_key",
@@ -355,8 +317,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "vote_records",
         "_kv_restore",
         "_kv_after_restore",
-        "_kv_cancel",
-        "_kv_timer_fire",
         "_kv_learn",
         "_kv_needed",
         "_kv_propose",

@@ -66,29 +66,17 @@ class ReplicationMixin(CoreParts):
         j.state = ACTIVE
         confirmed = j.confirmed
         j.confirmed = NO_NODES
-        token = self._add_by_job.pop(j.id, None)
+        tokens, deadline = self.blocked.take_add(j.id)
         if self._kv_needed(j):
             # A keyed add on a cluster: its copies exist, now its key is voted on
             # (keyvote.py); the add's clients get the key's job, and the job is queued
             # only if it wins. Logged now: a restart must find this candidate.
-            a = self._adds.pop(token, None) if token is not None else None
-            tokens = [] if token is None else [token, *self._followers.pop(token, ())]
-            for f in tokens[1:]:
-                self._follower_of.pop(f, None)
             self._log_job_here(j, now_ms)
-            deadline = a.deadline_ms if a is not None else 0
             self._kv_propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
             return
         self._announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
-        if token is not None:
-            a = self._adds.pop(token, None)
-            tokens = [token, *self._followers.pop(token, ())]
-            if self._hold_reply(j, tokens, a.deadline_ms if a is not None else 0, now_ms):
-                for f in tokens[1:]:
-                    self._follower_of.pop(f, None)
-            else:
-                self._followers[token] = tokens[1:]
-                self._reply_add(token, j.id)
+        if tokens and not self._hold_reply(j, tokens, deadline, now_ms):
+            self.replies.extend((t, j.id) for t in tokens)
         self._log_job_here(j, now_ms)
         self._kv_finish_add(j, confirmed, now_ms)
 

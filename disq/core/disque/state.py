@@ -16,7 +16,7 @@ from typing import Any
 Key = tuple[str, str]  # (queue, idempotency key)
 
 # The tokens of the core's own timers in ``_client_timers`` (client tokens are positive):
-# blocked.py's ``_process_clients`` hands each to its part when it fires.
+# blocked.py's ``BlockedClients.process`` hands each to its part when it fires.
 IDEM_TIMER = -1  # idempotency.py: resend unacknowledged keys, expire the window
 KV_TIMER = -2  # keyvote.py: the vote rounds' retries
 
