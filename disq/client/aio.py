@@ -43,10 +43,10 @@ from disq.client.errors import (
 )
 from disq.client.failover import (
     DEFAULT_ADDR,
+    Failover,
     NodeAddr,
     NodeSet,
     NotSent,
-    judge_failure,
     refusal,
     send_with_failover,
 )
@@ -495,23 +495,22 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         while not self._closed:
             await self._maybe_refresh()
             served = False
-            for n in self.view.candidates():
+            # The loop of send_with_failover, around a stream: a node lost mid-stream is set
+            # aside and the next one streams; a refusal ends it.
+            way = Failover(self.view, what="StreamJobs", repeatable=True, leaving_moves=False)
+            for n in way.order():
                 call = self._stub(n).StreamJobs(req, metadata=self._metadata)
-                try:
-                    async for resp in call:
-                        served = True
-                        self.view.answered(n)
-                        yield [_job(j) for j in resp.jobs]
-                except grpc.aio.AioRpcError as exc:
-                    err = judge_failure(self.view, n, exc, what="StreamJobs", repeatable=True)
-                    if err is not None:
-                        raise err from None
-                    continue
-                finally:
-                    call.cancel()
-                return  # the server ended the stream
+                with way.trying(n):
+                    try:
+                        async for resp in call:
+                            served = True
+                            self.view.answered(n)
+                            yield [_job(j) for j in resp.jobs]
+                    finally:
+                        call.cancel()
+                    return  # the server ended the stream
             if not served:
-                raise UnavailableError("StreamJobs: no node answered")
+                raise way.exhausted()
 
     # ------------------------------------------------------------------ acking and friends
     async def ack(self, *ids: str) -> int:
