@@ -36,7 +36,7 @@ class _SeedOrder(random.Random):
     """Candidates in the order of the addresses given (no shuffle among equals): the held
     or dead node is always tried first."""
 
-    def shuffle(self, x: Any) -> None:  # type: ignore[override]
+    def shuffle(self, x: Any) -> None:
         return None
 
 
@@ -69,7 +69,8 @@ def _starting_answer(grpc_addr: str) -> str:
         try:
             health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
         except grpc.RpcError as exc:
-            return str(exc.details())  # type: ignore[attr-defined]  # also a grpc.Call
+            call: Any = exc  # also a grpc.Call
+            return str(call.details())
     return ""
 
 
