@@ -15,9 +15,11 @@ Dramatiq broker's enqueue; option ``publish_over`` (``resp``, the default, or ``
 
 What stays the SDK's (:class:`disq.client.Client`): the view of the cluster (which node,
 in which order, the backoffs of failed ones, the home node), learned with the gRPC HELLO,
-which also gives each node's host and RESP port. So a call here goes to the node the gRPC
-call would have chosen (an ack or a nack to the node that created the job, as the SDK sends
-them), and a failure here sets the node aside for both paths.
+which also gives each node's host and RESP port, and the failover loop itself
+(``Client.send_with_failover``: the order, the marks, what a failure means). So a call here
+goes to the node the gRPC call would have chosen (an ack or a nack to the node that created
+the job, as the SDK sends them), and a failure here is judged as there and sets the node
+aside for both paths.
 
 Connections: one per thread per node (thread-local: no lock on the hot path), opened on
 first use with TCP_NODELAY, AUTH sent first when the client has a password. One command,
