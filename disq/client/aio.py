@@ -39,14 +39,16 @@ from disq.client.errors import (
     IndeterminateError,
     LeavingError,
     UnavailableError,
-    from_info,
+    ids_or_errors,
 )
 from disq.client.failover import (
     DEFAULT_ADDR,
+    Failover,
     NodeAddr,
     NodeSet,
-    judge_failure,
+    NotSent,
     refusal,
+    send_with_failover,
 )
 from disq.client.inspection import AsyncInspectionMixin
 from disq.client.routes import AsyncRoutesMixin
@@ -277,15 +279,17 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         if self._closed:
             raise UnavailableError("client is closed")
         await self._maybe_refresh()
-        last = "no node known"
-        for n in self.view.candidates(prefer):
+        wait_s = self.timeout_s if timeout_s is None else timeout_s
+
+        async def send(n: NodeAddr) -> Any:
             try:
-                r = await getattr(self._stub(n), method)(
-                    request,
-                    timeout=self.timeout_s if timeout_s is None else timeout_s,
-                    metadata=self._metadata,
+                return await getattr(self._stub(n), method)(
+                    request, timeout=wait_s, metadata=self._metadata
                 )
             except grpc.aio.AioRpcError as exc:
+                # Connected and no answer in time: the node has the call, another would wait
+                # as long. Not connected when the deadline passed (an address that drops
+                # packets: a node moved away, a cut): it never left, the next node may take it.
                 if (
                     exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                     and n.channel is not None
@@ -295,18 +299,12 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
                     raise UnavailableError(
                         f"{method}: no answer from {n.addr} in time", node=n.addr
                     ) from None
-                # Not connected when the deadline passed (an address that drops packets: a
-                # node moved away, a cut): the call waited for a connection and never left,
-                # so the next node may take it.
-                err = judge_failure(self.view, n, exc, what=method, repeatable=True)
-                if err is not None:
-                    raise err from None
-                last = f"{n.addr}: {exc.code().name} {exc.details()}"
-                continue
-            # Calls routed by job id do not move the client's home node.
-            self.view.answered(n, home=prefer is None)
-            return r
-        raise UnavailableError(f"{method}: no node answered (last: {last})")
+                raise
+
+        # LEAVING is raised here: a read or an ack is the node's to refuse.
+        return await send_with_failover(
+            self.view, send, what=method, repeatable=True, prefer=prefer, leaving_moves=False
+        )
 
     # ------------------------------------------------------------------ adding
     async def add_job(self, queue: str, body: bytes | str, **options: Unpack[AddOptions]) -> str:
@@ -386,57 +384,49 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         wait_s: float,
         refused: frozenset[str] = frozenset(),
     ) -> list[str | DisqError]:
-        """One AddJobs on the first node whose channel is connected; an id or an error per
-        job. A transport failure gives every job the same error (see the module docstring
-        for when that is IndeterminateError)."""
-        n_jobs = len(request.jobs)
+        """One AddJobs on the first node whose channel is connected (failover.py); an id or
+        an error per job. A transport failure gives every job the same error (see the module
+        docstring for when that is IndeterminateError)."""
         deadline = wait_s + self.timeout_s
-        last = "no node known"
-        view = self.view
-        for n in view.candidates():
-            if n.addr in refused:
-                continue  # said LEAVING to this batch already
-            stub = self._stub(n)
-            if not await self._connected(n):
-                last = f"{n.addr}: not reachable"
-                continue
-            try:
-                r = await stub.AddJobs(request, timeout=deadline, metadata=self._metadata)
-            except grpc.aio.AioRpcError as exc:
-                err = judge_failure(view, n, exc, what="add")
-                if err is None:  # never left: safe to send elsewhere
-                    last = f"{n.addr}: {exc.details()}"
-                    continue
-                return [err] * n_jobs
-            view.answered(n)
-            results: list[str | DisqError] = [
-                from_info(res.error, n.addr) if res.HasField("error") else res.id
-                for res in r.results
-            ]
-            leaving = [i for i, res in enumerate(results) if isinstance(res, LeavingError)]
-            refused = refused | {n.addr}
-            if leaving and view.others_than(refused):
-                # The node is draining (SIGTERM, CLUSTER LEAVING): those jobs were not added
-                # there, so they move to the next node, and the client's home moves too.
-                view.leaving(n)
-                retry = api_pb2.AddJobsRequest()
-                retry.jobs.extend(request.jobs[i] for i in leaving)
-                moved = await self._send_adds(retry, wait_s, refused)
-                for i, res in zip(leaving, moved, strict=True):
-                    results[i] = res
-            return results
-        return [UnavailableError(f"AddJobs: no node reachable (last: {last})")] * n_jobs
 
-    async def _connected(self, n: NodeAddr) -> bool:
+        async def send(n: NodeAddr) -> list[str | DisqError]:
+            stub = await self._connected_stub(n)
+            r = await stub.AddJobs(request, timeout=deadline, metadata=self._metadata)
+            return ids_or_errors(r.results, n.addr)
+
+        try:
+            results = await send_with_failover(self.view, send, what="add", refused=refused)
+        except forking.ForkError:
+            raise  # this client's own state, not the call's outcome
+        except DisqError as err:
+            return [err] * len(request.jobs)
+        leaving = [i for i, res in enumerate(results) if isinstance(res, LeavingError)]
+        if not leaving:
+            return results
+        addr = str(cast(LeavingError, results[leaving[0]]).node)  # the node that answered
+        if self.view.others_than(refused | {addr}):
+            # The node is draining (SIGTERM, CLUSTER LEAVING): those jobs were not added
+            # there, so they move to the next node, and the client's home moves too.
+            self.view.leaving(self.view.node(addr))
+            retry = api_pb2.AddJobsRequest()
+            retry.jobs.extend(request.jobs[i] for i in leaving)
+            moved = await self._send_adds(retry, wait_s, refused | {addr})
+            for i, res in zip(leaving, moved, strict=True):
+                results[i] = res
+        return results
+
+    async def _connected_stub(self, n: NodeAddr) -> Any:
+        """``n``'s stub once its channel is connected, waited for up to connect_timeout_s:
+        NotSent if it is not, so that a call that must not run twice certainly never left."""
+        stub = self._stub(n)
         ch = n.channel
         if ch.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
-            return True
+            return stub
         try:
             await asyncio.wait_for(ch.channel_ready(), self.connect_timeout_s)
         except (TimeoutError, grpc.aio.AioRpcError):
-            self.view.mark_down(n)
-            return False
-        return True
+            raise NotSent("not reachable") from None
+        return stub
 
     # ------------------------------------------------------------------ batching
     def _schedule_flush(self) -> None:
@@ -505,23 +495,22 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin):
         while not self._closed:
             await self._maybe_refresh()
             served = False
-            for n in self.view.candidates():
+            # The loop of send_with_failover, around a stream: a node lost mid-stream is set
+            # aside and the next one streams; a refusal ends it.
+            way = Failover(self.view, what="StreamJobs", repeatable=True, leaving_moves=False)
+            for n in way.order():
                 call = self._stub(n).StreamJobs(req, metadata=self._metadata)
-                try:
-                    async for resp in call:
-                        served = True
-                        self.view.answered(n)
-                        yield [_job(j) for j in resp.jobs]
-                except grpc.aio.AioRpcError as exc:
-                    err = judge_failure(self.view, n, exc, what="StreamJobs", repeatable=True)
-                    if err is not None:
-                        raise err from None
-                    continue
-                finally:
-                    call.cancel()
-                return  # the server ended the stream
+                with way.trying(n):
+                    try:
+                        async for resp in call:
+                            served = True
+                            self.view.answered(n)
+                            yield [_job(j) for j in resp.jobs]
+                    finally:
+                        call.cancel()
+                    return  # the server ended the stream
             if not served:
-                raise UnavailableError("StreamJobs: no node answered")
+                raise way.exhausted()
 
     # ------------------------------------------------------------------ acking and friends
     async def ack(self, *ids: str) -> int:

@@ -18,10 +18,11 @@ ones. That view is read and its plain fields written from the callers' threads t
 write is a single attribute store (atomic under the GIL) and a stale read only orders the
 candidates differently, which every caller tolerates already.
 
-The failover rules are the async client's (see :mod:`disq.client.aio`): a node whose channel
-cannot connect within ``connect_timeout_s`` is set aside and the next one tried; an add that
-may have left is never sent twice (:class:`IndeterminateError`); a node's refusal is raised as
-its class (:mod:`disq.client.errors`); LEAVING moves the add to the next node.
+The failover loop is the async client's (:func:`disq.client.failover.send_with_failover_sync`,
+the twin of its): a node whose channel cannot connect within ``connect_timeout_s`` is set
+aside and the next one tried; an add that may have left is never sent twice
+(:class:`IndeterminateError`); a node's refusal is raised as its class
+(:mod:`disq.client.errors`); LEAVING moves the add to the next node.
 
 Fork: its channels are closed before a fork with the rest of the client's and opened again
 on the next add, in either process (:mod:`disq.client.forking`); an add is a call of the
@@ -40,8 +41,8 @@ from typing import Any, Unpack
 import grpc
 
 from disq.client.adds import AddOptions, fill_add
-from disq.client.errors import IndeterminateError, LeavingError, UnavailableError
-from disq.client.failover import NodeAddr, NodeSet, judge_failure
+from disq.client.errors import UnavailableError
+from disq.client.failover import NodeAddr, NodeSet, NotSent, refusal, send_with_failover_sync
 from disq.client.forking import ORPHANS, CallGate, ForkError, check_usable
 from disq.client.starting import SyncUnary
 from disq.proto_gen import api_pb2
@@ -175,61 +176,32 @@ class BlockingAdder:
     def _add_here(self, queue: str, body: bytes | str, options: AddOptions) -> str:
         request = api_pb2.AddJobRequest()
         fill_add(request, queue, body, options)  # TypeError/ValueError: a bad argument
-        view = self._view
         deadline_s = request.timeout_ms / 1000 + self._timeout_s
-        refused: set[str] = set()  # said LEAVING to this add
-        last = "no node known"
-        for n in self.candidates():
-            if n.addr in refused:
-                continue
+
+        def send(n: NodeAddr) -> str:
             node = self._node(n.addr)
-            if not self._connected(node, n):
-                last = f"{n.addr}: not reachable"
-                continue
+            if not self._connected(node):
+                raise NotSent("not reachable")
             try:
                 response = node.add_job(request, timeout=deadline_s, metadata=self._metadata)
             except ValueError:
                 # Its channel was closed under us (the address was just forgotten, or the
                 # client closed): the call never started, so the next node may take it.
-                last = f"{n.addr}: channel closed"
-                continue
+                raise NotSent("channel closed") from None
             except grpc.RpcError as exc:
-                err = judge_failure(view, n, exc, what="add")
-                if err is None or isinstance(err, IndeterminateError):
-                    node.ready = False  # its transport failed
-                if err is None:  # never left: safe to send elsewhere
-                    last = f"{n.addr}: {_details(exc)}"
-                    continue
-                if isinstance(err, LeavingError):
-                    refused.add(n.addr)
-                    if view.others_than(refused):
-                        # The node is draining: the job was not added there; the add and
-                        # the client's home move to the next node.
-                        view.leaving(n)
-                        continue
-                raise err from None
-            view.answered(n)
+                if refusal(exc, n.addr) is None:
+                    node.ready = False  # its transport failed: checked before the next add
+                raise
             return str(response.id)
-        raise UnavailableError(f"AddJob: no node reachable (last: {last})")
 
-    def candidates(self) -> list[NodeAddr]:
-        """The nodes an add tries, in order, the view refreshed first when it is due (on
-        the loop thread): the async client's own records, not copies."""
+        return send_with_failover_sync(self.view(), send, what="add")
+
+    def view(self) -> NodeSet:
+        """The async client's view (its own records, not copies), refreshed first when it
+        is due (on the loop thread)."""
         if self._view.refresh_due():
             self._refresh()
-        return self._view.candidates()
-
-    def answered(self, n: NodeAddr) -> None:
-        """``n`` took an add: it is up, and the client's home."""
-        self._view.answered(n)
-
-    def failed(self, n: NodeAddr, *, leaving: bool = False) -> None:
-        """``n`` failed an add (its transport, or LEAVING): set aside for a backoff; a
-        leaving node stops being the client's home."""
-        if leaving:
-            self._view.leaving(n)
-        else:
-            self._view.mark_down(n)
+        return self._view
 
     def _node(self, addr: str) -> _SyncNode:
         node = self._nodes.get(addr)
@@ -264,7 +236,7 @@ class BlockingAdder:
         for addr in [a for a in self._nodes if a not in known]:
             self._nodes.pop(addr).channel.close()
 
-    def _connected(self, node: _SyncNode, n: NodeAddr) -> bool:
+    def _connected(self, node: _SyncNode) -> bool:
         """Wait up to ``connect_timeout_s`` for a channel not known to be connected: a node
         that does not connect has certainly not received the add, so the next one may.
 
@@ -278,12 +250,6 @@ class BlockingAdder:
         try:
             node.probe(b"", timeout=self._connect_timeout_s, wait_for_ready=True)
         except grpc.RpcError:
-            self._view.mark_down(n)
             return False
         node.ready = True
         return True
-
-
-def _details(exc: grpc.RpcError) -> str:
-    call: Any = exc  # a failed sync call is both an RpcError and a grpc.Call
-    return str(call.details() or "")

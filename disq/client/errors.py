@@ -126,6 +126,11 @@ def from_info(info: api_pb2.ErrorInfo, node: str | None = None) -> DisqError:
     return cls(info.message, node=node)
 
 
+def ids_or_errors(results: Any, node: str) -> list[str | DisqError]:
+    """An AddJobs's or a Publish's results (``AddResult``s): each job's id, or its refusal."""
+    return [from_info(r.error, node) if r.HasField("error") else r.id for r in results]
+
+
 def from_metadata(metadata: Any, details: str, node: str | None) -> DisqError | None:
     """The node's own error, if the failed call carried one."""
     for key, value in metadata or ():

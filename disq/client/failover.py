@@ -2,12 +2,14 @@
 
 :class:`NodeSet` owns what every client path needs to know of the nodes: their addresses and
 ids, the order to try them in, which are set aside after a failure, the client's home node,
-and how a channel to one is opened. :func:`judge_failure` says what a failed call means: the
-node's own refusal (raise it), a call that never left or is safe to repeat (the next node),
-or an answer lost after the call left (an :class:`IndeterminateError`, never a second copy).
-The async client's calls and adds, the blocking add and the publish path all use both, so
-their answers cannot drift apart (the publish path once lacked a starting node's "not run"
-and raised IndeterminateError where an add moved on).
+and how a channel to one is opened. :func:`judge` says what a failed call means, whatever its
+transport: the node's own refusal (raise it), a call that never left or is safe to repeat
+(the next node), or an answer lost after the call left (an :class:`IndeterminateError`, never
+a second copy). :func:`send_with_failover` (and its blocking twin) is the one loop that acts
+on it: the async client's calls, its AddJobs, a Publish, the blocking add and the
+integrations' RESP calls (disq/integrations/resp_calls.py) each give it only a ``send`` of
+one node, so their answers cannot drift apart (the publish loop once lacked a starting
+node's "not run" and raised IndeterminateError where an add moved on).
 
 How the order is chosen: the nodes Hello lists, best HELLO priority first (1 ok, 5 no link,
 10 suspect, 100 dead or leaving), a random one among the best so that many clients spread,
@@ -20,18 +22,28 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import grpc
 
-from disq.client.errors import AuthError, DisqError, IndeterminateError, from_metadata
+from disq.client.errors import (
+    AuthError,
+    DisqError,
+    IndeterminateError,
+    LeavingError,
+    UnavailableError,
+    from_metadata,
+)
 from disq.client.starting import STARTING_DETAILS
 from disq.proto_gen import api_pb2
 from disq.tls import TlsConfig
 
+T = TypeVar("T")
+
 DEFAULT_ADDR = "127.0.0.1:7710"
+LOST_JOB = "the job may exist"  # what an add's lost answer leaves
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
 CHANNEL_OPTIONS = [
@@ -250,6 +262,31 @@ def refusal(exc: grpc.RpcError, addr: str) -> DisqError | None:
     return from_metadata(call.trailing_metadata(), details, addr)
 
 
+def judge(
+    nodes: NodeSet,
+    n: NodeAddr,
+    refused: DisqError | None,
+    *,
+    not_sent: bool,
+    why: str,
+    what: str,
+    repeatable: bool = False,
+    lost: str = LOST_JOB,
+) -> DisqError | None:
+    """What a failed call to ``n`` means, whatever its transport (gRPC, RESP): the node's
+    ``refused`` (its own error: raise it), None when the next node may take the call (it
+    never left, or it is ``repeatable``: reads, acks, nacks), or an IndeterminateError for
+    an add whose answer was lost after it left. A transport failure sets ``n`` aside."""
+    if refused is not None:
+        return refused
+    nodes.mark_down(n)
+    if repeatable or not_sent:
+        return None
+    return IndeterminateError(
+        f"{what} sent to {n.addr} but no answer came ({why}): {lost}", node=n.addr
+    )
+
+
 def judge_failure(
     nodes: NodeSet,
     n: NodeAddr,
@@ -257,20 +294,147 @@ def judge_failure(
     *,
     what: str,
     repeatable: bool = False,
-    lost: str = "the job may exist",
+    lost: str = LOST_JOB,
 ) -> DisqError | None:
-    """What a failed call to ``n`` means, for every path that moves calls between nodes:
-    the node's refusal (to raise or return), None when the next node may take the call (it
-    never left, or it is ``repeatable``: reads, acks, nacks), or an IndeterminateError for
-    an add whose answer was lost after it left. A transport failure sets ``n`` aside."""
-    err = refusal(exc, n.addr)
-    if err is not None:
-        return err
-    nodes.mark_down(n)
-    if repeatable or was_not_sent(exc):
-        return None
+    """:func:`judge` of a failed gRPC call."""
     call: Any = exc
-    return IndeterminateError(
-        f"{what} sent to {n.addr} but no answer came ({call.code().name}): {lost}",
-        node=n.addr,
+    return judge(
+        nodes,
+        n,
+        refusal(exc, n.addr),
+        not_sent=was_not_sent(exc),
+        why=call.code().name,
+        what=what,
+        repeatable=repeatable,
+        lost=lost,
     )
+
+
+# ---------------------------------------------------------------------- the one loop
+class NotSent(Exception):
+    """Raised by a send: the call certainly never left for the node (its channel did not
+    connect, was closed under it): the next node may take it."""
+
+
+class NoAnswer(Exception):
+    """Raised by a send: the call may have run on the node, and its answer was lost (a reset
+    after the write): an add is indeterminate, a repeatable call goes to the next node."""
+
+
+class How(TypedDict, total=False):
+    """How a call moves between nodes (:class:`Failover`'s options): ``what`` names it in
+    errors; ``repeatable``: safe to run twice (a lost answer goes to the next node, not
+    IndeterminateError); ``lost``: what an add's lost answer leaves; ``prefer``: a node id
+    prefix tried first (a job's creator; the answer then does not move the home node);
+    ``refused``: addresses that said LEAVING already; ``leaving_moves``: LEAVING moves the
+    call to the next node (adds: the node did nothing), rather than being raised."""
+
+    what: str
+    repeatable: bool
+    lost: str
+    prefer: str | None
+    refused: frozenset[str]
+    leaving_moves: bool
+
+
+@dataclass(slots=True)
+class Failover:
+    """One call's way through the nodes (the loop of :func:`send_with_failover`): the order,
+    what each failure of a send means (:func:`judge`), the marks, the last failure. The
+    options are :class:`How`'s."""
+
+    nodes: NodeSet
+    what: str = "call"
+    repeatable: bool = False
+    lost: str = LOST_JOB
+    prefer: str | None = None
+    refused: frozenset[str] = frozenset()  # said LEAVING to this call
+    leaving_moves: bool = True
+    last: str = "no node known"
+    _n: NodeAddr = field(default_factory=lambda: NodeAddr(""))
+
+    def order(self) -> list[NodeAddr]:
+        return [n for n in self.nodes.candidates(self.prefer) if n.addr not in self.refused]
+
+    def trying(self, n: NodeAddr) -> Failover:
+        self._n = n
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: object, exc: BaseException | None, tb: object) -> bool:
+        """True (the loop goes on) when the next node may take the call; else the failure,
+        or the error it means, is raised."""
+        n = self._n
+        if isinstance(exc, grpc.RpcError):
+            err = judge_failure(
+                self.nodes, n, exc, what=self.what, repeatable=self.repeatable, lost=self.lost
+            )
+        elif isinstance(exc, NotSent | NoAnswer):
+            not_sent = isinstance(exc, NotSent)
+            err = judge(
+                self.nodes,
+                n,
+                None,
+                not_sent=not_sent,
+                why=str(exc),
+                what=self.what,
+                repeatable=self.repeatable,
+                lost=self.lost,
+            )
+        elif isinstance(exc, DisqError):
+            err = exc  # the node's refusal, as the send read it
+        else:
+            return False  # none (an answer), or not a failure of the call
+        if err is None:
+            self.last = f"{n.addr}: {_details(exc)}"
+            return True
+        if isinstance(err, LeavingError) and self.leaving_moves:
+            # The node is draining and did nothing: the call, and the client's home, move.
+            self.refused |= {n.addr}
+            if self.nodes.others_than(self.refused):
+                self.nodes.leaving(n)
+                self.last = f"{n.addr}: {err}"
+                return True
+        if err is exc:
+            return False
+        raise err from None
+
+    def answered(self, n: NodeAddr, result: T) -> T:
+        """``n`` answered: it is up and, unless the call was routed by job id, the home."""
+        self.nodes.answered(n, home=self.prefer is None)
+        return result
+
+    def exhausted(self) -> UnavailableError:
+        return UnavailableError(f"{self.what}: no node answered (last: {self.last})")
+
+
+async def send_with_failover(
+    nodes: NodeSet, send: Callable[[NodeAddr], Awaitable[T]], **how: Unpack[How]
+) -> T:
+    """``send(n)`` on each node in :meth:`NodeSet.candidates`'s order until one answers; its
+    answer. ``how``: :class:`How`. ``send`` raises what the call met: a gRPC
+    error, :class:`NotSent`, :class:`NoAnswer`, or the node's refusal as a DisqError;
+    anything else passes through untouched."""
+    way = Failover(nodes, **how)
+    for n in way.order():
+        with way.trying(n):
+            return way.answered(n, await send(n))
+    raise way.exhausted()
+
+
+def send_with_failover_sync(nodes: NodeSet, send: Callable[[NodeAddr], T], **how: Unpack[How]) -> T:
+    """:func:`send_with_failover` for a blocking ``send``, on the caller's thread."""
+    way = Failover(nodes, **how)
+    for n in way.order():
+        with way.trying(n):
+            return way.answered(n, send(n))
+    raise way.exhausted()
+
+
+def _details(exc: BaseException) -> str:
+    if isinstance(exc, grpc.RpcError):
+        call: Any = exc
+        return f"{call.code().name} {call.details() or ''}".strip()
+    return str(exc)

@@ -13,18 +13,15 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Unpack
 
-import grpc
-import grpc.aio
-
 from disq.client.adds import AddOptions, fill_add
 from disq.client.calls import OnLoop, PublishCalls
 from disq.client.errors import (
     DisqError,
     LeavingError,
     UnavailableError,
-    from_info,
+    ids_or_errors,
 )
-from disq.client.failover import judge_failure
+from disq.client.failover import NodeAddr, send_with_failover
 from disq.proto_gen import api_pb2
 
 
@@ -116,9 +113,7 @@ class AsyncRoutesMixin:
         await self._maybe_refresh()
         req = api_pb2.PublishRequest(exchange=exchange, routing_key=routing_key)
         fill_add(req.job, "", body, options)
-        results = await _send_publish(self, req, req.job.timeout_ms / 1000, frozenset())
-        if isinstance(results, DisqError):
-            raise results
+        results = await _send_publish(self, req, req.job.timeout_ms / 1000)
         for res in results:
             if isinstance(res, DisqError):
                 raise res
@@ -148,39 +143,23 @@ class AsyncRoutesMixin:
 
 
 async def _send_publish(
-    client: PublishCalls, req: api_pb2.PublishRequest, wait_s: float, refused: frozenset[str]
-) -> list[str | DisqError] | DisqError:
-    """One Publish on the first node whose channel is connected: an id or an error per
-    matched queue, or one error for the call. Sent again elsewhere only when it certainly
-    did not leave, or when the node refused every add as LEAVING (it added nothing)."""
+    client: PublishCalls, req: api_pb2.PublishRequest, wait_s: float
+) -> list[str | DisqError]:
+    """One Publish on the first node whose channel is connected (failover.py): an id or an
+    error per matched queue. Sent again elsewhere only when it certainly did not leave, or
+    when the node refused every add as LEAVING (it added nothing)."""
     deadline = wait_s + client.timeout_s
-    last = "no node known"
-    view = client.view
-    for n in view.candidates():
-        if n.addr in refused:
-            continue
-        stub = client._stub(n)
-        if not await client._connected(n):
-            last = f"{n.addr}: not reachable"
-            continue
-        try:
-            r = await stub.Publish(req, timeout=deadline, metadata=client._metadata)
-        except grpc.aio.AioRpcError as exc:
-            err = judge_failure(view, n, exc, what="publish", lost="its jobs may exist")
-            if err is not None:
-                return err
-            last = f"{n.addr}: {exc.details()}"
-            continue  # never left: safe to send elsewhere
-        view.answered(n)
-        results: list[str | DisqError] = [
-            from_info(res.error, n.addr) if res.HasField("error") else res.id for res in r.results
-        ]
-        if results and all(isinstance(res, LeavingError) for res in results):
-            # The node is draining and added nothing: the next node routes it.
-            view.leaving(n)
-            return await _send_publish(client, req, wait_s, refused | {n.addr})
+
+    async def send(n: NodeAddr) -> list[str | DisqError]:
+        stub = await client._connected_stub(n)
+        r = await stub.Publish(req, timeout=deadline, metadata=client._metadata)
+        results = ids_or_errors(r.results, n.addr)
+        leaving = [res for res in results if isinstance(res, LeavingError)]
+        if leaving and len(leaving) == len(results):
+            raise leaving[0]  # draining, it added nothing: the next node routes it
         return results
-    return UnavailableError(f"Publish: no node reachable (last: {last})")
+
+    return await send_with_failover(client.view, send, what="publish", lost="its jobs may exist")
 
 
 class SyncRoutesMixin:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, Unpack
 
 from disq.client import forking
@@ -24,7 +24,7 @@ from disq.client.adds import AddOptions
 from disq.client.aio import AsyncClient, Job
 from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError, UnavailableError
-from disq.client.failover import DEFAULT_ADDR, NodeAddr
+from disq.client.failover import DEFAULT_ADDR, NodeAddr, send_with_failover_sync
 from disq.client.routes import SyncRoutesMixin
 from disq.client.schedules import Schedule
 from disq.proto_gen import api_pb2
@@ -227,21 +227,23 @@ class Client(SyncRoutesMixin):
             if forking.forked():
                 self._close_when_idle()  # the adder's channels close with the loop's
 
-    def add_candidates(self) -> list[NodeAddr]:
-        """The nodes ``add_job`` would try, in its order (the view refreshed first when due),
-        for an add made outside this client (the integrations' RESP path,
-        :mod:`disq.integrations.resp_calls`); report the outcome with :meth:`add_answered`
-        or :meth:`add_failed`. The client's own records: read them, do not keep them."""
-        return self._adder.candidates()
+    def add_candidates(self, prefer: str | None = None) -> list[NodeAddr]:
+        """The nodes ``add_job`` would try, in its order (the view refreshed first when due;
+        ``prefer``: a job's node id prefix first, as its ack goes), for a call made outside
+        this client (the integrations' RESP path, :mod:`disq.integrations.resp_calls`). The
+        client's own records: read them, do not keep them."""
+        return self._adder.view().candidates(prefer)
 
-    def add_answered(self, node: NodeAddr) -> None:
-        """``node`` took an add made outside the client: up, and the client's home."""
-        self._adder.answered(node)
-
-    def add_failed(self, node: NodeAddr, *, leaving: bool = False) -> None:
-        """``node`` failed an add made outside the client (no answer, or LEAVING): set
-        aside for a backoff, as ``add_job`` sets it aside."""
-        self._adder.failed(node, leaving=leaving)
+    def send_with_failover(
+        self, send: Callable[[NodeAddr], T], *, what: str, repeatable: bool = False
+    ) -> T:
+        """``send(n)`` on the nodes in ``add_job``'s order until one answers, with its rule
+        for what a failure means and its marks (:func:`~disq.client.failover.
+        send_with_failover_sync`), on the calling thread: for a call made outside this
+        client (the integrations' RESP path), so that both paths choose the same nodes and
+        set aside the same dead ones."""
+        view = self._adder.view()
+        return send_with_failover_sync(view, send, what=what, repeatable=repeatable)
 
     def add_jobs(self, jobs: Iterable[dict[str, Any]]) -> list[str | DisqError]:
         return self._run(self._aio.add_jobs(list(jobs)))

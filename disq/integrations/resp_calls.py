@@ -15,9 +15,11 @@ Dramatiq broker's enqueue; option ``publish_over`` (``resp``, the default, or ``
 
 What stays the SDK's (:class:`disq.client.Client`): the view of the cluster (which node,
 in which order, the backoffs of failed ones, the home node), learned with the gRPC HELLO,
-which also gives each node's host and RESP port. So a call here goes to the node the gRPC
-call would have chosen (an ack or a nack to the node that created the job, as the SDK sends
-them), and a failure here sets the node aside for both paths.
+which also gives each node's host and RESP port, and the failover loop itself
+(``Client.send_with_failover``: the order, the marks, what a failure means). So a call here
+goes to the node the gRPC call would have chosen (an ack or a nack to the node that created
+the job, as the SDK sends them), and a failure here is judged as there and sets the node
+aside for both paths.
 
 Connections: one per thread per node (thread-local: no lock on the hot path), opened on
 first use with TCP_NODELAY, AUTH sent first when the client has a password. One command,
@@ -74,9 +76,9 @@ from disq.client import (
     OutOfMemoryError,
     PausedError,
     TooLateError,
-    UnavailableError,
 )
 from disq.client.adds import REPL_TIMEOUT_MS, AddOptions, check_add_options
+from disq.client.failover import NoAnswer
 from disq.integrations.common import Settings
 
 log = structlog.get_logger("disq.resp_calls")
@@ -116,6 +118,11 @@ _NO_PASSWORD_SET = "no password is set"
 
 class _NotSent(Exception):
     """The connection failed before the command was written: the call may go elsewhere."""
+
+
+class _OverGrpc(Exception):
+    """The node's RESP port cannot take the call (nothing was sent): the SDK's gRPC call
+    makes it, and fails over as it does."""
 
 
 class _Conn:
@@ -340,46 +347,21 @@ class RespCalls:
             tail,
         )
         reply_s = options.get("repl_timeout_ms", 5000) / 1000 + self._timeout_s
-        refused: set[str] = set()  # said LEAVING to this add
-        for n in self._client.add_candidates():
-            if n.addr in refused:
-                continue
-            if not self._resp_usable(n):
-                # The node the gRPC add would choose first: it decides (and fails over).
-                return self._client.add_job(queue, body, **options)
-            try:
-                reply = self._conn(n).call(cmd, reply_s)
-            except _NotSent as exc:
-                self._resp_failed(n, str(exc))
-                return self._client.add_job(queue, body, **options)
-            except (OSError, hiredis.ProtocolError) as exc:
-                self._drop(n.addr)
-                self._client.add_failed(n)
-                raise IndeterminateError(
-                    f"add sent to {n.addr} (RESP) but no answer came ({exc}): the job may exist",
-                    node=n.addr,
-                ) from None
-            if isinstance(reply, hiredis.ReplyError):
-                if _MAX_CLIENTS in str(reply):
-                    # Refused at connect: the ADDJOB was not run; the node closes it.
-                    self._resp_failed(n, str(reply))
-                    return self._client.add_job(queue, body, **options)
-                err = refusal(reply, n.addr)
-                if isinstance(err, LeavingError):
-                    refused.add(n.addr)
-                    self._client.add_failed(n, leaving=True)
-                    continue
-                raise err
+
+        def send(n: NodeAddr) -> str:
+            reply = self._call_on(n, cmd, reply_s)
             if not isinstance(reply, bytes):
                 self._drop(n.addr)
                 raise IndeterminateError(
                     f"add sent to {n.addr} (RESP): unexpected reply {reply!r}", node=n.addr
                 )
-            self._client.add_answered(n)
             return reply.decode()
-        if refused:
-            raise LeavingError(f"every node is leaving: {sorted(refused)}")
-        raise UnavailableError("AddJob: no node known")
+
+        try:
+            return self._client.send_with_failover(send, what="add")
+        except _OverGrpc:
+            # The node the gRPC add would choose: it decides (and fails over).
+            return self._client.add_job(queue, body, **options)
 
     # -- consuming ------------------------------------------------------------------------
     def get_jobs(
@@ -405,37 +387,23 @@ class RespCalls:
         reply_s = (0.0 if nohang or timeout_s is None else timeout_s) + self._timeout_s
         if timeout_s is None and not nohang:
             reply_s = 365 * 86400.0  # blocks until jobs come, asked for explicitly
-        last = "no node known"
-        for n in self._client.add_candidates():
-            if not self._resp_usable(n):
-                return self._client.get_jobs(
-                    queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
-                )
+
+        def send(n: NodeAddr) -> list[Job]:
+            reply = self._call_on(n, cmd, reply_s, MAX_JOBS_REPLY_BYTES)
             try:
-                reply = self._conn(n).call(cmd, reply_s, MAX_JOBS_REPLY_BYTES)
-                jobs = jobs_of(reply) if not isinstance(reply, hiredis.ReplyError) else []
-            except _NotSent as exc:
-                self._resp_failed(n, str(exc))
-                return self._client.get_jobs(
-                    queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
-                )
-            except (OSError, hiredis.ProtocolError) as exc:
-                # Safe to ask the next node, as the SDK does: jobs the lost answer held come
-                # back after their RETRY.
+                return jobs_of(reply)
+            except hiredis.ProtocolError as exc:
                 self._drop(n.addr)
-                self._client.add_failed(n)
-                last = f"{n.addr}: {exc}"
-                continue
-            if isinstance(reply, hiredis.ReplyError):
-                err = refusal(reply, n.addr)
-                if isinstance(err, LeavingError):
-                    self._client.add_failed(n, leaving=True)
-                    last = f"{n.addr}: {err}"
-                    continue
-                raise err
-            self._client.add_answered(n)
-            return jobs
-        raise UnavailableError(f"GetJobs: no node answered (last: {last})")
+                raise NoAnswer(f"RESP: {exc}") from None
+
+        try:
+            # Safe to ask the next node after a lost answer, as the SDK does: jobs the lost
+            # answer held come back after their RETRY. LEAVING moves on too.
+            return self._client.send_with_failover(send, what="GetJobs", repeatable=True)
+        except _OverGrpc:
+            return self._client.get_jobs(
+                queues, count=count, timeout_s=timeout_s, nohang=nohang, in_order=in_order
+            )
 
     def ack(self, job_id: str) -> None:
         """ACKJOB at the node that created the job; over gRPC (queued, batched) when RESP
@@ -454,28 +422,15 @@ class RespCalls:
         every holder from any node); False when it did not run over RESP."""
         if not self._on():
             return False
-        nodes = self._client.add_candidates()
-        prefix = job_id[2:10]
-        for i, n in enumerate(nodes):
-            if n.node_id.startswith(prefix):
-                nodes.insert(0, nodes.pop(i))
-                break
-        if not nodes or not self._resp_usable(nodes[0]):
+        nodes = self._client.add_candidates(prefer=job_id[2:10])
+        if not nodes:
             return False
-        n = nodes[0]
         try:
-            reply = self._conn(n).call(command(name, job_id.encode()), self._timeout_s)
-        except _NotSent as exc:
-            self._resp_failed(n, str(exc))
-            return False
-        except (OSError, hiredis.ProtocolError):
-            self._drop(n.addr)
-            return False
-        if isinstance(reply, hiredis.ReplyError):
-            err = refusal(reply, n.addr)
-            if isinstance(err, BadIdError):
-                raise err
-            return False  # LEAVING, OOM: the gRPC path finds another node
+            self._call_on(nodes[0], command(name, job_id.encode()), self._timeout_s)
+        except BadIdError:
+            raise
+        except (_OverGrpc, NoAnswer, DisqError):
+            return False  # LEAVING, OOM, a lost answer: the gRPC path finds another node
         return True
 
     def _learn_ports(self) -> None:
@@ -488,6 +443,31 @@ class RespCalls:
             log.info("resp_ports_unknown", error=str(exc))  # the call goes over gRPC
 
     # -- connections ------------------------------------------------------------------------
+    def _call_on(
+        self, n: NodeAddr, cmd: bytes, reply_s: float, limit: int = MAX_REPLY_BYTES
+    ) -> Any:
+        """``cmd`` on ``n``'s RESP port: its reply, or what the failover loop judges
+        (disq/client/failover.py): the node's refusal raised as the SDK's error, NoAnswer
+        when the answer was lost after the write; _OverGrpc when its RESP port cannot take
+        the call (not known, not connecting, full: nothing was sent)."""
+        if not self._resp_usable(n):
+            raise _OverGrpc
+        try:
+            reply = self._conn(n).call(cmd, reply_s, limit)
+        except _NotSent as exc:
+            self._resp_failed(n, str(exc))
+            raise _OverGrpc from None
+        except (OSError, hiredis.ProtocolError) as exc:
+            self._drop(n.addr)
+            raise NoAnswer(f"RESP: {exc}") from None
+        if isinstance(reply, hiredis.ReplyError):
+            if _MAX_CLIENTS in str(reply):
+                # Refused at connect: the command was not run; the node closes it.
+                self._resp_failed(n, str(reply))
+                raise _OverGrpc
+            raise refusal(reply, n.addr)
+        return reply
+
     def _resp_usable(self, n: NodeAddr) -> bool:
         if not n.resp_port and not self._asked:
             self._learn_ports()

@@ -10,14 +10,18 @@ that ships.
   ``OSError(EIO)`` on every later call, as a disk that lost a write does. Other fsyncs of the
   process (node.json, cluster.json, directories) are untouched. A node must stop (exit 1)
   without acknowledging the records of the failed fsync (docs/disk-full.md, "fsyncgate").
+* ``api-held``: a node whose peers hear from it first loads its gRPC client API only once the
+  file ``gate`` exists; until then every client call is answered UNAVAILABLE "not run"
+  (disq/server/late_services.py), as in the milliseconds after a restart, for as long as a
+  test needs (tests/integration/test_client_failover_live.py).
 
 In-process::
 
     with faults.applied("fsync-eio", after=3):
         ...
 
-Node processes: ``python -m disq.testing.faults fsync-eio [--after N] -- ARGS...`` applies the
-fault, then runs ``disq.node_main`` with ``ARGS``.
+Node processes: ``python -m disq.testing.faults fsync-eio [--after N] -- ARGS...`` (or
+``api-held --gate PATH``) applies the fault, then runs ``disq.node_main`` with ``ARGS``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ import errno
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from disq.persistence import aof_writer
 
 FSYNC_EIO = "fsync-eio"
-FAULTS = (FSYNC_EIO,)
+API_HELD = "api-held"
+FAULTS = (FSYNC_EIO, API_HELD)
 
 
 class FsyncFault:
@@ -70,10 +76,32 @@ def _fsync_eio(after: int) -> Callable[[], None]:
     return undo
 
 
-def apply(name: str, *, after: int = 0) -> Callable[[], None]:
+def _api_held(gate: str) -> Callable[[], None]:
+    # The runtime looks import_api up in its module when it loads the API, in a thread of
+    # its own: the wait holds that thread only, the node serves everything else meanwhile.
+    from disq.server import cluster_services
+
+    original = cluster_services.import_api
+
+    def held() -> None:
+        while not os.path.exists(gate):
+            time.sleep(0.01)
+        original()
+
+    cluster_services.import_api = held
+
+    def undo() -> None:
+        cluster_services.import_api = original
+
+    return undo
+
+
+def apply(name: str, *, after: int = 0, gate: str = "") -> Callable[[], None]:
     """Put the named fault in; returns the function that takes it out."""
     if name == FSYNC_EIO:
         return _fsync_eio(after)
+    if name == API_HELD:
+        return _api_held(gate)
     raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
 
 
@@ -102,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--after", type=int, default=0, metavar="N", help="calls that succeed before the fault"
     )
+    parser.add_argument("--gate", default="", metavar="PATH", help="api-held: the file awaited")
     opts = parser.parse_args(ours)
     if opts.after < 0:
         parser.error("--after must be >= 0")
-    apply(opts.fault, after=opts.after)
+    if opts.fault == API_HELD and not opts.gate:
+        parser.error("api-held needs --gate PATH")
+    apply(opts.fault, after=opts.after, gate=opts.gate)
     from disq import node_main
 
     return node_main.main(node_args)
