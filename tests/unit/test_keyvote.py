@@ -124,8 +124,8 @@ def test_two_concurrent_adds_of_a_key_on_two_nodes_get_one_job() -> None:
     # is gone everywhere, and every node that logged it logged its deletion.
     assert key_jobs(c) == {winner: {0, 1, 2}}
     for i in range(3):
-        assert c.core(i)._kv_decided_here(K) == winner
-        assert K not in c.core(i)._kv_prop
+        assert c.core(i).votes.decided_here(K) == winner
+        assert K not in c.core(i).votes.prop
         if loser in loaded_in_aof(c, i):
             assert loser in deleted_in_aof(c, i)
     # Queued exactly once, and still once after several RETRY periods.
@@ -154,7 +154,7 @@ def test_keyed_add_cut_off_from_the_majority_answers_norepl_then_a_retry_binds_o
     [(token, err)] = c.replies[c.ids[0]]
     assert token == 1 and is_norepl(err)
     c.advance(3000)  # the vote goes on, in vain: still nothing queued
-    assert queued(c) == [] and c.core(0)._kv_decided_here(K) == ""
+    assert queued(c) == [] and c.core(0).votes.decided_here(K) == ""
     c.cut = set()
     r = c.core(1).add_job(c.now, 2, "q", b"b", timeout_ms=5000, repl=1, idem_key="k")
     assert r is PENDING
@@ -163,7 +163,7 @@ def test_keyed_add_cut_off_from_the_majority_answers_norepl_then_a_retry_binds_o
     assert token == 2 and isinstance(bound, str)
     assert list(key_jobs(c)) == [bound]
     assert [job_id for _, job_id in queued(c)] == [bound]
-    assert all(c.core(i)._kv_decided_here(K) == bound for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == bound for i in range(3))
     if bound != a:
         assert a not in c.core(0).jobs and a in deleted_in_aof(c, 0)
 
@@ -198,7 +198,7 @@ def test_keyed_add_on_the_two_node_side_of_a_five_node_split() -> None:
     assert list(key_jobs(c)) == [bound]
     assert len(key_jobs(c)[bound]) == 2
     assert [job_id for _, job_id in queued(c)] == [bound]
-    assert all(c.core(i)._kv_decided_here(K) == bound for i in range(5))
+    assert all(c.core(i).votes.decided_here(K) == bound for i in range(5))
 
 
 # ------------------------------------------------------------------ 3. creator crashes
@@ -211,8 +211,8 @@ def _vote_started_then_lost(c: Cluster) -> str:
     c.pump()
     [a] = c.core(0).jobs
     assert key_jobs(c) == {a: {0, 1, 2}}
-    assert K in c.core(0)._kv_prop
-    assert all(c.core(i)._kv_decided_here(K) == "" for i in range(3))
+    assert K in c.core(0).votes.prop
+    assert all(c.core(i).votes.decided_here(K) == "" for i in range(3))
     return a
 
 
@@ -230,7 +230,7 @@ def test_a_copy_never_proposes_itself_and_waits_for_a_retry_to_decide() -> None:
     assert K in fresh._idem_tentative  # no IDEMKEY: its key comes back undecided
     c.advance(4500)  # past the RETRY (2 s + jitter): the copies ask, nothing is decided
     assert sum(c.core(i).stats.get("key_votes", 0) for i in range(3)) >= 1
-    assert all(c.core(i)._kv_decided_here(K) == "" for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == "" for i in range(3))
     assert queued(c) == []
     assert c.replies[c.ids[0]] == []  # the crashed client's token is gone with it
     r = c.core(1).add_job(c.now, 10, "q", b"z", timeout_ms=2000, repl=2, idem_key="k")
@@ -256,13 +256,13 @@ def test_a_creator_cut_off_after_its_accept_leaves_the_holders_to_finish_its_vot
     assert r is PENDING
     c.pump()
     [a] = c.core(0).jobs
-    assert all(c.core(i)._kv_decided_here(K) == "" for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == "" for i in range(3))
     c.cut = {c.ids[0]}
     c.drop = None
     c.advance(1500)
     assert queued(c) == []
     c.advance(3500)
-    assert c.core(1)._kv_decided_here(K) == a and c.core(2)._kv_decided_here(K) == a
+    assert c.core(1).votes.decided_here(K) == a and c.core(2).votes.decided_here(K) == a
     where = queued(c)
     assert [job_id for _, job_id in where] == [a] and where[0][0] in (1, 2)
     for i in (1, 2):
@@ -284,13 +284,13 @@ def test_a_promise_and_an_accept_survive_a_restart() -> None:
     assert (queue, key, pn, pnode, an, anode, job_id) == ("q", "k", 5, proposer, 0, "", "")
 
     promised = restart(c, 1)
-    low = promised._kv_prepare(K, (4, other), c.now)
+    low = promised.votes.prepare(K, (4, other), c.now)
     assert not low.ok and (low.acc_ballot, low.acc_node) == (5, proposer)
     # The same ballot again is no higher than the promise either.
-    assert not promised._kv_prepare(K, (5, proposer), c.now).ok
-    assert not promised._kv_accept(K, (4, other), "D-x", c.now).ok
+    assert not promised.votes.prepare(K, (5, proposer), c.now).ok
+    assert not promised.votes.accept(K, (4, other), "D-x", c.now).ok
     # Control: a node that never promised takes that lower ballot.
-    assert c.core(2)._kv_prepare(K, (4, other), c.now).ok
+    assert c.core(2).votes.prepare(K, (4, other), c.now).ok
 
     # Accept under ballot 5, restart again: a higher PREPARE learns the accepted job.
     c.nodes[1].on_peer_messages(
@@ -299,15 +299,15 @@ def test_a_promise_and_an_accept_survive_a_restart() -> None:
     c.pump()
     assert record_types(c, 1) == [REC_KEYVOTE, REC_KEYVOTE]
     accepted = restart(c, 1, seed=7)
-    assert not accepted._kv_prepare(K, (4, other), c.now).ok
-    high = accepted._kv_prepare(K, (6, other), c.now)
+    assert not accepted.votes.prepare(K, (4, other), c.now).ok
+    high = accepted.votes.prepare(K, (6, other), c.now)
     assert high.ok and (high.acc_ballot, high.acc_node, high.job_id) == (5, proposer, "D-job")
     # A rewritten AOF (snapshot) keeps the acceptor state as well.
     snap = list(iter_frames(b"".join(accepted.snapshot_records(c.now))))
     assert [rtype for rtype, _ in snap] == [REC_KEYVOTE]
     third = DisqueCore(c.views[c.ids[1]], random.Random(3), c.now)
     third.restore(c.now, snap)
-    refused = third._kv_prepare(K, (6, other), c.now)
+    refused = third.votes.prepare(K, (6, other), c.now)
     assert not refused.ok and (refused.acc_ballot, refused.acc_node) == (6, other)
 
 
@@ -371,9 +371,9 @@ def test_a_single_node_binds_its_keys_without_a_vote() -> None:
     assert core.add_job(c.now, 2, "q", b"a", timeout_ms=1000, idem_key="k") == first
     c.advance(2000)
     assert sent == [] and c.replies[c.ids[0]] == []
-    assert core.stats.get("key_votes", 0) == 0 and core._kv_prop == {} and core._kv_acc == {}
+    assert core.stats.get("key_votes", 0) == 0 and core.votes.prop == {} and core.votes.acc == {}
     assert REC_KEYVOTE not in record_types(c, 0)
-    assert core.qlen("q") == 1 and core._kv_decided_here(K) == first
+    assert core.qlen("q") == 1 and core.votes.decided_here(K) == first
 
 
 # ------------------------------------------------------------------ 6. late loser copy
@@ -400,7 +400,7 @@ def test_a_loser_copy_arriving_after_the_decision_is_deleted_at_its_retry() -> N
     c.pump()
     # Node 0's job has its copies and wins; node 1's add answers the winner's id.
     assert c.replies[c.ids[0]] == [(1, a)] and c.replies[c.ids[1]] == [(2, a)]
-    assert all(c.core(i)._kv_decided_here(K) == a for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == a for i in range(3))
     assert key_jobs(c) == {a: {0, 1, 2}}
     # The delayed REPLJOB of the loser reaches node 2 after the decision.
     assert late and all(isinstance(m, ReplJob) and m.job.id == b for m in late)
@@ -433,7 +433,7 @@ def test_async_and_replicate_1_keyed_adds_are_queued_only_once_their_vote_is_won
     c.pump()
     assert c.replies[c.ids[0]] == [(1, a)]
     assert queued(c) == [(0, a)] and c.core(0).jobs[a].state == QUEUED
-    assert all(c.core(i)._kv_decided_here(K) == a for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == a for i in range(3))
 
 
 @pytest.mark.parametrize(
@@ -461,7 +461,7 @@ def test_async_and_replicate_1_keyed_adds_stay_unqueued_while_the_vote_is_stuck(
     c.drop = None
     c.advance(4000)
     assert c.replies[c.ids[0]] == [(1, a)]
-    assert all(c.core(i)._kv_decided_here(K) == a for i in range(3))
+    assert all(c.core(i).votes.decided_here(K) == a for i in range(3))
     # Queued once: one consumer gets it, the others find nothing.
     got = [c.core(i).get_job(c.now, 10 + i, ["q"], nohang=True) for i in range(3)]
     assert [[j.id for j in g] for g in got if isinstance(g, list)] == [[a]]
@@ -537,9 +537,9 @@ def test_acceptor_state_past_its_window_is_pruned() -> None:
     c = Cluster(3)
     core = c.core(1)
     core.idem_window_ms = 1000
-    core._kv_prepare(K, (3, c.ids[0]), c.now)
-    assert K in core._kv_acc
+    core.votes.prepare(K, (3, c.ids[0]), c.now)
+    assert K in core.votes.acc
     c.advance(500)
-    assert K in core._kv_acc  # still in its window
+    assert K in core.votes.acc  # still in its window
     c.advance(2000)  # the cron runs every second
-    assert K not in core._kv_acc
+    assert K not in core.votes.acc

@@ -93,8 +93,8 @@ class AofMixin(CoreParts):
         requeue = self._restore_jobs(now_ms, buf, offsets)
         self.counts.rebuild(self.jobs.values())  # the job table was filled in bulk (counts.py)
         self._restore_keys(now_ms, keys)
-        self._kv_restore(now_ms, votes)
-        self._kv_after_restore()
+        self.votes.restore(now_ms, votes)
+        self.votes.after_restore()
         for j in requeue:
             if j.idem_key and self.vote_keys:
                 hit = self._idem.get((j.queue, j.idem_key))
@@ -184,7 +184,7 @@ class AofMixin(CoreParts):
                 if j.state in (ACTIVE, QUEUED)
             ]
             + self.key_records()
-            + self.vote_records(now_ms)
+            + self.votes.records(now_ms)
         )
 
 

@@ -44,7 +44,6 @@ class BlockedHost(Protocol):
     stats: dict[str, int]
     replies: list[tuple[int, DeferredResult]]
     _idem_timer_ms: int
-    _kv_timer_ms: int
 
     def _send(self, node: str, msg: Message) -> None: ...
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
@@ -56,7 +55,7 @@ class BlockedHost(Protocol):
     def _copies_needed(self, j: DJob) -> int: ...
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _idem_timer_fire(self, now_ms: int) -> None: ...
-    def _kv_timer_fire(self, now_ms: int) -> None: ...
+    def _kv_timer_due(self, at_ms: int, now_ms: int) -> None: ...
 
 
 class BlockedClients:
@@ -236,8 +235,7 @@ class BlockedClients:
                     host._idem_timer_fire(now_ms)
                 continue
             if token == KV_TIMER:
-                if at == host._kv_timer_ms:
-                    host._kv_timer_fire(now_ms)
+                host._kv_timer_due(at, now_ms)
                 continue
             g = self.gets.get(token)
             if g is not None and g.deadline_ms == at:

@@ -70,7 +70,7 @@ from disq.core.disque.job import (
     AwakeEntry,
     DJob,
 )
-from disq.core.disque.keyvote import KeyVoteMixin
+from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
@@ -114,7 +114,6 @@ CRON_IDLE_MS = 1000
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
     IdempotencyMixin,
-    KeyVoteMixin,
     FederationMixin,
     IntrospectionMixin,
     AckMixin,
@@ -160,9 +159,7 @@ class DisqueCore(
         self._idem_reruns = []
         self.idem_reply_wait = True  # a done keyed add answers once peers have its key
         self.idem_window_ms = IDEM_WINDOW_MS
-        self._kv_acc = {}  # keyvote.py
-        self._kv_prop = {}
-        self._kv_timer_ms = 0
+        self.votes = KeyVoting(self)  # keyvote.py: this node's part in the key votes
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
         self._prev_ctime = 0
@@ -584,7 +581,7 @@ class DisqueCore(
             return PENDING
 
         j.state = ACTIVE
-        if idem_key and self._kv_needed(j):
+        if idem_key and self.votes.needed(j):
             # Keyed, answered without waiting for copies (ASYNC, REPLICATE 1): not queued
             # before its key's vote (keyvote.py) says it is the key's job.
             self._register(j)
@@ -592,7 +589,7 @@ class DisqueCore(
             if additional > 0:
                 self._replicate(j, additional, now_ms)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-            self._kv_propose(j, KV_AT_ONCE, [token], deadline, now_ms)
+            self.votes.propose(j, KV_AT_ONCE, [token], deadline, now_ms)
             return PENDING
         if delay_s == 0:
             self._register(j, awake=False)  # _enqueue sets the timer once
@@ -678,9 +675,14 @@ class DisqueCore(
         """The client of ``token`` went away: its blocked command is dropped."""
         if self._idem_cancel(token):  # a keyed add held (idempotency.py)
             return
-        if self._kv_prop and self._kv_cancel(token):  # waiting for its key's vote
+        if self.votes.prop and self.votes.cancel(token):  # waiting for its key's vote
             return
         self.blocked.cancel(token)
+
+    def _kv_timer_due(self, at_ms: int, now_ms: int) -> None:
+        """The client timer armed by the key votes fired (blocked.py); a stale one is not."""
+        if at_ms == self.votes.timer_ms:
+            self.votes.timer_fire(now_ms)
 
     def working(self, now_ms: int, job_id: str) -> int:
         j = self.jobs.get(job_id)
@@ -825,7 +827,7 @@ class DisqueCore(
                     self._take_over(j)
             elif q is not None and q.paused_in and j.retry_s:
                 j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
-            elif j.idem_key and self._kv_blocks_requeue(j, now_ms):
+            elif j.idem_key and self.votes.blocks_requeue(j, now_ms):
                 # Its key is being voted on: queued (or deleted) by the decision.
                 if j.id in self.jobs:
                     j.qtime_ms = now_ms + max(1, j.retry_s) * 1000 + self._jitter()
@@ -847,8 +849,8 @@ class DisqueCore(
         ``queue_idle_gc_ms`` (shorter under memory pressure, memory.py). Disque samples
         random queues until fewer than 10% are evictable; this walks them all, which the
         NEEDJOBS half does anyway, once a second (10 times with blocked clients)."""
-        if self._kv_acc:
-            self._kv_prune(now_ms)
+        if self.votes.acc:
+            self.votes.prune(now_ms)
         any_blocked = False
         idle_ms = self.memory.queue_idle_gc_ms()
         idle: list[str] = []
@@ -876,8 +878,8 @@ DisqueCore._handlers = {
     GotAck: DisqueCore._on_gotack,
     DelJob: DisqueCore._on_deljob,
     IdemKeys: DisqueCore._on_idem_keys,
-    KeyVote: DisqueCore._on_key_vote,
-    KeyVotes: DisqueCore._on_key_votes,
+    KeyVote: lambda core, now_ms, sender, msg: core.votes.on_key_vote(now_ms, sender, msg),
+    KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),
     NeedJobs: DisqueCore._on_needjobs,
     YourJobs: DisqueCore._on_yourjobs,
     Working: DisqueCore._on_working,

@@ -41,7 +41,7 @@ class FlushMixin(CoreParts):
         for held in self._held_replies.values():
             for token in held.tokens:
                 replies.append((token, held.job_id))  # done: its copies existed
-        for p in self._kv_prop.values():
+        for p in self.votes.prop.values():
             for token in p.tokens:
                 replies.append((token, gone))
         for token in blocked.gets:
@@ -70,7 +70,7 @@ class FlushMixin(CoreParts):
         self._tombstones.clear()
         self._gone.clear()
         self._idem_timer_ms = 0
-        self._kv_timer_ms = 0
+        self.votes.reset()
 
     def _clear_keys(self) -> None:
         self._idem.clear()
@@ -85,5 +85,3 @@ class FlushMixin(CoreParts):
         self._held_replies.clear()
         self._held_reply_of.clear()
         self._idem_reruns.clear()
-        self._kv_acc.clear()
-        self._kv_prop.clear()

@@ -52,7 +52,8 @@ from disq.core.disque.job import (
     QUEUED,
     DJob,
 )
-from disq.core.disque.state import Handoff, Key
+from disq.core.disque.keyvote import KeyVoting
+from disq.core.disque.state import Handoff
 from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
@@ -64,6 +65,7 @@ class HandoffHost(Protocol):
     jobs: dict[str, DJob]
     view: ClusterView
     rng: random.Random
+    votes: KeyVoting
 
     def _send(self, node: str, msg: Message) -> None: ...
     def _dequeue(self, j: DJob) -> bool: ...
@@ -71,8 +73,6 @@ class HandoffHost(Protocol):
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
     def _log_del(self, job_id: str) -> None: ...
     def _unregister(self, j: DJob, now_ms: int) -> None: ...
-    def _kv_needed(self, j: DJob) -> bool: ...
-    def _kv_decided_here(self, k: Key) -> str: ...
 
 
 class Handoffs:
@@ -102,7 +102,7 @@ class Handoffs:
         for j in list(host.jobs.values()):
             if j.id in hs or j.flags & (BEANSTALK_ORIGIN | BEANSTALK_OWNED):
                 continue
-            if host._kv_needed(j) and host._kv_decided_here((j.queue, j.idem_key)) != j.id:
+            if host.votes.needed(j) and host.votes.decided_here((j.queue, j.idem_key)) != j.id:
                 # Its key's vote is not won here (keyvote.py): queued elsewhere it could be a
                 # second job of the key. It stays, in the AOF; the vote decides after a restart.
                 continue

@@ -390,7 +390,7 @@ class IdempotencyMixin(CoreParts):
                     self._drop_failed(job_id[len(FAILED) :], now_ms)
                 elif voting:
                     # Decided by a vote (keyvote.py): binding, whatever this node had.
-                    self._kv_learn((queue, key), job_id, now_ms, announce=False)
+                    self.votes.learn((queue, key), job_id, now_ms, announce=False)
                 elif self._take_key((queue, key), job_id, until, now_ms):
                     learned.append((queue, key, job_id, until))
             self._log_keys(learned)  # before the ack leaves (records first, then messages)

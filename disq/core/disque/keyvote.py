@@ -48,18 +48,19 @@ reconfiguration.
 from __future__ import annotations
 
 import itertools
+import random
+from collections import OrderedDict
 from collections.abc import Set
-
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
 from disq.core.constants import WILLQUEUE_ADVANCE_MS
-from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
+from disq.core.disque.api import NOREPL_TIMEOUT, ClusterView, DeferredResult, DisqueError
+from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
-from disq.core.disque.parts import CoreParts
 from disq.core.disque.state import KV_ADD as ADD
 from disq.core.disque.state import KV_AT_ONCE as AT_ONCE
 from disq.core.disque.state import KV_COPY as COPY
-from disq.core.disque.state import KV_TIMER, NO_BALLOT, Ballot, Key
+from disq.core.disque.state import KV_TIMER, NO_BALLOT, Ballot, HeldRetry, Key
 from disq.core.disque.state import Acceptor as _Acceptor
 from disq.core.disque.state import Proposal as _Proposal
 from disq.core.messages import (
@@ -69,8 +70,14 @@ from disq.core.messages import (
     KV_PROMISE,
     KeyVote,
     KeyVotes,
+    Message,
 )
-from disq.persistence.cluster_records import REC_KEYVOTE, KeyVoteEntry, encode_keyvotes
+from disq.persistence.cluster_records import (
+    REC_KEYVOTE,
+    IdemKeyEntry,
+    KeyVoteEntry,
+    encode_keyvotes,
+)
 from disq.persistence.framing import frame
 
 KV_RETRY_MAX_MS = 3000
@@ -84,17 +91,61 @@ KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 # to an under-replicated job would acknowledge it to a retry.
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class KeyVoteMixin(CoreParts):
-    """The votes on idempotency keys of DisqueCore."""
+class VoteHost(Protocol):
+    """What the key votes need of the core: its job table and messages, and the
+    idempotency part's keys (idempotency.py), which a decided vote binds."""
+
+    jobs: dict[str, DJob]
+    view: ClusterView
+    rng: random.Random
+    stats: dict[str, int]
+    replies: list[tuple[int, DeferredResult]]
+    aof_out: list[bytes]
+    persist: bool
+    vote_keys: bool
+    wall_offset_ms: int
+    idem_window_ms: int
+    blocked: BlockedClients
+    _idem: OrderedDict[Key, tuple[str, int]]
+    _idem_tentative: set[Key]
+    _idem_shadow: dict[Key, list[str]]
+    _held_retries: dict[Key, list[HeldRetry]]
+    _held_retry_of: dict[int, Key]
+
+    @property
+    def my_id(self) -> str: ...
+    def _send(self, node: str, msg: Message) -> None: ...
+    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool: ...
+    def _update_awake(self, j: DJob, at: int = 0) -> None: ...
+    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
+    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
+    def _announce(self, k: Key, job_id: str, now: int) -> None: ...
+    def _log_keys(self, entries: list[IdemKeyEntry]) -> None: ...
+    def _trim_keys(self) -> None: ...
+
+
+class KeyVoting:
+    """The votes on idempotency keys: this node as acceptor (``acc``) and as proposer
+    (``prop``), and the timer of their rounds."""
+
+    def __init__(self, host: VoteHost) -> None:
+        self.host = host
+        self.acc: dict[Key, _Acceptor] = {}
+        self.prop: dict[Key, _Proposal] = {}
+        self.timer_ms = 0  # the armed timer (0: none)
+
+    def reset(self) -> None:
+        """FLUSHALL: no vote, no timer (flush.py answered the proposals' clients)."""
+        self.acc.clear()
+        self.prop.clear()
+        self.timer_ms = 0
 
     # ------------------------------------------------------------------ entry points
-    def _kv_needed(self, j: DJob) -> bool:
+    def needed(self, j: DJob) -> bool:
         """Does this job's key go through a vote? Keyed jobs, on a cluster."""
-        return bool(j.idem_key) and self.vote_keys and self.view.cluster_size() > 1
+        return bool(j.idem_key) and self.host.vote_keys and self.host.view.cluster_size() > 1
 
-    def _kv_propose(
+    def propose(
         self,
         j: DJob,
         kind: int,
@@ -106,11 +157,11 @@ class KeyVoteMixin(CoreParts):
         """Bind ``j``'s key by a vote with ``j`` as candidate; ``tokens`` get the key's job
         id once decided (NOREPL at ``deadline_ms``)."""
         k = (j.queue, j.idem_key)
-        decided = self._kv_decided_here(k)
+        decided = self.decided_here(k)
         if decided:
-            self._kv_resolve(k, decided, _Proposal(j.id, kind, tokens=tokens), now_ms)
+            self._resolve(k, decided, _Proposal(j.id, kind, tokens=tokens), now_ms)
             return
-        p = self._kv_prop.get(k)
+        p = self.prop.get(k)
         if p is not None:
             if p.job_id != j.id and kind != COPY:
                 # A second candidate here (a copy's vote ran, then this node's own add):
@@ -121,44 +172,46 @@ class KeyVoteMixin(CoreParts):
                 p.deadline_ms = deadline_ms
             if holders:
                 p.holders |= holders
-            self._kv_arm(deadline_ms)
+            self._arm(deadline_ms)
             return
         p = _Proposal(j.id, kind, tokens=list(tokens), deadline_ms=deadline_ms)
         if holders:
             p.holders = set(holders)
-        self._kv_prop[k] = p
-        self.stats["key_votes"] = self.stats.get("key_votes", 0) + 1
-        self._kv_arm(deadline_ms)
-        self._kv_round(k, p, now_ms)
+        self.prop[k] = p
+        self.host.stats["key_votes"] = self.host.stats.get("key_votes", 0) + 1
+        self._arm(deadline_ms)
+        self._round(k, p, now_ms)
 
-    def _kv_blocks_requeue(self, j: DJob, now_ms: int) -> bool:
+    def blocks_requeue(self, j: DJob, now_ms: int) -> bool:
         """A copy's RETRY fired: while its key is undecided here it is not queued; its vote
         runs (with this copy as candidate) and decides whether it is queued or deleted."""
-        if not self._kv_needed(j):
+        if not self.needed(j):
             return False
         k = (j.queue, j.idem_key)
-        if k not in self._idem:
+        if k not in self.host._idem:
             return False  # the key's window is over: the job requeues as any job does
-        decided = self._kv_decided_here(k)
+        decided = self.decided_here(k)
         if decided == j.id:
             return False
         if decided:
             # The key went to another job: this copy lost (its DELJOB was lost, or it came
             # after the decision). Never queued: it goes.
-            self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
-            self._kv_drop(j, decided, now_ms)
+            self.host.stats["idem_copies_dropped"] = (
+                self.host.stats.get("idem_copies_dropped", 0) + 1
+            )
+            self._drop(j, decided, now_ms)
             return True
-        if k not in self._kv_prop:
-            self._kv_propose(j, COPY, [], 0, now_ms)
-        return j.id in self.jobs and k in self._kv_prop
+        if k not in self.prop:
+            self.propose(j, COPY, [], 0, now_ms)
+        return j.id in self.host.jobs and k in self.prop
 
     # ------------------------------------------------------------------ the proposer
-    def _kv_quorum(self) -> int:
-        return self.view.cluster_size() // 2 + 1
+    def _quorum(self) -> int:
+        return self.host.view.cluster_size() // 2 + 1
 
-    def _kv_round(self, k: Key, p: _Proposal, now_ms: int) -> None:
-        me = self.my_id
-        acc = self._kv_acc.get(k)
+    def _round(self, k: Key, p: _Proposal, now_ms: int) -> None:
+        me = self.host.my_id
+        acc = self.acc.get(k)
         top = max(p.highest, p.ballot[0], acc.promised[0] if acc is not None else 0)
         p.ballot = (top + 1, me)
         p.highest = top + 1
@@ -166,21 +219,21 @@ class KeyVoteMixin(CoreParts):
         p.value = ""
         p.promises = {}
         p.accepts = set()
-        p.retry_ms = now_ms + p.backoff_ms + int(self.rng.random() * p.backoff_ms)
+        p.retry_ms = now_ms + p.backoff_ms + int(self.host.rng.random() * p.backoff_ms)
         p.backoff_ms = min(p.backoff_ms * 2, KV_RETRY_MAX_MS)
-        self._kv_arm(p.retry_ms)
+        self._arm(p.retry_ms)
         msg = KeyVote(KV_PREPARE, k[0], k[1], p.ballot[0], me)
-        for node in self.view.all_peers():
+        for node in self.host.view.all_peers():
             if node != me:
-                self._send(node, msg)
-        self._kv_on_reply(k, self._kv_prepare(k, p.ballot, now_ms), me, now_ms)
+                self.host._send(node, msg)
+        self._on_reply(k, self.prepare(k, p.ballot, now_ms), me, now_ms)
 
-    def _kv_on_reply(self, k: Key, r: KeyVote, sender: str, now_ms: int) -> None:
+    def _on_reply(self, k: Key, r: KeyVote, sender: str, now_ms: int) -> None:
         """A PROMISE or ACCEPTED (this node's own ones too) for the vote on ``k``."""
         if r.decided:
-            self._kv_learn(k, r.decided, now_ms, announce=False)
+            self.learn(k, r.decided, now_ms, announce=False)
             return
-        p = self._kv_prop.get(k)
+        p = self.prop.get(k)
         if p is None or (r.ballot, r.ballot_node) != p.ballot:
             return  # a round that is over
         if not r.ok:
@@ -188,7 +241,7 @@ class KeyVoteMixin(CoreParts):
             # backoff (at once would cut that proposer off in turn).
             p.highest = max(p.highest, r.acc_ballot)
             return
-        quorum = self._kv_quorum()
+        quorum = self._quorum()
         if r.phase == KV_PROMISE and p.phase == KV_PREPARE:
             p.promises[sender] = ((r.acc_ballot, r.acc_node), r.job_id)
             if len(p.promises) < quorum:
@@ -198,45 +251,45 @@ class KeyVoteMixin(CoreParts):
                 # Nothing accepted by a majority's members: no job of the key can have been
                 # chosen, and a copy does not propose itself (see COPY). The key stays free;
                 # the copy waits, unqueued, for a decision (its next RETRY asks again).
-                del self._kv_prop[k]
+                del self.prop[k]
                 return
             p.value = best[1] if best[1] else p.job_id
             p.phase = KV_ACCEPT
-            me = self.my_id
+            me = self.host.my_id
             msg = KeyVote(KV_ACCEPT, k[0], k[1], p.ballot[0], me, job_id=p.value)
-            for node in self.view.all_peers():
+            for node in self.host.view.all_peers():
                 if node != me:
-                    self._send(node, msg)
-            self._kv_on_reply(k, self._kv_accept(k, p.ballot, p.value, now_ms), me, now_ms)
+                    self.host._send(node, msg)
+            self._on_reply(k, self.accept(k, p.ballot, p.value, now_ms), me, now_ms)
         elif r.phase == KV_ACCEPTED and p.phase == KV_ACCEPT:
             p.accepts.add(sender)
             if len(p.accepts) >= quorum:
-                self._kv_learn(k, p.value, now_ms, announce=True)
+                self.learn(k, p.value, now_ms, announce=True)
 
     # ------------------------------------------------------------------ the acceptor
-    def _kv_prune(self, now_ms: int, budget: int = 1000) -> None:
+    def prune(self, now_ms: int, budget: int = 1000) -> None:
         """Acceptor state past its window goes (the core's cron, a bounded walk from the
         oldest entry; a rewrite drops every expired one too)."""
-        acc = self._kv_acc
+        acc = self.acc
         for k in list(itertools.islice(acc, budget)):
-            if acc[k].until <= now_ms and k not in self._kv_prop:
+            if acc[k].until <= now_ms and k not in self.prop:
                 del acc[k]
 
-    def _kv_decided_here(self, k: Key) -> str:
-        hit = self._idem.get(k)
-        if hit is not None and k not in self._idem_tentative:
+    def decided_here(self, k: Key) -> str:
+        hit = self.host._idem.get(k)
+        if hit is not None and k not in self.host._idem_tentative:
             return hit[0]
         return ""
 
-    def _kv_state(self, k: Key, now_ms: int) -> _Acceptor:
-        acc = self._kv_acc.get(k)
+    def _state(self, k: Key, now_ms: int) -> _Acceptor:
+        acc = self.acc.get(k)
         if acc is None:
-            acc = self._kv_acc[k] = _Acceptor(NO_BALLOT, NO_BALLOT, "", 0)
-        acc.until = now_ms + self.idem_window_ms
+            acc = self.acc[k] = _Acceptor(NO_BALLOT, NO_BALLOT, "", 0)
+        acc.until = now_ms + self.host.idem_window_ms
         return acc
 
-    def _kv_log(self, k: Key, acc: _Acceptor) -> None:
-        if self.persist:
+    def _log(self, k: Key, acc: _Acceptor) -> None:
+        if self.host.persist:
             entry: KeyVoteEntry = (
                 k[0],
                 k[1],
@@ -245,20 +298,20 @@ class KeyVoteMixin(CoreParts):
                 acc.accepted[0],
                 acc.accepted[1],
                 acc.job_id,
-                acc.until + self.wall_offset_ms,  # wall-clock on disk (server/clock.py)
+                acc.until + self.host.wall_offset_ms,  # wall-clock on disk (server/clock.py)
             )
-            self.aof_out.append(frame(REC_KEYVOTE, encode_keyvotes([entry])))
+            self.host.aof_out.append(frame(REC_KEYVOTE, encode_keyvotes([entry])))
 
-    def _kv_prepare(self, k: Key, b: Ballot, now_ms: int) -> KeyVote:
+    def prepare(self, k: Key, b: Ballot, now_ms: int) -> KeyVote:
         reply = KeyVote(KV_PROMISE, k[0], k[1], b[0], b[1])
-        decided = self._kv_decided_here(k)
+        decided = self.decided_here(k)
         if decided:
             reply.decided = decided
             return reply
-        acc = self._kv_state(k, now_ms)
+        acc = self._state(k, now_ms)
         if b > acc.promised:
             acc.promised = b
-            self._kv_log(k, acc)
+            self._log(k, acc)
             reply.ok = True
             reply.acc_ballot, reply.acc_node = acc.accepted
             reply.job_id = acc.job_id
@@ -266,172 +319,174 @@ class KeyVoteMixin(CoreParts):
             reply.acc_ballot, reply.acc_node = acc.promised
         return reply
 
-    def _kv_accept(self, k: Key, b: Ballot, job_id: str, now_ms: int) -> KeyVote:
+    def accept(self, k: Key, b: Ballot, job_id: str, now_ms: int) -> KeyVote:
         reply = KeyVote(KV_ACCEPTED, k[0], k[1], b[0], b[1])
-        decided = self._kv_decided_here(k)
+        decided = self.decided_here(k)
         if decided:
             reply.decided = decided
             return reply
-        acc = self._kv_state(k, now_ms)
+        acc = self._state(k, now_ms)
         if b >= acc.promised:
             acc.promised = acc.accepted = b
             acc.job_id = job_id
-            self._kv_log(k, acc)
+            self._log(k, acc)
             reply.ok = True
         else:
             reply.acc_ballot, reply.acc_node = acc.promised
         return reply
 
-    def _on_key_votes(self, now_ms: int, sender: str, msg: KeyVotes) -> None:
+    def on_key_votes(self, now_ms: int, sender: str, msg: KeyVotes) -> None:
         for v in msg.votes():
-            self._on_key_vote(now_ms, sender, v)
+            self.on_key_vote(now_ms, sender, v)
 
-    def _on_key_vote(self, now_ms: int, sender: str, msg: KeyVote) -> None:
+    def on_key_vote(self, now_ms: int, sender: str, msg: KeyVote) -> None:
         k = (msg.queue, msg.key)
         b = (msg.ballot, msg.ballot_node)
         if msg.phase == KV_PREPARE:
-            self._send(sender, self._kv_prepare(k, b, now_ms))
+            self.host._send(sender, self.prepare(k, b, now_ms))
         elif msg.phase == KV_ACCEPT:
-            self._send(sender, self._kv_accept(k, b, msg.job_id, now_ms))
+            self.host._send(sender, self.accept(k, b, msg.job_id, now_ms))
         else:
-            self._kv_on_reply(k, msg, sender, now_ms)
+            self._on_reply(k, msg, sender, now_ms)
 
     # ------------------------------------------------------------------ the decision
-    def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
+    def learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
         """``k`` is bound to ``job_id`` (decided here by a majority, or learned)."""
-        decided = self._kv_decided_here(k)
+        decided = self.decided_here(k)
         if decided and decided != job_id:
             # Bound here already (a key taken outside a vote, e.g. while this node was
             # alone): the first binding stays, as idempotency.py's first done job wins.
-            self.stats["key_vote_conflicts"] = self.stats.get("key_vote_conflicts", 0) + 1
+            self.host.stats["key_vote_conflicts"] = self.host.stats.get("key_vote_conflicts", 0) + 1
             job_id = decided
             announce = False
-        hit = self._idem.get(k)
-        until = hit[1] if hit is not None else now_ms + self.idem_window_ms
-        losers = [i for i in self._idem_shadow.pop(k, ()) if i != job_id]
-        if hit is not None and hit[0] != job_id and k in self._idem_tentative:
+        hit = self.host._idem.get(k)
+        until = hit[1] if hit is not None else now_ms + self.host.idem_window_ms
+        losers = [i for i in self.host._idem_shadow.pop(k, ()) if i != job_id]
+        if hit is not None and hit[0] != job_id and k in self.host._idem_tentative:
             losers.append(hit[0])
-        if hit is None or hit[0] != job_id or k in self._idem_tentative:
-            self._idem_tentative.discard(k)
-            self._idem.pop(k, None)
-            self._idem[k] = (job_id, until)
-            self._trim_keys()
-            self._log_keys([(k[0], k[1], job_id, until)])
-        self._kv_acc.pop(k, None)  # the IDEMKEY record supersedes the acceptor's state
+        if hit is None or hit[0] != job_id or k in self.host._idem_tentative:
+            self.host._idem_tentative.discard(k)
+            self.host._idem.pop(k, None)
+            self.host._idem[k] = (job_id, until)
+            self.host._trim_keys()
+            self.host._log_keys([(k[0], k[1], job_id, until)])
+        self.acc.pop(k, None)  # the IDEMKEY record supersedes the acceptor's state
         if announce:
-            self._announce(k, job_id, now_ms)
-        p = self._kv_prop.pop(k, None)
+            self.host._announce(k, job_id, now_ms)
+        p = self.prop.pop(k, None)
         if p is not None:
-            self._kv_resolve(k, job_id, p, now_ms)
+            self._resolve(k, job_id, p, now_ms)
         for i in losers:
-            other = self.jobs.get(i)
+            other = self.host.jobs.get(i)
             if other is not None and other.state != ACKED and other.idem_key == k[1]:
-                self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
-                self._kv_drop(other, job_id, now_ms)
-        held = self._held_retries.pop(k, None)
+                self.host.stats["idem_copies_dropped"] = (
+                    self.host.stats.get("idem_copies_dropped", 0) + 1
+                )
+                self._drop(other, job_id, now_ms)
+        held = self.host._held_retries.pop(k, None)
         for h in held or ():
-            self._held_retry_of.pop(h.token, None)
-            self.replies.append((h.token, job_id))
+            self.host._held_retry_of.pop(h.token, None)
+            self.host.replies.append((h.token, job_id))
 
-    def _kv_resolve(self, k: Key, job_id: str, p: _Proposal, now_ms: int) -> None:
+    def _resolve(self, k: Key, job_id: str, p: _Proposal, now_ms: int) -> None:
         """The vote ``p`` is over: its clients get the key's job; its candidate lives
         (queued as its kind says) or is deleted everywhere."""
         for t in p.tokens:
-            self.replies.append((t, job_id))
-        j = self.jobs.get(p.job_id)
+            self.host.replies.append((t, job_id))
+        j = self.host.jobs.get(p.job_id)
         if j is None:
             return
         if p.job_id != job_id:
             if j.state != ACKED:
-                self._kv_drop(j, job_id, now_ms)
+                self._drop(j, job_id, now_ms)
             return
         if j.state == ACKED or j.state == QUEUED:
             return
         if p.kind == ADD:
-            self._kv_finish_add(j, p.holders, now_ms)
+            self.host._kv_finish_add(j, p.holders, now_ms)
         elif p.kind == AT_ONCE:
             if not j.delay_s:
-                self._enqueue(j, now_ms)
-            self._update_awake(j)  # or queued when its DELAY ends
+                self.host._enqueue(j, now_ms)
+            self.host._update_awake(j)  # or queued when its DELAY ends
         else:
             # A copy that won: requeued as any copy is, WILLQUEUE first, so holders that
             # decided at once do not all queue it (the QUEUED answers sort out the rest).
             j.flags |= BCAST_WILLQUEUE
-            j.qtime_ms = now_ms + WILLQUEUE_ADVANCE_MS + int(self.rng.random() * 100)
-            self._update_awake(j)
+            j.qtime_ms = now_ms + WILLQUEUE_ADVANCE_MS + int(self.host.rng.random() * 100)
+            self.host._update_awake(j)
 
-    def _kv_drop(self, j: DJob, winner: str, now_ms: int) -> None:
+    def _drop(self, j: DJob, winner: str, now_ms: int) -> None:
         """A job that lost its key's vote goes from every holder; an add still waiting for
         its copies answers the winner's id (it is the key's job)."""
         if j.state == WAIT_REPL:
-            self.blocked.answer_add_of(j.id, winner)
+            self.host.blocked.answer_add_of(j.id, winner)
             j.state = ACTIVE
-        self._delete_from_cluster(j, now_ms)
+        self.host._delete_from_cluster(j, now_ms)
 
     # ------------------------------------------------------------------ the timer
-    def _kv_arm(self, at: int) -> None:
-        if at and (self._kv_timer_ms == 0 or at < self._kv_timer_ms):
-            self._kv_timer_ms = at
-            self.blocked.arm(at, KV_TIMER)
+    def _arm(self, at: int) -> None:
+        if at and (self.timer_ms == 0 or at < self.timer_ms):
+            self.timer_ms = at
+            self.host.blocked.arm(at, KV_TIMER)
 
-    def _kv_timer_fire(self, now_ms: int) -> None:
+    def timer_fire(self, now_ms: int) -> None:
         """New rounds for votes without a majority in time; NOREPL for clients past their
         deadline (the vote goes on: its candidate must be decided, see the module doc)."""
-        self._kv_timer_ms = 0
+        self.timer_ms = 0
         nxt = 0
-        for k, p in list(self._kv_prop.items()):
+        for k, p in list(self.prop.items()):
             if p.tokens and p.deadline_ms and p.deadline_ms <= now_ms:
                 for t in p.tokens:
-                    self.replies.append((t, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                    self.host.replies.append((t, DisqueError("NOREPL", NOREPL_TIMEOUT)))
                 p.tokens = []
                 p.deadline_ms = 0
-                self.stats["noreply_timeouts"] += 1
-            if p.job_id not in self.jobs and not p.tokens:
-                del self._kv_prop[k]  # its job went (acked, deleted, expired), nobody waits
+                self.host.stats["noreply_timeouts"] += 1
+            if p.job_id not in self.host.jobs and not p.tokens:
+                del self.prop[k]  # its job went (acked, deleted, expired), nobody waits
                 continue
             if p.retry_ms <= now_ms:
-                self._kv_round(k, p, now_ms)
-                if k not in self._kv_prop:
+                self._round(k, p, now_ms)
+                if k not in self.prop:
                     continue  # decided at once (this node alone is a majority)
             for at in (p.retry_ms, p.deadline_ms if p.tokens else 0):
                 if at:
                     nxt = at if nxt == 0 else min(nxt, at)
         if nxt:
-            self._kv_arm(max(nxt, now_ms + 1))
+            self._arm(max(nxt, now_ms + 1))
 
-    def _kv_cancel(self, token: int) -> bool:
+    def cancel(self, token: int) -> bool:
         """A client waiting for a vote went away (the vote goes on)."""
-        for p in self._kv_prop.values():
+        for p in self.prop.values():
             if token in p.tokens:
                 p.tokens.remove(token)
                 return True
         return False
 
     # ------------------------------------------------------------------ AOF
-    def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
-        off = self.wall_offset_ms  # the file's times are wall-clock, memory's node-clock
+    def restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
+        off = self.host.wall_offset_ms  # the file's times are wall-clock, memory's node-clock
         for queue, key, pn, pnode, an, anode, job_id, wall_until in entries:
             until = wall_until - off
             if until <= now_ms:
                 continue
-            self._kv_acc[(queue, key)] = _Acceptor((pn, pnode), (an, anode), job_id, until)
+            self.acc[(queue, key)] = _Acceptor((pn, pnode), (an, anode), job_id, until)
 
-    def _kv_after_restore(self) -> None:
+    def after_restore(self) -> None:
         """Keys decided (IDEMKEY) need no acceptor state."""
-        for k in [k for k in self._kv_acc if self._kv_decided_here(k)]:
-            del self._kv_acc[k]
+        for k in [k for k in self.acc if self.decided_here(k)]:
+            del self.acc[k]
 
-    def vote_records(self, now_ms: int) -> list[bytes]:
+    def records(self, now_ms: int) -> list[bytes]:
         """The KEYVOTE records of a rewritten AOF: acceptor state of undecided keys."""
         out: list[bytes] = []
         batch: list[KeyVoteEntry] = []
-        for k, acc in list(self._kv_acc.items()):
+        for k, acc in list(self.acc.items()):
             if acc.until <= now_ms:
-                del self._kv_acc[k]
+                del self.acc[k]
                 continue
             pn, pnode = acc.promised
             an, anode = acc.accepted
-            wall_until = acc.until + self.wall_offset_ms
+            wall_until = acc.until + self.host.wall_offset_ms
             batch.append((k[0], k[1], pn, pnode, an, anode, acc.job_id, wall_until))
             if len(batch) >= KV_RECORD_KEYS:
                 out.append(frame(REC_KEYVOTE, encode_keyvotes(batch)))
@@ -439,3 +494,7 @@ class KeyVoteMixin(CoreParts):
         if batch:
             out.append(frame(REC_KEYVOTE, encode_keyvotes(batch)))
         return out
+
+
+def _count(stats: dict[str, int], name: str) -> None:
+    stats[name] = stats.get(name, 0) + 1

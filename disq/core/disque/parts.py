@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Set
 from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.state import (
-    Acceptor,
     HeldReply,
     HeldRetry,
     Key,
-    Proposal,
 )
 
 if TYPE_CHECKING:
@@ -39,11 +36,12 @@ if TYPE_CHECKING:
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.handoff import Handoffs
     from disq.core.disque.job import AwakeEntry, DJob
+    from disq.core.disque.keyvote import KeyVoting
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
     from disq.core.messages import JobData, Message
-    from disq.persistence.cluster_records import IdemKeyEntry, KeyVoteEntry
+    from disq.persistence.cluster_records import IdemKeyEntry
 
 
 @trait
@@ -95,9 +93,7 @@ class CoreParts:
     idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
     # keyvote.py
     vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
-    _kv_acc: dict[Key, Acceptor]
-    _kv_prop: dict[Key, Proposal]
-    _kv_timer_ms: int
+    votes: KeyVoting
     handoff: Handoffs  # handoff.py: a drain's jobs in flight
     memory: MemoryLevels  # memory.py
     # counts.py: per queue, the held live jobs not queued here, of them delayed
@@ -205,9 +201,6 @@ class CoreParts:
     def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
         raise NotImplementedError
 
-    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ requeue.py's
     def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
         raise NotImplementedError
@@ -225,49 +218,13 @@ class CoreParts:
     def key_records(self) -> list[bytes]:
         raise NotImplementedError
 
-    def _log_keys(self, entries: list[tuple[str, str, str, int]]) -> None:
-        raise NotImplementedError
-
-    def _announce(self, k: Key, job_id: str, now: int) -> None:
-        raise NotImplementedError
-
     def _announce_key(self, j: DJob, now_ms: int | None = None) -> None:
         raise NotImplementedError
 
     def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
         raise NotImplementedError
 
-    def _trim_keys(self) -> None:
-        raise NotImplementedError
-
     def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ keyvote.py's
-    def vote_records(self, now_ms: int) -> list[bytes]:
-        raise NotImplementedError
-
-    def _kv_restore(self, now_ms: int, entries: list[KeyVoteEntry]) -> None:
-        raise NotImplementedError
-
-    def _kv_after_restore(self) -> None:
-        raise NotImplementedError
-
-    def _kv_learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None:
-        raise NotImplementedError
-
-    def _kv_needed(self, j: DJob) -> bool:
-        raise NotImplementedError
-
-    def _kv_propose(
-        self,
-        j: DJob,
-        kind: int,
-        tokens: list[int],
-        deadline_ms: int,
-        now_ms: int,
-        holders: Set[str] | None = None,
-    ) -> None:
         raise NotImplementedError
 
 
@@ -299,26 +256,15 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     ),
     "ack": ("_tombstone", "_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
-    "replication": ("_replicate", "_job_from_data", "_kv_finish_add"),
+    "replication": ("_replicate", "_job_from_data"),
     "requeue": ("_merge_counters",),
     "idempotency": (
         "_forget_key",
         "_key_done",
         "_restore_keys",
         "key_records",
-        "_log_keys",
-        "_announce",
         "_announce_key",
         "_remember_key",
-        "_trim_keys",
         "_hold_reply",
-    ),
-    "keyvote": (
-        "vote_records",
-        "_kv_restore",
-        "_kv_after_restore",
-        "_kv_learn",
-        "_kv_needed",
-        "_kv_propose",
     ),
 }

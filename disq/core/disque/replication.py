@@ -67,12 +67,12 @@ class ReplicationMixin(CoreParts):
         confirmed = j.confirmed
         j.confirmed = NO_NODES
         tokens, deadline = self.blocked.take_add(j.id)
-        if self._kv_needed(j):
+        if self.votes.needed(j):
             # A keyed add on a cluster: its copies exist, now its key is voted on
             # (keyvote.py); the add's clients get the key's job, and the job is queued
             # only if it wins. Logged now: a restart must find this candidate.
             self._log_job_here(j, now_ms)
-            self._kv_propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
+            self.votes.propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
             return
         self._announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
         if tokens and not self._hold_reply(j, tokens, deadline, now_ms):
