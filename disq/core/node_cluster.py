@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from disq.core.beanstalk.core import EV_DELETE
-from disq.core.beanstalk.job import BURIED, ReplicaLink
+from disq.core.beanstalk.model import BURIED, ReplicaLink
 from disq.core.messages import (
     BSTATE_BURIED,
     BSTATE_READY,

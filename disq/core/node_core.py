@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from mypy_extensions import mypyc_attr
 
 from disq.core.beanstalk.core import BeanstalkCore
-from disq.core.beanstalk.job import ReplicaLink
+from disq.core.beanstalk.model import ReplicaLink
 from disq.core.disque.api import DeferredResult, DisqueError
 from disq.core.events import EventBuffer
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     # The cluster's types, for annotations only: a node without a Disque core never loads
     # them (disq/core/node_cluster.py says why). Every method that reaches them imports
     # node_cluster first, which loads them.
-    from disq.core.beanstalk.session import Session
+    from disq.core.beanstalk.model import Session
     from disq.core.disque.core import DisqueCore
     from disq.core.membership import Membership
     from disq.core.messages import Message

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from disq.core.beanstalk.job import BURIED
+from disq.core.beanstalk.model import BURIED
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED, AwakeEntry

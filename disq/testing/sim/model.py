@@ -15,7 +15,7 @@ from disq.core.node_core import NodeCore
 from disq.testing.sim.config import INF, SimConfig
 
 if TYPE_CHECKING:
-    from disq.core.beanstalk.session import Session
+    from disq.core.beanstalk.model import Session
 
 
 class InvariantViolation(AssertionError):
