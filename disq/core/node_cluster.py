@@ -1,12 +1,17 @@
-"""The node core's cluster half: what only a node with its Disque core runs.
+"""The node core's cluster half: the cores only a node with its Disque core runs.
 
-Split from ``disq.core.node_core`` so that a node without its cluster doors (beanstalkd's
+:class:`ClusterCores` holds the Disque core, membership, and the scheduler and routes tables
+that ride on the Disque core, with what the node core asks of them together: peer messages
+dispatched to their core, the beanstalk bridge settled, ticks, deadlines, AOF replay.
+``NodeCore`` (disq/core/node_core.py) composes one once a Disque core is attached; this module
+never imports the node core.
+
+Apart from ``disq.core.node_core`` so that a node without its cluster doors (beanstalkd's
 flags: the way test harnesses start beanstalkd) never loads the peer messages (two dozen
 dataclasses), the scheduler or the routes table: compiled, initialising those modules was
 about a third of what such a node paid between the interpreter's start and its first answer
-(docs/benchmarks.md, "Start at the floor"). ``NodeCore`` imports this module in
-the methods that reach it, which run only once a Disque core is attached; the first such
-import initialises it, later ones are a pointer check.
+(docs/benchmarks.md, "Start at the floor"). ``NodeCore`` imports this module where it builds
+a ClusterCores, which happens only once a Disque core is attached.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from disq.core.beanstalk.core import EV_DELETE
-from disq.core.beanstalk.job import BURIED, ReplicaLink
+from disq.core.beanstalk.model import BURIED, ReplicaLink
 from disq.core.messages import (
     BSTATE_BURIED,
     BSTATE_READY,
@@ -35,134 +40,248 @@ from disq.persistence.route_records import ROUTE_RECORD_TYPES
 from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
 if TYPE_CHECKING:
+    from disq.core.beanstalk.core import BeanstalkCore
+    from disq.core.disque.api import DeferredResult
     from disq.core.disque.core import DisqueCore
-    from disq.core.node_core import NodeCore, Ready
+    from disq.core.membership import Membership
 
 _SETTLE_ROUNDS_MAX = 64  # the bridge settles in 1-3 rounds; more is a core bug
 
 
-def new_scheduler(disque: DisqueCore, next_token: Callable[[], int], follow: bool) -> Scheduler:
-    """Recurring schedules ride on the Disque core's keyed adds (disq/core/schedule/).
-    ``follow``: it logs and keeps the wall clock as the Disque core already does (a core
-    attached late; a new node core's cores start together)."""
-    sched = Scheduler(disque.view, disque, next_token)
-    if follow:
-        sched.persist = disque.persist
-        sched.wall_offset_ms = disque.wall_offset_ms
-    return sched
+class ClusterCores:
+    """The Disque core, membership (None: a node with no failure detector, as some tests
+    build), and the scheduler and routes tables built on the Disque core."""
 
+    def __init__(
+        self,
+        disque: DisqueCore,
+        membership: Membership | None,
+        next_token: Callable[[], int],
+        follow: bool,
+    ) -> None:
+        """``follow``: the tables log and keep the wall clock as the Disque core already
+        does (a core attached late; a new node core's cores start together)."""
+        self.disque = disque
+        self.membership = membership
+        # Recurring schedules ride on the Disque core's keyed adds (disq/core/schedule/).
+        self.scheduler = Scheduler(disque.view, disque, next_token)
+        # Exchanges, bindings and queue declarations (disq/core/routes/).
+        self.routes = Routes(disque.view, disque)
+        if follow:
+            self.scheduler.persist = self.routes.persist = disque.persist
+            self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms
 
-def new_routes(disque: DisqueCore, follow: bool) -> Routes:
-    """Exchanges, bindings and queue declarations (disq/core/routes/); ``follow`` as above."""
-    routes = Routes(disque.view, disque)
-    if follow:
-        routes.persist = disque.persist
-        routes.wall_offset_ms = disque.wall_offset_ms
-    return routes
-
-
-def on_peer_messages(core: NodeCore, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
-    membership, disque = core.membership, core.disque
-    # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
-    # messages (a requeue, a copy, a lane frame still in flight) must not make state
-    # here; only membership reads its messages, for a meet.
-    forgotten = membership is not None and membership.ignores(sender)
-    for msg in msgs:
-        try:
-            if isinstance(msg, MEMBERSHIP_TYPES):
-                if membership is not None:
-                    membership.on_message(now_ms, sender, msg)
-                    if forgotten and not membership.ignores(sender):
-                        forgotten = False  # met: what follows it is read
-            elif forgotten:
-                assert membership is not None
-                membership.ignored += 1
-            elif isinstance(msg, SchedSync):
-                if core.scheduler is not None:
-                    core.scheduler.on_message(now_ms, sender, msg)
-            elif isinstance(msg, RouteSync):
-                if core.routes is not None:
-                    core.routes.on_message(now_ms, sender, msg)
-            elif disque is not None:
-                disque.on_message(now_ms, sender, msg)
-        except Exception as exc:
-            if not core.contain_errors:
-                raise
-            core.message_errors += 1
-            core.errors.append((f"peer message {type(msg).__name__} from {sender}", exc))
-
-
-def settle(core: NodeCore, now_ms: int, disque: DisqueCore) -> None:
-    """Carry changes across the beanstalk bridge, both ways, until neither core has any."""
-    beanstalk = core.beanstalk
-    for _ in range(_SETTLE_ROUNDS_MAX):
-        moved = False
-        if beanstalk.cluster_events:
-            moved = True
-            events, beanstalk.cluster_events = beanstalk.cluster_events, []
-            for kind, job in events:
-                link = job.replica
-                if link is None:
-                    continue
-                if kind == EV_DELETE:
-                    disque.beanstalk_deleted(now_ms, link.disque_id)
+    # ------------------------------------------------------------------ inputs
+    def on_peer_messages(
+        self,
+        now_ms: int,
+        sender: str,
+        msgs: Iterable[Message],
+        errors: list[tuple[str, BaseException]] | None,
+    ) -> int:
+        """Each message to its core. A message that raises is noted in ``errors`` and the
+        rest are read; with ``errors`` None it propagates. The number that raised."""
+        membership, disque = self.membership, self.disque
+        failed = 0
+        # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
+        # messages (a requeue, a copy, a lane frame still in flight) must not make state
+        # here; only membership reads its messages, for a meet.
+        forgotten = membership is not None and membership.ignores(sender)
+        for msg in msgs:
+            try:
+                if isinstance(msg, MEMBERSHIP_TYPES):
+                    if membership is not None:
+                        membership.on_message(now_ms, sender, msg)
+                        if forgotten and not membership.ignores(sender):
+                            forgotten = False  # met: what follows it is read
+                elif forgotten:
+                    assert membership is not None
+                    membership.ignored += 1
+                elif isinstance(msg, SchedSync):
+                    self.scheduler.on_message(now_ms, sender, msg)
+                elif isinstance(msg, RouteSync):
+                    self.routes.on_message(now_ms, sender, msg)
                 else:
-                    bstate = BSTATE_BURIED if job.state == BURIED else BSTATE_READY
-                    disque.beanstalk_update(now_ms, link.disque_id, bstate, job.pri)
-        if disque.beanstalk_dropped:
-            moved = True
-            dropped, disque.beanstalk_dropped = disque.beanstalk_dropped, []
-            for bid in dropped:
-                beanstalk.drop(bid)
-        if disque.takeovers:
-            moved = True
-            takeovers, disque.takeovers = disque.takeovers, []
-            for j in takeovers:
-                job = beanstalk.adopt(
-                    j.queue,
-                    j.body,
-                    j.priority,
-                    j.retry_s * 1000,
-                    j.bstate == BSTATE_BURIED,
-                    now_ms,
-                )
-                job.replica = ReplicaLink(j.id, j.repl)
-                disque.adopted(now_ms, j, job.id)
-        if disque.relinks:
-            moved = True
-            relinks, disque.relinks = disque.relinks, []
-            for j in relinks:
-                live = beanstalk.jobs.get(j.bid)
-                if live is None:
-                    disque.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
-                else:
-                    live.replica = ReplicaLink(j.id, j.repl)
-        if not moved:
-            break
-    else:  # pragma: no cover - would be a core bug: each round consumes its input
-        raise RuntimeError("the beanstalk bridge did not settle")
-    if disque.memory.max_bytes or disque.memory.warning:
-        # Also when the limit went to 0: a warning level must clear at once.
-        sched = core.scheduler
-        other = beanstalk.live_bytes + (sched.table_bytes if sched is not None else 0)
-        disque.update_memory(now_ms, other)
+                    disque.on_message(now_ms, sender, msg)
+            except Exception as exc:
+                if errors is None:
+                    raise
+                failed += 1
+                errors.append((f"peer message {type(msg).__name__} from {sender}", exc))
+        return failed
+
+    def on_link_up(self, now_ms: int, node_id: str) -> None:
+        membership = self.membership
+        if membership is not None:
+            membership.on_link_up(now_ms, node_id)
+        self.disque.blocked.peer_link_up(now_ms, node_id)
+        self.scheduler.on_link_up(now_ms, node_id)
+        self.routes.on_link_up(now_ms, node_id)
+
+    def reset(self, now_ms: int, new_id: str) -> None:
+        """CLUSTER RESET: NodeCore.cluster_reset says what goes and what stays."""
+        if self.membership is not None:
+            self.membership.reset(now_ms, new_id)
+        self.disque.flushall(log_deletes=True)
+        self.disque.outbox.clear()
+        self.scheduler.outbox.clear()
+        self.routes.outbox.clear()
+
+    def tick(self, now_ms: int) -> None:
+        membership, disque = self.membership, self.disque
+        if membership is not None and membership.next_deadline_ms() <= now_ms:
+            membership.tick(now_ms)
+        if 0 <= disque.next_deadline_ms() <= now_ms:
+            disque.tick(now_ms)
+        sched = self.scheduler
+        if 0 <= sched.next_deadline_ms() <= now_ms:
+            sched.tick(now_ms)
+        routes = self.routes
+        if 0 <= routes.next_deadline_ms() <= now_ms:
+            routes.tick(now_ms)
+
+    def next_deadline_ms(self) -> int:
+        """The earliest time ``tick`` has work, or -1 when nothing is scheduled."""
+        best = -1
+        membership = self.membership
+        for when in (
+            self.disque.next_deadline_ms(),
+            membership.next_deadline_ms() if membership is not None else -1,
+            self.scheduler.next_deadline_ms(),
+            self.routes.next_deadline_ms(),
+        ):
+            if when >= 0 and (best < 0 or when < best):
+                best = when
+        return best
+
+    def set_wall_offset(self, ms: int) -> None:
+        self.disque.wall_offset_ms = ms
+        self.scheduler.set_wall_offset(ms)
+        self.routes.wall_offset_ms = ms
+
+    def set_persist(self, on: bool) -> None:
+        self.disque.persist = self.scheduler.persist = self.routes.persist = on
+
+    # ------------------------------------------------------------------ the bridge
+    def settle(self, now_ms: int, beanstalk: BeanstalkCore) -> None:
+        """Carry changes across the beanstalk bridge, both ways, until neither core has any."""
+        disque = self.disque
+        for _ in range(_SETTLE_ROUNDS_MAX):
+            moved = False
+            if beanstalk.cluster_events:
+                moved = True
+                events, beanstalk.cluster_events = beanstalk.cluster_events, []
+                for kind, job in events:
+                    link = job.replica
+                    if link is None:
+                        continue
+                    if kind == EV_DELETE:
+                        disque.beanstalk_deleted(now_ms, link.disque_id)
+                    else:
+                        bstate = BSTATE_BURIED if job.state == BURIED else BSTATE_READY
+                        disque.beanstalk_update(now_ms, link.disque_id, bstate, job.pri)
+            if disque.beanstalk_dropped:
+                moved = True
+                dropped, disque.beanstalk_dropped = disque.beanstalk_dropped, []
+                for bid in dropped:
+                    beanstalk.drop(bid)
+            if disque.takeovers:
+                moved = True
+                takeovers, disque.takeovers = disque.takeovers, []
+                for j in takeovers:
+                    job = beanstalk.adopt(
+                        j.queue,
+                        j.body,
+                        j.priority,
+                        j.retry_s * 1000,
+                        j.bstate == BSTATE_BURIED,
+                        now_ms,
+                    )
+                    job.replica = ReplicaLink(j.id, j.repl)
+                    disque.adopted(now_ms, j, job.id)
+            if disque.relinks:
+                moved = True
+                relinks, disque.relinks = disque.relinks, []
+                for j in relinks:
+                    live = beanstalk.jobs.get(j.bid)
+                    if live is None:
+                        disque.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
+                    else:
+                        live.replica = ReplicaLink(j.id, j.repl)
+            if not moved:
+                break
+        else:  # pragma: no cover - would be a core bug: each round consumes its input
+            raise RuntimeError("the beanstalk bridge did not settle")
+        if disque.memory.max_bytes or disque.memory.warning:
+            # Also when the limit went to 0: a warning level must clear at once.
+            other = beanstalk.live_bytes + self.scheduler.table_bytes
+            disque.update_memory(now_ms, other)
+
+    # ------------------------------------------------------------------ output
+    def has_output(self) -> bool:
+        """Whether the cores have anything for the node core's next Ready."""
+        d = self.disque
+        if (
+            d.outbox
+            or d.replies
+            or d.aof_out
+            or len(d.events)
+            or d.takeovers
+            or d.beanstalk_dropped
+            or d.relinks
+        ):
+            return True
+        if self.scheduler.has_output() or self.routes.has_output():
+            return True
+        m = self.membership
+        return m is not None and bool(m.outbox or m.events)
+
+    def tell_deaths(self, now_ms: int, changes: list[tuple[str, int]]) -> None:
+        """The Disque core hears of confirmed deaths (DEAD, not SUSPECT: a suspicion comes
+        after one missed probe) and of peers back alive: it requeues a dead peer's jobs
+        soon (dead_peers.py). It only notes them here; the sweep runs from its tick. Any
+        other state (alive, suspected, left after its drain, forgotten) ends the reason."""
+        disque = self.disque
+        for node_id, state in changes:
+            if state == DEAD:
+                disque.dead_peers.died(now_ms, node_id)
+            else:
+                disque.dead_peers.alive(node_id)
+
+    def schedule_replies(self, now_ms: int) -> None:
+        """The answers to the scheduler's own adds go to it, not to the IO layer."""
+        sched, disque = self.scheduler, self.disque
+        tokens = sched.tokens
+        keep: list[tuple[int, DeferredResult]] = []
+        for token, result in disque.replies:
+            if token in tokens:
+                sched.on_reply(now_ms, token, result)
+            else:
+                keep.append((token, result))
+        disque.replies = keep
+
+    # ------------------------------------------------------------------ persistence
+    def restore(
+        self,
+        now_ms: int,
+        records: list[tuple[int, bytes]],
+        buf: bytes,
+        job_offsets: list[int] | None,
+    ) -> int:
+        """Replay the cluster's records into the Disque core and the tables; its job count.
+        The node's reader leaves the Disque core's job records in the file's buffer ``buf``
+        and gives where each starts, ``job_offsets`` (DisqueCore.restore)."""
+        self.disque.restore(now_ms, records, buf, job_offsets)
+        kinds = SCHEDULE_RECORD_TYPES
+        self.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
+        route_kinds = ROUTE_RECORD_TYPES
+        self.routes.restore(now_ms, [r for r in records if r[0] in route_kinds])
+        return len(self.disque.jobs)
 
 
-def tell_deaths(now_ms: int, changes: list[tuple[str, int]], disque: DisqueCore) -> None:
-    """The Disque core hears of confirmed deaths (DEAD, not SUSPECT: a suspicion comes
-    after one missed probe) and of peers back alive: it requeues a dead peer's jobs
-    soon (dead_peers.py). It only notes them here; the sweep runs from its tick. Any
-    other state (alive, suspected, left after its drain, forgotten) ends the reason."""
-    for node_id, state in changes:
-        if state == DEAD:
-            disque.dead_peers.died(now_ms, node_id)
-        else:
-            disque.dead_peers.alive(node_id)
-
-
-def add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
-    """Each peer gets at most one DelJob, one IdemKeys and one KeyVotes per Ready."""
-    per_peer = rd.messages
+def add_messages(per_peer: dict[str, list[Message]], outbox: list[tuple[str, Message]]) -> None:
+    """Each peer gets at most one DelJob, one IdemKeys and one KeyVotes per Ready:
+    ``outbox``'s messages join ``per_peer`` (a Ready's messages)."""
     merged: dict[tuple[str, type], DelJob | IdemKeys] = {}
     votes: dict[str, KeyVotes] = {}
     for dest, msg in outbox:
@@ -196,29 +315,6 @@ def add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
         if msgs is None:
             per_peer[dest] = msgs = []
         msgs.append(batch)
-
-
-def restore(
-    core: NodeCore,
-    now_ms: int,
-    records: list[tuple[int, bytes]],
-    buf: bytes = b"",
-    job_offsets: list[int] | None = None,
-) -> int:
-    """Replay the cluster's records into the Disque core and the tables; its job count.
-    The node's reader leaves the Disque core's job records in the file's buffer ``buf``
-    and gives where each starts, ``job_offsets`` (DisqueCore.restore)."""
-    jobs = 0
-    if core.disque is not None:
-        core.disque.restore(now_ms, records, buf, job_offsets)
-        jobs = len(core.disque.jobs)
-    if core.scheduler is not None:
-        kinds = SCHEDULE_RECORD_TYPES
-        core.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
-    if core.routes is not None:
-        route_kinds = ROUTE_RECORD_TYPES
-        core.routes.restore(now_ms, [r for r in records if r[0] in route_kinds])
-    return jobs
 
 
 def _copy_columns(msg: DelJob | IdemKeys) -> DelJob | IdemKeys:

@@ -38,18 +38,19 @@ from typing import TYPE_CHECKING, Any, Final
 from mypy_extensions import mypyc_attr
 
 from disq.core.beanstalk.core import BeanstalkCore
-from disq.core.beanstalk.job import ReplicaLink
+from disq.core.beanstalk.model import ReplicaLink
 from disq.core.disque.api import DeferredResult, DisqueError
 from disq.core.events import EventBuffer
 
 if TYPE_CHECKING:
     # The cluster's types, for annotations only: a node without a Disque core never loads
-    # them (disq/core/node_cluster.py says why). Every method that reaches them imports
-    # node_cluster first, which loads them.
-    from disq.core.beanstalk.session import Session
+    # them (disq/core/node_cluster.py says why). The node core builds its ClusterCores
+    # where a Disque core arrives, importing node_cluster there, which loads them.
+    from disq.core.beanstalk.model import Session
     from disq.core.disque.core import DisqueCore
     from disq.core.membership import Membership
     from disq.core.messages import Message
+    from disq.core.node_cluster import ClusterCores
     from disq.core.routes.table import Routes
     from disq.core.schedule.scheduler import Scheduler
 
@@ -126,8 +127,9 @@ def apply_ready(
 # The simulator's tests subclass it in Python (mutants).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class NodeCore:
-    """The node's three state machines; ``disque`` and ``membership`` are None on a node
-    without its cluster doors (beanstalkd-style flags)."""
+    """The node's state machines: the beanstalk core, and the cluster's (``cluster_cores``:
+    the Disque core, membership, the scheduler and routes tables), None on a node without
+    its cluster doors (beanstalkd-style flags) until :meth:`attach_cluster`."""
 
     def __init__(
         self,
@@ -140,8 +142,6 @@ class NodeCore:
         contain_errors: bool = True,
     ) -> None:
         self.beanstalk = beanstalk
-        self.disque = disque
-        self.membership = membership
         self.beanstalk_replicate = beanstalk_replicate
         self.beanstalk_repl_timeout_ms = beanstalk_repl_timeout_ms
         # A bad peer message or a failing tick must not take a production node down; the
@@ -152,49 +152,64 @@ class NodeCore:
         self.new_token: Callable[[], int] = itertools.count(1).__next__
         self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, beanstalk id)
         self._in_flight: Ready | None = None
-        # Recurring schedules and the routes table ride on the Disque core (node_cluster).
-        self.scheduler: Scheduler | None = None
-        self.routes: Routes | None = None
+        self.cluster_cores: ClusterCores | None = None
         if disque is not None:
-            from disq.core import node_cluster
+            from disq.core.node_cluster import ClusterCores
 
-            self.scheduler = node_cluster.new_scheduler(disque, self._next_token, False)
-            self.routes = node_cluster.new_routes(disque, False)
+            self.cluster_cores = ClusterCores(disque, membership, self._next_token, False)
+        elif membership is not None:
+            raise ValueError("membership without a Disque core: the cluster needs both")
 
     def attach_cluster(self, disque: DisqueCore, membership: Membership | None) -> None:
         """The node's cluster half, built after the node core (the server attaches it once
         its view and AOF are known): the Disque core, membership, the scheduler and the
         routes table."""
-        from disq.core import node_cluster
+        from disq.core.node_cluster import ClusterCores
 
-        self.disque = disque
-        self.membership = membership
-        self.scheduler = node_cluster.new_scheduler(disque, self._next_token, True)
-        self.routes = node_cluster.new_routes(disque, True)
+        self.cluster_cores = ClusterCores(disque, membership, self._next_token, True)
+
+    # The cluster's cores, read where they live (None: no cluster attached).
+    @property
+    def disque(self) -> DisqueCore | None:
+        cluster = self.cluster_cores
+        return cluster.disque if cluster is not None else None
+
+    @property
+    def membership(self) -> Membership | None:
+        cluster = self.cluster_cores
+        return cluster.membership if cluster is not None else None
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """Recurring schedules, riding on the Disque core."""
+        cluster = self.cluster_cores
+        return cluster.scheduler if cluster is not None else None
+
+    @property
+    def routes(self) -> Routes | None:
+        """Exchanges, bindings and queue declarations, riding on the Disque core."""
+        cluster = self.cluster_cores
+        return cluster.routes if cluster is not None else None
 
     def _next_token(self) -> int:
         return self.new_token()  # the simulator swaps ``new_token`` for its own counter
 
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(self, now_ms: int, sender: str, msgs: Iterable[Message]) -> None:
-        from disq.core import node_cluster
-
-        node_cluster.on_peer_messages(self, now_ms, sender, msgs)
+        cluster = self.cluster_cores
+        if cluster is not None:
+            errors = self.errors if self.contain_errors else None
+            self.message_errors += cluster.on_peer_messages(now_ms, sender, msgs, errors)
 
     def on_link_up(self, now_ms: int, node_id: str) -> None:
         """The IO layer's link to peer ``node_id`` came up: membership pings it, and the
         adds waiting for a copy there ask again (messages to a link that was down were
         dropped)."""
-        membership, disque = self.membership, self.disque
+        cluster = self.cluster_cores
+        if cluster is None:
+            return
         try:
-            if membership is not None:
-                membership.on_link_up(now_ms, node_id)
-            if disque is not None:
-                disque.blocked.peer_link_up(now_ms, node_id)
-            if self.scheduler is not None:
-                self.scheduler.on_link_up(now_ms, node_id)
-            if self.routes is not None:
-                self.routes.on_link_up(now_ms, node_id)
+            cluster.on_link_up(now_ms, node_id)
         except Exception as exc:
             if not self.contain_errors:
                 raise
@@ -207,35 +222,19 @@ class NodeCore:
         peers leaves. ``new_id`` (HARD): the node's id from now on; the cores read it from
         membership. The beanstalk door's tubes are not the cluster's and stay, as do the
         schedule definitions and the routes table (tables a meet syncs again)."""
-        membership, disque = self.membership, self.disque
-        if membership is not None:
-            membership.reset(now_ms, new_id)
-        if disque is not None:
-            disque.flushall(log_deletes=True)
-            disque.outbox.clear()
-        if self.scheduler is not None:
-            self.scheduler.outbox.clear()
-        if self.routes is not None:
-            self.routes.outbox.clear()
+        if self.cluster_cores is not None:
+            self.cluster_cores.reset(now_ms, new_id)
 
     def tick(self, now_ms: int) -> None:
         """Run what is due in every core."""
-        membership, disque = self.membership, self.disque
-        try:
-            if membership is not None and membership.next_deadline_ms() <= now_ms:
-                membership.tick(now_ms)
-            if disque is not None and 0 <= disque.next_deadline_ms() <= now_ms:
-                disque.tick(now_ms)
-            sched = self.scheduler
-            if sched is not None and 0 <= sched.next_deadline_ms() <= now_ms:
-                sched.tick(now_ms)
-            routes = self.routes
-            if routes is not None and 0 <= routes.next_deadline_ms() <= now_ms:
-                routes.tick(now_ms)
-        except Exception as exc:
-            if not self.contain_errors:
-                raise
-            self.errors.append(("cluster tick", exc))
+        cluster = self.cluster_cores
+        if cluster is not None:
+            try:
+                cluster.tick(now_ms)
+            except Exception as exc:
+                if not self.contain_errors:
+                    raise
+                self.errors.append(("cluster tick", exc))
         beanstalk = self.beanstalk
         if 0 <= beanstalk.next_deadline_ms() <= now_ms:
             beanstalk.tick(now_ms)
@@ -243,13 +242,8 @@ class NodeCore:
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work, or -1 when nothing is scheduled."""
         best = self.beanstalk.next_deadline_ms()
-        for core in (self.disque, self.membership, self.scheduler):
-            if core is not None:
-                when = core.next_deadline_ms()
-                if when >= 0 and (best < 0 or when < best):
-                    best = when
-        if self.routes is not None:
-            when = self.routes.next_deadline_ms()
+        if self.cluster_cores is not None:
+            when = self.cluster_cores.next_deadline_ms()
             if when >= 0 and (best < 0 or when < best):
                 best = when
         return best
@@ -258,18 +252,14 @@ class NodeCore:
         """The wall clock is ``ms`` from the node clock ``now_ms`` reads (the node follows
         it, disq/server/clock.py; a test steps it): the cores write absolute times with it."""
         self.beanstalk.wall_offset_ms = ms
-        if self.disque is not None:
-            self.disque.wall_offset_ms = ms
-        if self.scheduler is not None:
-            self.scheduler.set_wall_offset(ms)
-        if self.routes is not None:
-            self.routes.wall_offset_ms = ms
+        if self.cluster_cores is not None:
+            self.cluster_cores.set_wall_offset(ms)
 
     def cancel(self, token: int) -> None:
         """The client waiting on ``token`` went away."""
         bput = self._bputs.pop(token, None)
-        if self.disque is not None:
-            self.disque.cancel(token)
+        if self.cluster_cores is not None:
+            self.cluster_cores.disque.cancel(token)
         if bput is not None:
             # Nobody will hear INSERTED: the put goes, like a sync ADDJOB whose client left.
             self.beanstalk.drop(bput[1])
@@ -277,21 +267,18 @@ class NodeCore:
     def set_persist(self, on: bool) -> None:
         """Produce AOF records (the node has an AOF) or not."""
         self.beanstalk.persist = on
-        if self.disque is not None:
-            self.disque.persist = on
-        if self.scheduler is not None:
-            self.scheduler.persist = on
-        if self.routes is not None:
-            self.routes.persist = on
+        if self.cluster_cores is not None:
+            self.cluster_cores.set_persist(on)
 
     # ------------------------------------------------------------------ the bridge
     def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:
         """The beanstalk door's Replicator: copy a put to ``beanstalk_replicate`` nodes.
         0: done (INSERTED now); 1: INSERTED waits for the copies; -1: failed (the job is
         dropped, the door answers INTERNAL_ERROR)."""
-        disque = self.disque
-        if self.beanstalk_replicate <= 1 or disque is None:
+        cluster = self.cluster_cores
+        if self.beanstalk_replicate <= 1 or cluster is None:
             return 0
+        disque = cluster.disque
         beanstalk = self.beanstalk
         job = beanstalk.jobs[job_id]
         token = self.new_token()
@@ -318,13 +305,11 @@ class NodeCore:
 
     def _settle(self, now_ms: int) -> None:
         """Carry changes across the bridge, both ways, until neither core has any."""
-        disque = self.disque
-        if disque is None:
+        cluster = self.cluster_cores
+        if cluster is None:
             self.beanstalk.cluster_events.clear()
             return
-        from disq.core import node_cluster
-
-        node_cluster.settle(self, now_ms, disque)
+        cluster.settle(now_ms, self.beanstalk)
 
     # ------------------------------------------------------------------ output
     def has_ready(self) -> bool:
@@ -332,25 +317,8 @@ class NodeCore:
         b = self.beanstalk
         if b.aof_out or b.wakeups or b.cluster_events or len(b.events):
             return True
-        d = self.disque
-        if d is not None and (
-            d.outbox
-            or d.replies
-            or d.aof_out
-            or len(d.events)
-            or d.takeovers
-            or d.beanstalk_dropped
-            or d.relinks
-        ):
-            return True
-        sched = self.scheduler
-        if sched is not None and sched.has_output():
-            return True
-        routes = self.routes
-        if routes is not None and routes.has_output():
-            return True
-        m = self.membership
-        return m is not None and bool(m.outbox or m.events)
+        cluster = self.cluster_cores
+        return cluster is not None and cluster.has_output()
 
     def ready(self, now_ms: int) -> Ready:
         """Everything the inputs since the last Ready produced. Call :meth:`advance` once
@@ -359,10 +327,16 @@ class NodeCore:
             raise RuntimeError("ready() again before advance(): the last Ready is not applied")
         self._settle(now_ms)
         rd = Ready()
-        beanstalk, disque, membership = self.beanstalk, self.disque, self.membership
-        sched = self.scheduler
-        if sched is not None and sched.tokens and disque is not None and disque.replies:
-            self._schedule_replies(now_ms, sched, disque)
+        beanstalk, cluster = self.beanstalk, self.cluster_cores
+        disque: DisqueCore | None = None
+        membership: Membership | None = None
+        sched: Scheduler | None = None
+        routes: Routes | None = None
+        if cluster is not None:
+            disque, membership = cluster.disque, cluster.membership
+            sched, routes = cluster.scheduler, cluster.routes
+            if sched.tokens and disque.replies:
+                cluster.schedule_replies(now_ms)
         # Records: the beanstalk core's first. The Disque core's records of a replicated
         # beanstalk job follow the beanstalk PUT they describe (replay relinks them).
         if beanstalk.aof_out:
@@ -373,7 +347,6 @@ class NodeCore:
         if sched is not None and sched.aof_out:
             rd.aof_records.extend(sched.aof_out)
             sched.aof_out.clear()
-        routes = self.routes
         if routes is not None and routes.aof_out:
             rd.aof_records.extend(routes.aof_out)
             routes.aof_out.clear()
@@ -383,8 +356,8 @@ class NodeCore:
                 membership.outbox.clear()
             if membership.events:
                 rd.member_changes, membership.events = membership.events, []
-                if disque is not None:
-                    self._tell_deaths(now_ms, rd.member_changes, disque)
+                if cluster is not None:
+                    cluster.tell_deaths(now_ms, rd.member_changes)
         if disque is not None:
             if disque.outbox:
                 self._add_messages(rd, disque.outbox)
@@ -409,32 +382,16 @@ class NodeCore:
         self._in_flight = rd
         return rd
 
-    def _tell_deaths(self, now_ms: int, changes: list[tuple[str, int]], disque: DisqueCore) -> None:
-        from disq.core import node_cluster
-
-        node_cluster.tell_deaths(now_ms, changes, disque)
-
     def advance(self) -> None:
         """The last Ready is applied: the next may be taken."""
         self._in_flight = None
 
     @staticmethod
     def _add_messages(rd: Ready, outbox: list[tuple[str, Message]]) -> None:
-        from disq.core import node_cluster
+        # Only the cluster's cores send messages: node_cluster is loaded when one is here.
+        from disq.core.node_cluster import add_messages
 
-        node_cluster.add_messages(rd, outbox)
-
-    @staticmethod
-    def _schedule_replies(now_ms: int, sched: Scheduler, disque: DisqueCore) -> None:
-        """The answers to the scheduler's own adds go to it, not to the IO layer."""
-        tokens = sched.tokens
-        keep: list[tuple[int, DeferredResult]] = []
-        for token, result in disque.replies:
-            if token in tokens:
-                sched.on_reply(now_ms, token, result)
-            else:
-                keep.append((token, result))
-        disque.replies = keep
+        add_messages(rd.messages, outbox)
 
     def _route_replies(self, rd: Ready, disque: DisqueCore) -> None:
         replies, disque.replies = disque.replies, []
@@ -466,16 +423,14 @@ class NodeCore:
         reader leaves the Disque core's job records (JOB_RECORD_TYPES) in the file's buffer
         ``buf`` and gives where each starts, ``job_offsets`` (DisqueCore.restore)."""
         jobs = self.beanstalk.restore(records)
-        if self.disque is not None:
-            from disq.core import node_cluster
-
-            jobs += node_cluster.restore(self, now_ms, records, buf, job_offsets)
+        if self.cluster_cores is not None:
+            jobs += self.cluster_cores.restore(now_ms, records, buf, job_offsets)
         return jobs
 
     def live_bytes(self) -> int:
         """What the AOF would hold after a rewrite (the rewrite trigger compares the file to
         it after every write: O(1))."""
         live = self.beanstalk.live_bytes
-        if self.disque is not None:
-            live += self.disque.memory.used_bytes
+        if self.cluster_cores is not None:
+            live += self.cluster_cores.disque.memory.used_bytes
         return live

@@ -11,12 +11,12 @@ import collections
 from typing import TYPE_CHECKING, Protocol
 
 from disq.core.beanstalk import errors
-from disq.core.beanstalk.job import DELAYED, RESERVED, STATE_NAMES, Job
+from disq.core.beanstalk.model import DELAYED, RESERVED, STATE_NAMES, Job
 from disq.protocol import beanstalk as bp
 
 if TYPE_CHECKING:
     from disq.core.beanstalk.core import BeanstalkCore
-    from disq.core.beanstalk.session import Session
+    from disq.core.beanstalk.model import Session
 
 _INSERTED = b"INSERTED %d\r\n"
 _RESERVED = b"RESERVED %d %d\r\n"

@@ -24,7 +24,7 @@ import struct
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from disq.core.beanstalk.job import Job
+    from disq.core.beanstalk.model import Job
 
 REC_PUT = 1
 REC_UPDATE = 2

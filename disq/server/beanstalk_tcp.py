@@ -23,7 +23,7 @@ REFUSED_LOG_EVERY_MS = 10_000  # a flood at the limit logs one line per this, wi
 
 if TYPE_CHECKING:
     from disq.core.beanstalk.core import BeanstalkCore
-    from disq.core.beanstalk.session import Session
+    from disq.core.beanstalk.model import Session
 
 
 class BeanstalkHost(Protocol):

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from disq.config import DisqueSettings
-    from disq.core.beanstalk.session import Session
+    from disq.core.beanstalk.model import Session
     from disq.core.messages import Message
     from disq.doors.beanstalk_door import Replicator
     from disq.server.admin_http import AdminServer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disq.core.beanstalk.core import BeanstalkCore
-from disq.core.beanstalk.session import Session
+from disq.core.beanstalk.model import Session
 from disq.core.disque.api import DeferredResult
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import Message

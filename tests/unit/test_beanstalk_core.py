@@ -6,8 +6,7 @@ import pytest
 
 from disq.core.beanstalk import errors
 from disq.core.beanstalk.core import BeanstalkCore, Limits
-from disq.core.beanstalk.job import BURIED, DELAYED, READY, RESERVED, Job
-from disq.core.beanstalk.session import Session
+from disq.core.beanstalk.model import BURIED, DELAYED, READY, RESERVED, Job, Session
 
 
 def make() -> tuple[BeanstalkCore, Session]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from disq.core.beanstalk.core import BeanstalkCore
-from disq.core.beanstalk.job import DELAYED, READY, RESERVED
+from disq.core.beanstalk.model import DELAYED, READY, RESERVED
 from disq.core.messages import JobData, ReplJob
 from disq.core.node_core import NodeCore
 from disq.persistence import records

@@ -39,7 +39,8 @@ class Cluster(Mesh):
         super().__init__(n, seed)
         self.verdicts = [_verdicts(nid) for nid in self.ids]
         for node, v in zip(self.nodes, self.verdicts, strict=True):
-            node.membership = v
+            assert node.cluster_cores is not None
+            node.cluster_cores.membership = v
 
     def core(self, i: int) -> DisqueCore:
         return self.disque(i)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from disq.core.beanstalk.job import BURIED
+from disq.core.beanstalk.model import BURIED
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED, AwakeEntry
@@ -692,7 +692,9 @@ def test_a_restarted_node_announces_its_keys_again() -> None:
     frames = list(iter_frames(b"".join(c.aof[c.ids[0]])))
     fresh = DisqueCore(c.views[c.ids[0]], random.Random(9), c.now)
     fresh.restore(c.now, frames)
-    c.nodes[0].disque = fresh
+    cluster = c.nodes[0].cluster_cores
+    assert cluster is not None
+    cluster.disque = fresh
     lossy["on"] = False
     c.advance(1000)
     assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first

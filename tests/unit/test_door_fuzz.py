@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 from disq.core.beanstalk.core import BeanstalkCore, Limits
-from disq.core.beanstalk.job import (
+from disq.core.beanstalk.model import (
     BURIED,
     DELAYED,
     ID_MASK,
@@ -42,8 +42,8 @@ from disq.core.beanstalk.job import (
     RESERVED,
     URGENT_THRESHOLD,
     Job,
+    Session,
 )
-from disq.core.beanstalk.session import Session
 from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.doors.beanstalk_door import BeanstalkDoor
 from disq.persistence.framing import count_records

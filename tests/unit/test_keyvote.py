@@ -97,7 +97,9 @@ def restart(c: Cluster, i: int, seed: int = 99) -> DisqueCore:
     """Node ``i`` crashes and comes back from its AOF (what its records say, nothing more)."""
     fresh = DisqueCore(c.views[c.ids[i]], random.Random(seed), c.now)
     fresh.restore(c.now, list(iter_frames(b"".join(c.aof[c.ids[i]]))))
-    c.nodes[i].disque = fresh
+    cluster = c.nodes[i].cluster_cores
+    assert cluster is not None
+    cluster.disque = fresh
     return fresh
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from disq.core.beanstalk.job import BURIED, READY
+from disq.core.beanstalk.model import BURIED, READY
 from disq.core.disque.api import PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from disq.core import events as ev
 from disq.core.beanstalk import errors
-from disq.core.beanstalk.job import (
+from disq.core.beanstalk.model import (
     BURIED,
     DELAYED,
     ID_MASK,
@@ -29,9 +29,9 @@ from disq.core.beanstalk.job import (
     RESERVED,
     URGENT_THRESHOLD,
     Job,
+    Session,
+    Tube,
 )
-from disq.core.beanstalk.session import Session
-from disq.core.beanstalk.tube import Tube
 from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH
 from disq.core.timers import rebuild_bound
 from disq.persistence import records

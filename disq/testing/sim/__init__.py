@@ -7,9 +7,10 @@ replays a seed byte for byte.
 
 Layout: ``config`` (SimConfig, the sweep's per-seed configs, the replay line), ``model``
 (records, result, node state), ``base`` (shared state, event heap, the node step),
-``network``, ``nemesis``, ``workload`` (Disque clients, idempotency keys), ``beanstalk_load``
-(beanstalk clients through the bridge), ``invariants`` (the checks; their text is the spec),
-``simulation`` (Simulation, run_seed), ``cli``.
+``network`` (and the views that stand in for SWIM: static, oracle), ``nemesis``,
+``workload`` (Disque clients, idempotency keys), ``beanstalk_load`` (beanstalk clients
+through the bridge), ``invariants`` (the checks; their text is the spec), ``simulation``
+(Simulation, run_seed), ``cli``.
 """
 
 from disq.testing.sim.cli import main

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
-from disq.core.beanstalk.session import Session
+from disq.core.beanstalk.model import Session
 from disq.core.disque.api import DeferredResult, DisqueError
 from disq.core.disque.job import DJob
 from disq.core.messages import MEMBER_STATE_NAMES, Message

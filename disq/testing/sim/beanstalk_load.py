@@ -9,8 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from disq.core.beanstalk import errors
-from disq.core.beanstalk.job import BURIED, Job
-from disq.core.beanstalk.session import Session
+from disq.core.beanstalk.model import BURIED, Job, Session
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, BEANSTALK_OWNED
 from disq.testing.sim.base import SimBase
 from disq.testing.sim.model import BeanRec, Delivery, InvariantViolation, SimNode

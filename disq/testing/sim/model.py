@@ -15,8 +15,7 @@ from disq.core.node_core import NodeCore
 from disq.testing.sim.config import INF, SimConfig
 
 if TYPE_CHECKING:
-    from disq.core.beanstalk.session import Session
-    from disq.testing.sim.base import SimBase
+    from disq.core.beanstalk.model import Session
 
 
 class InvariantViolation(AssertionError):
@@ -103,44 +102,6 @@ class SimResult:
     leftover: list[str]  # "node: job state" still live after the drain (not a violation)
     bputs: dict[bytes, BeanRec] = dataclasses.field(default_factory=dict)
     bdeliveries: list[Delivery] = dataclasses.field(default_factory=list)
-
-
-class StaticView:
-    """Everybody is always reachable: what the job core saw before SWIM existed. Only the
-    LEAVING flags (CLUSTER LEAVING) are known, instantly."""
-
-    def __init__(self, my_id: str, peers: list[str], sim: SimBase) -> None:
-        self._my_id = my_id
-        self._peers = peers
-        self._sim = sim
-
-    @property
-    def my_id(self) -> str:
-        return self._my_id
-
-    @property
-    def leaving(self) -> bool:
-        return self._my_id in self._sim.leaving
-
-    def cluster_size(self) -> int:
-        return len(self._peers) + 1
-
-    def reachable_peers(self) -> list[str]:
-        return [p for p in self._peers if p not in self._sim.leaving]
-
-    def all_peers(self) -> list[str]:
-        return list(self._peers)
-
-
-class OracleView(StaticView):
-    """A perfect failure detector: reachable = up, not leaving, and on our side of any
-    partition."""
-
-    def reachable_peers(self) -> list[str]:
-        return self._sim.oracle_reachable(self._my_id, self._peers)
-
-    def all_peers(self) -> list[str]:
-        return self._sim.oracle_up(self._peers)
 
 
 class SimNode:

@@ -31,6 +31,44 @@ from disq.testing.sim.base import FLYING, LANDED, SimBase
 from disq.testing.sim.model import SimNode
 
 
+class StaticView:
+    """Everybody is always reachable: what the job core saw before SWIM existed. Only the
+    LEAVING flags (CLUSTER LEAVING) are known, instantly."""
+
+    def __init__(self, my_id: str, peers: list[str], sim: SimBase) -> None:
+        self._my_id = my_id
+        self._peers = peers
+        self._sim = sim
+
+    @property
+    def my_id(self) -> str:
+        return self._my_id
+
+    @property
+    def leaving(self) -> bool:
+        return self._my_id in self._sim.leaving
+
+    def cluster_size(self) -> int:
+        return len(self._peers) + 1
+
+    def reachable_peers(self) -> list[str]:
+        return [p for p in self._peers if p not in self._sim.leaving]
+
+    def all_peers(self) -> list[str]:
+        return list(self._peers)
+
+
+class OracleView(StaticView):
+    """A perfect failure detector: reachable = up, not leaving, and on our side of any
+    partition."""
+
+    def reachable_peers(self) -> list[str]:
+        return self._sim.oracle_reachable(self._my_id, self._peers)
+
+    def all_peers(self) -> list[str]:
+        return self._sim.oracle_up(self._peers)
+
+
 class NetworkMixin(SimBase):
     def oracle_reachable(self, me: str, peers: list[str]) -> list[str]:
         side = self.side[self.by_id[me].idx]

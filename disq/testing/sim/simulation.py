@@ -61,14 +61,12 @@ from disq.testing.sim.model import (
     AddRec,
     Delivery,
     InvariantViolation,
-    OracleView,
     SimDisqueCore,
     SimNode,
     SimResult,
-    StaticView,
 )
 from disq.testing.sim.nemesis import NemesisMixin
-from disq.testing.sim.network import NetworkMixin
+from disq.testing.sim.network import NetworkMixin, OracleView, StaticView
 from disq.testing.sim.schedules import SchedulesMixin
 from disq.testing.sim.workload import WorkloadMixin
 

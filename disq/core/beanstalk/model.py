@@ -1,22 +1,31 @@
-"""The beanstalk job record: beanstalkd's fields, a per-node integer id, its tube.
+"""The beanstalk core's data model: jobs, tubes and sessions, which point at each other.
 
-Disque jobs have their own record (``disq.core.disque.job.DJob``): ARCHITECTURE.md says why
-the two cores keep two job models. A replicated beanstalk job links to its Disque record
-through ``replica``.
+A job knows its tube and the session that reserved it; a tube holds its buried jobs and the
+sessions waiting on it; a session its tubes and its reserved jobs. They live in one module
+because each refers to the others: split in three, the modules would import each other.
+
+**Jobs.** beanstalkd's fields, a per-node integer id, its tube. Disque jobs have their own
+record (``disq.core.disque.job.DJob``): ARCHITECTURE.md says why the two cores keep two job
+models. A replicated beanstalk job links to its Disque record through ``replica``.
 
 ``__slots__`` matters: a node holds millions of these, and the budget is 600 bytes per
 100-byte job including the indexes, so there is no per-instance dict and counters are plain
 small ints (CPython caches them, so they cost only the slot); the counters most jobs never
 move live in a ``JobRare`` made on the first change.
+
+**Tubes.** A tube (beanstalk) is a queue (Disque): ready, delayed and buried jobs plus its
+waiters.
+
+**Sessions.** A client's view of the engine: the beanstalk connection state. beanstalkd ties
+reservations to the connection (TTR, ``touch``, DEADLINE_SOON, release on close); Disque's
+GETJOB deliveries are not tied to one. A Session carries the first kind.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import OrderedDict
 
-if TYPE_CHECKING:
-    from disq.core.beanstalk.session import Session
-    from disq.core.beanstalk.tube import Tube
+from sortedcontainers import SortedList
 
 # States. Ints, not an Enum: they are compared on every command.
 READY = 0
@@ -191,3 +200,110 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={STATE_NAMES[self.state]})"
+
+
+class Tube:
+    """Ready jobs are a skiplist-like SortedList of ``pri << 64 | id`` ints.
+
+    beanstalkd uses a binary heap per tube; a sorted list gives the same O(log n) take plus
+    ordered iteration, which peek, kick and Disque's QPEEK/QSCAN need. Buried jobs are a
+    FIFO (an insertion-ordered dict, so ``kick-job`` and ``delete`` remove from the middle
+    in O(1)).
+    """
+
+    __slots__ = (
+        "buried",
+        "cmd_delete",
+        "cmd_pause",
+        "delayed",
+        "name",
+        "pause_ms",
+        "pause_until_ms",
+        "ready",
+        "reserved_count",
+        "total_jobs",
+        "urgent_count",
+        "using_count",
+        "waiting",
+        "watching_count",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready: SortedList = SortedList()
+        self.delayed: SortedList = SortedList()  # (deadline_ms << 64 | id)
+        self.buried: dict[int, Job] = {}
+        # Sessions waiting in reserve, served from the front: an OrderedDict, as a dict's
+        # next(iter()) walks every slot deleted before the first live one.
+        self.waiting: OrderedDict[Session, None] = OrderedDict()
+        self.reserved_count = 0
+        self.urgent_count = 0
+        self.using_count = 0
+        self.watching_count = 0
+        self.total_jobs = 0
+        self.cmd_delete = 0
+        self.cmd_pause = 0
+        self.pause_ms = 0
+        self.pause_until_ms = 0
+
+    def is_unused(self) -> bool:
+        return not (
+            self.ready
+            or self.delayed
+            or self.buried
+            or self.reserved_count
+            or self.using_count
+            or self.watching_count
+            or self.waiting
+        )
+
+    def __repr__(self) -> str:
+        return f"Tube({self.name!r})"
+
+
+class Session:
+    __slots__ = (
+        "closed",
+        "id",
+        "is_producer",
+        "is_worker",
+        "reserved",
+        "soonest_ms",
+        "use",
+        "wait_deadline_ms",
+        "wait_wake_ms",
+        "waiting",
+        "watch",
+    )
+
+    def __init__(self, session_id: int, default_tube: Tube) -> None:
+        self.id = session_id
+        self.use = default_tube
+        # beanstalkd keeps the watch list in an array whose removal moves the last item into
+        # the hole; list-tubes-watched shows that order, so we keep it the same way.
+        self.watch: list[Tube] = [default_tube]
+        self.reserved: dict[int, Job] = {}
+        # Cached soonest deadline of the reserved jobs: -1 none, -2 unknown (recompute).
+        # Every reserve asks for it (DEADLINE_SOON), so it must not cost a scan each time.
+        self.soonest_ms = -1
+        self.waiting = False
+        self.wait_deadline_ms = -1  # -1: no timeout (plain reserve)
+        self.wait_wake_ms = -1
+        self.is_producer = False
+        self.is_worker = False
+        self.closed = False
+
+    def soonest_deadline_ms(self) -> int:
+        """Deadline of the reserved job that expires first, or -1."""
+        soonest = self.soonest_ms
+        if soonest == -2:
+            reserved = self.reserved
+            soonest = min(j.deadline_ms for j in reserved.values()) if reserved else -1
+            self.soonest_ms = soonest
+        return soonest
+
+    def __hash__(self) -> int:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"Session({self.id})"
