@@ -563,7 +563,7 @@ def test_idempotency_key_answers_the_first_id_and_adds_nothing() -> None:
 def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
     c = Cluster(1)
     core = c.core(0)
-    core.idem_window_ms = 10_000
+    core.keys.window_ms = 10_000
     first = core.add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
     assert isinstance(first, str)
     assert core.ack_job(c.now, [first]) == 1
@@ -607,7 +607,7 @@ def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
     core = c.core(0)
     assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
     # Before the copies exist nobody else knows the key (the add may still fail).
-    assert all(("q", "k") not in c.core(i)._idem for i in (1, 2, 3))
+    assert all(("q", "k") not in c.core(i).keys.taken for i in (1, 2, 3))
     c.pump()
     [(_, first)] = c.replies[c.ids[0]]
     holders = {i for i in range(4) if first in c.core(i).jobs}
@@ -637,7 +637,7 @@ def test_a_keyed_reply_waits_until_every_peer_acknowledged_the_key() -> None:
     [(token, first)] = c.replies[c.ids[0]]
     assert token == 1 and isinstance(first, str)
     assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
-    assert c.core(0)._idem_unacked == {}  # nothing left to resend
+    assert c.core(0).keys.unacked == {}  # nothing left to resend
 
 
 def test_a_keyed_reply_is_released_at_its_timeout_and_the_key_still_arrives() -> None:

@@ -229,7 +229,7 @@ def test_a_copy_never_proposes_itself_and_waits_for_a_retry_to_decide() -> None:
     fresh = restart(c, 0)
     c.drop = None
     assert a in fresh.jobs and fresh.jobs[a].state == ACTIVE
-    assert K in fresh._idem_tentative  # no IDEMKEY: its key comes back undecided
+    assert K in fresh.keys.tentative  # no IDEMKEY: its key comes back undecided
     c.advance(4500)  # past the RETRY (2 s + jitter): the copies ask, nothing is decided
     assert sum(c.core(i).stats.get("key_votes", 0) for i in range(3)) >= 1
     assert all(c.core(i).votes.decided_here(K) == "" for i in range(3))
@@ -538,7 +538,7 @@ def test_a_drain_does_not_hand_off_a_keyed_job_whose_vote_is_not_won() -> None:
 def test_acceptor_state_past_its_window_is_pruned() -> None:
     c = Cluster(3)
     core = c.core(1)
-    core.idem_window_ms = 1000
+    core.keys.window_ms = 1000
     core.votes.prepare(K, (3, c.ids[0]), c.now)
     assert K in core.votes.acc
     c.advance(500)

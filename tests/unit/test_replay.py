@@ -214,7 +214,7 @@ def test_the_in_place_replay_and_the_records_replay_give_the_same_state(tmp_path
     assert sorted((e.at_ms, e.job_id) for e in a._awake) == sorted(
         (e.at_ms, e.job_id) for e in b._awake
     )
-    assert a._idem == b._idem and a._idem_tentative == b._idem_tentative
+    assert a.keys.taken == b.keys.taken and a.keys.tentative == b.keys.tentative
     assert a.memory.used_bytes == b.memory.used_bytes
 
 
@@ -231,9 +231,9 @@ def test_a_controlled_restart_queues_what_the_file_holds_in_ctime_order(tmp_path
         """restore()'s rule: at least once, and a keyed job only if its key is its own."""
         if not j.retry_s:
             return False
-        hit = disque._idem.get((j.queue, j.idem_key)) if j.idem_key else None
+        hit = disque.keys.taken.get((j.queue, j.idem_key)) if j.idem_key else None
         return hit is None or (
-            hit[0] == j.id and (j.queue, j.idem_key) not in disque._idem_tentative
+            hit[0] == j.id and (j.queue, j.idem_key) not in disque.keys.tentative
         )
 
     assert any(not queued_at_load(j) for j in disque.jobs.values())

@@ -82,7 +82,7 @@ class AckMixin(CoreParts):
             self.blocked.answer_add_of(j.id, j.id)
         if j.state == QUEUED:
             self._dequeue(j)
-        self._key_done(j, now_ms)  # acked: its add surely finished
+        self.keys.key_done(j, now_ms)  # acked: its add surely finished
         self.counts.to_acked(j)
         j.gc_retry = first_gc_step
         j.confirmed = NO_NODES
@@ -220,7 +220,7 @@ class AckMixin(CoreParts):
                     # FASTACKed or DELJOBed. If its key is still tentative here (its add
                     # was never known done) a retry of the key must add the job again, not
                     # answer the id of a job that is gone. A done key stays (idempotency.py).
-                    self._forget_key(j, now_ms)
+                    self.keys.forget_key(j, now_ms)
                 self._unregister(j, now_ms)
             else:
                 self._tombstone(job_id, now_ms)

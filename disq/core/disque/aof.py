@@ -92,14 +92,14 @@ class AofMixin(CoreParts):
         persist, self.persist = self.persist, False  # what is replayed is logged already
         requeue = self._restore_jobs(now_ms, buf, offsets)
         self.counts.rebuild(self.jobs.values())  # the job table was filled in bulk (counts.py)
-        self._restore_keys(now_ms, keys)
+        self.keys.restore_keys(now_ms, keys)
         self.votes.restore(now_ms, votes)
         self.votes.after_restore()
         for j in requeue:
             if j.idem_key and self.vote_keys:
-                hit = self._idem.get((j.queue, j.idem_key))
+                hit = self.keys.taken.get((j.queue, j.idem_key))
                 if hit is not None and (
-                    hit[0] != j.id or (j.queue, j.idem_key) in self._idem_tentative
+                    hit[0] != j.id or (j.queue, j.idem_key) in self.keys.tentative
                 ):
                     # Its key undecided (its RETRY asks first) or bound to another job (the
                     # copy lost: its RETRY deletes it), keyvote.py.
@@ -144,7 +144,7 @@ class AofMixin(CoreParts):
             if j.idem_key:
                 # Its key is tentative: this node's own keyed jobs may still be candidates
                 # in their key's vote (keyvote.py); an IDEMKEY record says which are done.
-                self._remember_key(j, now_ms, tentative=True)
+                self.keys.remember_key(j, now_ms, tentative=True)
             if j.retry_s:
                 j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + self._jitter()
             flags = j.flags
@@ -183,7 +183,7 @@ class AofMixin(CoreParts):
                 for j in self.jobs.values()
                 if j.state in (ACTIVE, QUEUED)
             ]
-            + self.key_records()
+            + self.keys.records()
             + self.votes.records(now_ms)
         )
 

@@ -34,6 +34,12 @@ REPL_RETRY_MAX_MS = 1000
 REPL_RESEND_MS = 1000
 
 
+class KeyForgetter(Protocol):
+    """What the blocked adds need of the idempotency keys (idempotency.py's KeyTable)."""
+
+    def forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
+
+
 class BlockedHost(Protocol):
     """What the blocked clients need of the core."""
 
@@ -43,19 +49,18 @@ class BlockedHost(Protocol):
     rng: random.Random
     stats: dict[str, int]
     replies: list[tuple[int, DeferredResult]]
-    _idem_timer_ms: int
 
+    @property
+    def keys(self) -> KeyForgetter: ...
     def _send(self, node: str, msg: Message) -> None: ...
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
     def _forget(self, j: DJob) -> None: ...
-    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
     def _broadcast_del(self, j: DJob) -> None: ...
     def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
     def _copies_needed(self, j: DJob) -> int: ...
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
-    def _idem_timer_fire(self, now_ms: int) -> None: ...
-    def _kv_timer_due(self, at_ms: int, now_ms: int) -> None: ...
+    def _timer_due(self, token: int, at_ms: int, now_ms: int) -> None: ...
 
 
 class BlockedClients:
@@ -164,7 +169,7 @@ class BlockedClients:
             j = host.jobs.get(a.job_id)
             if j is not None and j.state == WAIT_REPL:
                 # unblockClientWaitingJobRepl: nobody will learn the id, so delete it.
-                host._forget_key(j)
+                host.keys.forget_key(j)
                 j.state = ACTIVE
                 host._broadcast_del(j)
                 host._forget(j)
@@ -230,12 +235,8 @@ class BlockedClients:
         timers = self.client_timers
         while timers and timers[0][0] < now_ms:  # due once passed (disq/core/timers.py)
             at, token = heapq.heappop(timers)
-            if token == IDEM_TIMER:
-                if at == host._idem_timer_ms:
-                    host._idem_timer_fire(now_ms)
-                continue
-            if token == KV_TIMER:
-                host._kv_timer_due(at, now_ms)
+            if token == IDEM_TIMER or token == KV_TIMER:  # the keys' and the votes' timers
+                host._timer_due(token, at, now_ms)
                 continue
             g = self.gets.get(token)
             if g is not None and g.deadline_ms == at:
@@ -250,7 +251,7 @@ class BlockedClients:
                 self.reply_add(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
                 j = host.jobs.get(a.job_id)
                 if j is not None:
-                    host._forget_key(j, now_ms)
+                    host.keys.forget_key(j, now_ms)
                 if j is not None and j.state == WAIT_REPL:
                     j.state = ACTIVE
                     host._delete_from_cluster(j, now_ms)

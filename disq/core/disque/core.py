@@ -54,7 +54,7 @@ from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
 from disq.core.disque.handoff import Handoffs
-from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, IDEM_WINDOW_MS, IdempotencyMixin
+from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, KeyTable
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
     ACKED,
@@ -75,7 +75,7 @@ from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
 from disq.core.disque.requeue import RequeueMixin
-from disq.core.disque.state import KV_AT_ONCE
+from disq.core.disque.state import IDEM_TIMER, KV_AT_ONCE
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -113,7 +113,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    IdempotencyMixin,
     FederationMixin,
     IntrospectionMixin,
     AckMixin,
@@ -144,21 +143,7 @@ class DisqueCore(
         self._only_me_set: frozenset[str] = frozenset()
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
         self._gone: OrderedDict[str, int] = OrderedDict()  # acked or DELJOBed here (ack.py)
-        self._idem = OrderedDict()  # idempotency.py
-        self._idem_tentative = set()
-        self._idem_shadow = {}
-        self._idem_unacked = {}
-        self._idem_resend: dict[str, tuple[int, int]] = {}
-        self._idem_timer_ms = 0
-        self._idem_reannounce = False
-        self._idem_live: set[str] = set()
-        self._held_retries = {}
-        self._held_retry_of = {}
-        self._held_replies = {}
-        self._held_reply_of = {}
-        self._idem_reruns = []
-        self.idem_reply_wait = True  # a done keyed add answers once peers have its key
-        self.idem_window_ms = IDEM_WINDOW_MS
+        self.keys = KeyTable(self)  # idempotency.py: the keys, their announcements, held adds
         self.votes = KeyVoting(self)  # keyvote.py: this node's part in the key votes
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
         self.events = ev.EventBuffer()  # lifecycle events, drained by the node
@@ -344,7 +329,7 @@ class DisqueCore(
             self._dequeue(j)
         if j.state == WAIT_REPL:
             self.blocked.answer_add_of(j.id, DisqueError("NOREPL", NOREPL_EXPIRED))
-            self._forget_key(j)
+            self.keys.forget_key(j)
             j.state = ACTIVE
             self._broadcast_del(j)
         if j.flags & BEANSTALK_OWNED and j.bid:
@@ -533,7 +518,7 @@ class DisqueCore(
                 "async_": async_,
                 "idem_key": idem_key,
             }
-            first = self._keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
+            first = self.keys.keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
             if first is not None:
                 return first
         if self.memory.warning >= 3:
@@ -559,7 +544,7 @@ class DisqueCore(
         j = DJob(job_id, queue, body, repl, ctime, delay_s, retry_s, now_ms + ttl * 1000)
         if idem_key:
             j.idem_key = idem_key
-            self._remember_key(j, now_ms)
+            self.keys.remember_key(j, now_ms)
         if not extrepl:
             j.delivered = self._only_me()
         j.qtime_ms = now_ms + (delay_ms or (delay_s if delay_s else retry_s) * 1000)
@@ -600,10 +585,10 @@ class DisqueCore(
             self._log_job(j, now_ms)
         if additional > 0:
             self._replicate(j, additional, now_ms)
-        self._announce_key(j, now_ms)  # not waiting for copies: the add is done now
+        self.keys.announce_key(j, now_ms)  # not waiting for copies: the add is done now
         # A keyed add answered at once (ASYNC, REPLICATE 1) still waits for its key to reach
         # every live peer, as a sync keyed add does (idempotency.py): a retry must find it.
-        if idem_key and self._hold_reply(
+        if idem_key and self.keys.hold_reply(
             j, [token], now_ms + timeout_ms if timeout_ms > 0 else 0, now_ms
         ):
             return PENDING
@@ -673,16 +658,18 @@ class DisqueCore(
 
     def cancel(self, token: int) -> None:
         """The client of ``token`` went away: its blocked command is dropped."""
-        if self._idem_cancel(token):  # a keyed add held (idempotency.py)
+        if self.keys.cancel(token):  # a keyed add held (idempotency.py)
             return
         if self.votes.prop and self.votes.cancel(token):  # waiting for its key's vote
             return
         self.blocked.cancel(token)
 
-    def _kv_timer_due(self, at_ms: int, now_ms: int) -> None:
-        """The client timer armed by the key votes fired (blocked.py); a stale one is not."""
-        if at_ms == self.votes.timer_ms:
-            self.votes.timer_fire(now_ms)
+    def _timer_due(self, token: int, at_ms: int, now_ms: int) -> None:
+        """A client timer of the keys (IDEM_TIMER) or of the votes (KV_TIMER) fired
+        (blocked.py); a stale one (armed again since) is not."""
+        part = self.keys if token == IDEM_TIMER else self.votes
+        if at_ms == part.timer_ms:
+            part.timer_fire(now_ms)
 
     def working(self, now_ms: int, job_id: str) -> int:
         j = self.jobs.get(job_id)
@@ -775,7 +762,7 @@ class DisqueCore(
     def tick(self, now_ms: int) -> None:
         if self.dead_peers.sweep_ids:
             self.dead_peers.sweep(now_ms)
-        self._expire_keys(now_ms)
+        self.keys.expire_keys(now_ms)
         self._process_jobs(now_ms)
         self.blocked.process(now_ms)
         if now_ms >= self._next_cron_ms:
@@ -877,7 +864,7 @@ DisqueCore._handlers = {
     SetAck: DisqueCore._on_setack,
     GotAck: DisqueCore._on_gotack,
     DelJob: DisqueCore._on_deljob,
-    IdemKeys: DisqueCore._on_idem_keys,
+    IdemKeys: lambda core, now_ms, sender, msg: core.keys.on_idem_keys(now_ms, sender, msg),
     KeyVote: lambda core, now_ms, sender, msg: core.votes.on_key_vote(now_ms, sender, msg),
     KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),
     NeedJobs: DisqueCore._on_needjobs,

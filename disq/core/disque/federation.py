@@ -79,7 +79,7 @@ class FederationMixin(CoreParts):
         kept: list[DJob] = []
         while len(jobs) < n and q.skiplist:
             j: DJob = q.skiplist.pop(0)
-            if j.idem_key and (j.queue, j.idem_key) in self._idem_tentative:
+            if j.idem_key and (j.queue, j.idem_key) in self.keys.tentative:
                 # The importer takes an exported job's key as done (it was queued here),
                 # but a copy whose add is still undecided can be queued by its RETRY: if
                 # that add then fails, the importer would answer a retry of the key with

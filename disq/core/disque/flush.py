@@ -34,11 +34,11 @@ class FlushMixin(CoreParts):
         blocked = self.blocked
         for token in list(blocked.adds):
             blocked.reply_add(token, gone)  # and its followers
-        for token in self._held_retry_of:
+        for token in self.keys.held_retry_of:
             replies.append((token, gone))
-        for h in self._idem_reruns:  # held retries released, not re-run yet
+        for h in self.keys.reruns:  # held retries released, not re-run yet
             replies.append((h.token, gone))
-        for held in self._held_replies.values():
+        for held in self.keys.held_replies.values():
             for token in held.tokens:
                 replies.append((token, held.job_id))  # done: its copies existed
         for p in self.votes.prop.values():
@@ -59,29 +59,11 @@ class FlushMixin(CoreParts):
         self.counts.clear()
         self.queues.clear()
         self.memory.used_bytes = 0
-        self._clear_waits()
-        self._clear_keys()
-
-    def _clear_waits(self) -> None:
         self.blocked.reset()
         self._awake.clear()
         self._awake_acked.clear()
         self._one_copy.clear()
         self._tombstones.clear()
         self._gone.clear()
-        self._idem_timer_ms = 0
+        self.keys.reset()
         self.votes.reset()
-
-    def _clear_keys(self) -> None:
-        self._idem.clear()
-        self._idem_tentative.clear()
-        self._idem_shadow.clear()
-        self._idem_unacked.clear()
-        self._idem_resend.clear()
-        self._idem_reannounce = False
-        self._idem_live.clear()
-        self._held_retries.clear()
-        self._held_retry_of.clear()
-        self._held_replies.clear()
-        self._held_reply_of.clear()
-        self._idem_reruns.clear()

@@ -32,23 +32,33 @@ still waiting, whose add may still fail).
   job.
 
 The ADDJOBs that repeat a key while the first add still waits for its copies wait with it
-(``_followers``, in blocked.py).
+(``followers``, in blocked.py).
+
+A component of the core (``core.keys``): it owns the key table, the announcements and the
+held retries and replies; the job table and the messages are the core's (:class:`IdemHost`),
+and a vote on a key is keyvote.py's.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from mypy_extensions import mypyc_attr, trait
+from collections import OrderedDict
+from typing import Any, Protocol
 
 from disq.core import ids
-from disq.core.disque.api import NOREPL_TIMEOUT, PENDING, DisqueError, Pending
+from disq.core.disque.api import (
+    NOREPL_TIMEOUT,
+    PENDING,
+    ClusterView,
+    DeferredResult,
+    DisqueError,
+    Pending,
+)
+from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
-from disq.core.disque.parts import CoreParts
 from disq.core.disque.state import IDEM_TIMER, Key
 from disq.core.disque.state import HeldReply as _HeldReply
 from disq.core.disque.state import HeldRetry as _HeldRetry
-from disq.core.messages import IdemKeys
+from disq.core.messages import IdemKeys, Message
 from disq.persistence.cluster_records import REC_IDEMKEY, IdemKeyEntry, encode_idemkeys
 from disq.persistence.framing import frame
 
@@ -71,141 +81,225 @@ IDEM_REPLY_WAIT_MS = 5000
 FAILED = "-"
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class IdempotencyMixin(CoreParts):
-    """The idempotency keys of DisqueCore."""
+class VoteLearner(Protocol):
+    """What the keys need of the key votes (keyvote.py's KeyVoting)."""
+
+    def learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None: ...
+
+
+class IdemHost(Protocol):
+    """What the idempotency keys need of the core."""
+
+    jobs: dict[str, DJob]
+    view: ClusterView
+    stats: dict[str, int]
+    replies: list[tuple[int, DeferredResult]]
+    aof_out: list[bytes]
+    persist: bool
+    vote_keys: bool
+    wall_offset_ms: int
+    blocked: BlockedClients
+
+    @property
+    def votes(self) -> VoteLearner: ...
+    @property
+    def my_id(self) -> str: ...
+    def _send(self, node: str, msg: Message) -> None: ...
+    def _log_del(self, job_id: str) -> None: ...
+    def _tombstone(self, job_id: str, now_ms: int) -> None: ...
+    def _unregister(self, j: DJob, now_ms: int) -> None: ...
+    def add_job(
+        self,
+        now_ms: int,
+        token: int,
+        queue: str,
+        body: bytes,
+        *,
+        timeout_ms: int,
+        repl: int | None = None,
+        delay_s: int = 0,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+        idem_key: str = "",
+        delay_ms: int = 0,
+    ) -> str | Pending: ...
+
+
+class KeyTable:
+    """The idempotency keys of this node: the key table (``taken``: key -> (job id, until),
+    in age order; ``tentative``: keys whose add is not done), their announcements to peers,
+    and the retries and replies held for a key."""
+
+    def __init__(self, host: IdemHost) -> None:
+        self.host = host
+        self.taken: OrderedDict[Key, tuple[str, int]] = OrderedDict()
+        self.tentative: set[Key] = set()
+        self.shadow: dict[Key, list[str]] = {}  # other tentative copies of a key, older
+        self.unacked: dict[str, dict[Key, str]] = {}  # peer -> keys it has not acknowledged
+        self.resend: dict[str, tuple[int, int]] = {}  # peer -> (next resend, backoff)
+        self.timer_ms = 0  # the armed timer (0: none)
+        self.reannounce_due = False  # restored: announce the node's own keys again
+        self.live: set[str] = set()  # the live peers the timer saw last (one back: resend)
+        self.held_retries: dict[Key, list[_HeldRetry]] = {}
+        self.held_retry_of: dict[int, Key] = {}
+        self.held_replies: dict[Key, _HeldReply] = {}
+        self.held_reply_of: dict[int, Key] = {}
+        self.reruns: list[_HeldRetry] = []
+        self.window_ms = IDEM_WINDOW_MS
+        self.reply_wait = True  # a done keyed add answers once peers have its key
+
+    def reset(self) -> None:
+        """FLUSHALL: no key, nothing held (flush.py answered the held clients)."""
+        self.taken.clear()
+        self.tentative.clear()
+        self.shadow.clear()
+        self.unacked.clear()
+        self.resend.clear()
+        self.timer_ms = 0
+        self.reannounce_due = False
+        self.live.clear()
+        self.held_retries.clear()
+        self.held_retry_of.clear()
+        self.held_replies.clear()
+        self.held_reply_of.clear()
+        self.reruns.clear()
 
     # ------------------------------------------------------------------ the key table
-    def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
+    def remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
         """``j`` carries a key: tentatively (a copy, or this node's add still waiting), or
         done (``tentative=False``: a job handed over queued, YOURJOBS)."""
         if not j.idem_key:
             return
         k = (j.queue, j.idem_key)
         if not tentative:
-            if self._take_key(k, j.id, now_ms + self.idem_window_ms, now_ms):
-                self._log_keys([(k[0], k[1], j.id, self._idem[k][1])])
+            if self._take_key(k, j.id, now_ms + self.window_ms, now_ms):
+                self.log_keys([(k[0], k[1], j.id, self.taken[k][1])])
             return
-        hit = self._idem.get(k)
-        if hit is not None and k not in self._idem_tentative:
+        hit = self.taken.get(k)
+        if hit is not None and k not in self.tentative:
             return  # the key is done for a job already: a copy does not change that
         if hit is not None and hit[0] != j.id:
-            self._idem_shadow.setdefault(k, []).append(hit[0])  # two unfinished adds
-        self._idem.pop(k, None)
-        self._idem[k] = (j.id, now_ms + self.idem_window_ms)
-        self._idem_tentative.add(k)
-        self._trim_keys()
+            self.shadow.setdefault(k, []).append(hit[0])  # two unfinished adds
+        self.taken.pop(k, None)
+        self.taken[k] = (j.id, now_ms + self.window_ms)
+        self.tentative.add(k)
+        self.trim_keys()
 
     def _take_key(self, k: Key, job_id: str, until: int, now_ms: int) -> bool:
         """The key is done for ``job_id``; True if that is new here (to be persisted). The
         first done job of a key wins; a tentative copy of another job loses the key and is
         deleted (its add never finished here: it would be a second job of the key)."""
-        hit = self._idem.get(k)
-        tentative = k in self._idem_tentative
+        hit = self.taken.get(k)
+        tentative = k in self.tentative
         if hit is not None and not tentative:
             return False
-        if hit is not None and tentative and (hit[0] != job_id or k in self._idem_shadow):
+        if hit is not None and tentative and (hit[0] != job_id or k in self.shadow):
             # Other jobs held the key tentatively here (copies of unfinished adds).
-            losers = [i for i in [*self._idem_shadow.get(k, ()), hit[0]] if i != job_id]
+            losers = [i for i in [*self.shadow.get(k, ()), hit[0]] if i != job_id]
             for i in losers:
-                other = self.jobs.get(i)
-                if other is not None and (other.state == WAIT_REPL or i in self.blocked.add_by_job):
+                other = self.host.jobs.get(i)
+                if other is not None and (
+                    other.state == WAIT_REPL or i in self.host.blocked.add_by_job
+                ):
                     return False  # this node's own add of the key still waits: it keeps it
-            self._idem_shadow.pop(k, None)
+            self.shadow.pop(k, None)
             for i in losers:
-                other = self.jobs.get(i)
+                other = self.host.jobs.get(i)
                 if other is not None and other.state != ACKED and other.idem_key == k[1]:
-                    self.stats["idem_copies_dropped"] = self.stats.get("idem_copies_dropped", 0) + 1
-                    self._log_del(other.id)
-                    self._unregister(other, now_ms)
-        self._idem_tentative.discard(k)
-        self._idem.pop(k, None)
-        self._idem[k] = (job_id, until)
-        self._trim_keys()
-        held = self._held_retries.pop(k, None)
+                    self.host.stats["idem_copies_dropped"] = (
+                        self.host.stats.get("idem_copies_dropped", 0) + 1
+                    )
+                    self.host._log_del(other.id)
+                    self.host._unregister(other, now_ms)
+        self.tentative.discard(k)
+        self.taken.pop(k, None)
+        self.taken[k] = (job_id, until)
+        self.trim_keys()
+        held = self.held_retries.pop(k, None)
         for h in held or ():
-            self._held_retry_of.pop(h.token, None)
-            self.replies.append((h.token, job_id))
+            self.held_retry_of.pop(h.token, None)
+            self.host.replies.append((h.token, job_id))
         return True
 
-    def _trim_keys(self) -> None:
-        idem = self._idem
+    def trim_keys(self) -> None:
+        idem = self.taken
         while len(idem) > IDEM_MAX_KEYS:
             k = next(iter(idem))
             del idem[k]
-            self._idem_tentative.discard(k)
-            self._idem_shadow.pop(k, None)
+            self.tentative.discard(k)
+            self.shadow.pop(k, None)
 
     def _known_key(self, queue: str, key: str, now_ms: int) -> str | None:
         """The id of the job first added with this key, if still in the window."""
-        self._expire_keys(now_ms)
-        hit = self._idem.get((queue, key))
+        self.expire_keys(now_ms)
+        hit = self.taken.get((queue, key))
         return hit[0] if hit is not None else None
 
     def decided_key(self, queue: str, key: str, now_ms: int) -> str:
         """The job a key is bound to here, done (not tentative), or "" (the scheduler asks
         before it fires a tick another node may have bound already)."""
         first = self._known_key(queue, key, now_ms)
-        if first is None or (queue, key) in self._idem_tentative:
+        if first is None or (queue, key) in self.tentative:
             return ""
         return first
 
-    def _expire_keys(self, now_ms: int) -> None:
-        idem = self._idem
+    def expire_keys(self, now_ms: int) -> None:
+        idem = self.taken
         while idem:
             k = next(iter(idem))
             if idem[k][1] > now_ms:
                 return
             del idem[k]
-            self._idem_tentative.discard(k)
-            self._idem_shadow.pop(k, None)
+            self.tentative.discard(k)
+            self.shadow.pop(k, None)
 
-    def _log_keys(self, entries: list[IdemKeyEntry]) -> None:
-        if self.persist and entries:
-            self.aof_out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(entries))))
+    def log_keys(self, entries: list[IdemKeyEntry]) -> None:
+        if self.host.persist and entries:
+            self.host.aof_out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(entries))))
 
     def _wall_keys(self, entries: list[IdemKeyEntry]) -> list[IdemKeyEntry]:
         """The entries with their window's end on the wall clock, as the AOF keeps it
         (in memory it is on the node clock, disq/server/clock.py)."""
-        off = self.wall_offset_ms
+        off = self.host.wall_offset_ms
         if not off:
             return entries
         return [(q, k, job_id, until + off) for q, k, job_id, until in entries]
 
-    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:
+    def forget_key(self, j: DJob, now_ms: int | None = None) -> None:
         """``j`` was deleted before its add was known done (NOREPL, cancelled, a copy
         DELJOBed unacked): a retry with the key must add the job. A done key stays: its job
         existed (a FASTACKed job's retry answers its id)."""
         if not j.idem_key:
             return
         k = (j.queue, j.idem_key)
-        hit = self._idem.get(k)
-        if hit is None or hit[0] != j.id or k not in self._idem_tentative:
+        hit = self.taken.get(k)
+        if hit is None or hit[0] != j.id or k not in self.tentative:
             return
-        del self._idem[k]
-        self._idem_tentative.discard(k)
-        if j.state == WAIT_REPL and ids.node_prefix(j.id) == self.my_id[:8]:
+        del self.taken[k]
+        self.tentative.discard(k)
+        if j.state == WAIT_REPL and ids.node_prefix(j.id) == self.host.my_id[:8]:
             # This node's add failed: its copies must not outlive it (a lost DELJOB would
             # leave a copy that is requeued and delivered beside the job a retry adds).
-            now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.wall_offset_ms
-            self._announce(k, FAILED + j.id, now)
-        shadow = self._idem_shadow.pop(k, None)
+            now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.host.wall_offset_ms
+            self.announce(k, FAILED + j.id, now)
+        shadow = self.shadow.pop(k, None)
         while shadow:  # an older unfinished add's copy is here still: the key names it
-            older = self.jobs.get(shadow.pop())
+            older = self.host.jobs.get(shadow.pop())
             if older is not None and older.idem_key == k[1] and older.state != ACKED:
-                self._idem[k] = (older.id, hit[1])
-                self._idem_tentative.add(k)
+                self.taken[k] = (older.id, hit[1])
+                self.tentative.add(k)
                 if shadow:
-                    self._idem_shadow[k] = shadow
+                    self.shadow[k] = shadow
                 return  # held retries wait for that add now
-        held = self._held_retries.pop(k, None)
+        held = self.held_retries.pop(k, None)
         if held:
             for h in held:
-                self._held_retry_of.pop(h.token, None)
+                self.held_retry_of.pop(h.token, None)
             if now_ms is None:
-                self._idem_reruns.extend(held)
-                self._idem_arm(0)
+                self.reruns.extend(held)
+                self._arm(0)
             else:
                 self._rerun(held, now_ms)
 
@@ -213,27 +307,27 @@ class IdempotencyMixin(CoreParts):
         """A copy whose add was never known done was delivered here: it is the key's job.
         The key is done here and every peer is told, as its creator would have."""
         k = (j.queue, j.idem_key)
-        hit = self._idem.get(k)
-        if not j.idem_key or hit is None or hit[0] != j.id or k not in self._idem_tentative:
+        hit = self.taken.get(k)
+        if not j.idem_key or hit is None or hit[0] != j.id or k not in self.tentative:
             return
         if self._take_key(k, j.id, hit[1], now_ms):
-            self._log_keys([(k[0], k[1], j.id, hit[1])])
-            self._announce(k, j.id, now_ms)
+            self.log_keys([(k[0], k[1], j.id, hit[1])])
+            self.announce(k, j.id, now_ms)
 
-    def _key_done(self, j: DJob, now_ms: int) -> None:
+    def key_done(self, j: DJob, now_ms: int) -> None:
         """Evidence that ``j``'s add finished (it was acked): its tentative key is done."""
         if not j.idem_key:
             return
         k = (j.queue, j.idem_key)
-        hit = self._idem.get(k)
-        if hit is not None and hit[0] == j.id and k in self._idem_tentative:
-            if ids.node_prefix(j.id) == self.my_id[:8]:
-                self._announce_key(j, now_ms)
+        hit = self.taken.get(k)
+        if hit is not None and hit[0] == j.id and k in self.tentative:
+            if ids.node_prefix(j.id) == self.host.my_id[:8]:
+                self.announce_key(j, now_ms)
             elif self._take_key(k, j.id, hit[1], now_ms):
-                self._log_keys([(k[0], k[1], j.id, hit[1])])
+                self.log_keys([(k[0], k[1], j.id, hit[1])])
 
     # ------------------------------------------------------------------ ADDJOB
-    def _keyed_add(
+    def keyed_add(
         self,
         now_ms: int,
         token: int,
@@ -248,37 +342,37 @@ class IdempotencyMixin(CoreParts):
         first = self._known_key(queue, key, now_ms)
         if first is None:
             return None
-        leader = self.blocked.add_by_job.get(first)
+        leader = self.host.blocked.add_by_job.get(first)
         if leader is not None:  # the first add still waits for its copies: wait with it
-            self.blocked.follow(leader, token)
+            self.host.blocked.follow(leader, token)
             return PENDING
         k = (queue, key)
-        held = self._held_replies.get(k)
+        held = self.held_replies.get(k)
         if held is not None and held.job_id == first:
             held.tokens.append(token)
-            self._held_reply_of[token] = k
+            self.held_reply_of[token] = k
             return PENDING
-        if k not in self._idem_tentative:
+        if k not in self.tentative:
             return first
-        if self.vote_keys and self.view.cluster_size() > 1:
+        if self.host.vote_keys and self.host.view.cluster_size() > 1:
             # Undecided here: the retry adds its own job and votes (keyvote.py). If another
             # job of the key was accepted, the vote binds that one and answers its id; a copy
             # never decides by itself, so holding the retry for it could wait forever.
             return None
-        copy = self.jobs.get(first)
+        copy = self.host.jobs.get(first)
         if copy is None:  # the copy is gone and its add never known done
-            del self._idem[k]
-            self._idem_tentative.discard(k)
+            del self.taken[k]
+            self.tentative.discard(k)
             return None
         if copy.flags & DELIVERED:  # a consumer has it: it is the key's job, whatever its add
             self._adopt_key(copy, now_ms)
             return first
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-        self._held_retries.setdefault(k, []).append(_HeldRetry(token, deadline, queue, body, args))
-        self._held_retry_of[token] = k
-        self.stats["idem_retries_held"] = self.stats.get("idem_retries_held", 0) + 1
+        self.held_retries.setdefault(k, []).append(_HeldRetry(token, deadline, queue, body, args))
+        self.held_retry_of[token] = k
+        self.host.stats["idem_retries_held"] = self.host.stats.get("idem_retries_held", 0) + 1
         if deadline:
-            self._idem_arm(deadline)
+            self._arm(deadline)
         return PENDING
 
     def _rerun(self, held: list[_HeldRetry], now_ms: int) -> None:
@@ -286,139 +380,139 @@ class IdempotencyMixin(CoreParts):
         for h in held:
             left = h.deadline_ms - now_ms if h.deadline_ms else 0
             if h.deadline_ms and left <= 0:
-                self.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                self.host.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
                 continue
             try:
-                res = self.add_job(now_ms, h.token, h.queue, h.body, timeout_ms=left, **h.args)
+                res = self.host.add_job(now_ms, h.token, h.queue, h.body, timeout_ms=left, **h.args)
             except DisqueError as e:
-                self.replies.append((h.token, e))
+                self.host.replies.append((h.token, e))
                 continue
             if isinstance(res, str):
-                self.replies.append((h.token, res))
+                self.host.replies.append((h.token, res))
 
-    def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
+    def hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
         """A done keyed add: hold its answer until every live peer acknowledged the key (or
         was declared dead, or the add's timeout). False: answer now."""
-        if not self.idem_reply_wait or not j.idem_key or not tokens:
+        if not self.reply_wait or not j.idem_key or not tokens:
             return False
-        unacked = self._idem_unacked
+        unacked = self.unacked
         if not unacked:
             return False  # no peer owes an acknowledgement (a single node, or all caught up)
         k = (j.queue, j.idem_key)
         # Every live peer (leaving and suspected ones too: they take adds as well).
-        waiting = {p for p in self.view.all_peers() if k in unacked.get(p, ())}
+        waiting = {p for p in self.host.view.all_peers() if k in unacked.get(p, ())}
         if not waiting:
             return False
         if not deadline_ms or deadline_ms <= now_ms:
             deadline_ms = now_ms + IDEM_REPLY_WAIT_MS
         for t in tokens:
-            self._held_reply_of[t] = k
-        self._held_replies[k] = _HeldReply(j.id, list(tokens), deadline_ms, waiting)
-        self.stats["idem_replies_held"] = self.stats.get("idem_replies_held", 0) + 1
-        self._idem_arm(deadline_ms)
+            self.held_reply_of[t] = k
+        self.held_replies[k] = _HeldReply(j.id, list(tokens), deadline_ms, waiting)
+        self.host.stats["idem_replies_held"] = self.host.stats.get("idem_replies_held", 0) + 1
+        self._arm(deadline_ms)
         return True
 
     def _release_reply(self, k: Key) -> None:
-        held = self._held_replies.pop(k, None)
+        held = self.held_replies.pop(k, None)
         if held is None:
             return
         for t in held.tokens:
-            self._held_reply_of.pop(t, None)
-            self.replies.append((t, held.job_id))
+            self.held_reply_of.pop(t, None)
+            self.host.replies.append((t, held.job_id))
 
-    def _idem_cancel(self, token: int) -> bool:
+    def cancel(self, token: int) -> bool:
         """A held keyed add's client went away."""
-        k = self._held_retry_of.pop(token, None)
+        k = self.held_retry_of.pop(token, None)
         if k is not None:
-            rest = [h for h in self._held_retries.get(k, ()) if h.token != token]
+            rest = [h for h in self.held_retries.get(k, ()) if h.token != token]
             if rest:
-                self._held_retries[k] = rest
+                self.held_retries[k] = rest
             else:
-                self._held_retries.pop(k, None)
+                self.held_retries.pop(k, None)
             return True
-        k = self._held_reply_of.pop(token, None)
+        k = self.held_reply_of.pop(token, None)
         if k is not None:
-            held = self._held_replies.get(k)
+            held = self.held_replies.get(k)
             if held is not None and token in held.tokens:
                 held.tokens.remove(token)
                 if not held.tokens:
-                    del self._held_replies[k]
+                    del self.held_replies[k]
             return True
         return False
 
     # ------------------------------------------------------------------ announcements
-    def _announce_key(self, j: DJob, now_ms: int | None = None) -> None:
+    def announce_key(self, j: DJob, now_ms: int | None = None) -> None:
         """The add is done (its copies exist): the key is done here (persisted) and every
         peer learns it, again and again until it acknowledges it. Never before: an add
         that may still fail must not leave peers answering the id of a job that never was."""
         if not j.idem_key:
             return
-        now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.wall_offset_ms
+        now = now_ms if now_ms is not None else j.ctime // 1_000_000 - self.host.wall_offset_ms
         k = (j.queue, j.idem_key)
-        hit = self._idem.get(k)
-        until = hit[1] if hit is not None and hit[0] == j.id else now + self.idem_window_ms
+        hit = self.taken.get(k)
+        until = hit[1] if hit is not None and hit[0] == j.id else now + self.window_ms
         if self._take_key(k, j.id, until, now):
-            self._log_keys([(k[0], k[1], j.id, until)])
-        if self._idem.get(k, ("",))[0] != j.id:
+            self.log_keys([(k[0], k[1], j.id, until)])
+        if self.taken.get(k, ("",))[0] != j.id:
             return  # another job had the key here first
-        self._announce(k, j.id, now)
+        self.announce(k, j.id, now)
 
-    def _announce(self, k: Key, job_id: str, now: int) -> None:
+    def announce(self, k: Key, job_id: str, now: int) -> None:
         """``k`` is done for ``job_id`` (or, ``FAILED`` + id, that job's add failed): every
         peer is told, again on the timer until it acknowledges (a dead one once it is back)."""
-        me = self.my_id
-        peers = [node for node in self.view.all_peers() if node != me]
+        me = self.host.my_id
+        peers = [node for node in self.host.view.all_peers() if node != me]
         if not peers:
             return  # a single node: nobody to tell, no timer to arm
         msg = IdemKeys([k[0]], [k[1]], [job_id])
-        if not self._idem_timer_ms:
-            self._idem_arm(now + IDEM_LIVE_CHECK_MS)
+        if not self.timer_ms:
+            self._arm(now + IDEM_LIVE_CHECK_MS)
         for node in peers:
-            self._idem_unacked.setdefault(node, {})[k] = job_id
-            self._send(node, msg)
-            if node not in self._idem_resend:
-                self._idem_resend[node] = (now + IDEM_RESEND_MIN_MS, IDEM_RESEND_MIN_MS)
-                self._idem_arm(now + IDEM_RESEND_MIN_MS)
+            self.unacked.setdefault(node, {})[k] = job_id
+            self.host._send(node, msg)
+            if node not in self.resend:
+                self.resend[node] = (now + IDEM_RESEND_MIN_MS, IDEM_RESEND_MIN_MS)
+                self._arm(now + IDEM_RESEND_MIN_MS)
 
-    def _on_idem_keys(self, now_ms: int, sender: str, msg: IdemKeys) -> None:
+    def on_idem_keys(self, now_ms: int, sender: str, msg: IdemKeys) -> None:
         if msg.keys:
-            until = now_ms + self.idem_window_ms
+            until = now_ms + self.window_ms
             learned: list[IdemKeyEntry] = []
-            voting = self.vote_keys and self.view.cluster_size() > 1
+            voting = self.host.vote_keys and self.host.view.cluster_size() > 1
             for queue, key, job_id in zip(msg.queues, msg.keys, msg.job_ids, strict=False):
                 if job_id.startswith(FAILED):
                     self._drop_failed(job_id[len(FAILED) :], now_ms)
                 elif voting:
                     # Decided by a vote (keyvote.py): binding, whatever this node had.
-                    self.votes.learn((queue, key), job_id, now_ms, announce=False)
+                    self.host.votes.learn((queue, key), job_id, now_ms, announce=False)
                 elif self._take_key((queue, key), job_id, until, now_ms):
                     learned.append((queue, key, job_id, until))
-            self._log_keys(learned)  # before the ack leaves (records first, then messages)
-            self._send(sender, IdemKeys([], [], [], list(msg.queues), list(msg.keys)))
+            self.log_keys(learned)  # before the ack leaves (records first, then messages)
+            self.host._send(sender, IdemKeys([], [], [], list(msg.queues), list(msg.keys)))
         if msg.ack_keys:
-            pend = self._idem_unacked.get(sender)
+            pend = self.unacked.get(sender)
             for k in zip(msg.ack_queues, msg.ack_keys, strict=False):
                 if pend is not None:
                     pend.pop(k, None)
-                held = self._held_replies.get(k)
+                held = self.held_replies.get(k)
                 if held is not None:
                     held.waiting.discard(sender)
                     if not held.waiting:
                         self._release_reply(k)
             if pend is not None and not pend:
-                del self._idem_unacked[sender]
-                self._idem_resend.pop(sender, None)
-            elif sender in self._idem_resend:
+                del self.unacked[sender]
+                self.resend.pop(sender, None)
+            elif sender in self.resend:
                 # Progress: the peer is there; the next resend comes soon again.
-                nxt = self._idem_resend[sender][0]
-                self._idem_resend[sender] = (nxt, IDEM_RESEND_MIN_MS)
+                nxt = self.resend[sender][0]
+                self.resend[sender] = (nxt, IDEM_RESEND_MIN_MS)
 
     def _drop_failed(self, job_id: str, now_ms: int) -> None:
         """The add of ``job_id`` failed on its creator: a copy here whose key is still
         tentative is deleted (and its key forgotten: held retries run as new adds)."""
-        j = self.jobs.get(job_id)
+        j = self.host.jobs.get(job_id)
         if j is None:
-            self._tombstone(job_id, now_ms)  # a late REPLJOB must not bring it back
+            self.host._tombstone(job_id, now_ms)  # a late REPLJOB must not bring it back
             return
         if j.state == ACKED:
             return  # somebody consumed it: it lives on
@@ -426,38 +520,38 @@ class IdempotencyMixin(CoreParts):
             self._adopt_key(j, now_ms)  # delivered here already: it is the key's job
             return
         k = (j.queue, j.idem_key)
-        if j.idem_key and (self._idem.get(k, ("",))[0] != job_id or k not in self._idem_tentative):
+        if j.idem_key and (self.taken.get(k, ("",))[0] != job_id or k not in self.tentative):
             return  # known done here after all
-        self._log_del(job_id)
-        self._forget_key(j, now_ms)
-        self._unregister(j, now_ms)
+        self.host._log_del(job_id)
+        self.forget_key(j, now_ms)
+        self.host._unregister(j, now_ms)
 
     # ------------------------------------------------------------------ the timer
-    def _idem_arm(self, at: int) -> None:
-        if self._idem_timer_ms == 0 or at < self._idem_timer_ms:
-            self._idem_timer_ms = at
-            self.blocked.arm(at, IDEM_TIMER)
+    def _arm(self, at: int) -> None:
+        if self.timer_ms == 0 or at < self.timer_ms:
+            self.timer_ms = at
+            self.host.blocked.arm(at, IDEM_TIMER)
 
-    def _idem_timer_fire(self, now_ms: int) -> None:
+    def timer_fire(self, now_ms: int) -> None:
         """Resend what peers have not acknowledged, release held answers, time out held
         retries, run the retries whose key was dropped."""
-        self._idem_timer_ms = 0
-        if self._idem_reruns:
-            reruns, self._idem_reruns = self._idem_reruns, []
+        self.timer_ms = 0
+        if self.reruns:
+            reruns, self.reruns = self.reruns, []
             self._rerun(reruns, now_ms)
-        if self._idem_reannounce:
+        if self.reannounce_due:
             self._reannounce(now_ms)
-        live = set(self.view.all_peers())
-        back = live - self._idem_live
-        self._idem_live = live
-        if back and self._idem:
+        live = set(self.host.view.all_peers())
+        back = live - self.live
+        self.live = live
+        if back and self.taken:
             self._reannounce(now_ms, back)  # announced while they were dead, or new
         # Live peers (all_peers: not dead; leaving and suspected ones included) get resends;
         # a dead one is looked at again now and then (it may come back; its expired keys go).
-        reach = set(self.view.all_peers())
+        reach = set(self.host.view.all_peers())
         nxt = 0
-        for peer in list(self._idem_unacked):
-            at, every = self._idem_resend.get(peer, (now_ms, IDEM_RESEND_MIN_MS))
+        for peer in list(self.unacked):
+            at, every = self.resend.get(peer, (now_ms, IDEM_RESEND_MIN_MS))
             if at <= now_ms:
                 if peer in reach:
                     self._resend_keys(peer)
@@ -465,59 +559,59 @@ class IdempotencyMixin(CoreParts):
                 else:
                     self._prune_unacked(peer)
                     at, every = now_ms + IDEM_UNREACHABLE_CHECK_MS, IDEM_RESEND_MIN_MS
-                if peer not in self._idem_unacked:
+                if peer not in self.unacked:
                     continue
-                self._idem_resend[peer] = (at, every)
+                self.resend[peer] = (at, every)
             nxt = at if nxt == 0 else min(nxt, at)
-        for k, held in list(self._held_replies.items()):
+        for k, held in list(self.held_replies.items()):
             held.waiting &= reach
             if not held.waiting or held.deadline_ms <= now_ms:
                 self._release_reply(k)
             else:
                 nxt = held.deadline_ms if nxt == 0 else min(nxt, held.deadline_ms)
-        for k, hs in list(self._held_retries.items()):
+        for k, hs in list(self.held_retries.items()):
             keep = []
             for h in hs:
                 if h.deadline_ms and h.deadline_ms <= now_ms:
-                    self._held_retry_of.pop(h.token, None)
-                    self.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
+                    self.held_retry_of.pop(h.token, None)
+                    self.host.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
                 else:
                     keep.append(h)
                     if h.deadline_ms:
                         nxt = h.deadline_ms if nxt == 0 else min(nxt, h.deadline_ms)
             if keep:
-                self._held_retries[k] = keep
+                self.held_retries[k] = keep
             else:
-                del self._held_retries[k]
-        if self._idem_reannounce:
+                del self.held_retries[k]
+        if self.reannounce_due:
             nxt = now_ms + IDEM_RESEND_MAX_MS if nxt == 0 else min(nxt, now_ms + IDEM_RESEND_MAX_MS)
-        if self._idem:  # watch for peers coming back while keys are in their window
+        if self.taken:  # watch for peers coming back while keys are in their window
             nxt = now_ms + IDEM_LIVE_CHECK_MS if nxt == 0 else min(nxt, now_ms + IDEM_LIVE_CHECK_MS)
         if nxt:
-            self._idem_arm(max(nxt, now_ms + 1))
+            self._arm(max(nxt, now_ms + 1))
 
     def _prune_unacked(self, peer: str) -> None:
         """Drop a dead peer's announcements whose key left the window (oldest first)."""
-        pend = self._idem_unacked[peer]
-        idem = self._idem
+        pend = self.unacked[peer]
+        idem = self.taken
         for k in list(pend):
             if k in idem or pend[k].startswith(FAILED):
                 break
             del pend[k]
         if not pend:
-            del self._idem_unacked[peer]
-            self._idem_resend.pop(peer, None)
+            del self.unacked[peer]
+            self.resend.pop(peer, None)
 
     def _resend_keys(self, peer: str) -> None:
-        pend = self._idem_unacked[peer]
+        pend = self.unacked[peer]
         queues: list[str] = []
         keys: list[str] = []
         job_ids: list[str] = []
         for k, job_id in list(pend.items()):
-            hit = self._idem.get(k)
+            hit = self.taken.get(k)
             if job_id.startswith(FAILED):
                 pass  # a failed add's notice: until acknowledged
-            elif hit is None or hit[0] != job_id or k in self._idem_tentative:
+            elif hit is None or hit[0] != job_id or k in self.tentative:
                 del pend[k]  # expired, or no longer this node's to announce
                 continue
             queues.append(k[0])
@@ -526,58 +620,62 @@ class IdempotencyMixin(CoreParts):
             if len(keys) >= IDEM_BATCH_KEYS:
                 break
         if not pend:
-            del self._idem_unacked[peer]
-            self._idem_resend.pop(peer, None)
+            del self.unacked[peer]
+            self.resend.pop(peer, None)
         if keys:
-            self.stats["idem_resent"] = self.stats.get("idem_resent", 0) + len(keys)
-            self._send(peer, IdemKeys(queues, keys, job_ids))
+            self.host.stats["idem_resent"] = self.host.stats.get("idem_resent", 0) + len(keys)
+            self.host._send(peer, IdemKeys(queues, keys, job_ids))
 
     def _reannounce(self, now_ms: int, to: set[str] | None = None) -> None:
         """The node's own done keys go to every peer again after a restart (which of them
         each peer had acknowledged was not persisted), or to peers that came back."""
-        peers = [p for p in self.view.all_peers() if p != self.my_id and (to is None or p in to)]
+        peers = [
+            p
+            for p in self.host.view.all_peers()
+            if p != self.host.my_id and (to is None or p in to)
+        ]
         if not peers:
             return
         if to is None:
-            self._idem_reannounce = False
-        mine = self.my_id[:8]
+            self.reannounce_due = False
+        mine = self.host.my_id[:8]
         own = {
             k: v[0]
-            for k, v in self._idem.items()
-            if k not in self._idem_tentative and ids.node_prefix(v[0]) == mine
+            for k, v in self.taken.items()
+            if k not in self.tentative and ids.node_prefix(v[0]) == mine
         }
         if not own:
             return
         for p in peers:
-            pend = self._idem_unacked.setdefault(p, {})
+            pend = self.unacked.setdefault(p, {})
             for k, job_id in own.items():
                 pend.setdefault(k, job_id)
-            self._idem_resend[p] = (now_ms, IDEM_RESEND_MIN_MS)
+            self.resend[p] = (now_ms, IDEM_RESEND_MIN_MS)
 
     # ------------------------------------------------------------------ AOF
-    def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
+    def restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
         """IDEMKEY records at start: those keys are done (later records win). Their
         windows' ends are wall-clock in the file."""
-        off = self.wall_offset_ms
+        off = self.host.wall_offset_ms
         for queue, key, job_id, wall_until in entries:
             until = wall_until - off
             if until <= now_ms:
                 continue
             k = (queue, key)
-            self._idem_tentative.discard(k)
-            self._idem.pop(k, None)
-            self._idem[k] = (job_id, until)
-        self._trim_keys()
-        self._idem_reannounce = True
-        self._idem_arm(now_ms)
+            self.tentative.discard(k)
+            self.taken.pop(k, None)
+            self.taken[k] = (job_id, until)
+        self.trim_keys()
+        self.reannounce_due = True
+        self._arm(now_ms)
 
-    def key_records(self) -> list[bytes]:
+    def records(self) -> list[bytes]:
         """The IDEMKEY records of a rewritten AOF: every done key in its window (tentative
         ones travel in their job's LOADJOB)."""
         out: list[bytes] = []
         batch: list[IdemKeyEntry] = []
-        tentative = self._idem_tentative
-        for (queue, key), (job_id, until) in self._idem.items():
+        tentative = self.tentative
+        for (queue, key), (job_id, until) in self.taken.items():
             if (queue, key) in tentative:
                 continue
             batch.append((queue, key, job_id, until))
@@ -587,3 +685,7 @@ class IdempotencyMixin(CoreParts):
         if batch:
             out.append(frame(REC_IDEMKEY, encode_idemkeys(self._wall_keys(batch))))
         return out
+
+
+def _count(stats: dict[str, int], name: str) -> None:
+    stats[name] = stats.get(name, 0) + 1

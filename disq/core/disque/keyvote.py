@@ -39,7 +39,7 @@ The cost and the choice. Two round trips per keyed add on a cluster (none on a s
 node: a majority of one is this node), and a keyed add cannot be answered without a
 majority: under a partition the minority side answers NOREPL at the add's timeout (CP for
 adds that carry a key, AP for the others, which do not vote). Acceptor state is kept for the
-key's window (idem_window_ms), in memory and in the AOF. Membership changes are not part of
+key's window (the keys' ``window_ms``), in memory and in the AOF. Membership changes are not part of
 the vote: adding one node at a time keeps every two majorities intersecting; removing nodes
 while a vote runs (CLUSTER FORGET) can break that, as in any majority scheme without
 reconfiguration.
@@ -49,18 +49,18 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections import OrderedDict
 from collections.abc import Set
 from typing import Protocol
 
 from disq.core.constants import WILLQUEUE_ADVANCE_MS
 from disq.core.disque.api import NOREPL_TIMEOUT, ClusterView, DeferredResult, DisqueError
 from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
 from disq.core.disque.state import KV_ADD as ADD
 from disq.core.disque.state import KV_AT_ONCE as AT_ONCE
 from disq.core.disque.state import KV_COPY as COPY
-from disq.core.disque.state import KV_TIMER, NO_BALLOT, Ballot, HeldRetry, Key
+from disq.core.disque.state import KV_TIMER, NO_BALLOT, Ballot, Key
 from disq.core.disque.state import Acceptor as _Acceptor
 from disq.core.disque.state import Proposal as _Proposal
 from disq.core.messages import (
@@ -74,7 +74,6 @@ from disq.core.messages import (
 )
 from disq.persistence.cluster_records import (
     REC_KEYVOTE,
-    IdemKeyEntry,
     KeyVoteEntry,
     encode_keyvotes,
 )
@@ -104,13 +103,8 @@ class VoteHost(Protocol):
     persist: bool
     vote_keys: bool
     wall_offset_ms: int
-    idem_window_ms: int
     blocked: BlockedClients
-    _idem: OrderedDict[Key, tuple[str, int]]
-    _idem_tentative: set[Key]
-    _idem_shadow: dict[Key, list[str]]
-    _held_retries: dict[Key, list[HeldRetry]]
-    _held_retry_of: dict[int, Key]
+    keys: KeyTable
 
     @property
     def my_id(self) -> str: ...
@@ -119,9 +113,6 @@ class VoteHost(Protocol):
     def _update_awake(self, j: DJob, at: int = 0) -> None: ...
     def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
     def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
-    def _announce(self, k: Key, job_id: str, now: int) -> None: ...
-    def _log_keys(self, entries: list[IdemKeyEntry]) -> None: ...
-    def _trim_keys(self) -> None: ...
 
 
 class KeyVoting:
@@ -188,7 +179,7 @@ class KeyVoting:
         if not self.needed(j):
             return False
         k = (j.queue, j.idem_key)
-        if k not in self.host._idem:
+        if k not in self.host.keys.taken:
             return False  # the key's window is over: the job requeues as any job does
         decided = self.decided_here(k)
         if decided == j.id:
@@ -276,8 +267,8 @@ class KeyVoting:
                 del acc[k]
 
     def decided_here(self, k: Key) -> str:
-        hit = self.host._idem.get(k)
-        if hit is not None and k not in self.host._idem_tentative:
+        hit = self.host.keys.taken.get(k)
+        if hit is not None and k not in self.host.keys.tentative:
             return hit[0]
         return ""
 
@@ -285,7 +276,7 @@ class KeyVoting:
         acc = self.acc.get(k)
         if acc is None:
             acc = self.acc[k] = _Acceptor(NO_BALLOT, NO_BALLOT, "", 0)
-        acc.until = now_ms + self.host.idem_window_ms
+        acc.until = now_ms + self.host.keys.window_ms
         return acc
 
     def _log(self, k: Key, acc: _Acceptor) -> None:
@@ -359,20 +350,20 @@ class KeyVoting:
             self.host.stats["key_vote_conflicts"] = self.host.stats.get("key_vote_conflicts", 0) + 1
             job_id = decided
             announce = False
-        hit = self.host._idem.get(k)
-        until = hit[1] if hit is not None else now_ms + self.host.idem_window_ms
-        losers = [i for i in self.host._idem_shadow.pop(k, ()) if i != job_id]
-        if hit is not None and hit[0] != job_id and k in self.host._idem_tentative:
+        hit = self.host.keys.taken.get(k)
+        until = hit[1] if hit is not None else now_ms + self.host.keys.window_ms
+        losers = [i for i in self.host.keys.shadow.pop(k, ()) if i != job_id]
+        if hit is not None and hit[0] != job_id and k in self.host.keys.tentative:
             losers.append(hit[0])
-        if hit is None or hit[0] != job_id or k in self.host._idem_tentative:
-            self.host._idem_tentative.discard(k)
-            self.host._idem.pop(k, None)
-            self.host._idem[k] = (job_id, until)
-            self.host._trim_keys()
-            self.host._log_keys([(k[0], k[1], job_id, until)])
+        if hit is None or hit[0] != job_id or k in self.host.keys.tentative:
+            self.host.keys.tentative.discard(k)
+            self.host.keys.taken.pop(k, None)
+            self.host.keys.taken[k] = (job_id, until)
+            self.host.keys.trim_keys()
+            self.host.keys.log_keys([(k[0], k[1], job_id, until)])
         self.acc.pop(k, None)  # the IDEMKEY record supersedes the acceptor's state
         if announce:
-            self.host._announce(k, job_id, now_ms)
+            self.host.keys.announce(k, job_id, now_ms)
         p = self.prop.pop(k, None)
         if p is not None:
             self._resolve(k, job_id, p, now_ms)
@@ -383,9 +374,9 @@ class KeyVoting:
                     self.host.stats.get("idem_copies_dropped", 0) + 1
                 )
                 self._drop(other, job_id, now_ms)
-        held = self.host._held_retries.pop(k, None)
+        held = self.host.keys.held_retries.pop(k, None)
         for h in held or ():
-            self.host._held_retry_of.pop(h.token, None)
+            self.host.keys.held_retry_of.pop(h.token, None)
             self.host.replies.append((h.token, job_id))
 
     def _resolve(self, k: Key, job_id: str, p: _Proposal, now_ms: int) -> None:

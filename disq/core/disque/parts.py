@@ -24,24 +24,18 @@ from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr, trait
 
-from disq.core.disque.state import (
-    HeldReply,
-    HeldRetry,
-    Key,
-)
-
 if TYPE_CHECKING:
-    from disq.core.disque.api import ClusterView, DeferredResult, Pending
+    from disq.core.disque.api import ClusterView, DeferredResult
     from disq.core.disque.blocked import BlockedClients
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.handoff import Handoffs
+    from disq.core.disque.idempotency import KeyTable
     from disq.core.disque.job import AwakeEntry, DJob
     from disq.core.disque.keyvote import KeyVoting
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
     from disq.core.events import EventBuffer
     from disq.core.messages import JobData, Message
-    from disq.persistence.cluster_records import IdemKeyEntry
 
 
 @trait
@@ -75,22 +69,7 @@ class CoreParts:
     _awake_acked: list[AwakeEntry]
     _one_copy: set[str]
     blocked: BlockedClients  # blocked.py: waiting ADDJOBs and GETJOBs, their timers
-    # idempotency.py: (queue, idempotency key) -> (job id, until), insertion order = age.
-    _idem: OrderedDict[Key, tuple[str, int]]
-    _idem_tentative: set[Key]
-    _idem_shadow: dict[Key, list[str]]  # other tentative copies of a tentative key, older
-    _idem_unacked: dict[str, dict[Key, str]]  # peer -> keys it has not acknowledged
-    _idem_resend: dict[str, tuple[int, int]]  # peer -> (next resend, backoff)
-    _idem_timer_ms: int  # the armed idempotency timer (0: none)
-    _idem_reannounce: bool  # restored: announce the node's own keys again
-    _idem_live: set[str]  # the live peers the timer saw last (one that comes back: resend)
-    _held_retries: dict[Key, list[HeldRetry]]
-    _held_retry_of: dict[int, Key]
-    _held_replies: dict[Key, HeldReply]
-    _held_reply_of: dict[int, Key]
-    _idem_reruns: list[HeldRetry]
-    idem_window_ms: int
-    idem_reply_wait: bool  # a done keyed add answers once its key is acknowledged
+    keys: KeyTable  # idempotency.py: the keys, their announcements, the held adds
     # keyvote.py
     vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
     votes: KeyVoting
@@ -158,29 +137,7 @@ class CoreParts:
     def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
 
-    def add_job(
-        self,
-        now_ms: int,
-        token: int,
-        queue: str,
-        body: bytes,
-        *,
-        timeout_ms: int,
-        repl: int | None = None,
-        delay_s: int = 0,
-        retry_s: int | None = None,
-        ttl_s: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        idem_key: str = "",
-        delay_ms: int = 0,
-    ) -> str | Pending:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ ack.py's
-    def _tombstone(self, job_id: str, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _tombstoned(self, job_id: str, now_ms: int) -> bool:
         raise NotImplementedError
 
@@ -203,28 +160,6 @@ class CoreParts:
 
     # ------------------------------------------------------------------ requeue.py's
     def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ idempotency.py's
-    def _forget_key(self, j: DJob, now_ms: int | None = None) -> None:
-        raise NotImplementedError
-
-    def _key_done(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
-    def _restore_keys(self, now_ms: int, entries: list[IdemKeyEntry]) -> None:
-        raise NotImplementedError
-
-    def key_records(self) -> list[bytes]:
-        raise NotImplementedError
-
-    def _announce_key(self, j: DJob, now_ms: int | None = None) -> None:
-        raise NotImplementedError
-
-    def _remember_key(self, j: DJob, now_ms: int, tentative: bool = True) -> None:
-        raise NotImplementedError
-
-    def _hold_reply(self, j: DJob, tokens: list[int], deadline_ms: int, now_ms: int) -> bool:
         raise NotImplementedError
 
 
@@ -252,19 +187,9 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_copies_needed",
         "_broadcast_del",
         "_delete_from_cluster",
-        "add_job",
     ),
-    "ack": ("_tombstone", "_tombstoned", "_gone_how"),
+    "ack": ("_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "replication": ("_replicate", "_job_from_data"),
     "requeue": ("_merge_counters",),
-    "idempotency": (
-        "_forget_key",
-        "_key_done",
-        "_restore_keys",
-        "key_records",
-        "_announce_key",
-        "_remember_key",
-        "_hold_reply",
-    ),
 }

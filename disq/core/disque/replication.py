@@ -74,8 +74,8 @@ class ReplicationMixin(CoreParts):
             self._log_job_here(j, now_ms)
             self.votes.propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
             return
-        self._announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
-        if tokens and not self._hold_reply(j, tokens, deadline, now_ms):
+        self.keys.announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
+        if tokens and not self.keys.hold_reply(j, tokens, deadline, now_ms):
             self.replies.extend((t, j.id) for t in tokens)
         self._log_job_here(j, now_ms)
         self._kv_finish_add(j, confirmed, now_ms)
@@ -154,7 +154,7 @@ class ReplicationMixin(CoreParts):
         j.priority = d.priority
         if d.idempotency_key:
             j.idem_key = d.idempotency_key
-            self._remember_key(j, now_ms, tentative=not key_done)
+            self.keys.remember_key(j, now_ms, tentative=not key_done)
         if d.beanstalk:
             j.flags |= BEANSTALK_ORIGIN
             j.bstate = d.bstate

@@ -583,7 +583,7 @@ class Scheduler:
             if wall < fire_at:
                 return _earlier(wake, fire_at - self.wall_offset_ms)
             key = tick_key(name, tick)
-            bound = self.disque.decided_key(d.queue, key, now_ms)
+            bound = self.disque.keys.decided_key(d.queue, key, now_ms)
             if bound:
                 self._bound_here(now_ms, name, tick, bound)
                 self.stats["ticks_bound_elsewhere"] += 1
