@@ -282,18 +282,19 @@ class Channel(virtual.Channel):
         return queue_declare_ok_t(queue, self._size(queue), 0)
 
     def queue_bind(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        self._binding(True, queue, *args, **kwargs)
+        self._binding(queue, *args, bind=True, **kwargs)
 
     def queue_unbind(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        self._binding(False, queue, *args, **kwargs)
+        self._binding(queue, *args, bind=False, **kwargs)
 
     def _binding(
         self,
-        bind: bool,
         queue: str,
         exchange: str | None = None,
         routing_key: str = "",
         arguments: dict[str, Any] | None = None,  # AMQP binding arguments: routes keep none
+        *,
+        bind: bool,
         **kwargs: Any,
     ) -> None:
         """Binds (or unbinds) on the cluster, then in the transient queues' record."""
@@ -581,14 +582,7 @@ class Channel(virtual.Channel):
         deliver(self._message(job), queue)
 
     def _size(self, queue: str) -> int:
-        total = 0
-        for node in self._client.nodes():
-            for name in self._settings.sub_queues(queue):
-                try:
-                    total += self._client.qlen(name, node=node.addr)
-                except UnavailableError:
-                    break  # a node that does not answer holds nothing anyone can get now
-        return total
+        return self._settings.queued(self._client, queue)
 
     def _purge(self, queue: str) -> int:
         """Ack every queued job of the queue (each priority step) on every node (kombu's
