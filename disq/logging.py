@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import MutableMapping
+from functools import partialmethod
 from typing import Any, TextIO
 
 # Disque's loglevel names -> the stdlib levels structlog filters with ("verbose" has no
@@ -85,28 +86,12 @@ class _TeeLogger:
         if self._syslog is not None:
             self._syslog.log(level, message)
 
-    def msg(self, message: str) -> None:
-        self._write(logging.INFO, message)
-
-    def debug(self, message: str) -> None:
-        self._write(logging.DEBUG, message)
-
-    def info(self, message: str) -> None:
-        self._write(logging.INFO, message)
-
-    def warning(self, message: str) -> None:
-        self._write(logging.WARNING, message)
-
-    def error(self, message: str) -> None:
-        self._write(logging.ERROR, message)
-
-    def critical(self, message: str) -> None:
-        self._write(logging.CRITICAL, message)
-
-    exception = error
-    fatal = critical
-    warn = warning
-    log = msg
+    # structlog calls the method of the line's level by name (_METHOD_LEVELS).
+    msg = info = log = partialmethod(_write, logging.INFO)
+    debug = partialmethod(_write, logging.DEBUG)
+    warning = warn = partialmethod(_write, logging.WARNING)
+    error = exception = partialmethod(_write, logging.ERROR)
+    critical = fatal = partialmethod(_write, logging.CRITICAL)
 
 
 def syslog_logger(ident: str, facility: str, address: str | None = None) -> logging.Logger:

@@ -32,6 +32,7 @@ from disq.cli.format import (
 )
 from disq.cli.top import queue_rows, run_top, sample_once
 from disq.client import Client, DisqError, NoJobError
+from disq.client.adds import AddOptions
 from disq.tls import TlsError
 
 DEFAULT_ADDR = "127.0.0.1:7710"
@@ -65,19 +66,24 @@ Command = Callable[[argparse.Namespace, Client, Out], int]
 
 
 # ---------------------------------------------------------------------- commands
-def cmd_put(args: argparse.Namespace, c: Client, out: Out) -> int:
-    body = sys.stdin.buffer.read() if args.body == "-" else os.fsencode(args.body)
-    job_id = c.add_job(
-        args.queue,
-        body,
-        replicate=args.replicate,
-        repl_timeout_ms=args.timeout_ms,
-        delay_s=args.delay,
-        retry_s=args.retry,
-        ttl_s=args.ttl,
-        maxlen=args.maxlen,
-        async_=args.async_,
+def _body(args: argparse.Namespace) -> bytes:
+    """The job's body: the argument, or standard input for "-"."""
+    return sys.stdin.buffer.read() if args.body == "-" else os.fsencode(args.body)
+
+
+def _job_options(args: argparse.Namespace) -> AddOptions:
+    """The options ``put`` and ``schedule add`` (for each job it adds) both take."""
+    return AddOptions(
+        replicate=args.replicate, retry_s=args.retry, ttl_s=args.ttl, async_=args.async_
     )
+
+
+def cmd_put(args: argparse.Namespace, c: Client, out: Out) -> int:
+    options = _job_options(args)
+    options.update(
+        AddOptions(repl_timeout_ms=args.timeout_ms, delay_s=args.delay, maxlen=args.maxlen)
+    )
+    job_id = c.add_job(args.queue, _body(args), **options)
     out.emit({"id": job_id}, job_id + "\n")
     return 0
 
@@ -272,19 +278,15 @@ def cmd_events(args: argparse.Namespace, c: Client, out: Out) -> int:
 def cmd_schedule(args: argparse.Namespace, c: Client, out: Out) -> int:
     action = args.action
     if action == "add":
-        body = sys.stdin.buffer.read() if args.body == "-" else os.fsencode(args.body)
         replaced = c.add_schedule(
             args.name,
             args.spec,
             args.queue,
-            body,
+            _body(args),
             tz=args.tz,
-            replicate=args.replicate,
-            retry_s=args.retry,
-            ttl_s=args.ttl,
-            async_=args.async_,
             misfire=args.misfire,
             catchup=args.catchup,
+            **_job_options(args),
         )
         word = "replaced" if replaced else "added"
         out.emit({"name": args.name, "replaced": replaced}, word + "\n")

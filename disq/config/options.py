@@ -127,24 +127,32 @@ AOF_NAME = "disq.aof"
 VIEW_NAME = "cluster.json"
 
 
+def _fixed_file(option: str, ours: str, disque: str, where: str, kind: str) -> Callable[[str], str]:
+    """The check of a file name disq fixes: its own, or Disque's (read as its own)."""
+
+    def check(arg: str) -> str:
+        if arg not in (ours, disque):
+            raise _Invalid(
+                f"{option} '{arg}' is not supported: {where} DIR/{ours} ({kind}; Disque's "
+                f"name '{disque}' is read as that)"
+            )
+        return ours
+
+    return check
+
+
+_aof_name = _fixed_file(
+    "appendfilename", AOF_NAME, "disque.aof", "disq's AOF is always", "its own format"
+)
+_cluster_config_file = _fixed_file(
+    "cluster-config-file", VIEW_NAME, "nodes.conf", "disq keeps the cluster view in", "JSON"
+)
+
+
 def _appendfilename(arg: str) -> str:
     if "/" in arg:
         raise _Invalid("appendfilename can't be a path, just a filename")
-    if arg not in (AOF_NAME, "disque.aof"):
-        raise _Invalid(
-            f"appendfilename '{arg}' is not supported: disq's AOF is always "
-            f"DIR/{AOF_NAME} (its own format; Disque's name 'disque.aof' is read as that)"
-        )
-    return AOF_NAME
-
-
-def _cluster_config_file(arg: str) -> str:
-    if arg not in (VIEW_NAME, "nodes.conf"):
-        raise _Invalid(
-            f"cluster-config-file '{arg}' is not supported: disq keeps the cluster view in "
-            f"DIR/{VIEW_NAME} (JSON; Disque's name 'nodes.conf' is read as that)"
-        )
-    return VIEW_NAME
+    return _aof_name(arg)
 
 
 def _requirepass_file(arg: str) -> str:

@@ -418,16 +418,7 @@ class Membership:
 
     @classmethod
     def restore(
-        cls,
-        snapshot: dict[str, Any],
-        me: Member,
-        rng: random.Random,
-        now_ms: int,
-        *,
-        probe_interval_ms: int = 500,
-        ping_timeout_ms: int = 200,
-        node_timeout_ms: int = 15000,
-        indirect_probes: int = 3,
+        cls, snapshot: dict[str, Any], me: Member, rng: random.Random, now_ms: int, **timing: int
     ) -> Membership:
         """A restarted node: same id, incarnation above the saved one (so our ALIVE beats
         whatever the cluster concluded while we were away), leaving flag kept (Disque persists
@@ -438,7 +429,8 @@ class Membership:
         Reachability is Disque's: the peers that were ALIVE or SUSPECT in the snapshot are
         reachable (replication targets) at once, before any message, so a node restarted under
         load accepts replicated adds right away; the ones that were DEAD (Disque reloads FAIL
-        from nodes.conf) become reachable only when heard from."""
+        from nodes.conf) become reachable only when heard from. ``timing``: the constructor's
+        keyword arguments."""
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported membership snapshot version {snapshot.get('version')}")
         saved_me = _member_from_dict(snapshot["me"])
@@ -450,15 +442,7 @@ class Membership:
             leaving=me.leaving or saved_me.leaving,
             state=ALIVE,
         )
-        m = cls(
-            me,
-            rng,
-            now_ms,
-            probe_interval_ms=probe_interval_ms,
-            ping_timeout_ms=ping_timeout_ms,
-            node_timeout_ms=node_timeout_ms,
-            indirect_probes=indirect_probes,
-        )
+        m = cls(me, rng, now_ms, **timing)
         for d in snapshot["members"]:
             rec = _member_from_dict(d)
             if rec.node_id == me.node_id or rec.state not in _MEMBER_STATES:

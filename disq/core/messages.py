@@ -161,24 +161,33 @@ class ReplJob(_Message):
 FIELDS[ReplJob] = ("job",)
 
 
-class GotJob(_Message):
+class _JobRef(_Message):
+    """A message that names one job and says no more: its class is what it says."""
+
     __slots__ = ("job_id",)
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
 
 
-FIELDS[GotJob] = ("job_id",)
+class GotJob(_JobRef):  # "I hold a copy", answering ReplJob
+    __slots__ = ()
 
 
-class Enqueue(_Message):
-    __slots__ = ("job_id",)
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
+class Enqueue(_JobRef):  # "queue it" (after external replication)
+    __slots__ = ()
 
 
-FIELDS[Enqueue] = ("job_id",)
+class WillQueue(_JobRef):  # sent 500 ms before a requeue
+    __slots__ = ()
+
+
+class Working(_JobRef):  # postpone the requeue, dequeue if queued
+    __slots__ = ()
+
+
+for _cls in (GotJob, Enqueue, WillQueue, Working):
+    FIELDS[_cls] = ("job_id",)
 
 
 class Queued(_Message):
@@ -207,16 +216,6 @@ class Queued(_Message):
 
 
 FIELDS[Queued] = ("job_id", "incr_nacks", "incr_deliveries", "nacks", "additional_deliveries")
-
-
-class WillQueue(_Message):
-    __slots__ = ("job_id",)
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-
-
-FIELDS[WillQueue] = ("job_id",)
 
 
 class SetAck(_Message):
@@ -329,7 +328,7 @@ class KeyVote(_Message):
         self.decided = decided
 
 
-FIELDS[KeyVote] = (
+FIELDS[KeyVote] = KEY_VOTE_FIELDS = (
     "phase",
     "queue",
     "key",
@@ -348,18 +347,7 @@ class KeyVotes(_Message):
     core merges a Ready's KeyVotes to each peer into one (a keyed batch votes on every key,
     one message would be per key and phase)."""
 
-    __slots__ = (
-        "acc_ballot",
-        "acc_node",
-        "ballot",
-        "ballot_node",
-        "decided",
-        "job_id",
-        "key",
-        "ok",
-        "phase",
-        "queue",
-    )
+    __slots__ = KeyVote.__slots__  # a column per field
 
     def __init__(
         self,
@@ -386,48 +374,16 @@ class KeyVotes(_Message):
         self.decided = [] if decided is None else decided
 
     def add(self, v: KeyVote) -> None:
-        self.phase.append(v.phase)
-        self.queue.append(v.queue)
-        self.key.append(v.key)
-        self.ballot.append(v.ballot)
-        self.ballot_node.append(v.ballot_node)
-        self.ok.append(v.ok)
-        self.acc_ballot.append(v.acc_ballot)
-        self.acc_node.append(v.acc_node)
-        self.job_id.append(v.job_id)
-        self.decided.append(v.decided)
+        for f in KEY_VOTE_FIELDS:
+            getattr(self, f).append(getattr(v, f))
 
     def votes(self) -> list[KeyVote]:
-        return [
-            KeyVote(*row)
-            for row in zip(
-                self.phase,
-                self.queue,
-                self.key,
-                self.ballot,
-                self.ballot_node,
-                self.ok,
-                self.acc_ballot,
-                self.acc_node,
-                self.job_id,
-                self.decided,
-                strict=False,  # whole rows only, whatever a broken peer sent
-            )
-        ]
+        columns = [getattr(self, f) for f in KEY_VOTE_FIELDS]
+        # whole rows only, whatever a broken peer sent
+        return [KeyVote(*row) for row in zip(*columns, strict=False)]
 
 
-FIELDS[KeyVotes] = (
-    "phase",
-    "queue",
-    "key",
-    "ballot",
-    "ballot_node",
-    "ok",
-    "acc_ballot",
-    "acc_node",
-    "job_id",
-    "decided",
-)
+FIELDS[KeyVotes] = KEY_VOTE_FIELDS  # a column per field
 
 
 class NeedJobs(_Message):
@@ -449,16 +405,6 @@ class YourJobs(_Message):
 
 
 FIELDS[YourJobs] = ("jobs",)
-
-
-class Working(_Message):
-    __slots__ = ("job_id",)
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-
-
-FIELDS[Working] = ("job_id",)
 
 
 class BeanstalkUpdate(_Message):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from disq.client import Client
+from disq.client import Client, UnavailableError
 from disq.client.adds import AddOptions
 from disq.integrations.transient import TRANSIENT_LEASE_MS
 
@@ -150,6 +150,17 @@ class Settings:
     def sub_queues(self, queue: str) -> list[str]:
         """Every disq queue of ``queue``, the highest step first (GETJOB's order)."""
         return [self.step_queue(queue, s) for s in reversed(self.priority_steps)]
+
+    def queued(self, client: Client, queue: str) -> int:
+        """Jobs queued for ``queue`` (every step) on every node that answers (QLEN summed)."""
+        total = 0
+        for node in client.nodes():
+            for name in self.sub_queues(queue):
+                try:
+                    total += client.qlen(name, node=node.addr)
+                except UnavailableError:
+                    break  # a node that does not answer holds nothing anyone can get now
+        return total
 
 
 def majority_of(cluster_size: int) -> int:

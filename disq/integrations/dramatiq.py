@@ -270,14 +270,7 @@ class DisqBroker(dramatiq.Broker):
 
     def qsize(self, queue_name: str) -> int:
         """Jobs queued for ``queue_name`` on every node that answers (QLEN summed)."""
-        total = 0
-        for node in self.client.nodes():
-            for name in self.settings.sub_queues(queue_name):
-                try:
-                    total += self.client.qlen(name, node=node.addr)
-                except UnavailableError:
-                    break
-        return total
+        return self.settings.queued(self.client, queue_name)
 
     def flush(self, queue_name: str) -> None:
         """Ack every job of the queue (each priority step) and of its dead-letter queue, on

@@ -281,31 +281,31 @@ class Channel(virtual.Channel):
             )
         return queue_declare_ok_t(queue, self._size(queue), 0)
 
-    def queue_bind(
-        self,
-        queue: str,
-        exchange: str | None = None,
-        routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        exchange = exchange or "amq.direct"
-        with _kombu_errors(f"bind queue {queue!r} to exchange {exchange!r}"):
-            self._client.bind_queue(queue, exchange, routing_key or "")
-        self._transient.bound(queue, exchange, routing_key or "")
+    def queue_bind(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self._binding(queue, *args, bind=True, **kwargs)
 
-    def queue_unbind(
+    def queue_unbind(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        self._binding(queue, *args, bind=False, **kwargs)
+
+    def _binding(
         self,
         queue: str,
         exchange: str | None = None,
         routing_key: str = "",
-        arguments: dict[str, Any] | None = None,
+        arguments: dict[str, Any] | None = None,  # AMQP binding arguments: routes keep none
+        *,
+        bind: bool,
         **kwargs: Any,
     ) -> None:
+        """Binds (or unbinds) on the cluster, then in the transient queues' record."""
         exchange = exchange or "amq.direct"
-        with _kombu_errors(f"unbind queue {queue!r} from exchange {exchange!r}"):
-            self._client.unbind_queue(queue, exchange, routing_key or "")
-        self._transient.unbound(queue, exchange, routing_key or "")
+        routing_key = routing_key or ""
+        what = f"queue {queue!r} {'to' if bind else 'from'} exchange {exchange!r}"
+        with _kombu_errors(f"bind {what}" if bind else f"unbind {what}"):
+            change = self._client.bind_queue if bind else self._client.unbind_queue
+            change(queue, exchange, routing_key)
+        record = self._transient.bound if bind else self._transient.unbound
+        record(queue, exchange, routing_key)
 
     def queue_delete(
         self, queue: str, if_unused: bool = False, if_empty: bool = False, **kwargs: Any
@@ -353,14 +353,19 @@ class Channel(virtual.Channel):
         return ((queue, ex, key) for ex, queue, key in routes.bindings)
 
     # -- publishing ---------------------------------------------------------------------
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+    def _body(self, message: dict[str, Any], where: str) -> bytes:
+        """The message as a job's body, refused over the transport's size limit."""
         body = json.dumps(message, separators=(",", ":")).encode()
         limit = self._settings.max_message_bytes
         if len(body) > limit:
             raise MessageTooLargeError(
-                f"message of {len(body)} bytes for queue {queue!r} is over the limit of "
+                f"message of {len(body)} bytes for {where} is over the limit of "
                 f"{limit} bytes (transport option max_message_bytes)"
             )
+        return body
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        body = self._body(message, f"queue {queue!r}")
         delay_ms = eta_delay_ms(message.get("headers"))
         props = message.get("properties") or {}
         ttls = [
@@ -402,13 +407,7 @@ class Channel(virtual.Channel):
             for queue in self._lookup(exchange, routing_key):
                 self._put(queue, message)
             return
-        body = json.dumps(message, separators=(",", ":")).encode()
-        limit = self._settings.max_message_bytes
-        if len(body) > limit:
-            raise MessageTooLargeError(
-                f"message of {len(body)} bytes for exchange {exchange!r} is over the limit "
-                f"of {limit} bytes (transport option max_message_bytes)"
-            )
+        body = self._body(message, f"exchange {exchange!r}")
         delay_ms = eta_delay_ms(message.get("headers"))
         # The message's own TTL here; each queue's x-message-ttl is applied by the node.
         opts = self._settings.add_options(
@@ -583,14 +582,7 @@ class Channel(virtual.Channel):
         deliver(self._message(job), queue)
 
     def _size(self, queue: str) -> int:
-        total = 0
-        for node in self._client.nodes():
-            for name in self._settings.sub_queues(queue):
-                try:
-                    total += self._client.qlen(name, node=node.addr)
-                except UnavailableError:
-                    break  # a node that does not answer holds nothing anyone can get now
-        return total
+        return self._settings.queued(self._client, queue)
 
     def _purge(self, queue: str) -> int:
         """Ack every queued job of the queue (each priority step) on every node (kombu's

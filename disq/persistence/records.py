@@ -38,42 +38,21 @@ _DELETE = struct.Struct("<Q")
 _META = struct.Struct("<Q")
 
 
+def _state(job: Job, wall_offset_ms: int) -> tuple[int, ...]:
+    """What PUT and UPDATE both end with: the state, the deadline, the five counters."""
+    deadline_ms = job.deadline_ms + wall_offset_ms if job.deadline_ms else 0
+    return (job.state, deadline_ms, job.reserves, job.timeouts, job.releases, job.buries, job.kicks)
+
+
 def encode_put(job: Job, wall_offset_ms: int = 0) -> bytes:
     name = job.tube.name.encode()
-    return (
-        _PUT.pack(
-            job.id,
-            job.pri,
-            job.delay_ms,
-            job.ttr_ms,
-            job.ctime_ms + wall_offset_ms,
-            job.state,
-            job.deadline_ms + wall_offset_ms if job.deadline_ms else 0,
-            job.reserves,
-            job.timeouts,
-            job.releases,
-            job.buries,
-            job.kicks,
-            len(name),
-        )
-        + name
-        + job.body
-    )
+    ctime_ms = job.ctime_ms + wall_offset_ms
+    head = (job.id, job.pri, job.delay_ms, job.ttr_ms, ctime_ms)
+    return _PUT.pack(*head, *_state(job, wall_offset_ms), len(name)) + name + job.body
 
 
 def encode_update(job: Job, wall_offset_ms: int = 0) -> bytes:
-    return _UPDATE.pack(
-        job.id,
-        job.pri,
-        job.delay_ms,
-        job.state,
-        job.deadline_ms + wall_offset_ms if job.deadline_ms else 0,
-        job.reserves,
-        job.timeouts,
-        job.releases,
-        job.buries,
-        job.kicks,
-    )
+    return _UPDATE.pack(job.id, job.pri, job.delay_ms, *_state(job, wall_offset_ms))
 
 
 def encode_delete(job_id: int) -> bytes:

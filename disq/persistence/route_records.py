@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 
 from disq.core.messages import ROUTE_BINDING, ROUTE_EXCHANGE, ROUTE_QUEUE, RouteEntry
+from disq.persistence.layout import bytes_text, pack, text_bytes, unpack
 
 REC_ROUTE = 22
 ROUTE_RECORD_TYPES = (REC_ROUTE,)
@@ -29,60 +30,19 @@ class RouteRecordError(ValueError):
     code = "AOF_BAD_RECORD"
 
 
-def _b(s: str) -> bytes:
-    return s.encode("utf-8", "surrogateescape")
-
-
 def encode_entry(e: RouteEntry) -> bytes:
-    vnode, etype, name, queue, key = (
-        _b(x) for x in (e.version_node, e.exchange_type, e.name, e.queue, e.routing_key)
-    )
-    return (
-        _ENTRY.pack(
-            e.version_ms,
-            e.expires_ms,
-            e.message_ttl_ms,
-            e.kind,
-            _F_DELETED if e.deleted else 0,
-            len(vnode),
-            len(etype),
-            len(name),
-            len(queue),
-            len(key),
-        )
-        + vnode
-        + etype
-        + name
-        + queue
-        + key
-    )
+    flags = _F_DELETED if e.deleted else 0
+    fixed = (e.version_ms, e.expires_ms, e.message_ttl_ms, e.kind, flags)
+    texts = (e.version_node, e.exchange_type, e.name, e.queue, e.routing_key)
+    return pack(_ENTRY, fixed, [text_bytes(x) for x in texts])
 
 
 def decode_entry(payload: bytes | memoryview) -> RouteEntry:
-    raw = bytes(payload)
-    try:
-        vms, expires, ttl, kind, flags, *lens = _ENTRY.unpack_from(raw, 0)
-    except struct.error as exc:
-        raise RouteRecordError(f"bad ROUTE record: {exc}") from exc
+    (vms, expires, ttl, kind, flags), parts = unpack(
+        _ENTRY, bytes(payload), 5, RouteRecordError, "ROUTE"
+    )
     if kind not in _KINDS:
         raise RouteRecordError(f"bad ROUTE record: unknown kind {kind}")
-    pos = _ENTRY.size
-    parts: list[str] = []
-    for n in lens:
-        parts.append(raw[pos : pos + n].decode("utf-8", "surrogateescape"))
-        pos += n
-    if pos != len(raw):
-        raise RouteRecordError("ROUTE record length does not match its fields")
-    vnode, etype, name, queue, key = parts
-    return RouteEntry(
-        kind,
-        name,
-        queue=queue,
-        routing_key=key,
-        exchange_type=etype,
-        expires_ms=expires,
-        message_ttl_ms=ttl,
-        deleted=bool(flags & _F_DELETED),
-        version_ms=vms,
-        version_node=vnode,
-    )
+    vnode, etype, name, queue, key = map(bytes_text, parts)
+    deleted = bool(flags & _F_DELETED)
+    return RouteEntry(kind, name, queue, key, etype, expires, ttl, deleted, vms, vnode)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 
 from disq.core.messages import ScheduleDef
+from disq.persistence.layout import bytes_text, pack, text_bytes, unpack
 
 REC_SCHEDULE = 20
 REC_SCHEDTICK = 21
@@ -32,61 +33,22 @@ class ScheduleRecordError(ValueError):
     code = "AOF_BAD_RECORD"
 
 
-def _b(s: str) -> bytes:
-    return s.encode("utf-8", "surrogateescape")
-
-
 def encode_def(d: ScheduleDef) -> bytes:
-    vnode, name, spec, zone, queue = (
-        _b(x) for x in (d.version_node, d.name, d.spec, d.zone, d.queue)
-    )
     flags = (
         (_F_ASYNC if d.async_ else 0)
         | (_F_PAUSED if d.paused else 0)
         | (_F_DELETED if d.deleted else 0)
     )
-    return (
-        _DEF.pack(
-            d.version_ms,
-            d.repl,
-            d.retry_s,
-            d.ttl_s,
-            d.catchup,
-            flags,
-            d.misfire,
-            len(vnode),
-            len(name),
-            len(spec),
-            len(zone),
-            len(queue),
-            len(d.body),
-        )
-        + vnode
-        + name
-        + spec
-        + zone
-        + queue
-        + d.body
-    )
+    fixed = (d.version_ms, d.repl, d.retry_s, d.ttl_s, d.catchup, flags, d.misfire)
+    texts = [text_bytes(x) for x in (d.version_node, d.name, d.spec, d.zone, d.queue)]
+    return pack(_DEF, fixed, [*texts, d.body])
 
 
 def decode_def(payload: bytes | memoryview) -> ScheduleDef:
-    raw = bytes(payload)
-    try:
-        (vms, repl, retry, ttl, catchup, flags, misfire, *lens) = _DEF.unpack_from(raw, 0)
-    except struct.error as exc:
-        raise ScheduleRecordError(f"bad SCHEDULE record: {exc}") from exc
-    pos = _DEF.size
-    parts: list[bytes] = []
-    for n in lens:
-        parts.append(raw[pos : pos + n])
-        pos += n
-    if pos != len(raw):
-        raise ScheduleRecordError("SCHEDULE record length does not match its fields")
-    try:
-        vnode, name, spec, zone, queue = (p.decode("utf-8", "surrogateescape") for p in parts[:5])
-    except UnicodeDecodeError as exc:  # pragma: no cover - surrogateescape decodes anything
-        raise ScheduleRecordError(f"bad SCHEDULE record: {exc}") from exc
+    (vms, repl, retry, ttl, catchup, flags, misfire), parts = unpack(
+        _DEF, bytes(payload), 7, ScheduleRecordError, "SCHEDULE"
+    )
+    vnode, name, spec, zone, queue = map(bytes_text, parts[:5])
     return ScheduleDef(
         name,
         spec,
@@ -107,7 +69,7 @@ def decode_def(payload: bytes | memoryview) -> ScheduleDef:
 
 
 def encode_tick(name: str, tick_s: int, job_id: str) -> bytes:
-    n, j = _b(name), job_id.encode()
+    n, j = text_bytes(name), job_id.encode()
     return _TICK.pack(tick_s, len(n), len(j)) + n + j
 
 
@@ -120,7 +82,7 @@ def decode_tick(payload: bytes | memoryview) -> tuple[str, int, str]:
     pos = _TICK.size
     if pos + nl + jl != len(raw):
         raise ScheduleRecordError("SCHEDTICK record length does not match its fields")
-    name = raw[pos : pos + nl].decode("utf-8", "surrogateescape")
+    name = bytes_text(raw[pos : pos + nl])
     try:
         job_id = raw[pos + nl :].decode()
     except UnicodeDecodeError as exc:

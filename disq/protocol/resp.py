@@ -162,47 +162,40 @@ def split_inline(line: bytes) -> list[bytes] | None:
             # `''` vanish: `SET k ""` arrives as two arguments.
             return [a for a in out if a]
         cur = bytearray()
-        in_dq = in_sq = False
+        quote = 0  # the quote the argument is inside of (0x22 or 0x27), else 0
         while True:
             c = at(i)
-            if in_dq:
-                if c == 0x5C and at(i + 1) == 0x78 and at(i + 2) in _HEX and at(i + 3) in _HEX:
+            if quote:
+                if (
+                    quote == 0x22
+                    and c == 0x5C
+                    and at(i + 1) == 0x78
+                    and at(i + 2) in _HEX
+                    and at(i + 3) in _HEX
+                ):
                     cur.append(int(line[i + 2 : i + 4], 16))  # \xHH
                     i += 3
-                elif c == 0x5C and at(i + 1):
+                elif quote == 0x22 and c == 0x5C and at(i + 1):
                     i += 1
                     e = line[i]
                     cur.append(_ESCAPES.get(e, e))  # \" and \\ and any \c give c
-                elif c == 0x22:
+                elif quote == 0x27 and c == 0x5C and at(i + 1) == 0x27:
+                    i += 1
+                    cur.append(0x27)  # \' is the only escape in single quotes
+                elif c == quote:
                     nxt = at(i + 1)
                     if nxt and nxt not in _ISSPACE:
-                        return None
+                        return None  # a closing quote must end the argument
                     i += 1
                     break
                 elif c == 0:
                     return None  # unterminated quotes
                 else:
                     cur.append(c)
-            elif in_sq:
-                if c == 0x5C and at(i + 1) == 0x27:
-                    i += 1
-                    cur.append(0x27)  # \' is the only escape in single quotes
-                elif c == 0x27:
-                    nxt = at(i + 1)
-                    if nxt and nxt not in _ISSPACE:
-                        return None
-                    i += 1
-                    break
-                elif c == 0:
-                    return None
-                else:
-                    cur.append(c)
             elif c == 0 or c in _TOKEN_END:
                 break
-            elif c == 0x22:
-                in_dq = True  # a quote may open mid-argument: a"b c" is `ab c`
-            elif c == 0x27:
-                in_sq = True
+            elif c == 0x22 or c == 0x27:
+                quote = c  # a quote may open mid-argument: a"b c" is `ab c`
             else:
                 cur.append(c)
             i += 1

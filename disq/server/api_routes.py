@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from disq.core.disque.api import DisqueError
 from disq.core.disque.core import DEFAULT_TTL_S
 from disq.core.routes.table import (
     LIMIT,
@@ -27,7 +26,7 @@ from disq.core.routes.table import (
     Routes,
 )
 from disq.proto_gen import api_pb2
-from disq.server.api_service import ApiError, QueueApi, _api_queue, _queue, _start_add, syntax
+from disq.server.api_service import ApiError, QueueApi, _api_queue, _kept, _queue, syntax
 
 T = TypeVar("T")
 
@@ -63,14 +62,7 @@ class RoutesQueueApi(QueueApi):
     """disq.v1.Queue with the routes RPCs."""
 
     def _routes(self) -> Routes:
-        routes = self.node.routes
-        if routes is None:
-            raise ApiError(
-                api_pb2.ERROR_REASON_UNSPECIFIED,
-                grpc.StatusCode.UNIMPLEMENTED,
-                "ERR this node keeps no routes",
-            )
-        return routes
+        return _kept(self.node.routes, "routes")
 
     def _change(self, change: Callable[[Routes], T]) -> T:
         """Run a routes change; its refusal as the API's error. Records and pushes follow."""
@@ -80,11 +72,6 @@ class RoutesQueueApi(QueueApi):
             raise route_error(exc) from None
         self._done()  # the ROUTE records, then the change to every peer
         return result
-
-    def _check_disk(self) -> None:
-        full = self.node.disk_full
-        if full is not None:
-            raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
 
     async def DeclareExchange(self, request: api_pb2.DeclareExchangeRequest, context: Any) -> Any:
         async def body() -> api_pb2.RouteChangeResponse:
@@ -183,35 +170,18 @@ class RoutesQueueApi(QueueApi):
             if not matched:
                 return response  # dropped, as RabbitMQ drops an unroutable message
             self._check_disk()
-            queues = [_queue(q) for q in matched]
             routes = self._routes()
-            now = self._now()
-            new_token = self.node.new_token
-            add_job = self.node.core.add_job
-            result = response.results.add
-            waits: list[tuple[int, int]] = []  # (index, token)
-            for index, queue in enumerate(queues):
+
+            def prepare(queue: str) -> tuple[api_pb2.AddJobRequest, str]:
                 response.queues.append(_api_queue(queue))
                 req = api_pb2.AddJobRequest()
                 req.CopyFrom(request.job)
                 ttl_ms = routes.message_ttl_ms(queue)
                 if ttl_ms:
                     req.ttl_s = _ttl_capped(request.job, ttl_ms)
-                try:
-                    token, job_id = _start_add(req, now, queue, new_token, add_job)
-                except (DisqueError, ApiError) as exc:
-                    err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
-                    result().error.CopyFrom(err.info())
-                    continue
-                if job_id is None:
-                    waits.append((index, token))
-                    result()
-                else:
-                    result().id = job_id
-            if not waits:
-                self._done()
-                return response
-            await self._wait_adds(response, waits)
+                return req, queue
+
+            await self._add_each(response, [_queue(q) for q in matched], prepare)
             return response
 
         return await self._call(context, body)

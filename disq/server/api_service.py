@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
@@ -142,6 +142,17 @@ def _queue(name: str) -> str:
     if len(raw) > MAX_QUEUE_NAME_BYTES:
         raise syntax(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
     return queue_name(raw)
+
+
+def _kept(part: T | None, what: str) -> T:
+    """A part a node may run without (its routes, its schedules), or UNIMPLEMENTED."""
+    if part is None:
+        raise ApiError(
+            api_pb2.ERROR_REASON_UNSPECIFIED,
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"ERR this node keeps no {what}",
+        )
+    return part
 
 
 def _start_add(
@@ -410,13 +421,17 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     def _now(self) -> int:
         return self.node.now_ms()
 
+    def _check_disk(self) -> None:
+        """The RESP door's -OOM while the disk is full: nothing is added (the SDK raises
+        OutOfMemoryError)."""
+        full = self.node.disk_full
+        if full is not None:
+            raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
+
     # ------------------------------------------------------------------ adding
     def _start_add(self, req: api_pb2.AddJobRequest, now: int) -> tuple[int, str | None]:
         """Start one add: (token, id) when it is done at once, (token, None) when pending."""
-        full = self.node.disk_full
-        if full is not None:
-            # The RESP door's -OOM: nothing was added (the SDK raises OutOfMemoryError).
-            raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
+        self._check_disk()
         return _start_add(req, now, _queue(req.queue), self.node.new_token, self.node.core.add_job)
 
     async def AddJob(self, request: api_pb2.AddJobRequest, context: Any) -> Any:
@@ -434,44 +449,56 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def body() -> api_pb2.AddJobsResponse:
             if len(request.jobs) > MAX_BATCH_JOBS:
                 raise syntax(f"at most {MAX_BATCH_JOBS} jobs per AddJobs")
-            now = self._now()
             response = api_pb2.AddJobsResponse()
-            result = response.results.add  # in place: no message copied per job
-            waits: list[tuple[int, int]] = []  # (index, token)
-            # A batch is one call on the loop: the disk's state, the token counter and the
-            # core are looked up once, and each distinct queue name is checked once (a
-            # producer's batch names one or a few queues).
-            full = self.node.disk_full
-            new_token = self.node.new_token
-            add_job = self.node.core.add_job
+            # A batch is one call on the loop: the token counter and the core are looked up
+            # once, and each distinct queue name is checked once (a producer's batch names
+            # one or a few queues).
             queues: dict[str, str] = {}
-            for index, req in enumerate(request.jobs):
-                try:
-                    if full is not None:
-                        raise ApiError(
-                            api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}"
-                        )
-                    queue = queues.get(req.queue)
-                    if queue is None:
-                        queue = queues[req.queue] = _queue(req.queue)
-                    token, job_id = _start_add(req, now, queue, new_token, add_job)
-                except (DisqueError, ApiError) as exc:
-                    err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
-                    result().error.CopyFrom(err.info())
-                    continue
-                if job_id is None:
-                    waits.append((index, token))
-                    result()
-                else:
-                    result().id = job_id
-            if not waits:
-                self._done()
-            else:
-                # Every sync add of the batch replicates at once; wait for all of them.
-                await self._wait_adds(response, waits)
+
+            def prepare(req: api_pb2.AddJobRequest) -> tuple[api_pb2.AddJobRequest, str]:
+                self._check_disk()
+                queue = queues.get(req.queue)
+                if queue is None:
+                    queue = queues[req.queue] = _queue(req.queue)
+                return req, queue
+
+            await self._add_each(response, request.jobs, prepare)
             return response
 
         return await self._call(context, body)
+
+    async def _add_each(
+        self,
+        response: Any,
+        items: Iterable[T],
+        prepare: Callable[[T], tuple[api_pb2.AddJobRequest, str]],
+    ) -> None:
+        """Starts one add per item (its request and checked queue from ``prepare``), in
+        order, each outcome into its place in ``response.results`` (AddJobs' and Publish's):
+        an error at once, the id of an add done at once, or, once every sync add of the
+        batch has replicated (they replicate at once), the id or the error."""
+        now = self._now()
+        new_token = self.node.new_token
+        add_job = self.node.core.add_job
+        result = response.results.add  # in place: no message copied per job
+        waits: list[tuple[int, int]] = []  # (index, token)
+        for index, item in enumerate(items):
+            try:
+                req, queue = prepare(item)
+                token, job_id = _start_add(req, now, queue, new_token, add_job)
+            except (DisqueError, ApiError) as exc:
+                err = exc if isinstance(exc, ApiError) else ApiError.from_disque(exc)
+                result().error.CopyFrom(err.info())
+                continue
+            if job_id is None:
+                waits.append((index, token))
+                result()
+            else:
+                result().id = job_id
+        if waits:
+            await self._wait_adds(response, waits)
+        else:
+            self._done()
 
     async def _wait_adds(self, response: Any, waits: list[tuple[int, int]]) -> None:
         """Each waiting add's outcome into its place in ``response.results`` (AddJobs' and
@@ -702,20 +729,11 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
     # ------------------------------------------------------------------ schedules
     def _scheduler(self) -> Scheduler:
-        sched = self.node.scheduler
-        if sched is None:
-            raise ApiError(
-                api_pb2.ERROR_REASON_UNSPECIFIED,
-                grpc.StatusCode.UNIMPLEMENTED,
-                "ERR this node keeps no schedules",
-            )
-        return sched
+        return _kept(self.node.scheduler, "schedules")
 
     async def AddSchedule(self, request: api_pb2.AddScheduleRequest, context: Any) -> Any:
         async def body() -> api_pb2.AddScheduleResponse:
-            full = self.node.disk_full
-            if full is not None:
-                raise ApiError(api_pb2.OOM, grpc.StatusCode.RESOURCE_EXHAUSTED, f"OOM {full}")
+            self._check_disk()
             sched = self._scheduler()
             d = _schedule_def(request)
             replaced = sched.get(d.name) is not None

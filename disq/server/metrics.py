@@ -64,6 +64,26 @@ def _capped(items: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     return [*top, (OTHER, rest)]
 
 
+Kind = type[GaugeMetricFamily] | type[CounterMetricFamily]
+G, C = GaugeMetricFamily, CounterMetricFamily
+
+
+def _families(rows: Iterable[tuple[Kind, str, str, float]]) -> Iterator[Metric]:
+    """One unlabelled family per ``(kind, name, doc, value)`` row."""
+    for kind, name, doc, value in rows:
+        yield kind(name, doc, value=value)
+
+
+def _labelled(
+    kind: Kind, name: str, doc: str, label: str, values: Iterable[tuple[str, float]]
+) -> Metric:
+    """One family with one label: a sample per ``(label value, value)``."""
+    fam = kind(name, doc, labels=[label])
+    for v, n in values:
+        fam.add_metric([v], n)
+    return fam
+
+
 class NodeCollector(Collector):
     """Reads the node's state when Prometheus scrapes."""
 
@@ -103,27 +123,19 @@ class NodeCollector(Collector):
     def _beanstalk(self) -> Iterator[Metric]:
         host = self.host
         bs = host.beanstalk
-        cmds = CounterMetricFamily(
-            "disq_beanstalk_commands", "Beanstalk commands processed.", labels=["command"]
+        yield _labelled(
+            C,
+            "disq_beanstalk_commands",
+            "Beanstalk commands processed.",
+            "command",
+            ((OP_NAMES[op], n) for op, n in enumerate(host.op_counts) if op in OP_NAMES),
         )
-        for op, n in enumerate(host.op_counts):
-            name = OP_NAMES.get(op)
-            if name is not None:
-                cmds.add_metric([name], n)
-        yield cmds
-        yield GaugeMetricFamily(
-            "disq_beanstalk_connections",
-            "Open beanstalk connections.",
-            value=len(host.sessions),
-        )
-        yield GaugeMetricFamily(
-            "disq_beanstalk_jobs", "Jobs in the beanstalk core.", value=len(bs.jobs)
-        )
-        yield GaugeMetricFamily(
-            "disq_beanstalk_memory_used_bytes",
-            "Bytes of beanstalk job bodies held.",
-            value=bs.used_bytes,
-        )
+        yield from _families((
+            (G, "disq_beanstalk_connections", "Open beanstalk connections.", len(host.sessions)),
+            (G, "disq_beanstalk_jobs", "Jobs in the beanstalk core.", len(bs.jobs)),
+            (G, "disq_beanstalk_memory_used_bytes", "Bytes of beanstalk job bodies held.",
+             bs.used_bytes),
+        ))  # fmt: skip
         tubes = list(bs.tubes.values())
         depth = {
             t.name: len(t.ready) + len(t.delayed) + len(t.buried) + t.reserved_count for t in tubes
@@ -170,37 +182,23 @@ class NodeCollector(Collector):
     def _aof(self) -> Iterator[Metric]:
         aof = self.host.aof
         writer = aof.writer
-        yield GaugeMetricFamily(
-            "disq_aof_enabled", "1 if the append-only file is on.", value=int(writer is not None)
-        )
-        yield GaugeMetricFamily(
-            "disq_aof_size_bytes", "Size of the AOF.", value=writer.size if writer else 0
-        )
-        yield CounterMetricFamily(
-            "disq_aof_rewrites",
-            "AOF rewrites completed.",
-            value=writer.rewrites_done if writer else 0,
-        )
-        yield CounterMetricFamily(
-            "disq_aof_records_written",
-            "Records appended to the AOF.",
-            value=writer.records_written if writer else 0,
-        )
-        yield GaugeMetricFamily(
-            "disq_aof_write_error",
-            "1 while the last AOF write failed (puts are refused until a retry succeeds).",
-            value=int(aof.error is not None),
-        )
-        yield GaugeMetricFamily(
-            "disq_aof_disk_full",
-            "1 while new jobs are refused for lack of disk space (docs/disk-full.md).",
-            value=int(aof.disk_full),
-        )
-        yield GaugeMetricFamily(
-            "disq_aof_disk_free_bytes",
-            "Free bytes on the data directory's filesystem at the last check (statvfs).",
-            value=max(aof.disk_free, 0),
-        )
+        yield from _families((
+            (G, "disq_aof_enabled", "1 if the append-only file is on.", int(writer is not None)),
+            (G, "disq_aof_size_bytes", "Size of the AOF.", writer.size if writer else 0),
+            (C, "disq_aof_rewrites", "AOF rewrites completed.",
+             writer.rewrites_done if writer else 0),
+            (C, "disq_aof_records_written", "Records appended to the AOF.",
+             writer.records_written if writer else 0),
+            (G, "disq_aof_write_error",
+             "1 while the last AOF write failed (puts are refused until a retry succeeds).",
+             int(aof.error is not None)),
+            (G, "disq_aof_disk_full",
+             "1 while new jobs are refused for lack of disk space (docs/disk-full.md).",
+             int(aof.disk_full)),
+            (G, "disq_aof_disk_free_bytes",
+             "Free bytes on the data directory's filesystem at the last check (statvfs).",
+             max(aof.disk_free, 0)),
+        ))  # fmt: skip
 
     def _latencies(self) -> Iterator[Metric]:
         m = self.metrics
@@ -284,16 +282,17 @@ class NodeCollector(Collector):
             ("noreply_timeouts", "disq_norepl_timeouts", "ADDJOBs answered NOREPL on timeout."),
         ):
             yield CounterMetricFamily(name, doc, value=st.get(key, 0))
-        yield GaugeMetricFamily("disq_jobs", "Jobs held by the Disque core.", value=len(d.jobs))
-        yield GaugeMetricFamily("disq_queues", "Queues known to this node.", value=len(d.queues))
-        depth = GaugeMetricFamily(
+        yield from _families((
+            (G, "disq_jobs", "Jobs held by the Disque core.", len(d.jobs)),
+            (G, "disq_queues", "Queues known to this node.", len(d.queues)),
+        ))  # fmt: skip
+        yield _labelled(
+            G,
             "disq_queue_depth",
             'Queued jobs per queue (the 1000 deepest; the rest under queue="_other").',
-            labels=["queue"],
+            "queue",
+            _capped((q.name, len(q)) for q in d.queues.values()),
         )
-        for name, n in _capped((q.name, len(q)) for q in d.queues.values()):
-            depth.add_metric([name], n)
-        yield depth
         events = CounterMetricFamily(
             "disq_queue_events",
             "Job lifecycle events per queue (first 1000 queues seen; later ones under "
@@ -305,19 +304,13 @@ class NodeCollector(Collector):
                 if n:
                     events.add_metric([queue or "_unknown", ev.KIND_NAMES[kind]], n)
         yield events
-        yield GaugeMetricFamily(
-            "disq_memory_used_bytes",
-            "Bytes the Disque core accounts for jobs.",
-            value=d.memory.used_bytes,
-        )
-        yield GaugeMetricFamily(
-            "disq_memory_max_bytes", "maxmemory (0: no limit).", value=d.memory.max_bytes
-        )
-        yield GaugeMetricFamily(
-            "disq_memory_warning_level",
-            "0 ok, 1 above 75% of maxmemory, 2 above 95%, 3 full.",
-            value=d.memory.warning,
-        )
+        yield from _families((
+            (G, "disq_memory_used_bytes", "Bytes the Disque core accounts for jobs.",
+             d.memory.used_bytes),
+            (G, "disq_memory_max_bytes", "maxmemory (0: no limit).", d.memory.max_bytes),
+            (G, "disq_memory_warning_level", "0 ok, 1 above 75% of maxmemory, 2 above 95%, 3 full.",
+             d.memory.warning),
+        ))  # fmt: skip
         yield from self._membership()
         yield from self._links()
         yield GaugeMetricFamily(
@@ -336,135 +329,102 @@ class NodeCollector(Collector):
             name = _STATE_NAMES.get(m.state)
             if name is not None:
                 by_state[name] += 1
-        fam = GaugeMetricFamily(
+        yield _labelled(
+            G,
             "disq_cluster_members",
             "Known cluster members (this node included) by state.",
-            labels=["state"],
-        )
-        for name, n in by_state.items():
-            fam.add_metric([name], n)
-        yield fam
-        up = GaugeMetricFamily(
-            "disq_peer_link_up", "1 if the outbound link to the peer is up.", labels=["peer"]
+            "state",
+            by_state.items(),
         )
         me = cluster.membership.my_id
         links = cluster.links
-        for m in members:
-            if m.node_id != me and m.state != LEFT:
-                is_up = links is not None and links.is_up(m.node_id)
-                up.add_metric([m.node_id[:8]], int(is_up))
-        yield up
+        yield _labelled(
+            G,
+            "disq_peer_link_up",
+            "1 if the outbound link to the peer is up.",
+            "peer",
+            (
+                (m.node_id[:8], int(links is not None and links.is_up(m.node_id)))
+                for m in members
+                if m.node_id != me and m.state != LEFT
+            ),
+        )
 
     def _links(self) -> Iterator[Metric]:
         cluster = self.host.cluster
         assert cluster is not None
         s = cluster.links.stats() if cluster.links is not None else {}
-        yield GaugeMetricFamily(
-            "disq_peer_links_up", "Outbound peer links up.", value=s.get("links_up", 0)
-        )
-        yield GaugeMetricFamily(
-            "disq_peer_links_columnar",
-            "Outbound peer links up whose peer reads batch messages (fewer than links_up while "
-            "a rolling restart mixes builds).",
-            value=s.get("links_columnar", 0),
-        )
-        yield GaugeMetricFamily(
-            "disq_peer_links_lane",
-            "Outbound peer links up whose job messages take a job lane (TCP beside the stream).",
-            value=s.get("links_lane", 0),
-        )
-        yield GaugeMetricFamily(
-            "disq_peer_lane_pending",
-            "Connections to the job lane port that have not said their hello yet (capped per "
-            "port and per process by the open-files limit).",
-            value=s.get("lane_pending", 0),
-        )
-        pending_closed = CounterMetricFamily(
+        for kind, key, doc in (
+            (G, "links_up", "Outbound peer links up."),
+            (G, "links_columnar", "Outbound peer links up whose peer reads batch messages "
+             "(fewer than links_up while a rolling restart mixes builds)."),
+            (G, "links_lane", "Outbound peer links up whose job messages take a job lane (TCP "
+             "beside the stream)."),
+            (G, "lane_pending", "Connections to the job lane port that have not said their "
+             "hello yet (capped per port and per process by the open-files limit)."),
+            (G, "lane_buffered_bytes", "Bytes the inbound job lanes hold together (frames not "
+             "yet whole)."),
+            (C, "lane_closed_buffer_full", "Inbound job lanes closed because their read took the "
+             "lanes' buffered bytes past the bound."),
+            (C, "lanes_refused", "Outbound job lanes closed before the peer took their hello "
+             "(refused, or dropped at its cap): the link went on on its stream alone."),
+            (C, "messages_too_large", "Messages to peers refused unsent: over their path's frame "
+             "limit on their own."),
+            (C, "frames_sent", "Frames sent to peers."),
+            (C, "frames_received", "Frames received from peers."),
+            (C, "lane_frames_sent", "Of the frames sent to peers, those written on a job lane."),
+            (C, "lane_frames_received", "Of the frames received, those read from a job lane."),
+            (C, "messages_sent", "Messages sent to peers."),
+            (C, "messages_received", "Messages received from peers."),
+        ):  # fmt: skip
+            yield kind(f"disq_peer_{key}", doc, value=s.get(key, 0))
+        yield _labelled(
+            C,
             "disq_peer_lane_pending_closed",
             "Connections to the job lane port closed before a valid hello, by reason.",
-            labels=["reason"],
+            "reason",
+            (
+                (reason, s.get("lane_pending_closed_" + reason, 0))
+                for reason in ("cap", "timeout", "refused")
+            ),
         )
-        for key, reason in (
-            ("lane_pending_closed_cap", "cap"),
-            ("lane_pending_closed_timeout", "timeout"),
-            ("lane_pending_closed_refused", "refused"),
-        ):
-            pending_closed.add_metric([reason], s.get(key, 0))
-        yield pending_closed
-        yield GaugeMetricFamily(
-            "disq_peer_lane_buffered_bytes",
-            "Bytes the inbound job lanes hold together (frames not yet whole).",
-            value=s.get("lane_buffered_bytes", 0),
+        yield _labelled(
+            C,
+            "disq_peer_frames_dropped",
+            "Peer frames dropped, by reason.",
+            "reason",
+            (
+                (reason, s.get(key, 0))
+                for key, reason in (
+                    ("frames_dropped", "queue_full"),
+                    ("frames_blocked", "blocked"),
+                    ("frames_malformed", "malformed"),
+                )
+            ),
         )
-        yield CounterMetricFamily(
-            "disq_peer_lane_closed_buffer_full",
-            "Inbound job lanes closed because their read took the lanes' buffered bytes past "
-            "the bound.",
-            value=s.get("lane_closed_buffer_full", 0),
-        )
-        yield CounterMetricFamily(
-            "disq_peer_lanes_refused",
-            "Outbound job lanes closed before the peer took their hello (refused, or dropped "
-            "at its cap): the link went on on its stream alone.",
-            value=s.get("lanes_refused", 0),
-        )
-        yield CounterMetricFamily(
-            "disq_peer_messages_too_large",
-            "Messages to peers refused unsent: over their path's frame limit on their own.",
-            value=s.get("messages_too_large", 0),
-        )
-        for key, doc in (
-            ("frames_sent", "Frames sent to peers."),
-            ("frames_received", "Frames received from peers."),
-            ("lane_frames_sent", "Of the frames sent to peers, those written on a job lane."),
-            ("lane_frames_received", "Of the frames received, those read from a job lane."),
-            ("messages_sent", "Messages sent to peers."),
-            ("messages_received", "Messages received from peers."),
-        ):
-            yield CounterMetricFamily(f"disq_peer_{key}", doc, value=s.get(key, 0))
-        dropped = CounterMetricFamily(
-            "disq_peer_frames_dropped", "Peer frames dropped, by reason.", labels=["reason"]
-        )
-        for key, reason in (
-            ("frames_dropped", "queue_full"),
-            ("frames_blocked", "blocked"),
-            ("frames_malformed", "malformed"),
-        ):
-            dropped.add_metric([reason], s.get(key, 0))
-        yield dropped
 
     def _resp(self) -> Iterator[Metric]:
         cluster = self.host.cluster
         assert cluster is not None
         hub = cluster.hub
         rs = hub.stats
-        yield GaugeMetricFamily(
-            "disq_resp_connected_clients", "Open RESP connections.", value=hub.connected_clients
+        yield from _families((
+            (G, "disq_resp_connected_clients", "Open RESP connections.", hub.connected_clients),
+            (C, "disq_resp_commands", "RESP commands processed.", rs.commands),
+        ))  # fmt: skip
+        yield _labelled(
+            C,
+            "disq_resp_command_calls",
+            "RESP calls per command.",
+            "command",
+            ((name, n) for name, (n, _usec) in sorted(rs.calls.items())),
         )
-        yield CounterMetricFamily(
-            "disq_resp_commands", "RESP commands processed.", value=rs.commands
-        )
-        calls = CounterMetricFamily(
-            "disq_resp_command_calls", "RESP calls per command.", labels=["command"]
-        )
-        for name, (n, _usec) in sorted(rs.calls.items()):
-            calls.add_metric([name], n)
-        yield calls
-        yield CounterMetricFamily(
-            "disq_resp_connections_received",
-            "RESP connections accepted.",
-            value=rs.connections_received,
-        )
-        yield CounterMetricFamily(
-            "disq_resp_rejected_connections",
-            "RESP connections refused (maxclients).",
-            value=rs.rejected_connections,
-        )
-        yield CounterMetricFamily(
-            "disq_resp_net_input_bytes", "Bytes read on the RESP port.", value=rs.net_input_bytes
-        )
-        yield CounterMetricFamily(
-            "disq_resp_net_output_bytes",
-            "Bytes written on the RESP port.",
-            value=rs.net_output_bytes,
-        )
+        yield from _families((
+            (C, "disq_resp_connections_received", "RESP connections accepted.",
+             rs.connections_received),
+            (C, "disq_resp_rejected_connections", "RESP connections refused (maxclients).",
+             rs.rejected_connections),
+            (C, "disq_resp_net_input_bytes", "Bytes read on the RESP port.", rs.net_input_bytes),
+            (C, "disq_resp_net_output_bytes", "Bytes written on the RESP port.",
+             rs.net_output_bytes),
+        ))  # fmt: skip

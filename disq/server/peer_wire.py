@@ -8,6 +8,9 @@ replication (one frame can carry thousands of REPLJOBs), so:
   keyword constructors and copying it into the frame.
 - Decoding dispatches on ``WhichOneof`` through a dict and builds the slotted dataclasses with
   positional arguments.
+- A message whose proto fields are its class's fields one for one (scalars and lists of
+  scalars) has no code of its own: one codec, made per class from ``m.FIELDS``, serves them
+  all; the batch forms' columns likewise.
 - Problems are counted and logged once per frame, never per message: a peer that floods us with
   messages we cannot read must not also flood the log.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby, repeat
+from operator import attrgetter
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -69,14 +73,14 @@ def _log() -> Any:
 
 
 # ------------------------------------------------------------------------------------ encode
+def _set_fields(t: Any, x: Any, fields: Iterable[str]) -> None:
+    """Copies the scalar ``fields`` of ``x`` onto the proto message ``t``, one for one."""
+    for f in fields:
+        setattr(t, f, getattr(x, f))
+
+
 def _fill_member(t: pb.Member, x: m.Member) -> None:
-    t.node_id = x.node_id
-    t.host = x.host
-    t.grpc_port = x.grpc_port
-    t.client_port = x.client_port
-    t.incarnation = x.incarnation
-    t.state = x.state  # type: ignore[assignment]  # open enum: any int goes through
-    t.leaving = x.leaving
+    _set_fields(t, x, m.FIELDS[m.Member])  # the state an open enum: any int goes through
 
 
 def _fill_job(t: pb.Job, j: m.JobData) -> None:
@@ -120,100 +124,8 @@ def _enc_ack(t: pb.Message, x: m.Ack) -> None:
         _fill_member(add(), g)
 
 
-def _enc_ping_req(t: pb.Message, x: m.PingReq) -> None:
-    s = t.ping_req
-    s.probe_id = x.probe_id
-    s.target = x.target
-
-
 def _enc_repl_job(t: pb.Message, x: m.ReplJob) -> None:
     _fill_job(t.repl_job.job, x.job)
-
-
-def _enc_got_job(t: pb.Message, x: m.GotJob) -> None:
-    t.got_job.job_id = x.job_id
-
-
-def _enc_enqueue(t: pb.Message, x: m.Enqueue) -> None:
-    t.enqueue.job_id = x.job_id
-
-
-def _enc_queued(t: pb.Message, x: m.Queued) -> None:
-    s = t.queued
-    s.job_id = x.job_id
-    s.incr_nacks = x.incr_nacks
-    s.incr_deliveries = x.incr_deliveries
-    if x.nacks:
-        s.nacks = x.nacks
-    if x.additional_deliveries:
-        s.additional_deliveries = x.additional_deliveries
-
-
-def _enc_will_queue(t: pb.Message, x: m.WillQueue) -> None:
-    t.will_queue.job_id = x.job_id
-
-
-def _enc_set_ack(t: pb.Message, x: m.SetAck) -> None:
-    s = t.set_ack
-    s.job_id = x.job_id
-    s.may_have = x.may_have
-
-
-def _enc_got_ack(t: pb.Message, x: m.GotAck) -> None:
-    s = t.got_ack
-    s.job_id = x.job_id
-    s.known = x.known
-
-
-def _enc_idem_keys(t: pb.Message, x: m.IdemKeys) -> None:
-    k = t.idem_keys
-    k.SetInParent()  # selects the oneof even when the lists are empty
-    k.queues.extend(x.queues)
-    k.keys.extend(x.keys)
-    k.job_ids.extend(x.job_ids)
-    if x.ack_keys:
-        k.ack_queues.extend(x.ack_queues)
-        k.ack_keys.extend(x.ack_keys)
-
-
-def _enc_key_vote(t: pb.Message, x: m.KeyVote) -> None:
-    v = t.key_vote
-    v.SetInParent()  # selects the oneof even when every field is at its default
-    v.phase = x.phase
-    v.queue = x.queue
-    v.key = x.key
-    v.ballot = x.ballot
-    v.ballot_node = x.ballot_node
-    v.ok = x.ok
-    v.acc_ballot = x.acc_ballot
-    v.acc_node = x.acc_node
-    v.job_id = x.job_id
-    v.decided = x.decided
-
-
-def _enc_key_votes(t: pb.Message, x: m.KeyVotes) -> None:
-    v = t.key_votes
-    v.SetInParent()
-    v.phase.extend(x.phase)
-    v.queue.extend(x.queue)
-    v.key.extend(x.key)
-    v.ballot.extend(x.ballot)
-    v.ballot_node.extend(x.ballot_node)
-    v.ok.extend(x.ok)
-    v.acc_ballot.extend(x.acc_ballot)
-    v.acc_node.extend(x.acc_node)
-    v.job_id.extend(x.job_id)
-    v.decided.extend(x.decided)
-
-
-def _enc_del_job(t: pb.Message, x: m.DelJob) -> None:
-    t.del_job.job_ids.extend(x.job_ids)  # extend([]) selects the oneof too
-
-
-def _enc_need_jobs(t: pb.Message, x: m.NeedJobs) -> None:
-    s = t.need_jobs
-    s.queue = x.queue
-    s.count = x.count
 
 
 def _enc_your_jobs(t: pb.Message, x: m.YourJobs) -> None:
@@ -222,23 +134,6 @@ def _enc_your_jobs(t: pb.Message, x: m.YourJobs) -> None:
     add = s.jobs.add
     for j in x.jobs:
         _fill_job(add(), j)
-
-
-def _enc_working(t: pb.Message, x: m.Working) -> None:
-    t.working.job_id = x.job_id
-
-
-def _enc_beanstalk_update(t: pb.Message, x: m.BeanstalkUpdate) -> None:
-    s = t.beanstalk_update
-    s.job_id = x.job_id
-    s.bstate = x.bstate
-    s.priority = x.priority
-
-
-def _enc_pause(t: pb.Message, x: m.Pause) -> None:
-    s = t.pause
-    s.queue = x.queue
-    s.flags = x.flags
 
 
 def _enc_sched_sync(t: pb.Message, x: m.SchedSync) -> None:
@@ -257,31 +152,6 @@ def _enc_route_sync(t: pb.Message, x: m.RouteSync) -> None:
     s.digest = x.digest
     s.want = x.want
     s.whole = x.whole
-
-
-_ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
-    m.Ping: _enc_ping,
-    m.Ack: _enc_ack,
-    m.PingReq: _enc_ping_req,
-    m.ReplJob: _enc_repl_job,
-    m.GotJob: _enc_got_job,
-    m.Enqueue: _enc_enqueue,
-    m.Queued: _enc_queued,
-    m.WillQueue: _enc_will_queue,
-    m.SetAck: _enc_set_ack,
-    m.GotAck: _enc_got_ack,
-    m.DelJob: _enc_del_job,
-    m.IdemKeys: _enc_idem_keys,
-    m.KeyVote: _enc_key_vote,
-    m.KeyVotes: _enc_key_votes,
-    m.NeedJobs: _enc_need_jobs,
-    m.YourJobs: _enc_your_jobs,
-    m.Working: _enc_working,
-    m.Pause: _enc_pause,
-    m.BeanstalkUpdate: _enc_beanstalk_update,
-    m.SchedSync: _enc_sched_sync,
-    m.RouteSync: _enc_route_sync,
-}
 
 
 # ------------------------------------------------------------------------- batch forms
@@ -322,31 +192,6 @@ def _enc_repl_jobs(t: pb.Message, run: list[m.ReplJob]) -> None:
         s.beanstalk.extend([j.beanstalk for j in jobs])
         s.bstate.extend([j.bstate for j in jobs])
         s.beanstalk_id.extend([j.beanstalk_id for j in jobs])
-
-
-def _enc_got_jobs(t: pb.Message, run: list[m.GotJob]) -> None:
-    t.got_jobs.job_id.extend([x.job_id for x in run])
-
-
-def _enc_set_acks(t: pb.Message, run: list[m.SetAck]) -> None:
-    s = t.set_acks
-    s.job_id.extend([x.job_id for x in run])
-    s.may_have.extend([x.may_have for x in run])
-
-
-def _enc_got_acks(t: pb.Message, run: list[m.GotAck]) -> None:
-    s = t.got_acks
-    s.job_id.extend([x.job_id for x in run])
-    s.known.extend([x.known for x in run])
-
-
-# Class of a run -> the encoder of its batch form, which takes the run's messages.
-_BATCH_ENCODERS: dict[type, Callable[[pb.Message, Any], None]] = {
-    m.ReplJob: _enc_repl_jobs,
-    m.GotJob: _enc_got_jobs,
-    m.SetAck: _enc_set_acks,
-    m.GotAck: _enc_got_acks,
-}
 
 
 def _batched(msgs: Sequence[m.Message]) -> Iterable[tuple[Any, Any]]:
@@ -417,10 +262,11 @@ def encode_frame(
 
 
 # ------------------------------------------------------------------------------------ decode
+_MEMBER_FIELDS = attrgetter(*m.FIELDS[m.Member])
+
+
 def _member(g: pb.Member) -> m.Member:
-    return m.Member(
-        g.node_id, g.host, g.grpc_port, g.client_port, g.incarnation, g.state, g.leaving
-    )
+    return m.Member(*_MEMBER_FIELDS(g))
 
 
 def _job(j: pb.Job) -> m.JobData:
@@ -516,24 +362,6 @@ def _dec_repl_jobs(t: pb.Message) -> list[m.ReplJob]:
     )
 
 
-def _dec_got_jobs(t: pb.Message) -> list[m.GotJob]:
-    return list(map(m.GotJob, t.got_jobs.job_id))
-
-
-def _dec_set_acks(t: pb.Message) -> list[m.SetAck]:
-    s = t.set_acks
-    if len(s.may_have) != len(s.job_id):
-        raise _BadColumns
-    return list(map(m.SetAck, s.job_id, s.may_have))
-
-
-def _dec_got_acks(t: pb.Message) -> list[m.GotAck]:
-    s = t.got_acks
-    if len(s.known) != len(s.job_id):
-        raise _BadColumns
-    return list(map(m.GotAck, s.job_id, s.known))
-
-
 def _dec_ping(t: pb.Message) -> m.Ping:
     s = t.ping
     return m.Ping(s.probe_id, [_member(g) for g in s.gossip], s.meet)
@@ -544,119 +372,31 @@ def _dec_ack(t: pb.Message) -> m.Ack:
     return m.Ack(s.probe_id, s.target, [_member(g) for g in s.gossip])
 
 
-def _dec_ping_req(t: pb.Message) -> m.PingReq:
-    s = t.ping_req
-    return m.PingReq(s.probe_id, s.target)
-
-
 def _dec_repl_job(t: pb.Message) -> m.ReplJob:
     return m.ReplJob(_job(t.repl_job.job))
-
-
-def _dec_got_job(t: pb.Message) -> m.GotJob:
-    return m.GotJob(t.got_job.job_id)
-
-
-def _dec_enqueue(t: pb.Message) -> m.Enqueue:
-    return m.Enqueue(t.enqueue.job_id)
-
-
-def _dec_queued(t: pb.Message) -> m.Queued:
-    s = t.queued
-    return m.Queued(s.job_id, s.incr_nacks, s.incr_deliveries, s.nacks, s.additional_deliveries)
-
-
-def _dec_will_queue(t: pb.Message) -> m.WillQueue:
-    return m.WillQueue(t.will_queue.job_id)
-
-
-def _dec_set_ack(t: pb.Message) -> m.SetAck:
-    s = t.set_ack
-    return m.SetAck(s.job_id, s.may_have)
-
-
-def _dec_got_ack(t: pb.Message) -> m.GotAck:
-    s = t.got_ack
-    return m.GotAck(s.job_id, s.known)
-
-
-def _dec_idem_keys(t: pb.Message) -> m.IdemKeys:
-    k = t.idem_keys
-    return m.IdemKeys(
-        list(k.queues), list(k.keys), list(k.job_ids), list(k.ack_queues), list(k.ack_keys)
-    )
-
-
-def _dec_key_vote(t: pb.Message) -> m.KeyVote:
-    v = t.key_vote
-    return m.KeyVote(
-        v.phase,
-        v.queue,
-        v.key,
-        v.ballot,
-        v.ballot_node,
-        v.ok,
-        v.acc_ballot,
-        v.acc_node,
-        v.job_id,
-        v.decided,
-    )
-
-
-def _dec_key_votes(t: pb.Message) -> m.KeyVotes:
-    v = t.key_votes
-    # Columns of different lengths (a broken peer): KeyVotes.votes() reads whole rows only.
-    return m.KeyVotes(
-        list(v.phase),
-        list(v.queue),
-        list(v.key),
-        list(v.ballot),
-        list(v.ballot_node),
-        list(v.ok),
-        list(v.acc_ballot),
-        list(v.acc_node),
-        list(v.job_id),
-        list(v.decided),
-    )
-
-
-def _dec_del_job(t: pb.Message) -> m.DelJob:
-    return m.DelJob(list(t.del_job.job_ids))
-
-
-def _dec_need_jobs(t: pb.Message) -> m.NeedJobs:
-    s = t.need_jobs
-    return m.NeedJobs(s.queue, s.count)
 
 
 def _dec_your_jobs(t: pb.Message) -> m.YourJobs:
     return m.YourJobs([_job(j) for j in t.your_jobs.jobs])
 
 
-def _dec_working(t: pb.Message) -> m.Working:
-    return m.Working(t.working.job_id)
-
-
-def _dec_beanstalk_update(t: pb.Message) -> m.BeanstalkUpdate:
-    s = t.beanstalk_update
-    return m.BeanstalkUpdate(s.job_id, s.bstate, s.priority)
-
-
-def _dec_pause(t: pb.Message) -> m.Pause:
-    s = t.pause
-    return m.Pause(s.queue, s.flags)
+def _entries(
+    raws: Iterable[bytes], decode: Callable[[bytes], Any], error: type[Exception]
+) -> list[Any]:
+    """A sync's records, decoded; a bad one is skipped (and counted), not the whole sync."""
+    entries = []
+    for raw in raws:
+        try:
+            entries.append(decode(raw))
+        except error:
+            COUNTERS.messages_skipped += 1
+    return entries
 
 
 def _dec_sched_sync(t: pb.Message) -> m.SchedSync:
     s = t.sched_sync
-    entries = []
-    for raw in s.entries:
-        try:
-            entries.append(decode_def(raw))
-        except ScheduleRecordError:
-            COUNTERS.messages_skipped += 1  # one bad entry, not the whole sync
     return m.SchedSync(
-        entries,
+        _entries(s.entries, decode_def, ScheduleRecordError),
         list(s.tick_names),
         list(s.tick_s),
         list(s.tick_jobs),
@@ -667,38 +407,85 @@ def _dec_sched_sync(t: pb.Message) -> m.SchedSync:
 
 def _dec_route_sync(t: pb.Message) -> m.RouteSync:
     s = t.route_sync
-    entries = []
-    for raw in s.entries:
-        try:
-            entries.append(decode_entry(raw))
-        except RouteRecordError:
-            COUNTERS.messages_skipped += 1  # one bad entry, not the whole sync
-    return m.RouteSync(entries, s.digest, s.want, s.whole)
+    return m.RouteSync(
+        _entries(s.entries, decode_entry, RouteRecordError), s.digest, s.want, s.whole
+    )
 
 
-_DECODERS: dict[str | None, Callable[[pb.Message], m.Message]] = {
-    "ping": _dec_ping,
-    "ack": _dec_ack,
-    "ping_req": _dec_ping_req,
-    "repl_job": _dec_repl_job,
-    "got_job": _dec_got_job,
-    "enqueue": _dec_enqueue,
-    "queued": _dec_queued,
-    "will_queue": _dec_will_queue,
-    "set_ack": _dec_set_ack,
-    "got_ack": _dec_got_ack,
-    "del_job": _dec_del_job,
-    "idem_keys": _dec_idem_keys,
-    "key_vote": _dec_key_vote,
-    "key_votes": _dec_key_votes,
-    "need_jobs": _dec_need_jobs,
-    "your_jobs": _dec_your_jobs,
-    "working": _dec_working,
-    "pause": _dec_pause,
-    "beanstalk_update": _dec_beanstalk_update,
-    "sched_sync": _dec_sched_sync,
-    "route_sync": _dec_route_sync,
-}
+# ---------------------------------------------------------------------------- the tables
+Encoder = Callable[[pb.Message, Any], None]  # fills a Message from a message (or a run)
+Decoder = Callable[[pb.Message], Any]  # a message (or a batch's list) from a Message
+Codec = tuple[Encoder, Decoder]
+
+
+def _field_codec(name: str, cls: type) -> Codec:
+    """The codec of a message whose proto fields are its class's fields one for one
+    (``m.FIELDS``, which the drift test holds to the proto): scalars, or lists of scalars."""
+    fields = m.FIELDS[cls]
+    desc = pb.Message.DESCRIPTOR.fields_by_name[name].message_type
+    assert desc is not None  # every field of Message's oneof is a message
+    lists = {f.name for f in desc.fields if f.is_repeated}
+    scalars = [f for f in fields if f not in lists]
+    columns = [f for f in fields if f in lists]
+    plan = [f in lists for f in fields]
+    body = attrgetter(name)
+    read = _reader(fields)
+
+    def enc(t: pb.Message, x: Any) -> None:
+        s = body(t)
+        s.SetInParent()  # selects the oneof even when every field is at its default
+        _set_fields(s, x, scalars)
+        for f in columns:
+            getattr(s, f).extend(getattr(x, f))
+
+    def dec(t: pb.Message) -> Any:
+        got = read(body(t))
+        if columns:  # a repeated field reads as a view into the Message: the message owns a copy
+            return cls(*[list(v) if many else v for many, v in zip(plan, got, strict=True)])
+        return cls(*got)
+
+    return enc, dec
+
+
+def _reader(fields: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The fields' values as a tuple, read in one C call."""
+    if len(fields) > 1:
+        return attrgetter(*fields)
+    one = attrgetter(fields[0])  # of one name attrgetter gives the value itself
+    return lambda x: (one(x),)
+
+
+def _column_codec(name: str, cls: type) -> Codec:
+    """The codec of a batch form whose columns are ``cls``'s fields: entry i of each column
+    is the run's message i."""
+    fields = m.FIELDS[cls]
+    getters = [(f, attrgetter(f)) for f in fields]
+
+    def enc(t: pb.Message, run: list[Any]) -> None:
+        s = getattr(t, name)
+        for f, get in getters:
+            getattr(s, f).extend(list(map(get, run)))
+
+    def dec(t: pb.Message) -> list[Any]:
+        s = getattr(t, name)
+        columns = [getattr(s, f) for f in fields]
+        if len({len(c) for c in columns}) > 1:
+            raise _BadColumns
+        return list(map(cls, *columns))
+
+    return enc, dec
+
+
+def _codecs(
+    classes: dict[str, type], own: dict[str, Codec], make: Callable[[str, type], Codec]
+) -> tuple[dict[type, Encoder], dict[str | None, Decoder]]:
+    """Encoders by class and decoders by oneof field: ``own``'s, else ``make``'s."""
+    encoders: dict[type, Encoder] = {}
+    decoders: dict[str | None, Decoder] = {}
+    for name, cls in classes.items():
+        encoders[cls], decoders[name] = own[name] if name in own else make(name, cls)
+    return encoders, decoders
+
 
 ONEOF_CLASSES: dict[str, type] = {
     "ping": m.Ping,
@@ -725,13 +512,6 @@ ONEOF_CLASSES: dict[str, type] = {
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 
-_BATCH_DECODERS: dict[str | None, Callable[[pb.Message], list[Any]]] = {
-    "repl_jobs": _dec_repl_jobs,
-    "got_jobs": _dec_got_jobs,
-    "set_acks": _dec_set_acks,
-    "got_acks": _dec_got_acks,
-}
-
 BATCH_FORMS: dict[str, type] = {
     "repl_jobs": m.ReplJob,
     "got_jobs": m.GotJob,
@@ -739,6 +519,24 @@ BATCH_FORMS: dict[str, type] = {
     "got_acks": m.GotAck,
 }
 """Field of ``Message.body`` -> the core's class each entry of that batch form becomes."""
+
+# The messages with code of their own (nested messages, records, optional columns); every
+# other one is field for field.
+_ENCODERS, _DECODERS = _codecs(
+    ONEOF_CLASSES,
+    {
+        "ping": (_enc_ping, _dec_ping),
+        "ack": (_enc_ack, _dec_ack),
+        "repl_job": (_enc_repl_job, _dec_repl_job),
+        "your_jobs": (_enc_your_jobs, _dec_your_jobs),
+        "sched_sync": (_enc_sched_sync, _dec_sched_sync),
+        "route_sync": (_enc_route_sync, _dec_route_sync),
+    },
+    _field_codec,
+)
+_BATCH_ENCODERS, _BATCH_DECODERS = _codecs(
+    BATCH_FORMS, {"repl_jobs": (_enc_repl_jobs, _dec_repl_jobs)}, _column_codec
+)
 
 
 def decode_frame(

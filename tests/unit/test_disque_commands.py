@@ -889,6 +889,9 @@ def test_jscan(door: RespDoor, node: FakeNode) -> None:
         (("COUNT", "x"), "ERR value is not an integer or out of range"),
         ((0, 0), "ERR syntax error"),
         (("x",), "ERR invalid cursor or option name"),
+        # The first error in argument order is the reply.
+        (("COUNT", "x", 0, 0), "ERR value is not an integer or out of range"),
+        ((0, 0, "COUNT", "x"), "ERR syntax error"),
     ],
 )
 def test_jscan_errors(door: RespDoor, args: tuple[str | int, ...], error: str) -> None:

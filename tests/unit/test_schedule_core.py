@@ -632,3 +632,45 @@ def test_schedule_bodies_count_towards_maxmemory_and_an_add_past_it_is_oom() -> 
     s.delete(mesh.now, "s1")
     s.add(mesh.now, ScheduleDef("s9", "@daily", "UTC", "q", body))
     assert "s9" in s.names()
+
+
+def test_schedule_records_round_trip_and_refuse_garbage() -> None:
+    from disq.persistence.schedule_records import (
+        ScheduleRecordError,
+        decode_def,
+        decode_tick,
+        encode_def,
+        encode_tick,
+    )
+
+    defs = [
+        ScheduleDef("n", "@every 5s", "UTC", "q", b"", version_ms=1, version_node="v" * 40),
+        ScheduleDef(
+            "r\u00e9",
+            "*/5 * * * *",
+            "Europe/Paris",
+            "q\udcff",  # a queue name that is not UTF-8 survives
+            b"\x00body",
+            repl=3,
+            retry_s=0,
+            ttl_s=60,
+            async_=True,
+            misfire=MISFIRE_SKIP,
+            catchup=4,
+            paused=True,
+            deleted=True,
+        ),
+    ]
+    for d in defs:
+        assert decode_def(encode_def(d)) == d
+    assert decode_tick(encode_tick("r\u00e9", 1_700_000_000, "D-1")) == (
+        "r\u00e9",
+        1_700_000_000,
+        "D-1",
+    )
+    with pytest.raises(ScheduleRecordError):
+        decode_def(b"\x00" * 5)
+    with pytest.raises(ScheduleRecordError, match="length"):
+        decode_def(encode_def(defs[0]) + b"x")
+    with pytest.raises(ScheduleRecordError, match="length"):
+        decode_def(encode_def(defs[1])[:-1])

@@ -7,7 +7,7 @@ holds retries that meet an undecided key. With ``vote_keys`` off (a single node,
 this layer), the rules below decide alone, and cannot promise one job per key under
 partitions (keyvote.py says why).
 
-Keys are remembered node-wide in ``_idem``, oldest first (insertion order). A key is either
+Keys are remembered node-wide in ``KeyTable.taken``, oldest first (insertion order). A key is either
 *done* (its add finished: the node's own once its copies exist, or learned from a peer) or
 *tentative* (``_idem_tentative``: known only from a copy, REPLJOB or the creator's own add
 still waiting, whose add may still fail).

@@ -42,6 +42,7 @@ import heapq
 import zlib
 from typing import Final, Protocol
 
+from disq.core.chunks import chunked
 from disq.core.messages import (
     ROUTE_BINDING,
     ROUTE_EXCHANGE,
@@ -428,25 +429,24 @@ class Routes:
         self._send_all(peer, want=False)
 
     def _send_all(self, peer: str, want: bool) -> None:
-        chunk: list[RouteEntry] = []
-        size = 0
-        first = True
-        for e in self.table.values():
-            chunk.append(e)
-            size += len(e.name) + len(e.queue) + len(e.routing_key) + 64
-            if size >= self.sync_chunk_bytes:
-                self.outbox.append((peer, RouteSync(entries=chunk, want=want and first)))
-                first = False
-                chunk, size = [], 0
+        chunks = chunked(
+            self.table.values(),
+            lambda e: len(e.name) + len(e.queue) + len(e.routing_key) + 64,
+            self.sync_chunk_bytes,
+        )
+        full, rest = chunks[:-1], chunks[-1]
+        for i, chunk in enumerate(full):
+            self.outbox.append((peer, RouteSync(entries=chunk, want=want and i == 0)))
+        first = not full
         self.outbox.append(
             (
                 peer,
                 RouteSync(
-                    entries=chunk,
+                    entries=rest,
                     want=want and first,
                     whole=True,
                     # An empty table still says so: the peer then knows it is in sync.
-                    digest=self.digest() if not chunk and first else 0,
+                    digest=self.digest() if not rest and first else 0,
                 ),
             )
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from disq.core.disque.job import STATE_BY_NAME
 from disq.core.messages import PAUSE_IN, PAUSE_OUT
 from disq.doors.disque.client import Client
@@ -58,14 +60,14 @@ def _scan_reply(cursor: int, items: list[bytes]) -> bytes:
     return b"".join(out)
 
 
-_QSCAN_NUMBERS = frozenset((b"count", b"minlen", b"maxlen", b"importrate"))
-
-
-def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
-    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]: the first
-    argument that is not an option is the cursor, wherever it is; a second one is a syntax
-    error. An option word without its value is taken as the cursor (and is not one)."""
-    numbers: dict[bytes, int] = {}  # COUNT, MINLEN, MAXLEN, IMPORTRATE
+def _scan_args(
+    argv: list[bytes], options: frozenset[bytes], take: Callable[[bytes, bytes], bytes | None]
+) -> tuple[int, bool] | bytes:
+    """``(cursor, busyloop)`` of a SCAN-style command (QSCAN, JSCAN), or its error reply. The
+    first argument that is not an option is the cursor, wherever it is; a second one is a
+    syntax error. An option of ``options`` with its value goes to ``take``, which answers an
+    error reply or None; an option word without its value is taken as the cursor (and is
+    not one). The first error in argument order is the reply."""
     busyloop = False
     cursor = 0
     cursor_set = False
@@ -73,11 +75,10 @@ def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     j = 1
     while j < n:
         opt = argv[j].lower()
-        if opt in _QSCAN_NUMBERS and j < n - 1:
-            v = parse_ll(argv[j + 1])
-            if v is None:
-                return NOT_AN_INT_ERR
-            numbers[opt] = v
+        if opt in options and j < n - 1:
+            err = take(opt, argv[j + 1])
+            if err is not None:
+                return err
             j += 1
         elif opt == b"busyloop":
             busyloop = True
@@ -90,71 +91,74 @@ def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
             cursor = cur
             cursor_set = True
         j += 1
-    count = numbers.get(b"count", 100)
-    minlen = numbers.get(b"minlen")
-    maxlen = numbers.get(b"maxlen")
-    importrate = numbers.get(b"importrate")
+    return cursor, busyloop
+
+
+_QSCAN_NUMBERS = frozenset((b"count", b"minlen", b"maxlen", b"importrate"))
+
+
+def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]."""
+    numbers: dict[bytes, int] = {}  # COUNT, MINLEN, MAXLEN, IMPORTRATE
+
+    def take(opt: bytes, value: bytes) -> bytes | None:
+        v = parse_ll(value)
+        if v is None:
+            return NOT_AN_INT_ERR
+        numbers[opt] = v
+        return None
+
+    args = _scan_args(argv, _QSCAN_NUMBERS, take)
+    if isinstance(args, bytes):
+        return args
+    cursor, busyloop = args
     nxt, names = c.node.core.qscan(
         cursor,
-        count,
+        numbers.get(b"count", 100),
         busyloop=busyloop,
-        minlen=minlen,
-        maxlen=maxlen,
-        importrate=importrate,
+        minlen=numbers.get(b"minlen"),
+        maxlen=numbers.get(b"maxlen"),
+        importrate=numbers.get(b"importrate"),
         now_ms=now_ms,
     )
     return _scan_reply(nxt, [_bulk(queue_bytes(q)) for q in names])
 
 
+_JSCAN_OPTIONS = frozenset((b"count", b"queue", b"state", b"reply"))
+
+
 def _jscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]."""
     count = 100
-    busyloop = False
     queue: str | None = None
     states: set[int] = set()
     reply_all = False
-    cursor = 0
-    cursor_set = False
-    n = len(argv)
-    j = 1
-    while j < n:
-        opt = argv[j].lower()
-        more = j < n - 1
-        if opt == b"count" and more:
-            v = parse_ll(argv[j + 1])
+
+    def take(opt: bytes, value: bytes) -> bytes | None:
+        nonlocal count, queue, reply_all
+        if opt == b"count":
+            v = parse_ll(value)
             if v is None:
                 return NOT_AN_INT_ERR
             count = v
-            j += 1
-        elif opt == b"busyloop":
-            busyloop = True
-        elif opt == b"queue" and more:
-            queue = queue_name(argv[j + 1])
-            j += 1
-        elif opt == b"state" and more:
-            st = STATE_BY_NAME.get(argv[j + 1].lower().decode("latin-1"))
+        elif opt == b"queue":
+            queue = queue_name(value)
+        elif opt == b"state":
+            st = STATE_BY_NAME.get(value.lower().decode("latin-1"))
             if st is None:
                 return b"-ERR Invalid job state name\r\n"
             states.add(st)
-            j += 1
-        elif opt == b"reply" and more:
-            kind = argv[j + 1].lower()
-            if kind == b"id":
-                reply_all = False
-            elif kind == b"all":
-                reply_all = True
-            else:
+        else:  # REPLY
+            kind = value.lower()
+            if kind not in (b"id", b"all"):
                 return b"-ERR Invalid REPLY type, try ID or ALL\r\n"
-            j += 1
-        else:
-            if cursor_set:
-                return SYNTAX_ERR
-            cur = parse_cursor(argv[j])
-            if cur is None:
-                return CURSOR_ERR
-            cursor = cur
-            cursor_set = True
-        j += 1
+            reply_all = kind == b"all"
+        return None
+
+    args = _scan_args(argv, _JSCAN_OPTIONS, take)
+    if isinstance(args, bytes):
+        return args
+    cursor, busyloop = args
     core = c.node.core
     resp3 = c.protocol == 3
     nxt, jobs = core.jscan(cursor, count, busyloop=busyloop, queue=queue, states=states or None)

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from disq.core.beanstalk import errors
 from disq.core.beanstalk.model import BURIED, Job, Session
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, BEANSTALK_OWNED
-from disq.testing.sim.base import SimBase
 from disq.testing.sim.model import BeanRec, Delivery, InvariantViolation, SimNode
+from disq.testing.sim.workload import ClientsMixin
 
 _T = TypeVar("_T")
 BEAN_STATES = {0: "ready", 1: "reserved", 2: "delayed", 3: "buried"}
@@ -34,18 +34,16 @@ def _quiet(fn: Callable[..., _T], *args: Any) -> _T | str:
         return e.code
 
 
-class BeanstalkMixin(SimBase):
+class BeanstalkMixin(ClientsMixin):
     # ------------------------------------------------------------------ producers
     def _bproduce(self, p: int) -> None:
         cfg = self.cfg
         if self._bjobs_left <= 0 or self.now >= self.t_heal:
             return
         rng = self.rng
-        up = self._up_nodes(cfg.producer_nodes)
-        if not up:
-            self._at(self.now + 100, self._bproduce, p)
+        nd = self._client_node(cfg.producer_nodes, self._bproduce, p, frozen=False)
+        if nd is None:
             return
-        nd = rng.choice(up)
         nc = nd.nc
         assert nc is not None
         self._bjobs_left -= 1
@@ -122,11 +120,9 @@ class BeanstalkMixin(SimBase):
         if self.now >= self.t_drain:
             return
         rng = self.rng
-        up = self._up_nodes(self.cfg.consumer_nodes)
-        if not up:
-            self._at(self.now + 100, self._bconsume, c)
+        nd = self._client_node(self.cfg.consumer_nodes, self._bconsume, c, frozen=False)
+        if nd is None:
             return
-        nd = rng.choice(up)
         nc = nd.nc
         assert nc is not None
         b = nc.beanstalk

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from disq.core.messages import (
+    FIELDS,
     MEMBER_STATE_NAMES,
     Ack,
     BeanstalkUpdate,
@@ -158,31 +159,14 @@ class NetworkMixin(SimBase):
             return f"REPLJOB {d.id} {d.body!r} {d.queue} r{d.repl} nd=[{nd}]"
         if isinstance(msg, YourJobs):
             return "YOURJOBS " + " ".join(f"{d.id} {d.body!r}" for d in msg.jobs)
-        if isinstance(msg, GotJob):
-            return f"GOTJOB {msg.job_id}"
-        if isinstance(msg, Enqueue):
-            return f"ENQUEUE {msg.job_id}"
-        if isinstance(msg, Queued):
-            return f"QUEUED {msg.job_id} nacks+{int(msg.incr_nacks)} dl+{int(msg.incr_deliveries)}"
-        if isinstance(msg, WillQueue):
-            return f"WILLQUEUE {msg.job_id}"
-        if isinstance(msg, SetAck):
-            return f"SETACK {msg.job_id} may_have={msg.may_have}"
-        if isinstance(msg, GotAck):
-            return f"GOTACK {msg.job_id} known={int(msg.known)}"
+        line = _LINES.get(type(msg))
+        if line is not None:
+            return line.format_map({f: getattr(msg, f) for f in FIELDS[type(msg)]})
         if isinstance(msg, IdemKeys):
             acks = f" ack {' '.join(msg.ack_keys)}" if msg.ack_keys else ""
             return "IDEMKEYS " + " ".join(msg.keys) + acks
-        if isinstance(msg, BeanstalkUpdate):
-            return f"BSUPDATE {msg.job_id} state={msg.bstate} pri={msg.priority}"
         if isinstance(msg, DelJob):
             return "DELJOB " + " ".join(msg.job_ids)
-        if isinstance(msg, NeedJobs):
-            return f"NEEDJOBS {msg.queue} {msg.count}"
-        if isinstance(msg, Working):
-            return f"WORKING {msg.job_id}"
-        if isinstance(msg, Pause):
-            return f"PAUSE {msg.queue} {msg.flags}"
         if isinstance(msg, (Ping, Ack)):
             gossip = " ".join(
                 f"{self._name(m.node_id)}:{MEMBER_STATE_NAMES.get(m.state, m.state)}"
@@ -195,6 +179,21 @@ class NetworkMixin(SimBase):
         if isinstance(msg, PingReq):
             return f"PINGREQ #{msg.probe_id} {self._name(msg.target)}"
         return repr(msg)  # pragma: no cover - a new message type
+
+
+# A trace line per message class whose fields show as they are (``:d``: a flag as 0 or 1).
+_LINES: dict[type, str] = {
+    GotJob: "GOTJOB {job_id}",
+    Enqueue: "ENQUEUE {job_id}",
+    Queued: "QUEUED {job_id} nacks+{incr_nacks:d} dl+{incr_deliveries:d}",
+    WillQueue: "WILLQUEUE {job_id}",
+    SetAck: "SETACK {job_id} may_have={may_have}",
+    GotAck: "GOTACK {job_id} known={known:d}",
+    BeanstalkUpdate: "BSUPDATE {job_id} state={bstate} pri={priority}",
+    NeedJobs: "NEEDJOBS {queue} {count}",
+    Working: "WORKING {job_id}",
+    Pause: "PAUSE {queue} {flags}",
+}
 
 
 def _carried(msg: Message) -> list[JobData]:

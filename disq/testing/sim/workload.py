@@ -4,6 +4,7 @@ maybe elsewhere, FASTACK, NACK, WORKING, admin ENQUEUE, or vanishing)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from disq.core.disque.api import PENDING, DeferredResult, DisqueError
@@ -13,17 +14,31 @@ from disq.testing.sim.base import GONE, HOLDS, WAITING, SimBase
 from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, Op, SimNode
 
 
-class WorkloadMixin(SimBase):
+class ClientsMixin(SimBase):
+    """What the simulated clients (Disque's and beanstalk's) share."""
+
+    def _client_node(
+        self, among: tuple[int, ...] | None, again: Callable[[int], None], client: int, frozen: bool
+    ) -> SimNode | None:
+        """The node a client's next call goes to, at random among the live ones of ``among``
+        (a frozen one too if ``frozen``: the call waits for its thaw); None when there is
+        none, and ``again(client)`` in 100 ms."""
+        up = self._up_nodes(among, frozen=frozen)
+        if not up:
+            self._at(self.now + 100, again, client)
+            return None
+        return self.rng.choice(up)
+
+
+class WorkloadMixin(ClientsMixin):
     def _produce(self, p: int) -> None:
         cfg = self.cfg
         if self._jobs_left <= 0 or self.now >= self.t_heal:
             return
         rng = self.rng
-        up = self._up_nodes(cfg.producer_nodes, frozen=True)  # a frozen node: the add waits
-        if not up:
-            self._at(self.now + 100, self._produce, p)
+        nd = self._client_node(cfg.producer_nodes, self._produce, p, frozen=True)
+        if nd is None:
             return
-        nd = rng.choice(up)
         self._jobs_left -= 1
         self._job_seq += 1
         body = f"j{self._job_seq:04d}".encode()
@@ -241,11 +256,9 @@ class WorkloadMixin(SimBase):
         if self.now >= self.t_drain:
             return
         rng = self.rng
-        up = self._up_nodes(cfg.consumer_nodes, frozen=True)  # a frozen node: the get waits
-        if not up:
-            self._at(self.now + 100, self._consume, c)
+        nd = self._client_node(cfg.consumer_nodes, self._consume, c, frozen=True)
+        if nd is None:
             return
-        nd = rng.choice(up)
         queues = list(self.queues_all)
         rng.shuffle(queues)
         nohang = rng.random() < 0.4
