@@ -15,14 +15,14 @@ the :class:`BlockedHost` it is given.
 from __future__ import annotations
 
 import heapq
-import random
 from typing import Protocol
 
-from disq.core.disque.api import NOREPL_TIMEOUT, ClusterView, DeferredResult, DisqueError
+from disq.core.disque.api import NOREPL_TIMEOUT, DeferredResult, DisqueError
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
 from disq.core.disque.queue import DQueue
 from disq.core.disque.state import IDEM_TIMER, KV_TIMER, REPL_RESEND_MIN_MS, AddWait, GetWait
-from disq.core.messages import JobData, Message, ReplJob
+from disq.core.messages import ReplJob
 
 REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
@@ -40,24 +40,12 @@ class KeyForgetter(Protocol):
     def forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
 
 
-class BlockedHost(Protocol):
+class BlockedHost(CoreHost, Protocol):
     """What the blocked clients need of the core."""
-
-    jobs: dict[str, DJob]
-    queues: dict[str, DQueue]
-    view: ClusterView
-    rng: random.Random
-    stats: dict[str, int]
-    replies: list[tuple[int, DeferredResult]]
 
     @property
     def keys(self) -> KeyForgetter: ...
-    def _send(self, node: str, msg: Message) -> None: ...
-    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
-    def _forget(self, j: DJob) -> None: ...
-    def _broadcast_del(self, j: DJob) -> None: ...
-    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
     def _copies_needed(self, j: DJob) -> int: ...
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _timer_due(self, token: int, at_ms: int, now_ms: int) -> None: ...

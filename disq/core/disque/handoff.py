@@ -37,12 +37,11 @@ job table (dequeue, enqueue, forget) and the messages it sends go through the co
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from disq.core.disque.api import ClusterView
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import (
     ACKED,
     ACTIVE,
@@ -54,25 +53,15 @@ from disq.core.disque.job import (
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.state import Handoff
-from disq.core.messages import Enqueue, GotJob, JobData, Message, ReplJob
+from disq.core.messages import Enqueue, GotJob, ReplJob
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
 
-class HandoffHost(Protocol):
+class HandoffHost(CoreHost, Protocol):
     """What the handoff needs of the core."""
 
-    jobs: dict[str, DJob]
-    view: ClusterView
-    rng: random.Random
     votes: KeyVoting
-
-    def _send(self, node: str, msg: Message) -> None: ...
-    def _dequeue(self, j: DJob) -> bool: ...
-    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool: ...
-    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData: ...
-    def _log_del(self, job_id: str) -> None: ...
-    def _unregister(self, j: DJob, now_ms: int) -> None: ...
 
 
 class Handoffs:

@@ -42,23 +42,23 @@ and a vote on a key is keyvote.py's.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from disq.core import ids
 from disq.core.disque.api import (
     NOREPL_TIMEOUT,
     PENDING,
-    ClusterView,
-    DeferredResult,
     DisqueError,
     Pending,
 )
 from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
 from disq.core.disque.state import IDEM_TIMER, Key
 from disq.core.disque.state import HeldReply as _HeldReply
 from disq.core.disque.state import HeldRetry as _HeldRetry
-from disq.core.messages import IdemKeys, Message
+from disq.core.messages import IdemKeys
 from disq.persistence.cluster_records import REC_IDEMKEY, IdemKeyEntry, encode_idemkeys
 from disq.persistence.framing import frame
 
@@ -87,44 +87,17 @@ class VoteLearner(Protocol):
     def learn(self, k: Key, job_id: str, now_ms: int, announce: bool) -> None: ...
 
 
-class IdemHost(Protocol):
+class IdemHost(CoreHost, Protocol):
     """What the idempotency keys need of the core."""
 
-    jobs: dict[str, DJob]
-    view: ClusterView
-    stats: dict[str, int]
-    replies: list[tuple[int, DeferredResult]]
-    aof_out: list[bytes]
-    persist: bool
     vote_keys: bool
-    wall_offset_ms: int
     blocked: BlockedClients
 
     @property
     def votes(self) -> VoteLearner: ...
-    @property
-    def my_id(self) -> str: ...
-    def _send(self, node: str, msg: Message) -> None: ...
-    def _log_del(self, job_id: str) -> None: ...
     def _tombstone(self, job_id: str, now_ms: int) -> None: ...
-    def _unregister(self, j: DJob, now_ms: int) -> None: ...
-    def add_job(
-        self,
-        now_ms: int,
-        token: int,
-        queue: str,
-        body: bytes,
-        *,
-        timeout_ms: int,
-        repl: int | None = None,
-        delay_s: int = 0,
-        retry_s: int | None = None,
-        ttl_s: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        idem_key: str = "",
-        delay_ms: int = 0,
-    ) -> str | Pending: ...
+    @property
+    def add_job(self) -> Callable[..., str | Pending]: ...  # a held retry runs again
 
 
 class KeyTable:

@@ -48,13 +48,13 @@ reconfiguration.
 from __future__ import annotations
 
 import itertools
-import random
 from collections.abc import Set
 from typing import Protocol
 
 from disq.core.constants import WILLQUEUE_ADVANCE_MS
-from disq.core.disque.api import NOREPL_TIMEOUT, ClusterView, DeferredResult, DisqueError
+from disq.core.disque.api import NOREPL_TIMEOUT, DisqueError
 from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.host import CoreHost
 from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL, DJob
 from disq.core.disque.state import KV_ADD as ADD
@@ -70,7 +70,6 @@ from disq.core.messages import (
     KV_PROMISE,
     KeyVote,
     KeyVotes,
-    Message,
 )
 from disq.persistence.cluster_records import (
     REC_KEYVOTE,
@@ -90,28 +89,14 @@ KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 # to an under-replicated job would acknowledge it to a retry.
 
 
-class VoteHost(Protocol):
+class VoteHost(CoreHost, Protocol):
     """What the key votes need of the core: its job table and messages, and the
     idempotency part's keys (idempotency.py), which a decided vote binds."""
 
-    jobs: dict[str, DJob]
-    view: ClusterView
-    rng: random.Random
-    stats: dict[str, int]
-    replies: list[tuple[int, DeferredResult]]
-    aof_out: list[bytes]
-    persist: bool
     vote_keys: bool
-    wall_offset_ms: int
     blocked: BlockedClients
     keys: KeyTable
 
-    @property
-    def my_id(self) -> str: ...
-    def _send(self, node: str, msg: Message) -> None: ...
-    def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool: ...
-    def _update_awake(self, j: DJob, at: int = 0) -> None: ...
-    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None: ...
     def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
 
 
