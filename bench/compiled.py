@@ -52,6 +52,7 @@ def _timed(fn: Callable[[], int]) -> float:
 def operations() -> dict[str, Callable[[], int]]:
     """The timed operations, each returning how many it ran."""
     from disq.core.beanstalk.core import BeanstalkCore
+    from disq.core.disque.api import AddOptions
     from disq.core.disque.core import DisqueCore
     from disq.core.membership import Membership
     from disq.core.messages import ALIVE, GotJob, JobData, Member, ReplJob
@@ -64,6 +65,7 @@ def operations() -> dict[str, Callable[[], int]]:
     from disq.testing.mesh import Mesh
 
     me = Member("a" * 40, "127.0.0.1", 7710, 7711, 0, ALIVE)
+    opts_one, opts_three = AddOptions(5000, repl=1), AddOptions(5000, repl=3)
 
     def new_core() -> DisqueCore:
         core = DisqueCore(Membership(me, random.Random(1), 0), random.Random(1), 0)
@@ -73,7 +75,7 @@ def operations() -> dict[str, Callable[[], int]]:
     def add_job() -> int:
         core = new_core()
         for k in range(50_000):
-            core.add_job(1000, k, "queue-0", BODY, timeout_ms=5000, repl=1)
+            core.add_job(1000, k, "queue-0", BODY, opts_one)
         return 50_000
 
     class _Node:  # what the RESP door asks of its node
@@ -98,7 +100,7 @@ def operations() -> dict[str, Callable[[], int]]:
         core, node = mesh.disque(0), mesh.nodes[0]
         for _ in range(50):
             for _ in range(100):
-                core.add_job(mesh.now, node.new_token(), "q", BODY, timeout_ms=5000, repl=3)
+                core.add_job(mesh.now, node.new_token(), "q", BODY, opts_three)
             mesh.pump()
             for replies in mesh.replies.values():
                 replies.clear()

@@ -158,6 +158,7 @@ def _alloc(obj: object) -> int:
 
 def objects(jobs: int, report: Report) -> None:
     """What a queued job holds, on a bare DisqueCore in this process."""
+    from disq.core.disque.api import AddOptions
     from disq.core.disque.core import DisqueCore
     from disq.core.events import EventBuffer
 
@@ -166,14 +167,14 @@ def objects(jobs: int, report: Report) -> None:
     core = DisqueCore(_View(), random.Random(1), t0)
     core.events = EventBuffer(False)
     core.persist = False
-    core.add_job(t0, 0, "q", body, timeout_ms=0)  # the queue and its first job exist
+    core.add_job(t0, 0, "q", body, AddOptions())  # the queue and its first job exist
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     now = t0
     for i in range(jobs):
         if i % 100 == 0:  # 100 adds a millisecond, about a node's pace
             now += 1
-        core.add_job(now, 0, "q", bytes(bytearray(body)), timeout_ms=0)  # a body each
+        core.add_job(now, 0, "q", bytes(bytearray(body)), AddOptions())  # a body each
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     j = core.jobs[next(reversed(core.jobs))]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
-from disq.core.disque.api import PENDING, DeferredResult, DisqueError, Pending
+from disq.core.disque.api import PENDING, AddOptions, DeferredResult, DisqueError, Pending
 from disq.core.disque.job import STATE_BY_NAME, DJob
 from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, PAUSE_IN, PAUSE_OUT, ScheduleDef
@@ -160,7 +160,7 @@ def _start_add(
     now: int,
     queue: str,
     new_token: Callable[[], int],
-    add_job: Callable[..., str | Pending],
+    add_job: Callable[[int, int, str, bytes, AddOptions], str | Pending],
 ) -> tuple[int, str | None]:
     """Start one add of a checked queue: (token, id) when it is done at once, (token, None)
     when pending. The node's disk state is the caller's to check."""
@@ -172,21 +172,18 @@ def _start_add(
     if req.delay_s and req.delay_ms:
         raise syntax("DELAY and DELAYMS exclude each other")
     token = new_token()
-    r = add_job(
-        now,
-        token,
-        queue,
-        req.body,
-        timeout_ms=req.timeout_ms,
-        repl=req.replicate or None,
-        delay_s=req.delay_s,
-        retry_s=req.retry_s if has("retry_s") else None,
-        ttl_s=req.ttl_s if has("ttl_s") else None,
-        maxlen=req.maxlen or None,
-        async_=getattr(req, "async"),
-        idem_key=req.idempotency_key,
-        delay_ms=req.delay_ms,
+    opts = AddOptions(
+        req.timeout_ms,
+        req.replicate or None,
+        req.delay_s,
+        req.retry_s if has("retry_s") else None,
+        req.ttl_s if has("ttl_s") else None,
+        req.maxlen or None,
+        getattr(req, "async"),  # a Python keyword
+        req.idempotency_key,
+        req.delay_ms,
     )
+    r = add_job(now, token, queue, req.body, opts)
     return token, (None if r is PENDING else str(r))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.beanstalk.model import DELAYED, READY, RESERVED
+from disq.core.disque.api import AddOptions
 from disq.core.messages import JobData, ReplJob
 from disq.core.node_core import NodeCore
 from disq.persistence import records
@@ -168,7 +169,11 @@ def test_disque_deadlines_do_not_move_and_ctime_and_aof_stay_wall_clock(step: in
     mesh = Mesh(2, now_ms=T0)
     d0, d1 = mesh.disque(0), mesh.disque(1)
     job_id = d0.add_job(
-        T0, 1, "q", b"x", timeout_ms=0, repl=2, delay_s=2, retry_s=5, ttl_s=60, async_=True
+        T0,
+        1,
+        "q",
+        b"x",
+        AddOptions(timeout_ms=0, repl=2, delay_s=2, retry_s=5, ttl_s=60, async_=True),
     )
     assert isinstance(job_id, str)
     [sent] = _repljobs(mesh)
@@ -187,7 +192,9 @@ def test_disque_deadlines_do_not_move_and_ctime_and_aof_stay_wall_clock(step: in
     assert data.expire_ms == T0 + 60_000 + step and data.ctime == T0 * 1_000_000
     # A job added after the step: its ctime is the wall clock's (and still after the first
     # job's when the clock went back: ctimes only grow on a node).
-    later = d0.add_job(T0 + 10, 2, "q", b"y", timeout_ms=0, repl=2, ttl_s=60, async_=True)
+    later = d0.add_job(
+        T0 + 10, 2, "q", b"y", AddOptions(timeout_ms=0, repl=2, ttl_s=60, async_=True)
+    )
     assert isinstance(later, str)
     [sent_later] = _repljobs(mesh)
     if step > 0:
@@ -214,7 +221,7 @@ def test_disque_replay_takes_the_aof_wall_times_back_to_the_node_clock(step: int
     mesh = Mesh(1, now_ms=T0)
     d0 = mesh.disque(0)
     mesh.nodes[0].set_wall_offset(step)
-    job_id = d0.add_job(T0, 1, "q", b"x", timeout_ms=0, repl=1, delay_s=30, ttl_s=100)
+    job_id = d0.add_job(T0, 1, "q", b"x", AddOptions(timeout_ms=0, repl=1, delay_s=30, ttl_s=100))
     assert isinstance(job_id, str)
     mesh.pump()
     frames = list(iter_frames(b"".join(mesh.aof[mesh.ids[0]])))

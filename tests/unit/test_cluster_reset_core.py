@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from disq.core.beanstalk.core import BeanstalkCore
-from disq.core.disque.api import NOREPL_EXPIRED, PENDING, DisqueError
+from disq.core.disque.api import NOREPL_EXPIRED, PENDING, AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.membership import FORGOTTEN, Membership
 from disq.core.messages import (
@@ -51,8 +51,8 @@ def test_a_reset_flushes_every_job_and_queue_and_answers_every_waiter() -> None:
     node = _node(2)
     disque = node.disque
     assert disque is not None
-    assert disque.add_job(T0, 1, "kept", b"x", timeout_ms=0, repl=1) != PENDING
-    assert disque.add_job(T0, 2, "waits", b"x", timeout_ms=5000, repl=3) is PENDING
+    assert disque.add_job(T0, 1, "kept", b"x", AddOptions(timeout_ms=0, repl=1)) != PENDING
+    assert disque.add_job(T0, 2, "waits", b"x", AddOptions(timeout_ms=5000, repl=3)) is PENDING
     assert disque.get_job(T0, 3, ["empty"], timeout_ms=0) is PENDING
     node.on_peer_messages(T0, _id(1), [_copy_of("D-00000002-aaaaaaaaaaaaaaaaaaaaaaaa-05a1")])
     assert len(disque.jobs) == 3 and disque.outbox
@@ -74,13 +74,18 @@ def test_keyed_adds_waiting_for_their_keys_vote_are_answered_too() -> None:
     disque = node.disque
     assert disque is not None
     for token in (5, 6):  # the second repeats the key: it waits for the same vote
-        reply = disque.add_job(T0, token, "q", b"x", timeout_ms=5000, repl=1, idem_key="k")
+        reply = disque.add_job(
+            T0, token, "q", b"x", AddOptions(timeout_ms=5000, repl=1, idem_key="k")
+        )
         assert reply is PENDING
     node.cluster_reset(T0 + 1)
     gone = DisqueError("NOREPL", NOREPL_EXPIRED)
     assert disque.replies == [(5, gone), (6, gone)]
     # The key went with the job: an add with it on the reset node is a new add.
-    assert disque.add_job(T0 + 2, 7, "q", b"x", timeout_ms=0, repl=1, idem_key="k") != PENDING
+    assert (
+        disque.add_job(T0 + 2, 7, "q", b"x", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+        != PENDING
+    )
 
 
 def test_a_forgotten_node_makes_no_state_until_it_meets_the_node_again() -> None:
@@ -154,7 +159,7 @@ def test_a_hard_reset_takes_a_new_id_and_never_takes_the_old_one_as_a_peer() -> 
     assert m is not None and disque is not None
     node.cluster_reset(T0, _id(9))
     assert m.my_id == _id(9) and m.incarnation == 0 and m.members()[0].node_id == _id(9)
-    job_id = disque.add_job(T0, 1, "q", b"x", timeout_ms=0, repl=1)
+    job_id = disque.add_job(T0, 1, "q", b"x", AddOptions(timeout_ms=0, repl=1))
     assert isinstance(job_id, str) and job_id.startswith(f"D-{_id(9)[:8]}-")
     # Peer 1 meets us again and gossips what it knew: our old id, at our own address.
     node.on_peer_messages(T0, _id(1), [Ping(probe_id=3, gossip=[_rec(1)], meet=True)])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from disq.core.disque.api import PENDING
+from disq.core.disque.api import PENDING, AddOptions
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACTIVE, QUEUED, DJob
 from disq.core.disque.memory import (
@@ -28,7 +28,7 @@ from disq.testing.mesh import Mesh
 
 def _add(m: Mesh, i: int, token: int, queue: str = "q", *, repl: int, retry_s: int = 1) -> str:
     r = m.disque(i).add_job(
-        m.now, token, queue, b"body", timeout_ms=5000, repl=repl, retry_s=retry_s
+        m.now, token, queue, b"body", AddOptions(timeout_ms=5000, repl=repl, retry_s=retry_s)
     )
     m.pump()
     if isinstance(r, str):
@@ -220,7 +220,7 @@ def _empty_queues(m: Mesh, n: int) -> list[str]:
     core = m.disque(0)
     names = [f"e{k}" for k in range(n)]
     for k, name in enumerate(names):
-        job_id = core.add_job(m.now, k, name, b"x", timeout_ms=0, repl=1)
+        job_id = core.add_job(m.now, k, name, b"x", AddOptions(timeout_ms=0, repl=1))
         assert isinstance(job_id, str) and core.del_job(m.now, [job_id]) == 1
     m.pump()
     assert set(names) <= set(core.queues)
@@ -232,7 +232,9 @@ def _kept_queues(m: Mesh) -> None:
     core = m.disque(0)
     assert core.get_job(m.now, 5000, ["blocked"], timeout_ms=0) is PENDING
     core.pause(m.now, "paused", PAUSE_IN, bcast=False)
-    assert isinstance(core.add_job(m.now, 5001, "full", b"x", timeout_ms=0, repl=1), str)
+    assert isinstance(
+        core.add_job(m.now, 5001, "full", b"x", AddOptions(timeout_ms=0, repl=1)), str
+    )
 
 
 def test_empty_queues_are_evicted_after_disques_idle_time() -> None:

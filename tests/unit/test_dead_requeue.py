@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from disq.core.disque.api import PENDING
+from disq.core.disque.api import PENDING, AddOptions
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.dead_peers import (
     DEAD_REQUEUE_DELAY_MS,
@@ -61,7 +61,7 @@ class Cluster(Mesh):
         args: dict[str, Any] = {"timeout_ms": 1000, "repl": 3, "retry_s": RETRY_S}
         args.update(kw)
         token = self.nodes[i].new_token()
-        r = self.core(i).add_job(self.now, token, "q", body, **args)
+        r = self.core(i).add_job(self.now, token, "q", body, AddOptions(**args))
         if r is PENDING:
             self.pump()
             [r] = [x for t, x in self.replies[self.ids[i]] if t == token]

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from disq.core.beanstalk.model import BURIED
-from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED, AwakeEntry
 from disq.core.messages import DelJob, GotJob, IdemKeys, SetAck, WillQueue
@@ -41,7 +41,7 @@ class Cluster(Mesh):
 
 def test_sync_replication_then_queued_on_creator_only() -> None:
     c = Cluster(3)
-    r = c.core(0).add_job(c.now, 1, "q", b"hello", timeout_ms=1000, repl=3)
+    r = c.core(0).add_job(c.now, 1, "q", b"hello", AddOptions(timeout_ms=1000, repl=3))
     assert r is PENDING
     c.pump()
     [(token, job_id)] = c.replies[c.ids[0]]
@@ -58,14 +58,14 @@ def test_sync_replication_then_queued_on_creator_only() -> None:
 def test_norepl_when_not_enough_nodes() -> None:
     c = Cluster(2)
     with pytest.raises(DisqueError) as e:
-        c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=100, repl=3)
+        c.core(0).add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=100, repl=3))
     assert e.value.code == "NOREPL"
 
 
 def test_sync_timeout_gives_norepl_and_cleans_up() -> None:
     c = Cluster(3)
     c.cut = {c.ids[1], c.ids[2]}
-    assert c.core(0).add_job(c.now, 7, "q", b"x", timeout_ms=300, repl=3) is PENDING
+    assert c.core(0).add_job(c.now, 7, "q", b"x", AddOptions(timeout_ms=300, repl=3)) is PENDING
     c.advance(400)
     [(token, err)] = c.replies[c.ids[0]]
     assert token == 7 and isinstance(err, DisqueError) and err.code == "NOREPL"
@@ -74,7 +74,7 @@ def test_sync_timeout_gives_norepl_and_cleans_up() -> None:
 
 def test_consumed_not_acked_is_requeued_and_acked_is_not() -> None:
     c = Cluster(3)
-    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=3, retry_s=1))
     c.pump()
     got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and len(got) == 1
@@ -96,7 +96,7 @@ def test_consumed_not_acked_is_requeued_and_acked_is_not() -> None:
 
 def test_queueing_node_lost_job_requeued_elsewhere() -> None:
     c = Cluster(3)
-    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=1)
+    c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=3, retry_s=1))
     c.pump()
     c.cut = {c.ids[0]}
     c.advance(3000)
@@ -105,7 +105,7 @@ def test_queueing_node_lost_job_requeued_elsewhere() -> None:
 
 def test_dummy_ack_on_non_holder_reaches_holders() -> None:
     c = Cluster(4)
-    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, retry_s=1)
+    c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=2, retry_s=1))
     c.pump()
     [(_, job_id)] = c.replies[c.ids[0]]
     holders = [i for i in range(4) if job_id in c.core(i).jobs]
@@ -123,7 +123,7 @@ def test_federation_blocked_consumer_gets_remote_job_within_a_second() -> None:
     assert c.core(0).get_job(c.now, 9, ["q"], timeout_ms=0) is PENDING
     c.pump()
     c.advance(700)  # the first NEEDJOBS broadcast happened and found nothing
-    c.core(1).add_job(c.now, 1, "q", b"far", timeout_ms=1000, repl=1)
+    c.core(1).add_job(c.now, 1, "q", b"far", AddOptions(timeout_ms=1000, repl=1))
     start = c.now
     c.advance(1000)
     served = [(t, r) for t, r in c.replies[c.ids[0]] if t == 9]
@@ -139,7 +139,7 @@ def test_jobs_an_earlier_consumer_imported_reach_its_next_node_at_once() -> None
     (its queue is not empty), so it gives them."""
     c = Cluster(3)
     for i in range(10):
-        c.core(0).add_job(c.now, 1, "q", f"j{i}".encode(), timeout_ms=0, repl=1)
+        c.core(0).add_job(c.now, 1, "q", f"j{i}".encode(), AddOptions(timeout_ms=0, repl=1))
     for token in (101, 102):  # the consumer on node 1: jobs come from node 0
         c.core(1).get_job(c.now, token, ["q"], timeout_ms=0)
         c.pump()
@@ -165,7 +165,7 @@ def test_a_new_wait_asks_every_node_at_once_whatever_the_last_waits_backoff() ->
     c.advance(41_000)  # both waits time out; node 2's broadcasts backed off meanwhile
     assert (1, None) in c.replies[c.ids[1]] and (2, None) in c.replies[c.ids[2]]
     assert c.core(2).queues["q"].needjobs_bcast_attempt >= 4
-    c.core(1).add_job(c.now, 3, "q", b"waiting", timeout_ms=0, repl=1)
+    c.core(1).add_job(c.now, 3, "q", b"waiting", AddOptions(timeout_ms=0, repl=1))
     assert c.core(1).qlen("q") == 1  # node 2's interest was not kept (node 1 had a consumer)
     assert c.core(2).get_job(c.now, 4, ["q"], timeout_ms=0) is PENDING
     c.pump()  # NEEDJOBS, YOURJOBS: no timer needed
@@ -179,7 +179,7 @@ def test_a_willqueue_for_a_job_acked_here_is_answered_with_a_setack() -> None:
     nodes where the job is gone answer its WILLQUEUE with a SETACK, and it collects itself.
     The simulator's sweep found such a copy (seed 2685) once importers export too."""
     c = Cluster(3)
-    job_id = c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=0, repl=1)
+    job_id = c.core(0).add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=0, repl=1))
     assert isinstance(job_id, str)
     assert c.core(0).get_job(c.now, 2, ["q"], nohang=True)
     assert c.core(0).ack_job(c.now, [job_id]) == 1
@@ -209,15 +209,15 @@ def test_getjob_of_several_queues_round_robin_or_in_order() -> None:
     c = Cluster(1)
     for name in ("hi", "lo"):
         for i in range(3):
-            c.core(0).add_job(c.now, 1, name, f"{name}{i}".encode(), timeout_ms=0)
+            c.core(0).add_job(c.now, 1, name, f"{name}{i}".encode(), AddOptions(timeout_ms=0))
     got = c.core(0).get_job(c.now, 2, ["hi", "lo"], count=4)
     assert isinstance(got, list)
     assert [j.body for j in got] == [b"hi0", b"lo0", b"hi1", b"lo1"]
     got = c.core(0).get_job(c.now, 3, ["hi", "lo"], count=2, in_order=True)
     assert isinstance(got, list) and [j.body for j in got] == [b"hi2", b"lo2"]
     for i in range(3):
-        c.core(0).add_job(c.now, 1, "hi", f"h{i}".encode(), timeout_ms=0)
-        c.core(0).add_job(c.now, 1, "lo", f"l{i}".encode(), timeout_ms=0)
+        c.core(0).add_job(c.now, 1, "hi", f"h{i}".encode(), AddOptions(timeout_ms=0))
+        c.core(0).add_job(c.now, 1, "lo", f"l{i}".encode(), AddOptions(timeout_ms=0))
     got = c.core(0).get_job(c.now, 4, ["hi", "lo"], count=4, in_order=True)
     assert isinstance(got, list) and [j.body for j in got] == [b"h0", b"h1", b"h2", b"l0"]
     got = c.core(0).get_job(c.now, 5, ["hi", "lo"], count=4, in_order=True, nohang=True)
@@ -227,7 +227,7 @@ def test_getjob_of_several_queues_round_robin_or_in_order() -> None:
 def test_blocked_in_order_getjob_is_woken_by_any_of_its_queues() -> None:
     c = Cluster(1)
     assert c.core(0).get_job(c.now, 7, ["hi", "lo"], count=5, in_order=True) is PENDING
-    c.core(0).add_job(c.now, 1, "lo", b"low", timeout_ms=0)
+    c.core(0).add_job(c.now, 1, "lo", b"low", AddOptions(timeout_ms=0))
     c.pump()
     served = [r for t, r in c.replies[c.ids[0]] if t == 7]
     assert served and [j.body for j in served[0]] == [b"low"]  # type: ignore[union-attr]
@@ -235,17 +235,20 @@ def test_blocked_in_order_getjob_is_woken_by_any_of_its_queues() -> None:
 
 def test_single_node_fifo_and_ttl() -> None:
     c = Cluster(1)
-    ids_ = [c.core(0).add_job(c.now, i, "q", str(i).encode(), timeout_ms=0) for i in range(100)]
+    ids_ = [
+        c.core(0).add_job(c.now, i, "q", str(i).encode(), AddOptions(timeout_ms=0))
+        for i in range(100)
+    ]
     got = c.core(0).get_job(c.now, 1000, ["q"], count=100)
     assert isinstance(got, list) and [j.id for j in got] == ids_
-    c.core(0).add_job(c.now, 1, "t", b"x", timeout_ms=0, ttl_s=5)
+    c.core(0).add_job(c.now, 1, "t", b"x", AddOptions(timeout_ms=0, ttl_s=5))
     c.advance(6100, step=100)
     assert c.core(0).qlen("t") == 0 and len(c.core(0).jobs) == 100
 
 
 def test_working_postpones_and_nack_requeues() -> None:
     c = Cluster(3)
-    c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, retry_s=2)
+    c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=3, retry_s=2))
     c.pump()
     got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list)
@@ -269,7 +272,7 @@ def test_memory_levels_external_replication_then_oom() -> None:
     external = None
     for k in range(40):
         try:
-            r = core.add_job(c.now, k, "m", body, timeout_ms=1000, repl=2)
+            r = core.add_job(c.now, k, "m", body, AddOptions(timeout_ms=1000, repl=2))
         except DisqueError as e:
             assert e.code == "OOM"
             break
@@ -291,14 +294,14 @@ def test_memory_levels_external_replication_then_oom() -> None:
     core.memory.max_bytes = core.memory.used_bytes
     core.update_memory(c.now)
     with pytest.raises(DisqueError) as e:
-        core.add_job(c.now, 999, "m", body, timeout_ms=1000, repl=2)
+        core.add_job(c.now, 999, "m", body, AddOptions(timeout_ms=1000, repl=2))
     assert e.value.code == "OOM"
 
 
 def test_memory_level_two_evicts_acked_jobs_only() -> None:
     c = Cluster(1)
     core = c.core(0)
-    ids_ = [core.add_job(c.now, k, "e", b"y" * 500, timeout_ms=0) for k in range(10)]
+    ids_ = [core.add_job(c.now, k, "e", b"y" * 500, AddOptions(timeout_ms=0)) for k in range(10)]
     got = core.get_job(c.now, 100, ["e"], count=5)
     assert isinstance(got, list)
     # On a single node an ack deletes at once (nothing to GC): use a peer-less dummy state.
@@ -388,7 +391,7 @@ def test_beanstalk_put_times_out_without_copies_and_drops_the_engine_job() -> No
 def test_sync_replication_replaces_a_target_that_became_unreachable() -> None:
     c = Cluster(4)
     creator = c.core(0)
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=3)) is PENDING
     first = {n for n in creator.jobs[next(iter(creator.jobs))].delivered if n != c.ids[0]}
     victim = sorted(first)[0]
     c.cut = {victim}  # its copy never arrives
@@ -405,7 +408,7 @@ def test_sync_replication_replaces_a_target_that_became_unreachable() -> None:
 def test_sync_replication_asks_a_silent_reachable_target_again() -> None:
     c = Cluster(3)
     creator = c.core(0)
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=10_000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=10_000, repl=3)) is PENDING
     creator.outbox.clear()  # the first REPLJOBs are lost (a link broke and came back)
     c.advance(240)
     assert not c.replies[c.ids[0]]  # no new node to add, and not yet time to ask again
@@ -420,7 +423,7 @@ def test_a_majority_add_whose_target_died_takes_the_third_node_at_its_first_rese
     # node, so the add is answered within a fraction of its 5 s timeout.
     c = Cluster(3)
     creator = c.core(0)
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=2) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=2)) is PENDING
     job_id = next(iter(creator.jobs))
     [target] = [n for n in creator.jobs[job_id].delivered if n != c.ids[0]]
     c.cut = {target}
@@ -440,7 +443,7 @@ def test_sync_add_whose_target_is_down_completes_when_it_comes_back() -> None:
     c = Cluster(3)
     creator = c.core(0)
     c.cut = {c.ids[2]}
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=3)) is PENDING
     c.advance(3000)
     assert not c.replies[c.ids[0]]
     c.cut = set()
@@ -456,7 +459,7 @@ def test_sync_add_asks_a_target_again_as_soon_as_its_link_is_up() -> None:
     c = Cluster(3)
     creator = c.core(0)
     c.cut = {c.ids[2]}
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=8000, repl=3)) is PENDING
     c.advance(2100)  # resent at 250, 500, 1000 and 2000 ms; the next one is at 3000 ms
     assert not c.replies[c.ids[0]]
     c.cut = set()
@@ -471,7 +474,7 @@ def test_sync_add_keeps_asking_a_target_declared_dead_until_it_is_back() -> None
     c = Cluster(3)
     creator = c.core(0)
     c.cut = {c.ids[2]}
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=8000, repl=3)) is PENDING
     c.advance(1000)
     c.views[c.ids[0]].down = {c.ids[2]}  # PFAIL: no other node to replace it with
     c.advance(3000)
@@ -489,7 +492,7 @@ def test_sync_add_takes_a_node_that_comes_back_in_place_of_a_lost_target() -> No
     back = c.ids[3]
     c.cut = {back}
     c.views[c.ids[0]].down = {back}  # down at add time: not a target
-    assert creator.add_job(c.now, 1, "q", b"x", timeout_ms=8000, repl=3) is PENDING
+    assert creator.add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=8000, repl=3)) is PENDING
     job_id = next(iter(creator.jobs))
     assert back not in creator.jobs[job_id].delivered
     creator.outbox.clear()  # the first copies are lost...
@@ -509,9 +512,9 @@ def test_norepl_up_front_when_too_few_peers_are_reachable() -> None:
     c = Cluster(3)
     c.views[c.ids[0]].down = {c.ids[2]}
     with pytest.raises(DisqueError) as e:
-        c.core(0).add_job(c.now, 1, "q", b"x", timeout_ms=1000, repl=3)
+        c.core(0).add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=1000, repl=3))
     assert e.value.code == "NOREPL" and "reachable" in e.value.message
-    assert c.core(0).add_job(c.now, 2, "q", b"x", timeout_ms=1000, repl=2) is PENDING
+    assert c.core(0).add_job(c.now, 2, "q", b"x", AddOptions(timeout_ms=1000, repl=2)) is PENDING
 
 
 def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
@@ -519,16 +522,16 @@ def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
     core = c.core(0)
     core.max_queues = 3
     for name in ("a", "b", "c"):
-        core.add_job(c.now, 1, name, b"x", timeout_ms=0)
+        core.add_job(c.now, 1, name, b"x", AddOptions(timeout_ms=0))
     with pytest.raises(DisqueError) as e:
-        core.add_job(c.now, 2, "d", b"x", timeout_ms=0)
+        core.add_job(c.now, 2, "d", b"x", AddOptions(timeout_ms=0))
     assert (e.value.code, e.value.message) == ("ERR", "too many queues (the limit is 3)")
     with pytest.raises(DisqueError):
         core.get_job(c.now, 3, ["e"], timeout_ms=100)
     assert sorted(core.queues) == ["a", "b", "c"] and len(core.jobs) == 3
     got = core.get_job(c.now, 4, ["c"], nohang=True)  # "c" is now empty and idle
     assert isinstance(got, list)
-    assert core.add_job(c.now, 5, "d", b"x", timeout_ms=0)  # reclaims "c"
+    assert core.add_job(c.now, 5, "d", b"x", AddOptions(timeout_ms=0))  # reclaims "c"
     assert sorted(core.queues) == ["a", "b", "d"]
 
 
@@ -536,27 +539,45 @@ def test_queue_count_is_bounded_and_idle_queues_are_reclaimed_first() -> None:
 def test_idempotency_key_answers_the_first_id_and_adds_nothing() -> None:
     c = Cluster(3)
     core = c.core(0)
-    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    assert (
+        core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=3, idem_key="k1"))
+        is PENDING
+    )
     # A retry while the first add still waits for its copies waits with it.
-    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") is PENDING
+    assert (
+        core.add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=1000, repl=3, idem_key="k1"))
+        is PENDING
+    )
     c.pump()
     replies = dict(c.replies[c.ids[0]])
     assert replies[1] == replies[2] and isinstance(replies[1], str)
     first = replies[1]
     # After: answered at once, on the creator and on any node holding a copy.
-    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=1000, repl=3, idem_key="k1") == first
-    assert c.core(1).add_job(c.now, 4, "q", b"x", timeout_ms=0, repl=1, idem_key="k1") == first
+    assert (
+        core.add_job(c.now, 3, "q", b"a", AddOptions(timeout_ms=1000, repl=3, idem_key="k1"))
+        == first
+    )
+    assert (
+        c.core(1).add_job(c.now, 4, "q", b"x", AddOptions(timeout_ms=0, repl=1, idem_key="k1"))
+        == first
+    )
     assert sum(c.core(i).qlen("q") for i in range(3)) == 1
     assert len(c.core(1).jobs) == 1
     # The key is per queue, and another key is another job. A keyed REPLICATE 1 add is
     # answered once every live peer acknowledged its key (a retry elsewhere finds it).
-    assert core.add_job(c.now, 5, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1") is PENDING
-    assert core.add_job(c.now, 6, "q", b"a", timeout_ms=0, repl=1, idem_key="k2") is PENDING
+    assert (
+        core.add_job(c.now, 5, "q2", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k1"))
+        is PENDING
+    )
+    assert (
+        core.add_job(c.now, 6, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k2"))
+        is PENDING
+    )
     c.pump()
     replies = dict(c.replies[c.ids[0]])
     assert isinstance(replies[5], str) and isinstance(replies[6], str)
     assert len({first, replies[5], replies[6]}) == 3
-    retry = c.core(2).add_job(c.now, 7, "q2", b"a", timeout_ms=0, repl=1, idem_key="k1")
+    retry = c.core(2).add_job(c.now, 7, "q2", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k1"))
     assert retry == replies[5]
 
 
@@ -564,14 +585,16 @@ def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
     c = Cluster(1)
     core = c.core(0)
     core.keys.window_ms = 10_000
-    first = core.add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    first = core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
     assert isinstance(first, str)
     assert core.ack_job(c.now, [first]) == 1
     c.advance(2000)
     assert first not in core.jobs
-    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    assert (
+        core.add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k")) == first
+    )
     c.advance(9000)
-    again = core.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    again = core.add_job(c.now, 3, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
     assert isinstance(again, str) and again != first
 
 
@@ -579,14 +602,23 @@ def test_failed_add_forgets_its_key_and_a_cancelled_first_add_passes_to_the_foll
     c = Cluster(3)
     core = c.core(0)
     c.cut = {c.ids[1], c.ids[2]}  # no copies can be confirmed
-    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=500, repl=3, idem_key="k") is PENDING
+    assert (
+        core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=500, repl=3, idem_key="k"))
+        is PENDING
+    )
     c.advance(600)
     [(token, err)] = c.replies[c.ids[0]]
     assert token == 1 and isinstance(err, DisqueError) and err.code == "NOREPL"
     c.replies[c.ids[0]].clear()
     # NOREPL: the retry is a new add.
-    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
-    assert core.add_job(c.now, 3, "q", b"a", timeout_ms=5000, repl=3, idem_key="k") is PENDING
+    assert (
+        core.add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=5000, repl=3, idem_key="k"))
+        is PENDING
+    )
+    assert (
+        core.add_job(c.now, 3, "q", b"a", AddOptions(timeout_ms=5000, repl=3, idem_key="k"))
+        is PENDING
+    )
     core.cancel(2)  # the first client went away; the second still waits for the job
     c.cut = set()
     c.advance(2000)
@@ -598,14 +630,17 @@ def test_failed_add_forgets_its_key_and_a_cancelled_first_add_passes_to_the_foll
 def test_idempotency_key_length_is_bounded() -> None:
     c = Cluster(1)
     with pytest.raises(DisqueError) as info:
-        c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k" * 257)
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k" * 257))
     assert info.value.code == "ERR"
 
 
 def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
     c = Cluster(4)
     core = c.core(0)
-    assert core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
+    assert (
+        core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=2, idem_key="k"))
+        is PENDING
+    )
     # Before the copies exist nobody else knows the key (the add may still fail).
     assert all(("q", "k") not in c.core(i).keys.taken for i in (1, 2, 3))
     c.pump()
@@ -613,7 +648,9 @@ def test_every_node_learns_a_key_once_the_add_is_done_not_before() -> None:
     holders = {i for i in range(4) if first in c.core(i).jobs}
     assert len(holders) == 2
     outsider = min({1, 2, 3} - holders)  # a node that never held a copy
-    r = c.core(outsider).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    r = c.core(outsider).add_job(
+        c.now, 2, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k")
+    )
     assert r == first
     assert first not in c.core(outsider).jobs  # answered, and nothing added there
 
@@ -628,7 +665,10 @@ def test_a_keyed_reply_waits_until_every_peer_acknowledged_the_key() -> None:
     c = Cluster(3, vote_keys=False)
     lossy = {"on": True}
     _drop_idem_to(c, 2, lossy)
-    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=2, idem_key="k") is PENDING
+    assert (
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=5000, repl=2, idem_key="k"))
+        is PENDING
+    )
     c.advance(1000)  # the copies exist, but node 2 has not got the key: resent, lost
     assert c.replies[c.ids[0]] == []
     assert c.core(0).stats["idem_resent"] >= 2
@@ -636,7 +676,10 @@ def test_a_keyed_reply_waits_until_every_peer_acknowledged_the_key() -> None:
     c.advance(2000)  # the next resend gets through and is acknowledged
     [(token, first)] = c.replies[c.ids[0]]
     assert token == 1 and isinstance(first, str)
-    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    assert (
+        c.core(2).add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+        == first
+    )
     assert c.core(0).keys.unacked == {}  # nothing left to resend
 
 
@@ -644,18 +687,27 @@ def test_a_keyed_reply_is_released_at_its_timeout_and_the_key_still_arrives() ->
     c = Cluster(3)
     lossy = {"on": True}
     _drop_idem_to(c, 2, lossy)
-    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=700, repl=2, idem_key="k") is PENDING
+    assert (
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=700, repl=2, idem_key="k"))
+        is PENDING
+    )
     c.advance(800)
     [(_, first)] = c.replies[c.ids[0]]
     assert isinstance(first, str)  # the add is done: its id, at its timeout
     lossy["on"] = False
     c.advance(6000)  # resent until acknowledged (backoff up to 5 s)
-    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    assert (
+        c.core(2).add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+        == first
+    )
 
 
 def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() -> None:
     c = Cluster(3)
-    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k") is PENDING
+    assert (
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=2, idem_key="k"))
+        is PENDING
+    )
     c.pump()
     [(_, first)] = c.replies[c.ids[0]]
     assert isinstance(first, str)
@@ -673,19 +725,28 @@ def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() 
         frames = list(iter_frames(b"".join(c.aof[c.ids[i]])))
         again = DisqueCore(c.views[c.ids[i]], random.Random(5), c.now)
         again.restore(c.now, frames)
-        assert again.add_job(c.now, 3, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+        assert (
+            again.add_job(c.now, 3, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+            == first
+        )
         # A rewritten AOF keeps the key too, though the job is gone.
         snap = list(iter_frames(b"".join(c.core(i).snapshot_records(c.now))))
         third = DisqueCore(c.views[c.ids[i]], random.Random(6), c.now)
         third.restore(c.now, snap)
-        assert third.add_job(c.now, 4, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+        assert (
+            third.add_job(c.now, 4, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+            == first
+        )
 
 
 def test_a_restarted_node_announces_its_keys_again() -> None:
     c = Cluster(3)
     lossy = {"on": True}
     _drop_idem_to(c, 2, lossy)
-    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=300, repl=2, idem_key="k") is PENDING
+    assert (
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=300, repl=2, idem_key="k"))
+        is PENDING
+    )
     c.advance(400)
     [(_, first)] = c.replies[c.ids[0]]
     # Node 0 restarts from its AOF before node 2 ever got the key.
@@ -697,14 +758,20 @@ def test_a_restarted_node_announces_its_keys_again() -> None:
     cluster.disque = fresh
     lossy["on"] = False
     c.advance(1000)
-    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=0, repl=1, idem_key="k") == first
+    assert (
+        c.core(2).add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
+        == first
+    )
 
 
 # ------------------------------------------------------------------ the deljob race, closed
 def _unfinished_keyed_add(c: Cluster) -> str:
     """Node 0 adds with key "k", REPLICATE 3: its copies reach nodes 1 and 2, but no GOTJOB
     comes back while ``gotjob_lost`` is set, so the add is not done."""
-    assert c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=500, repl=3, idem_key="k") is PENDING
+    assert (
+        c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=500, repl=3, idem_key="k"))
+        is PENDING
+    )
     c.pump()
     [job_id] = c.core(1).jobs
     assert job_id in c.core(2).jobs
@@ -717,7 +784,10 @@ def test_a_retry_on_a_holder_of_a_failed_adds_copy_adds_the_job_again() -> None:
     dead = _unfinished_keyed_add(c)
     # The client gives up and retries on node 1, which holds the copy: held, not answered
     # with an id whose add may still fail.
-    assert c.core(1).add_job(c.now, 2, "q", b"a", timeout_ms=3000, repl=3, idem_key="k") is PENDING
+    assert (
+        c.core(1).add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=3000, repl=3, idem_key="k"))
+        is PENDING
+    )
     c.advance(600)  # node 0's add times out: NOREPL; its failure reaches the holders
     [(_, err)] = c.replies[c.ids[0]]
     assert isinstance(err, DisqueError) and err.code == "NOREPL"
@@ -735,7 +805,10 @@ def test_a_retry_on_a_holder_answers_the_first_id_once_that_add_is_done() -> Non
     c = Cluster(3, vote_keys=False)
     c.drop = lambda _s, _d, msg: isinstance(msg, GotJob)
     first = _unfinished_keyed_add(c)
-    assert c.core(2).add_job(c.now, 2, "q", b"a", timeout_ms=3000, repl=3, idem_key="k") is PENDING
+    assert (
+        c.core(2).add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=3000, repl=3, idem_key="k"))
+        is PENDING
+    )
     c.drop = None
     c.advance(400)  # the copies are asked again and confirmed: the add is done
     assert dict(c.replies[c.ids[0]])[1] == first
@@ -749,7 +822,7 @@ def test_an_acked_jobs_gc_attempts_come_due_beside_other_jobs_timers() -> None:
     # other heap keep their own timers.
     c = Cluster(3)
     for token in (1, 2):
-        c.core(0).add_job(c.now, token, "q", b"x", timeout_ms=1000, repl=3, retry_s=60)
+        c.core(0).add_job(c.now, token, "q", b"x", AddOptions(timeout_ms=1000, repl=3, retry_s=60))
     c.pump()
     job_ids = [job_id for _, job_id in c.replies[c.ids[0]]]
     got = c.core(0).get_job(c.now, 3, ["q"], nohang=True)
@@ -790,7 +863,8 @@ def test_a_timer_heap_is_compacted_only_when_more_than_half_of_it_is_stale() -> 
     scanned = _SCANNED
     scanned.clear()
     job_ids = [
-        core.add_job(c.now, k, "q", b"x", timeout_ms=0, repl=1, retry_s=60) for k in range(20_000)
+        core.add_job(c.now, k, "q", b"x", AddOptions(timeout_ms=0, repl=1, retry_s=60))
+        for k in range(20_000)
     ]
     # A heap that grows with its jobs is all live: never scanned (it used to be, at every
     # doubling).

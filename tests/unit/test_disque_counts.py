@@ -5,8 +5,9 @@ step, and shown by QSTAT (``jobs``, ``active``, ``delayed``)."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
-from disq.core.disque.api import PENDING
+from disq.core.disque.api import PENDING, AddOptions
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.counts import from_scratch
 from disq.persistence.framing import iter_frames
@@ -25,8 +26,8 @@ def stat(core: DisqueCore, now_ms: int, queue: str = "q") -> dict[str, object] |
     return None if pairs is None else dict(pairs)
 
 
-def add(m: Mesh, i: int, body: bytes = b"x", **kw: object) -> str:
-    r = m.disque(i).add_job(m.now, 1, "q", body, timeout_ms=1000, **kw)  # type: ignore[arg-type]
+def add(m: Mesh, i: int, body: bytes = b"x", **kw: Any) -> str:
+    r = m.disque(i).add_job(m.now, 1, "q", body, AddOptions(timeout_ms=1000, **kw))
     if r is PENDING:
         m.pump()
         [(_, r)] = m.replies[m.ids[i]]

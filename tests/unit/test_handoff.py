@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from disq.core.disque.api import AddOptions
 from disq.core.disque.job import ACTIVE, QUEUED
 from disq.core.messages import GotJob
 from disq.testing.mesh import Mesh
 
 
 def _add(m: Mesh, i: int, token: int, body: bytes, repl: int) -> str:
-    r = m.disque(i).add_job(m.now, token, "q", body, timeout_ms=5000, repl=repl, retry_s=300)
+    r = m.disque(i).add_job(
+        m.now, token, "q", body, AddOptions(timeout_ms=5000, repl=repl, retry_s=300)
+    )
     m.pump()
     if isinstance(r, str):
         return r

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACTIVE, QUEUED
 from disq.core.messages import (
@@ -110,8 +110,8 @@ def is_norepl(r: object) -> bool:
 # ------------------------------------------------------------------ 1. concurrent adds
 def test_two_concurrent_adds_of_a_key_on_two_nodes_get_one_job() -> None:
     c = Cluster(3)
-    r0 = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=3, idem_key="k")
-    r1 = c.core(1).add_job(c.now, 2, "q", b"b", timeout_ms=5000, repl=3, idem_key="k")
+    r0 = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=5000, repl=3, idem_key="k"))
+    r1 = c.core(1).add_job(c.now, 2, "q", b"b", AddOptions(timeout_ms=5000, repl=3, idem_key="k"))
     assert r0 is PENDING and r1 is PENDING
     [a] = c.core(0).jobs
     [b] = c.core(1).jobs
@@ -137,7 +137,9 @@ def test_two_concurrent_adds_of_a_key_on_two_nodes_get_one_job() -> None:
         assert [job_id for _, job_id in queued(c)] == [winner]
     # A later retry on any node answers it at once.
     for i in range(3):
-        r = c.core(i).add_job(c.now, 10 + i, "q", b"z", timeout_ms=1000, repl=3, idem_key="k")
+        r = c.core(i).add_job(
+            c.now, 10 + i, "q", b"z", AddOptions(timeout_ms=1000, repl=3, idem_key="k")
+        )
         assert r == winner
 
 
@@ -146,7 +148,7 @@ def test_keyed_add_cut_off_from_the_majority_answers_norepl_then_a_retry_binds_o
     c = Cluster(3)
     c.cut = {c.ids[0]}
     # REPLICATE 1: no copies to wait for; only the vote can answer it.
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=1, idem_key="k")
+    r = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=1, idem_key="k"))
     assert r is PENDING
     [a] = c.core(0).jobs
     c.advance(990)
@@ -158,7 +160,7 @@ def test_keyed_add_cut_off_from_the_majority_answers_norepl_then_a_retry_binds_o
     c.advance(3000)  # the vote goes on, in vain: still nothing queued
     assert queued(c) == [] and c.core(0).votes.decided_here(K) == ""
     c.cut = set()
-    r = c.core(1).add_job(c.now, 2, "q", b"b", timeout_ms=5000, repl=1, idem_key="k")
+    r = c.core(1).add_job(c.now, 2, "q", b"b", AddOptions(timeout_ms=5000, repl=1, idem_key="k"))
     assert r is PENDING
     c.advance(5000)
     [(token, bound)] = c.replies[c.ids[1]]
@@ -177,7 +179,7 @@ def test_keyed_add_on_the_two_node_side_of_a_five_node_split() -> None:
     for i in range(5):
         side = minority if i in minority else set(range(5)) - minority
         c.views[c.ids[i]].down = {c.ids[k] for k in range(5) if k not in side}
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=1000, repl=2, idem_key="k")
+    r = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, repl=2, idem_key="k"))
     assert r is PENDING
     [a] = c.core(0).jobs
     c.advance(990)
@@ -192,7 +194,7 @@ def test_keyed_add_on_the_two_node_side_of_a_five_node_split() -> None:
     c.drop = None
     for v in c.views.values():
         v.down = set()
-    r = c.core(3).add_job(c.now, 2, "q", b"b", timeout_ms=5000, repl=2, idem_key="k")
+    r = c.core(3).add_job(c.now, 2, "q", b"b", AddOptions(timeout_ms=5000, repl=2, idem_key="k"))
     assert r is PENDING
     c.advance(8000)
     [(token, bound)] = c.replies[c.ids[3]]
@@ -208,7 +210,9 @@ def _vote_started_then_lost(c: Cluster) -> str:
     """Node 0's REPLICATE 3 keyed add: its copies exist on nodes 1 and 2, its vote started,
     but none of its KeyVote messages got out."""
     c.drop = lambda s, _d, m: s == 0 and is_vote(m)
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
+    r = c.core(0).add_job(
+        c.now, 1, "q", b"a", AddOptions(timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
+    )
     assert r is PENDING
     c.pump()
     [a] = c.core(0).jobs
@@ -235,7 +239,7 @@ def test_a_copy_never_proposes_itself_and_waits_for_a_retry_to_decide() -> None:
     assert all(c.core(i).votes.decided_here(K) == "" for i in range(3))
     assert queued(c) == []
     assert c.replies[c.ids[0]] == []  # the crashed client's token is gone with it
-    r = c.core(1).add_job(c.now, 10, "q", b"z", timeout_ms=2000, repl=2, idem_key="k")
+    r = c.core(1).add_job(c.now, 10, "q", b"z", AddOptions(timeout_ms=2000, repl=2, idem_key="k"))
     assert r is PENDING
     c.advance(500)
     [(token, b)] = c.replies[c.ids[1]]
@@ -244,7 +248,12 @@ def test_a_copy_never_proposes_itself_and_waits_for_a_retry_to_decide() -> None:
     assert list(key_jobs(c)) == [b]
     assert [job_id for _, job_id in queued(c)] == [b]
     for i in range(3):
-        assert c.core(i).add_job(c.now, 20 + i, "q", b"z", timeout_ms=0, repl=1, idem_key="k") == b
+        assert (
+            c.core(i).add_job(
+                c.now, 20 + i, "q", b"z", AddOptions(timeout_ms=0, repl=1, idem_key="k")
+            )
+            == b
+        )
 
 
 def test_a_creator_cut_off_after_its_accept_leaves_the_holders_to_finish_its_vote() -> None:
@@ -254,7 +263,9 @@ def test_a_creator_cut_off_after_its_accept_leaves_the_holders_to_finish_its_vot
     # queued once by a holder (WILLQUEUE first), and retries answer its id.
     c = Cluster(3)
     c.drop = lambda _s, d, m: d == 0 and is_vote(m, KV_ACCEPTED)
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
+    r = c.core(0).add_job(
+        c.now, 1, "q", b"a", AddOptions(timeout_ms=5000, repl=3, retry_s=2, idem_key="k")
+    )
     assert r is PENDING
     c.pump()
     [a] = c.core(0).jobs
@@ -268,7 +279,9 @@ def test_a_creator_cut_off_after_its_accept_leaves_the_holders_to_finish_its_vot
     where = queued(c)
     assert [job_id for _, job_id in where] == [a] and where[0][0] in (1, 2)
     for i in (1, 2):
-        r = c.core(i).add_job(c.now, 10 + i, "q", b"z", timeout_ms=1000, repl=2, idem_key="k")
+        r = c.core(i).add_job(
+            c.now, 10 + i, "q", b"z", AddOptions(timeout_ms=1000, repl=2, idem_key="k")
+        )
         assert r == a
     assert list(key_jobs(c)) == [a]
 
@@ -368,9 +381,9 @@ def test_a_single_node_binds_its_keys_without_a_vote() -> None:
 
     c.drop = spy
     core = c.core(0)
-    first = core.add_job(c.now, 1, "q", b"a", timeout_ms=1000, idem_key="k")
+    first = core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=1000, idem_key="k"))
     assert isinstance(first, str)
-    assert core.add_job(c.now, 2, "q", b"a", timeout_ms=1000, idem_key="k") == first
+    assert core.add_job(c.now, 2, "q", b"a", AddOptions(timeout_ms=1000, idem_key="k")) == first
     c.advance(2000)
     assert sent == [] and c.replies[c.ids[0]] == []
     assert core.stats.get("key_votes", 0) == 0 and core.votes.prop == {} and core.votes.acc == {}
@@ -394,7 +407,7 @@ def test_a_loser_copy_arriving_after_the_decision_is_deleted_at_its_retry() -> N
     c.drop = drop
     for i, token in ((0, 1), (1, 2)):
         r = c.core(i).add_job(
-            c.now, token, "q", b"x", timeout_ms=3000, repl=3, retry_s=1, idem_key="k"
+            c.now, token, "q", b"x", AddOptions(timeout_ms=3000, repl=3, retry_s=1, idem_key="k")
         )
         assert r is PENDING
     [a] = c.core(0).jobs
@@ -426,7 +439,7 @@ def test_async_and_replicate_1_keyed_adds_are_queued_only_once_their_vote_is_won
 ) -> None:
     c = Cluster(3)
     r = c.core(0).add_job(
-        c.now, 1, "q", b"a", timeout_ms=5000, repl=repl, async_=async_, idem_key="k"
+        c.now, 1, "q", b"a", AddOptions(timeout_ms=5000, repl=repl, async_=async_, idem_key="k")
     )
     assert r is PENDING
     [a] = c.core(0).jobs
@@ -454,7 +467,11 @@ def test_async_and_replicate_1_keyed_adds_stay_unqueued_while_the_vote_is_stuck(
     c = Cluster(3)
     c.drop = lambda _s, _d, m: is_vote(m, KV_ACCEPTED)
     r = c.core(0).add_job(
-        c.now, 1, "q", b"a", timeout_ms=0, repl=repl, retry_s=1, async_=async_, idem_key="k"
+        c.now,
+        1,
+        "q",
+        b"a",
+        AddOptions(timeout_ms=0, repl=repl, retry_s=1, async_=async_, idem_key="k"),
     )
     assert r is PENDING
     [a] = c.core(0).jobs
@@ -479,7 +496,7 @@ def test_a_timed_out_add_without_copies_never_binds_its_key_to_a_lost_job() -> N
     c.drop = lambda s, d, m: (
         (s == 0 and isinstance(m, ReplJob)) or (d == 0 and is_vote(m, KV_ACCEPTED))
     )
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=300, repl=3, idem_key="k")
+    r = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=300, repl=3, idem_key="k"))
     assert r is PENDING
     [a] = c.core(0).jobs
     c.advance(350)
@@ -488,7 +505,7 @@ def test_a_timed_out_add_without_copies_never_binds_its_key_to_a_lost_job() -> N
     assert a not in loaded_in_aof(c, 0)  # the job was never stored
     restart(c, 0)  # ... and node 0 crashes
     c.drop = None
-    r = c.core(1).add_job(c.now, 2, "q", b"b", timeout_ms=3000, repl=3, idem_key="k")
+    r = c.core(1).add_job(c.now, 2, "q", b"b", AddOptions(timeout_ms=3000, repl=3, idem_key="k"))
     assert r is PENDING
     c.advance(5000)
     [(token, bound)] = c.replies[c.ids[1]]
@@ -500,14 +517,14 @@ def test_a_timed_out_add_without_copies_never_binds_its_key_to_a_lost_job() -> N
 def test_a_timed_out_add_without_copies_is_not_acknowledged_to_a_retry() -> None:
     c = Cluster(3)
     c.drop = lambda s, _d, m: s == 0 and isinstance(m, ReplJob)
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=300, repl=3, idem_key="k")
+    r = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=300, repl=3, idem_key="k"))
     assert r is PENDING
     c.advance(350)
     [(_, err)] = c.replies[c.ids[0]]
     assert is_norepl(err)
     c.drop = None
     c.advance(1000)
-    r = c.core(1).add_job(c.now, 2, "q", b"b", timeout_ms=3000, repl=3, idem_key="k")
+    r = c.core(1).add_job(c.now, 2, "q", b"b", AddOptions(timeout_ms=3000, repl=3, idem_key="k"))
     c.advance(5000)
     answer: object = r if r is not PENDING else dict(c.replies[c.ids[1]]).get(2)
     assert isinstance(answer, str)
@@ -522,9 +539,9 @@ def test_a_drain_does_not_hand_off_a_keyed_job_whose_vote_is_not_won() -> None:
     # the key. An unkeyed job of the same node is handed off as before.
     c = Cluster(3)
     c.drop = lambda _s, d, m: d == 0 and is_vote(m, KV_ACCEPTED)
-    r = c.core(0).add_job(c.now, 1, "q", b"a", timeout_ms=0, repl=1, idem_key="k")
+    r = c.core(0).add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
     assert r is PENDING
-    plain = c.core(0).add_job(c.now, 2, "q", b"p", timeout_ms=0, repl=1)
+    plain = c.core(0).add_job(c.now, 2, "q", b"p", AddOptions(timeout_ms=0, repl=1))
     assert isinstance(plain, str)
     c.pump()
     [keyed] = [i for i in c.core(0).jobs if i != plain]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from test_metrics_schedules import scrape
 
+from disq.core.disque.api import AddOptions
 from disq.testing.mesh import Mesh
 
 T0_MS = 1_777_636_800_000
@@ -23,7 +24,7 @@ def test_route_gauges_and_counters_follow_the_table() -> None:
     routes.bind(mesh.now, "audit", "ev", "#")
     routes.declare_queue(mesh.now, "reply", expires_ms=1000)
     routes.bind(mesh.now, "reply", "ev", "x")
-    mesh.disque(0).add_job(mesh.now, 1, "reply", b"x", timeout_ms=0, repl=1)
+    mesh.disque(0).add_job(mesh.now, 1, "reply", b"x", AddOptions(timeout_ms=0, repl=1))
     mesh.pump()
     got = scrape(node)
     assert got["disq_route_exchanges"] == 1 and got["disq_route_bindings"] == 2

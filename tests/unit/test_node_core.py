@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from disq.core.beanstalk.model import BURIED, READY
-from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import (
     BSTATE_BURIED,
@@ -35,7 +35,7 @@ def _put(mesh: Mesh, i: int, body: bytes = b"job", pri: int = 10) -> tuple[Any, 
 def test_ready_again_before_advance_is_refused() -> None:
     mesh = Mesh(1)
     node = mesh.nodes[0]
-    node.disque.add_job(mesh.now, node.new_token(), "q", b"x", timeout_ms=0, repl=1)  # type: ignore[union-attr]
+    node.disque.add_job(mesh.now, node.new_token(), "q", b"x", AddOptions(timeout_ms=0, repl=1))  # type: ignore[union-attr]
     assert node.has_ready()
     node.ready(mesh.now)
     with pytest.raises(RuntimeError, match="advance"):
@@ -50,14 +50,19 @@ def test_persist_before_send_nothing_leaves_when_the_write_fails() -> None:
     mesh = Mesh(3)
     node = mesh.nodes[0]
     token = node.new_token()
-    assert mesh.disque(0).add_job(mesh.now, token, "q", b"x", timeout_ms=5000, repl=3) is PENDING
+    assert (
+        mesh.disque(0).add_job(mesh.now, token, "q", b"x", AddOptions(timeout_ms=5000, repl=3))
+        is PENDING
+    )
     mesh.pump()  # copies confirmed: the reply is in the creator's next Ready
     # The two holders answered GOTJOB only after their LOADJOB was persisted by the mesh.
     assert all(len(mesh.aof[nid]) == 1 for nid in mesh.ids[1:])
     assert mesh.replies[mesh.ids[0]][-1][0] == token
 
     calls: list[str] = []
-    mesh.disque(0).add_job(mesh.now, node.new_token(), "q", b"y", timeout_ms=5000, repl=3)
+    mesh.disque(0).add_job(
+        mesh.now, node.new_token(), "q", b"y", AddOptions(timeout_ms=5000, repl=3)
+    )
     rd = node.ready(mesh.now)
     assert rd.aof_records == [] and rd.messages  # REPLJOB to the two peers, nothing to log yet
 
@@ -96,7 +101,9 @@ def test_records_of_both_cores_in_one_ready_in_order() -> None:
     mesh = Mesh(1)
     node = mesh.nodes[0]
     _put(mesh, 0, b"beanstalk")
-    node.disque.add_job(mesh.now, node.new_token(), "q", b"disque", timeout_ms=0, repl=1)  # type: ignore[union-attr]
+    node.disque.add_job(
+        mesh.now, node.new_token(), "q", b"disque", AddOptions(timeout_ms=0, repl=1)
+    )  # type: ignore[union-attr]
     rd = node.ready(mesh.now)
     assert len(rd.aof_records) == 2
     assert b"beanstalk" in rd.aof_records[0] and b"disque" in rd.aof_records[1]
@@ -107,7 +114,10 @@ def test_replies_are_routed_by_token_and_replicated_puts_wake_their_session() ->
     mesh = Mesh(3, beanstalk_replicate=2)
     node = mesh.nodes[0]
     token = node.new_token()
-    assert mesh.disque(0).add_job(mesh.now, token, "q", b"x", timeout_ms=5000, repl=2) is PENDING
+    assert (
+        mesh.disque(0).add_job(mesh.now, token, "q", b"x", AddOptions(timeout_ms=5000, repl=2))
+        is PENDING
+    )
     session, job_id, pending = _put(mesh, 0)
     assert pending == 1  # INSERTED waits for the copy
     mesh.pump()
@@ -145,11 +155,13 @@ def test_deljob_and_idemkeys_merge_into_one_each_per_peer_sent_last() -> None:
     ids = []
     for k in range(3):
         t = node.new_token()
-        mesh.disque(0).add_job(mesh.now, t, "q", b"x", timeout_ms=5000, repl=3, idem_key=f"k{k}")
+        mesh.disque(0).add_job(
+            mesh.now, t, "q", b"x", AddOptions(timeout_ms=5000, repl=3, idem_key=f"k{k}")
+        )
         mesh.pump()
         ids.append(mesh.replies[mesh.ids[0]][-1][1])
     assert mesh.disque(0).fast_ack(mesh.now, ids) == 3  # a DELJOB per job per holder
-    mesh.disque(0).add_job(mesh.now, node.new_token(), "q", b"x", timeout_ms=0, repl=1)
+    mesh.disque(0).add_job(mesh.now, node.new_token(), "q", b"x", AddOptions(timeout_ms=0, repl=1))
     rd = node.ready(mesh.now)
     for peer in mesh.ids[1:]:
         msgs = rd.messages[peer]
@@ -164,12 +176,14 @@ def test_idempotency_keys_reach_every_peer_once_the_add_is_done() -> None:
     mesh = Mesh(3)
     node = mesh.nodes[0]
     t = node.new_token()
-    mesh.disque(0).add_job(mesh.now, t, "q", b"x", timeout_ms=5000, repl=2, idem_key="k")
+    mesh.disque(0).add_job(
+        mesh.now, t, "q", b"x", AddOptions(timeout_ms=5000, repl=2, idem_key="k")
+    )
     mesh.pump()
     [(_, job_id)] = mesh.replies[mesh.ids[0]]
     for i in (1, 2):  # a retry on any node answers the first id, with or without a copy
         again = mesh.disque(i).add_job(
-            mesh.now, 99, "q", b"x", timeout_ms=5000, repl=2, idem_key="k"
+            mesh.now, 99, "q", b"x", AddOptions(timeout_ms=5000, repl=2, idem_key="k")
         )
         assert again == job_id
 
@@ -252,4 +266,4 @@ def test_a_bad_peer_message_is_contained_and_counted() -> None:
 def test_norepl_is_the_disque_error() -> None:
     mesh = Mesh(2)
     with pytest.raises(DisqueError):
-        mesh.disque(0).add_job(mesh.now, 1, "q", b"x", timeout_ms=10, repl=3)
+        mesh.disque(0).add_job(mesh.now, 1, "q", b"x", AddOptions(timeout_ms=10, repl=3))

@@ -74,11 +74,13 @@ def test_the_option_table_defaults_are_the_settings_defaults() -> None:
     assert s.transient_lease_s == 60
     assert s.add_options() == {"repl_timeout_ms": 5000}  # nothing else sent: the node decides
 
+    from disq.core.disque.api import AddOptions
+
     mesh = Mesh(1)
     core = mesh.disque(0)
-    plain = core.jobs[core.add_job(mesh.now, 1, "q", b"x", timeout_ms=0)]
+    plain = core.jobs[core.add_job(mesh.now, 1, "q", b"x", AddOptions(timeout_ms=0))]
     assert (plain.retry_s, plain.etime_ms - mesh.now) == (300, 86_400_000)
-    short = core.jobs[core.add_job(mesh.now, 2, "q", b"x", timeout_ms=0, ttl_s=600)]
+    short = core.jobs[core.add_job(mesh.now, 2, "q", b"x", AddOptions(timeout_ms=0, ttl_s=600))]
     assert short.retry_s == 60
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.constants import JOB_OVERHEAD_BYTES
+from disq.core.disque.api import AddOptions
 from disq.core.disque.core import REQUEUE_JITTER_MS, DisqueCore
 from disq.core.disque.job import (
     ACKED,
@@ -65,13 +66,15 @@ def _history(seed: int) -> Mesh:
             i + 1,
             QUEUES[i % len(QUEUES)],
             b"body-%d-" % i + bytes(rng.randrange(256) for _ in range(i % 40)),
-            timeout_ms=1000,
-            repl=repl,
-            delay_s=delay_s,
-            retry_s=retry_s,
-            # Some expire while the node is down (DOWN_MS): the replay drops them.
-            ttl_s=10 if i % 13 == 0 and not delay_s else 3600,
-            idem_key=f"key-{i}" if i % 11 == 0 else "",
+            AddOptions(
+                timeout_ms=1000,
+                repl=repl,
+                delay_s=delay_s,
+                retry_s=retry_s,
+                # Some expire while the node is down (DOWN_MS): the replay drops them.
+                ttl_s=10 if i % 13 == 0 and not delay_s else 3600,
+                idem_key=f"key-{i}" if i % 11 == 0 else "",
+            ),
         )
         c.pump()
         if isinstance(reply, str):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kombu.transport.virtual.exchange import TopicExchange
 
+from disq.core.disque.api import AddOptions
 from disq.core.messages import (
     ROUTE_BINDING,
     ROUTE_EXCHANGE,
@@ -357,7 +358,7 @@ def test_a_peers_queue_tombstone_purges_here_but_replay_does_not() -> None:
 def test_delete_queue_purges_only_jobs_made_before_it_on_every_node() -> None:
     mesh = _mesh(3)
     for i in range(3):  # each node queues its own jobs of "q"
-        mesh.disque(i).add_job(mesh.now, i + 1, "q", b"old", timeout_ms=0, repl=1)
+        mesh.disque(i).add_job(mesh.now, i + 1, "q", b"old", AddOptions(timeout_ms=0, repl=1))
     a = _routes(mesh, 0)
     mesh.now += 5
     assert a.delete_queue(mesh.now, "q") == 1  # node 0's own
@@ -365,7 +366,7 @@ def test_delete_queue_purges_only_jobs_made_before_it_on_every_node() -> None:
     assert [len(mesh.disque(i).queues["q"]) for i in range(3)] == [0, 0, 0]
     # A job published after the delete stays when a late copy of the tombstone comes.
     mesh.now += 5
-    mesh.disque(1).add_job(mesh.now, 9, "q", b"new", timeout_ms=0, repl=1)
+    mesh.disque(1).add_job(mesh.now, 9, "q", b"new", AddOptions(timeout_ms=0, repl=1))
     late = a.table[(ROUTE_QUEUE, "q", "", "")]
     _routes(mesh, 1).on_message(mesh.now, mesh.ids[0], RouteSync(entries=[late]))
     assert len(mesh.disque(1).queues["q"]) == 1

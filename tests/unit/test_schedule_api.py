@@ -13,7 +13,7 @@ import pytest
 
 from disq.client import Schedule
 from disq.client.schedules import schedule_from_proto as sdk_schedule
-from disq.core.disque.api import PENDING
+from disq.core.disque.api import PENDING, AddOptions
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP
 from disq.core.schedule.scheduler import Scheduler
 from disq.proto_gen import api_pb2
@@ -105,8 +105,10 @@ def test_a_misfire_policy_other_than_skip_or_catchup_is_syntax() -> None:
 def test_job_info_carries_a_keyed_jobs_key_only() -> None:
     mesh = Mesh(3)
     core = mesh.disque(0)
-    keyed = core.add_job(mesh.now, 1, "q", b"k", timeout_ms=5000, idem_key="schedule:s:60")
-    plain = core.add_job(mesh.now, 2, "q", b"p", timeout_ms=5000)
+    keyed = core.add_job(
+        mesh.now, 1, "q", b"k", AddOptions(timeout_ms=5000, idem_key="schedule:s:60")
+    )
+    plain = core.add_job(mesh.now, 2, "q", b"p", AddOptions(timeout_ms=5000))
     mesh.pump()
     ids = {tok: r for tok, r in mesh.replies[mesh.ids[0]]}
     keyed_id = ids[1] if keyed is PENDING else keyed

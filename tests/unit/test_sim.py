@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sim_share import shared_seeds, sweep_outcome
 
-from disq.core.disque.api import PENDING, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, DJob
 from disq.core.disque.queue import DQueue
@@ -494,7 +494,7 @@ def test_core_extrepl_repl1_sync_add() -> None:  # BUG_EXTREPL_REPL1, fixed
     # 1. Its only REPLJOB is lost: the acknowledged job must still be delivered (HEAD: no).
     c = _Pump()
     c.cores[0].memory.warning = 1
-    res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=1, retry_s=1)
+    res = c.cores[0].add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=1, retry_s=1))
     c.pump(drop=_first_only((ReplJob,)))
     c.advance(10_000)
     if _acknowledged(c, res, 1):
@@ -503,7 +503,7 @@ def test_core_extrepl_repl1_sync_add() -> None:  # BUG_EXTREPL_REPL1, fixed
     # (working tree: the creator's untracked copy is delivered again after its retry).
     c = _Pump()
     c.cores[0].memory.warning = 1
-    res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=1, retry_s=1)
+    res = c.cores[0].add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=1, retry_s=1))
     c.pump()
     assert _acknowledged(c, res, 1)
     job_id = res if isinstance(res, str) else next(r for t, r in c.all_replies() if t == 1)
@@ -524,7 +524,9 @@ def test_core_extrepl_async_add_is_delivered(lost: tuple[type, ...]) -> None:
     the first REPLJOBs or the ENQUEUE delays the job, never loses it."""
     c = _Pump()
     c.cores[0].memory.warning = 1
-    res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=2, async_=True, retry_s=1)
+    res = c.cores[0].add_job(
+        c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=2, async_=True, retry_s=1)
+    )
     assert res is PENDING  # no copy anywhere yet: no id
     c.pump(drop=_first_only(lost))
     c.advance(10_000)
@@ -538,7 +540,9 @@ def test_core_extrepl_async_add_times_out_without_a_copy() -> None:
     c.cores[0].memory.warning = 1
     for core in c.cores[1:]:
         core.memory.warning = 1  # nobody can take a copy
-    res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=1000, repl=2, async_=True, retry_s=1)
+    res = c.cores[0].add_job(
+        c.now, 1, "q", b"x", AddOptions(timeout_ms=1000, repl=2, async_=True, retry_s=1)
+    )
     assert res is PENDING
     c.pump()
     c.advance(2_000)
@@ -549,7 +553,7 @@ def test_core_extrepl_async_add_times_out_without_a_copy() -> None:
 
 def test_core_acked_job_is_collected_when_the_deljob_is_lost() -> None:  # BUG_ACK_GC, fixed
     c = _Pump()
-    res = c.cores[0].add_job(c.now, 1, "q", b"x", timeout_ms=5000, repl=3, retry_s=1)
+    res = c.cores[0].add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=5000, repl=3, retry_s=1))
     c.pump()
     assert _acknowledged(c, res, 1)
     [(_, job_id)] = c.all_replies()
@@ -593,7 +597,7 @@ def test_sweep_keeps_at_most_once_across_enqueue_once_restarts() -> None:
 def test_core_enqueue_once_restore_does_not_redeliver_at_most_once_jobs() -> None:
     c = _Pump(1)
     core = c.cores[0]
-    job_id = core.add_job(c.now, 1, "q", b"once", timeout_ms=0, repl=1, retry_s=0)
+    job_id = core.add_job(c.now, 1, "q", b"once", AddOptions(timeout_ms=0, repl=1, retry_s=0))
     assert isinstance(job_id, str)
     got = core.get_job(c.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and got[0].id == job_id  # delivered once, not acked

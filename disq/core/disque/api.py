@@ -34,6 +34,70 @@ class DisqueError(Exception):
         return hash((self.code, self.message))
 
 
+class AddOptions:
+    """An add's options, as every door hands them to the core (``DisqueCore.add_job``): RESP's
+    ADDJOB arguments, gRPC's AddJobRequest, a schedule's tick, a held keyed retry. Immutable
+    once made, so the RESP door can keep one per distinct argument list. (The SDK's own
+    ``disq.client.adds.AddOptions`` is the user-facing spelling of the same options.)
+
+    - ``timeout_ms``: how long a synchronous add waits for its copies (0: forever).
+    - ``repl``: copies; None: min(3, cluster size).
+    - ``delay_s`` or ``delay_ms``: queued that much later (the record keeps whole seconds,
+      rounded up); ``retry_s``: requeued after this long unacked (None: the default, 0: at
+      most once); ``ttl_s``: deleted after this long (None: one day).
+    - ``maxlen``: refused when the queue holds that many; ``async_``: answered at one copy;
+      ``idem_key``: a repeat within the window answers the first job's id.
+    """
+
+    __slots__ = (
+        "async_",
+        "delay_ms",
+        "delay_s",
+        "idem_key",
+        "maxlen",
+        "repl",
+        "retry_s",
+        "timeout_ms",
+        "ttl_s",
+    )
+
+    def __init__(
+        self,
+        timeout_ms: int = 0,
+        repl: int | None = None,
+        delay_s: int = 0,
+        retry_s: int | None = None,
+        ttl_s: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+        idem_key: str = "",
+        delay_ms: int = 0,
+    ) -> None:
+        self.timeout_ms = timeout_ms
+        self.repl = repl
+        self.delay_s = delay_s
+        self.retry_s = retry_s
+        self.ttl_s = ttl_s
+        self.maxlen = maxlen
+        self.async_ = async_
+        self.idem_key = idem_key
+        self.delay_ms = delay_ms
+
+    def with_timeout(self, timeout_ms: int) -> AddOptions:
+        """The same options with another ``timeout_ms`` (a held retry's time left)."""
+        return AddOptions(
+            timeout_ms,
+            self.repl,
+            self.delay_s,
+            self.retry_s,
+            self.ttl_s,
+            self.maxlen,
+            self.async_,
+            self.idem_key,
+            self.delay_ms,
+        )
+
+
 # Disque's error texts, word for word (clients match on them).
 NOREPL_NODES = "Not enough reachable nodes for the requested replication level"
 NOREPL_NODES_LOCAL = (

@@ -42,6 +42,7 @@ from disq.core.disque.api import (
     NOREPL_NODES,
     NOREPL_NODES_LOCAL,
     PENDING,
+    AddOptions,
     ClusterView,
     DeferredResult,
     DisqueError,
@@ -458,21 +459,7 @@ class DisqueCore(
 
     # ================================================================== commands
     def add_job(
-        self,
-        now_ms: int,
-        token: int,
-        queue: str,
-        body: bytes,
-        *,
-        timeout_ms: int,
-        repl: int | None = None,
-        delay_s: int = 0,
-        retry_s: int | None = None,
-        ttl_s: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        idem_key: str = "",
-        delay_ms: int = 0,
+        self, now_ms: int, token: int, queue: str, body: bytes, opts: AddOptions
     ) -> str | Pending:
         """ADDJOB after syntax checks. Returns the id, or PENDING for a synchronous add
         (the id or a NOREPL error arrives in ``replies``). Raises DisqueError.
@@ -481,6 +468,14 @@ class DisqueCore(
         nothing and answers the first job's id; if that add still waits for its copies,
         this one waits with it and gets the same answer. ``delay_ms`` replaces ``delay_s``
         here; the record keeps whole seconds rounded up (copies and AOF never queue early)."""
+        timeout_ms, repl, retry_s, ttl_s = opts.timeout_ms, opts.repl, opts.retry_s, opts.ttl_s
+        delay_s, delay_ms, idem_key, async_ = (
+            opts.delay_s,
+            opts.delay_ms,
+            opts.idem_key,
+            opts.async_,
+        )
+        maxlen = opts.maxlen
         if delay_ms:
             delay_s = -(-delay_ms // 1000)
         if self.handoff.draining:  # handoff.py: no new jobs, go elsewhere
@@ -508,16 +503,9 @@ class DisqueCore(
                 )
             # The first job's id, PENDING (wait with the first add, or for the key's add to
             # be decided: idempotency.py), or None: a new job.
-            args = {
-                "repl": repl,
-                "delay_s": delay_s,
-                "delay_ms": delay_ms,
-                "retry_s": retry_s,
-                "ttl_s": ttl,
-                "maxlen": maxlen,
-                "async_": async_,
-                "idem_key": idem_key,
-            }
+            args = AddOptions(
+                timeout_ms, repl, delay_s, retry_s, ttl, maxlen, async_, idem_key, delay_ms
+            )
             first = self.keys.keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
             if first is not None:
                 return first

@@ -42,13 +42,13 @@ and a vote on a key is keyvote.py's.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from disq.core import ids
 from disq.core.disque.api import (
     NOREPL_TIMEOUT,
     PENDING,
+    AddOptions,
     DisqueError,
     Pending,
 )
@@ -96,8 +96,9 @@ class IdemHost(CoreHost, Protocol):
     @property
     def votes(self) -> VoteLearner: ...
     def _tombstone(self, job_id: str, now_ms: int) -> None: ...
-    @property
-    def add_job(self) -> Callable[..., str | Pending]: ...  # a held retry runs again
+    def add_job(
+        self, now_ms: int, token: int, queue: str, body: bytes, opts: AddOptions
+    ) -> str | Pending: ...
 
 
 class KeyTable:
@@ -308,7 +309,7 @@ class KeyTable:
         key: str,
         body: bytes,
         timeout_ms: int,
-        args: dict[str, Any],
+        args: AddOptions,
     ) -> str | Pending | None:
         """ADDJOB's key lookup: the first job's id, PENDING (the answer comes later), or
         None (a new job must be added)."""
@@ -356,7 +357,7 @@ class KeyTable:
                 self.host.replies.append((h.token, DisqueError("NOREPL", NOREPL_TIMEOUT)))
                 continue
             try:
-                res = self.host.add_job(now_ms, h.token, h.queue, h.body, timeout_ms=left, **h.args)
+                res = self.host.add_job(now_ms, h.token, h.queue, h.body, h.args.with_timeout(left))
             except DisqueError as e:
                 self.host.replies.append((h.token, e))
                 continue

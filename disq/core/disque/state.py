@@ -11,7 +11,8 @@ tuning stays in its own module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from disq.core.disque.api import AddOptions
 
 Key = tuple[str, str]  # (queue, idempotency key)
 
@@ -77,7 +78,7 @@ class HeldRetry:
     deadline_ms: int  # 0: none
     queue: str
     body: bytes
-    args: dict[str, Any]
+    args: AddOptions  # its own (the retry's), for when it runs
 
 
 @dataclass(slots=True)

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.disque.api import DisqueError
+from disq.core.disque.api import AddOptions, DisqueError
 from disq.core.disque.job import STATE_NAMES
 from disq.core.events import EventBuffer
 from disq.core.messages import (
@@ -662,18 +662,15 @@ class Scheduler:
         """Add the tick's job. False: refused now (tried again after FIRE_RETRY_MS)."""
         token = self.new_token()
         try:
-            res = self.disque.add_job(
-                now_ms,
-                token,
-                d.queue,
-                d.body,
-                timeout_ms=FIRE_TIMEOUT_MS,
+            opts = AddOptions(
+                FIRE_TIMEOUT_MS,
                 repl=d.repl or None,
                 retry_s=None if d.retry_s < 0 else d.retry_s,
                 ttl_s=None if d.ttl_s < 0 else d.ttl_s,
                 async_=d.async_,
                 idem_key=tick_key(name, tick),
             )
+            res = self.disque.add_job(now_ms, token, d.queue, d.body, opts)
         except DisqueError as exc:  # NOREPL, PAUSED, OOM, LEAVING, MAXLEN...
             self.stats["fire_errors"] += 1
             self.last_error[name] = str(exc)

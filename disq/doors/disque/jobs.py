@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from disq.core.disque.api import DeferredResult, DisqueError, Pending
+from disq.core.disque.api import AddOptions, DeferredResult, DisqueError, Pending
 from disq.doors.disque.client import Client, Deferred, Handler
 from disq.doors.disque.numbers import _LLONG_MAX, parse_ll
 from disq.doors.disque.replies import (
@@ -53,18 +53,15 @@ _ADDJOB_NUMBERS: dict[bytes, tuple[int, int, bytes]] = {
 }
 
 
-# ADDJOB's parsed options: (ms-timeout, REPLICATE, DELAY, RETRY, TTL, MAXLEN, ASYNC, key,
-# DELAYMS).
-_AddOptions = tuple[int, int | None, int, int | None, int | None, int | None, bool, str, int]
 _DELAY_EXCLUSIVE = b"-ERR DELAY and DELAYMS exclude each other\r\n"
 # A producer sends the same options with every add: their parse is kept, by the exact
 # arguments after the body, for unkeyed adds (a key makes every add's arguments unique).
 # Bounded: cleared when full.
-_ADD_OPTIONS: dict[tuple[bytes, ...], _AddOptions | bytes] = {}
+_ADD_OPTIONS: dict[tuple[bytes, ...], AddOptions | bytes] = {}
 _ADD_OPTIONS_MAX = 256
 
 
-def _add_options(argv: list[bytes]) -> tuple[_AddOptions | bytes, bool]:
+def _add_options(argv: list[bytes]) -> tuple[AddOptions | bytes, bool]:
     """ADDJOB's options and ms-timeout, or the error reply; and whether the answer may be
     kept (no idempotency key). Options are checked before the timeout, as in addjobCommand;
     the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >= TTL) and the
@@ -102,7 +99,7 @@ def _add_options(argv: list[bytes]) -> tuple[_AddOptions | bytes, bool]:
     timeout = _timeout(argv[3])
     if isinstance(timeout, bytes):
         return timeout, not idem_key
-    options = (
+    options = AddOptions(
         timeout,
         numbers.get(b"replicate"),
         numbers.get(b"delay", 0),
@@ -129,28 +126,13 @@ def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             _ADD_OPTIONS[key] = options
     if isinstance(options, bytes):
         return options
-    timeout, repl, delay_s, retry_s, ttl_s, maxlen, async_, idem_key, delay_ms = options
     full = c.node.disk_full
     if full is not None:
         # A definite refusal, in Disque's words for "not added, no room" (its -OOM): nothing
         # was added, the client may retry later or elsewhere.
         return _err("OOM " + full)
     token = c.new_token()
-    r = c.node.core.add_job(
-        now_ms,
-        token,
-        queue_name(argv[1]),
-        argv[2],
-        timeout_ms=timeout,
-        repl=repl,
-        delay_s=delay_s,
-        retry_s=retry_s,
-        ttl_s=ttl_s,
-        maxlen=maxlen,
-        async_=async_,
-        idem_key=idem_key,
-        delay_ms=delay_ms,
-    )
+    r = c.node.core.add_job(now_ms, token, queue_name(argv[1]), argv[2], options)
     if isinstance(r, Pending):
         return c.block(token, _addjob_deferred)
     return b"+" + _id_bytes(r) + _CRLF

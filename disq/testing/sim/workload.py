@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from disq.core.disque.api import PENDING, DeferredResult, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, DeferredResult, DisqueError
 from disq.core.disque.job import ACKED, WAIT_REPL, DJob
 from disq.core.schedule.scheduler import KEY_PREFIX
 from disq.testing.sim.base import GONE, HOLDS, WAITING, SimBase
@@ -107,21 +107,16 @@ class WorkloadMixin(ClientsMixin):
         now = self.now + nd.skew
         core = self._core(nd)
         try:
-            res = self._guard(
-                nd,
-                core.add_job,
-                now,
-                token,
-                queue,
-                body,
-                timeout_ms=timeout,
-                repl=repl,
-                delay_s=delay,
-                retry_s=retry,
-                ttl_s=cfg.ttl_s,
+            opts = AddOptions(
+                timeout,
+                repl,
+                delay,
+                retry,
+                cfg.ttl_s,
                 async_=async_,
                 idem_key=rec.idem_key,
             )
+            res = self._guard(nd, core.add_job, now, token, queue, body, opts)
         except DisqueError as e:
             # Refused before anything was created: a delivery of it would be a phantom.
             self._add_done(rec, "failed", why=f"{e.code} {e.message}")
