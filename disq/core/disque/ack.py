@@ -16,7 +16,6 @@ from disq.core import events as ev
 from disq.core import ids
 from disq.core.disque.job import ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
 from disq.core.disque.parts import CoreParts
-from disq.core.disque.state import GONE_ACKED, GONE_DELETED
 from disq.core.messages import DelJob, GotAck, SetAck
 
 GC_RETRY_MIN_MS = 1000
@@ -25,8 +24,6 @@ GC_TIME_ERR_MS = 500  # jitter on every GC retry, so holders do not all retry at
 # A holder that learned the ack by SETACK makes its first GC attempt at this backoff step
 # (GC_RETRY_MIN_MS << 2: 4 s +- 0.5 s), after the acker's own retry (2 s +- 0.5 s).
 HOLDER_FIRST_GC_STEP = 2
-TOMBSTONE_MS = 120_000  # refuse late REPLJOBs for jobs acked/deleted this recently
-TOMBSTONE_MAX = 200_000
 
 
 @trait
@@ -126,49 +123,6 @@ class AckMixin(CoreParts):
         self.stats["jobs_acked"] += known
         return known
 
-    def _tombstone(self, job_id: str, now_ms: int) -> None:
-        tombstones = self._tombstones
-        tombstones[job_id] = now_ms + TOMBSTONE_MS
-        tombstones.move_to_end(job_id)
-        if len(tombstones) > TOMBSTONE_MAX:
-            tombstones.popitem(last=False)
-
-    def _mark_gone(self, job_id: str, now_ms: int, acked: bool) -> None:
-        """``job_id`` is gone from the cluster as this node knows: acked here (consumed),
-        or deleted by a DELJOB (acked elsewhere and collected, or never to run: a failed
-        add, a key's losing job). A copy that a holder still requeues (its WILLQUEUE) is
-        told the same: a SETACK for an acked job, a DELJOB for a deleted one (a deleted
-        job told "acked" would keep its idempotency key bound: two jobs for one key).
-        Why: the acker's GC reaches the nodes in its delivered set, and a job that two
-        holders exported at different times (YOURJOBS) has a copy that set may not name; a
-        holder that knew of it took the acker's DELJOB and forgot it. The copy would live
-        until its TTL, requeued at every RETRY (the simulator's stranded jobs)."""
-        gone = self._gone
-        gone[job_id] = (now_ms + TOMBSTONE_MS) * 2 + (1 if acked else 0)
-        gone.move_to_end(job_id)
-        if len(gone) > TOMBSTONE_MAX:
-            gone.popitem(last=False)
-
-    def _gone_how(self, job_id: str, now_ms: int) -> int:
-        """GONE_ACKED, GONE_DELETED, or 0 (not known gone here)."""
-        mark = self._gone.get(job_id)
-        if mark is None:
-            return 0
-        if mark // 2 < now_ms:
-            del self._gone[job_id]
-            return 0
-        return GONE_ACKED if mark % 2 else GONE_DELETED
-
-    def _tombstoned(self, job_id: str, now_ms: int) -> bool:
-        until = self._tombstones.get(job_id)
-        if until is None:
-            return False
-        if until < now_ms:
-            del self._tombstones[job_id]
-            return False
-        return True
-
-    # ------------------------------------------------------------------ messages
     def _on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
         j = self.jobs.get(msg.job_id)
         if j is not None and j.state != ACKED:
@@ -212,7 +166,7 @@ class AckMixin(CoreParts):
     def _on_deljob(self, now_ms: int, sender: str, msg: DelJob) -> None:
         for job_id in msg.job_ids:
             j = self.jobs.get(job_id)
-            self._mark_gone(job_id, now_ms, j is not None and j.state == ACKED)
+            self.gone.mark(job_id, now_ms, j is not None and j.state == ACKED)
             if j is not None:
                 if j.state != ACKED:
                     self._log_del(j.id)
@@ -223,4 +177,4 @@ class AckMixin(CoreParts):
                     self.keys.forget_key(j, now_ms)
                 self._unregister(j, now_ms)
             else:
-                self._tombstone(job_id, now_ms)
+                self.gone.tombstone(job_id, now_ms)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -54,6 +53,7 @@ from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import FederationMixin
 from disq.core.disque.flush import FlushMixin
+from disq.core.disque.gone import GoneJobs
 from disq.core.disque.handoff import Handoffs
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, KeyTable
 from disq.core.disque.introspection import IntrospectionMixin
@@ -139,11 +139,8 @@ class DisqueCore(
         self._awake_acked_rebuild_at = rebuild_bound(0)
         self.blocked = BlockedClients(self)  # blocked.py: waiting ADDJOBs and GETJOBs
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
-        # FIFOs trimmed from their oldest end: OrderedDicts (a dict's next(iter(d)) walks every
-        # deleted slot first: 80% of a node's acks once tombstones were bounded).
         self._only_me_set: frozenset[str] = frozenset()
-        self._tombstones: OrderedDict[str, int] = OrderedDict()  # job id -> until (age order)
-        self._gone: OrderedDict[str, int] = OrderedDict()  # acked or DELJOBed here (ack.py)
+        self.gone = GoneJobs()  # gone.py: tombstones, and how jobs went
         self.keys = KeyTable(self)  # idempotency.py: the keys, their announcements, held adds
         self.votes = KeyVoting(self)  # keyvote.py: this node's part in the key votes
         self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
@@ -337,9 +334,9 @@ class DisqueCore(
             self.beanstalk_dropped.append(j.bid)
             j.bid = 0
         if j.state == ACKED:
-            self._mark_gone(j.id, now_ms, True)
+            self.gone.mark(j.id, now_ms, True)
         self._forget(j)
-        self._tombstone(j.id, now_ms)
+        self.gone.tombstone(j.id, now_ms)
 
     def _broadcast_del(self, j: DJob) -> None:
         for node in j.delivered:

@@ -145,7 +145,7 @@ class FederationMixin(CoreParts):
         for d in msg.jobs:
             j = self.jobs.get(d.id)
             if j is None:
-                if self._tombstoned(d.id, now_ms):
+                if self.gone.tombstoned(d.id, now_ms):
                     continue
                 j = self._job_from_data(d, now_ms, key_done=True)  # queued there: done
                 j.deliver_to(sender)

@@ -63,7 +63,6 @@ class FlushMixin(CoreParts):
         self._awake.clear()
         self._awake_acked.clear()
         self._one_copy.clear()
-        self._tombstones.clear()
-        self._gone.clear()
+        self.gone.clear()
         self.keys.reset()
         self.votes.reset()

@@ -53,6 +53,7 @@ from disq.core.disque.api import (
     Pending,
 )
 from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.gone import GoneJobs
 from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACKED, DELIVERED, WAIT_REPL, DJob
 from disq.core.disque.state import IDEM_TIMER, Key
@@ -95,7 +96,9 @@ class IdemHost(CoreHost, Protocol):
 
     @property
     def votes(self) -> VoteLearner: ...
-    def _tombstone(self, job_id: str, now_ms: int) -> None: ...
+
+    gone: GoneJobs
+
     def add_job(
         self, now_ms: int, token: int, queue: str, body: bytes, opts: AddOptions
     ) -> str | Pending: ...
@@ -486,7 +489,7 @@ class KeyTable:
         tentative is deleted (and its key forgotten: held retries run as new adds)."""
         j = self.host.jobs.get(job_id)
         if j is None:
-            self.host._tombstone(job_id, now_ms)  # a late REPLJOB must not bring it back
+            self.host.gone.tombstone(job_id, now_ms)  # a late REPLJOB must not bring it back
             return
         if j.state == ACKED:
             return  # somebody consumed it: it lives on

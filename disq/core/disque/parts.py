@@ -19,7 +19,6 @@ method a part calls on another is declared here.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import mypyc_attr, trait
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult
     from disq.core.disque.blocked import BlockedClients
     from disq.core.disque.counts import QueueCounts
+    from disq.core.disque.gone import GoneJobs
     from disq.core.disque.handoff import Handoffs
     from disq.core.disque.idempotency import KeyTable
     from disq.core.disque.job import AwakeEntry, DJob
@@ -62,8 +62,7 @@ class CoreParts:
     # Wall clock minus now_ms's (node, monotonic) clock: ctime, and what the AOF keeps as an
     # absolute time, are wall-clock; every deadline in memory is on the node clock.
     wall_offset_ms: int
-    _tombstones: OrderedDict[str, int]
-    _gone: OrderedDict[str, int]
+    gone: GoneJobs  # gone.py: tombstones, how jobs went
     # core.py's job timers: heaps of AwakeEntry, lazy; ASYNC adds without a copy here
     _awake: list[AwakeEntry]
     _awake_acked: list[AwakeEntry]
@@ -138,12 +137,6 @@ class CoreParts:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ ack.py's
-    def _tombstoned(self, job_id: str, now_ms: int) -> bool:
-        raise NotImplementedError
-
-    def _gone_how(self, job_id: str, now_ms: int) -> int:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ aof.py's
     def _log_job(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
@@ -188,7 +181,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_broadcast_del",
         "_delete_from_cluster",
     ),
-    "ack": ("_tombstoned", "_gone_how"),
     "aof": ("_log_job", "_log_del"),
     "replication": ("_replicate", "_job_from_data"),
     "requeue": ("_merge_counters",),

@@ -119,7 +119,7 @@ class ReplicationMixin(CoreParts):
             # A resend, or a drain handing its copy over: the sender may have counted more.
             self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
         else:
-            if self._tombstoned(d.id, now_ms):
+            if self.gone.tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
             j = self._job_from_data(d, now_ms)  # its key is tentative: the add may still fail
             j.queued_at = sender  # the creator queues it once its add is done (dead_peers.py)

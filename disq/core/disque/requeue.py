@@ -90,8 +90,8 @@ class RequeueMixin(CoreParts):
         j = self.jobs.get(msg.job_id)
         if j is None:
             # Acked, or deleted, here: the sender's copy is one the GC did not reach
-            # (ack.py's _mark_gone says how); it is told what happened to the job.
-            how = self._gone_how(msg.job_id, now_ms)
+            # (gone.py's ``mark`` says how); it is told what happened to the job.
+            how = self.gone.how(msg.job_id, now_ms)
             if how == GONE_ACKED:
                 self._send(sender, SetAck(msg.job_id, 0))
             elif how == GONE_DELETED:
