@@ -27,10 +27,11 @@ and the body of the job each tick adds, and the add's options. What keeps it:
   tick that was already late when it became due here gets its grace from then (a cluster
   catching up after an outage does not fire every late tick from every node at once).
 - **Misfires.** A tick more than ``MISFIRE_MS`` overdue (the cluster, or a majority of it, was
-  down at its time) follows the schedule's policy: SKIP drops every such tick and waits for
-  the next one; CATCHUP n fires the last n of them, late, and drops the older ones. Every
-  tick fired here is a TICK_FIRED event (``attempt``: seconds late), a late one also
-  TICK_LATE; dropped ticks are one TICK_SKIPPED event (``attempt``: how many) on the owner.
+  down at its time), or one a forward step of the wall clock jumped over (below), follows the
+  schedule's policy: SKIP drops every such tick and waits for the next one; CATCHUP n fires
+  the last n of them, late, and drops the older ones. Every tick fired here is a TICK_FIRED
+  event (``attempt``: seconds late), a late one also TICK_LATE; dropped ticks are one
+  TICK_SKIPPED event (``attempt``: how many) on the owner.
 - **Ticks never repeat.** The last bound tick of each schedule travels with the syncs and is
   a SCHEDTICK record, and a node never fires a tick at or before it, nor before the
   version of the definition (a schedule added or resumed now does not fire its past). So a
@@ -40,6 +41,37 @@ and the body of the job each tick adds, and the add's options. What keeps it:
   longer than a 1 s period). The last bound tick moves only over contiguous ticks: one bound
   while an earlier one is still in flight waits in the run's ``ahead``, so no node learns a
   tick as done that nobody bound.
+- **Wall clock steps.** Ticks are wall-clock instants, but every deadline here is on the
+  node clock (monotonic, disq/server/clock.py): a schedule reads its own clock, the node clock
+  plus an offset (``_off``), so a step of the wall clock (NTP, ``date -s``, a VM resumed) is
+  one change of that offset, seen at the next look. What a step does:
+
+  - *Forwards* (the schedule's clock moves ahead more than ``STEP_MS`` at once): the ticks it
+    jumped over never came in real time, so they are misfires whatever their lateness, and
+    the policy decides: CATCHUP n fires the newest n (at most n jobs, however far the jump),
+    SKIP none; then the schedule goes on at the new wall time. A step under ``STEP_MS``
+    makes its ticks late, fired late as any (at most ``STEP_MS`` worth). The same for both
+    kinds of spec.
+  - *Backwards*, a cron schedule: its ticks are wall times, and the ones the step repeats
+    already fired; none fires again (the key and the last tick), and the next one fires when
+    the wall clock reaches it. So a cron schedule is quiet for the repeated span, at most the
+    step (Vixie cron's rule for its fixed-time jobs: a job that ran is not run again).
+  - *Backwards*, an ``@every`` schedule: an interval is a pace, and it keeps it. Its clock
+    never falls behind the last tick bound plus the node-clock time since it was bound (the
+    ``_pace`` offset, the highest ``tick - node clock at bind`` seen): the next tick fires one
+    interval after the last, and its name (its Unix second) follows the last one's, ahead of
+    the wall clock by the step. It stays ahead (the pace cannot slow down to let the wall
+    clock catch up without a gap) until a forward step, or a restart after at least that
+    long down (the pace is not on disk, the last tick is), brings the two together again. A
+    definition's version counts as a bound tick, so a schedule added just before the step
+    keeps its pace too.
+
+  The peers see one node's step as nothing but its ticks: every node fires only ticks after
+  the last bound one, and a tick bound by a node whose clock is ahead moves an ``@every``
+  schedule's clock ahead on every node that learns it (the pace offset), so they keep firing
+  at the same pace instead of waiting for their wall clocks. What a wrong clock can still do
+  is name the ticks: the node that fires (the owner, or a non-owner covering for it after
+  ``GRACE_MS``) fires by its own clock, and the cluster's next ticks follow from there.
 
 Pure, as the other cores: ``now_ms`` is the node clock, ``wall_offset_ms`` turns it into the
 wall clock the ticks are in; the node core routes the add replies back here by token.
@@ -78,6 +110,9 @@ from disq.persistence.schedule_records import (
 
 GRACE_MS: Final = 1000  # non-owners fire a tick this long after it, if still unbound
 MISFIRE_MS: Final = 5000  # a tick more overdue than this is a misfire (its policy applies)
+# A schedule's clock that moves ahead more than this at once (between two looks, so real time
+# is not counted) was stepped: the ticks it jumped over are misfires.
+STEP_MS: Final = MISFIRE_MS
 LATE_MS: Final = 2000  # a tick fired more than this after its time counts as late
 FIRE_TIMEOUT_MS: Final = 3000  # a tick's add: NOREPL after this, then fired again
 FIRE_RETRY_MS: Final = 300  # after a failed add
@@ -153,18 +188,24 @@ class _Run:
     spec: Spec
     floor_s: int  # ticks at or before it never fire here (version time, skipped ticks)
     due_ms: int = 0  # node clock: when this schedule next needs a look (0: now)
-    # Ticks whose add is in flight: tick -> (token, when it started). Up to PIPELINE_MAX at
-    # once, so a tick whose vote is slow (lost messages) does not hold the next ones back.
-    inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Ticks whose add is in flight: tick -> (token, when it started, how late it was then, ms).
+    # Up to PIPELINE_MAX at once, so a tick whose vote is slow (lost messages) does not hold
+    # the next ones back.
+    inflight: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     # Ticks bound here past the last contiguous one (an earlier tick still in flight): they
     # join ``Scheduler.last`` once every tick before them is bound.
     ahead: dict[int, str] = field(default_factory=dict)
-    # Tick -> the wall time it first was due here (a non-owner's grace counts from then).
+    # Tick -> the schedule's time it first was due here (a non-owner's grace counts from then).
     seen: dict[int, int] = field(default_factory=dict)
     walk: _MisfireWalk | None = None  # a cron misfire being placed, over several looks
     # Misfires were placed up to this tick: the overdue ticks after the floor and at or
     # before it are the ones CATCHUP keeps, fired without walking them again each time.
     placed_s: int = 0
+    # The schedule's clock minus the node clock at the last look (None: not looked at yet): a
+    # look that finds it more than STEP_MS ahead saw a forward step.
+    off_ms: int | None = None
+    # Ticks at or before it were jumped over by a forward step: misfires, whatever their age.
+    step_s: int = 0
 
 
 @dataclass(slots=True)
@@ -201,6 +242,10 @@ class Scheduler:
         self.table: dict[str, ScheduleDef] = {}
         self.table_bytes = 0  # def_bytes of every definition held: counts towards maxmemory
         self.last: dict[str, tuple[int, str]] = {}  # name -> (last bound tick, its job)
+        # name -> the highest (tick ms - node clock) at which a tick (or the definition's
+        # version) was bound here: an @every schedule's clock never runs behind it, so a wall
+        # clock stepped back does not stop it (the module's "Wall clock steps").
+        self._pace: dict[str, int] = {}
         self.runs: dict[str, _Run] = {}
         self.tokens: dict[int, tuple[str, int]] = {}  # a tick's add -> (schedule, tick)
         self.last_error: dict[str, str] = {}  # name -> why its last add failed here
@@ -222,6 +267,22 @@ class Scheduler:
     # ------------------------------------------------------------------ clocks
     def _wall(self, now_ms: int) -> int:
         return now_ms + self.wall_offset_ms
+
+    def _off(self, name: str, run: _Run) -> int:
+        """The schedule's clock minus the node clock: the wall clock's offset, or for an
+        ``@every`` schedule whose wall clock went back behind its last tick, its pace."""
+        off = self.wall_offset_ms
+        if run.spec.interval_s:
+            pace = self._pace.get(name)
+            if pace is not None and pace > off:
+                return pace
+        return off
+
+    def _pace_to(self, name: str, t_ms: int, now_ms: int) -> None:
+        """A tick (or a version) at ``t_ms`` became bound here at node time ``now_ms``."""
+        cur = self._pace.get(name)
+        if cur is None or t_ms - now_ms > cur:
+            self._pace[name] = t_ms - now_ms
 
     def set_wall_offset(self, ms: int) -> None:
         if ms == self.wall_offset_ms:
@@ -316,6 +377,15 @@ class Scheduler:
             d.version_ms = cur.version_ms + 1  # a later change here is always a newer version
         d.version_node = self.view.my_id
         self._apply(now_ms, d)
+        run = self.runs.get(d.name)
+        if run is not None:
+            off = self._off(d.name, run)
+            if off - self.wall_offset_ms > STEP_MS:
+                # "Not its past" on the schedule's own clock, which an @every schedule's pace
+                # keeps ahead of the wall clock its version is in after a step back. Only
+                # then: a clock a little behind its peers' (their ticks move the pace too)
+                # would skip ticks after the version the others count on.
+                run.floor_s = max(run.floor_s, (now_ms + off) // 1000)
         for peer in self.view.all_peers():
             self.outbox.append((peer, SchedSync(entries=[d])))
         self.stats["syncs_sent"] += len(self.view.all_peers())
@@ -333,7 +403,7 @@ class Scheduler:
         run = self.runs.get(name)
         if d is None or run is None or d.paused:
             return []
-        after = max(self._after(name, run), self._wall(now_ms) // 1000 - 1)
+        after = max(self._after(name, run), (now_ms + self._off(name, run)) // 1000 - 1)
         return run.spec.ticks_between(after, 1 << 40, count)
 
     def owner(self, name: str) -> str:
@@ -354,10 +424,10 @@ class Scheduler:
         self._digest = 0
         if self.persist:
             self.aof_out.append(frame(REC_SCHEDULE, encode_def(d)))
-        self._reset_run(d)
+        self._reset_run(now_ms, d)
         return True
 
-    def _reset_run(self, d: ScheduleDef) -> None:
+    def _reset_run(self, now_ms: int, d: ScheduleDef) -> None:
         old = self.runs.pop(d.name, None)
         # An add in flight keeps its token here: its reply still comes to on_reply, which
         # ignores it (the new run's token differs; the tick's key holds). Dropping it let the
@@ -371,9 +441,13 @@ class Scheduler:
         # A definition fires only ticks after its version: adding, updating or resuming a
         # schedule does not fire its past.
         floor = d.version_ms // 1000
-        if old is not None and old.floor_s > floor:
-            floor = old.floor_s
+        # The version is a bound tick to the pace (above): an @every schedule added or
+        # resumed just before the wall clock steps back fires on.
+        self._pace_to(d.name, d.version_ms, now_ms)
         run = _Run(spec, floor)
+        if old is not None:
+            run.floor_s = max(floor, old.floor_s)
+            run.off_ms = old.off_ms
         self.runs[d.name] = run
         heapq.heappush(self._heap, (0, d.name))
 
@@ -393,6 +467,7 @@ class Scheduler:
         if cur is not None and cur[0] >= tick_s:
             return False
         self.last[name] = (tick_s, job_id)
+        self._pace_to(name, tick_s * 1000, now_ms)
         self.last_error.pop(name, None)
         if self.persist:
             self.aof_out.append(frame(REC_SCHEDTICK, encode_tick(name, tick_s, job_id)))
@@ -550,7 +625,7 @@ class Scheduler:
         if d is None or d.deleted or d.paused:
             return -1
         wake = -1
-        for waiting, (_token, started) in list(run.inflight.items()):
+        for waiting, (_token, started, _late) in list(run.inflight.items()):
             if now_ms - started > FIRE_TIMEOUT_MS + FIRE_RETRY_MS:
                 # No answer past the add's own timeout (a keyed add's vote can outlast it):
                 # fire the tick again. The token stays ours, so a late answer still comes to
@@ -559,7 +634,12 @@ class Scheduler:
                 del run.inflight[waiting]
             else:
                 wake = _earlier(wake, started + FIRE_TIMEOUT_MS + FIRE_RETRY_MS + 1)
-        wall = self._wall(now_ms)
+        off = self._off(name, run)
+        if run.off_ms is not None and off - run.off_ms > STEP_MS:
+            # The schedule's clock stepped forward: what it jumped over never came.
+            run.step_s = (now_ms + off) // 1000
+        run.off_ms = off
+        wall = now_ms + off  # the schedule's clock: ticks, grace and misfires are on it
         spec = run.spec
         after = self._after(name, run)
         t = after
@@ -581,15 +661,15 @@ class Scheduler:
             # simulator, invariant 10). On time, this is the tick's time plus GRACE_MS.
             fire_at = tick * 1000 if mine else max(tick * 1000, seen) + GRACE_MS
             if wall < fire_at:
-                return _earlier(wake, fire_at - self.wall_offset_ms)
+                return _earlier(wake, fire_at - off)
             key = tick_key(name, tick)
             bound = self.disque.keys.decided_key(d.queue, key, now_ms)
             if bound:
                 self._bound_here(now_ms, name, tick, bound)
                 self.stats["ticks_bound_elsewhere"] += 1
                 continue
-            if wall - tick * 1000 > MISFIRE_MS and tick > run.placed_s:
-                moved = self._misfire(now_ms, name, d, run, after)
+            if (wall - tick * 1000 > MISFIRE_MS or tick <= run.step_s) and tick > run.placed_s:
+                moved = self._misfire(now_ms, wall, name, d, run, after)
                 if moved < 0:
                     return now_ms + 1  # the walk goes on at the next look, after the loop's IO
                 if moved:
@@ -597,7 +677,7 @@ class Scheduler:
                     continue
             if len(run.inflight) >= PIPELINE_MAX:
                 return wake  # an answer brings us back (or the oldest add's timeout)
-            if not self._fire(now_ms, name, d, run, tick):
+            if not self._fire(now_ms, wall, name, d, run, tick):
                 return _earlier(wake, now_ms + FIRE_RETRY_MS)  # refused: again soon
             fired += 1
             if tick not in run.inflight:
@@ -610,12 +690,15 @@ class Scheduler:
             return now_ms + 1  # more to step over: the next look, after the loop's IO
         return wake
 
-    def _misfire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, after: int) -> int:
-        """Ticks after ``after`` more than MISFIRE_MS overdue: apply the policy. 1: the floor
-        moved (some were skipped); 0: nothing to skip; -1: still walking a cron schedule's
-        missed ticks (MISFIRE_WALK_TICKS per look), look again."""
+    def _misfire(
+        self, now_ms: int, wall: int, name: str, d: ScheduleDef, run: _Run, after: int
+    ) -> int:
+        """Ticks after ``after`` more than MISFIRE_MS overdue at the schedule's time ``wall``,
+        or jumped over by a forward step: apply the policy. 1: the floor moved (some were
+        skipped); 0: nothing to skip; -1: still walking a cron schedule's missed ticks
+        (MISFIRE_WALK_TICKS per look), look again."""
         spec = run.spec
-        edge_s = (self._wall(now_ms) - MISFIRE_MS - 1) // 1000
+        edge_s = max((wall - MISFIRE_MS - 1) // 1000, run.step_s)
         keep = d.catchup if d.misfire == MISFIRE_CATCHUP else 0
         if spec.interval_s:
             # Arithmetic: the last missed tick, the newest skipped and the count in O(1).
@@ -648,18 +731,25 @@ class Scheduler:
                 return 0
             skip_to = newest[0]
             count = walk.total - keep
+        # Ticks whose add is in flight, or bound past an earlier one, were fired, not
+        # skipped: they are stepped over with the skipped ones but not counted with them.
+        count -= sum(1 for t in (*run.inflight, *run.ahead) if after < t <= skip_to)
         run.floor_s = skip_to
         for old in [t for t in run.ahead if t <= skip_to]:
             del run.ahead[old]
         for old in [t for t in run.seen if t <= skip_to]:
             del run.seen[old]
-        if self.owner(name) == self.view.my_id:
+        if count > 0 and self.owner(name) == self.view.my_id:
             self.stats["ticks_skipped"] += count
             self.events.add(ev.TICK_SKIPPED, now_ms, d.queue, tick_key(name, skip_to), count, 0)
         return 1
 
-    def _fire(self, now_ms: int, name: str, d: ScheduleDef, run: _Run, tick: int) -> bool:
-        """Add the tick's job. False: refused now (tried again after FIRE_RETRY_MS)."""
+    def _fire(
+        self, now_ms: int, wall: int, name: str, d: ScheduleDef, run: _Run, tick: int
+    ) -> bool:
+        """Add the tick's job (``wall``: the schedule's time now). False: refused now (tried
+        again after FIRE_RETRY_MS)."""
+        late_ms = max(0, wall - tick * 1000)
         token = self.new_token()
         try:
             opts = AddOptions(
@@ -676,9 +766,9 @@ class Scheduler:
             self.last_error[name] = str(exc)
             return False
         if isinstance(res, str):
-            self._fired(now_ms, name, tick, res, now_ms)
+            self._fired(now_ms, name, tick, res, late_ms)
             return True
-        run.inflight[tick] = (token, now_ms)
+        run.inflight[tick] = (token, now_ms, late_ms)
         self.tokens[token] = (name, tick)
         return True
 
@@ -689,15 +779,16 @@ class Scheduler:
             return
         name, tick = entry
         run = self.runs.get(name)
-        started = now_ms
+        late_ms = max(0, self._wall(now_ms) - tick * 1000)
         if run is not None:
+            late_ms = max(0, now_ms + self._off(name, run) - tick * 1000)
             mine = run.inflight.get(tick)
             if mine is not None and mine[0] == token:
-                started = mine[1]
+                late_ms = mine[2]
                 del run.inflight[tick]
         if isinstance(result, str):
             # Bound, even if the definition changed meanwhile (a replaced run): a job exists.
-            self._fired(now_ms, name, tick, result, started)
+            self._fired(now_ms, name, tick, result, late_ms)
             return
         self.stats["fire_errors"] += 1
         self.last_error[name] = str(result)
@@ -705,7 +796,9 @@ class Scheduler:
             run.due_ms = now_ms + FIRE_RETRY_MS
             heapq.heappush(self._heap, (run.due_ms, name))
 
-    def _fired(self, now_ms: int, name: str, tick: int, job_id: str, started_ms: int) -> None:
+    def _fired(self, now_ms: int, name: str, tick: int, job_id: str, late_ms: int) -> None:
+        """Tick ``tick`` is bound to ``job_id``, the answer to an add of this node's that
+        started ``late_ms`` after the tick's time (the schedule's clock)."""
         mine = ids.node_prefix(job_id) == self.view.my_id[:8]
         self._bound_here(now_ms, name, tick, job_id)
         run = self.runs.get(name)
@@ -717,7 +810,6 @@ class Scheduler:
             return
         d = self.table.get(name)
         queue = d.queue if d is not None else ""
-        late_ms = max(0, self._wall(started_ms) - tick * 1000)
         self.stats["ticks_fired"] += 1
         self.events.add(ev.TICK_FIRED, now_ms, queue, job_id, late_ms // 1000, tick)
         if late_ms > LATE_MS:
@@ -735,6 +827,7 @@ class Scheduler:
         for n in gone:
             del self.table[n]
             self.last.pop(n, None)
+            self._pace.pop(n, None)
         if gone:
             self._digest = 0
 
