@@ -154,8 +154,8 @@ class ClusterCores:
                 best = when
         return best
 
-    def set_wall_offset(self, ms: int) -> None:
-        self.disque.wall_offset_ms = ms
+    def set_wall_offset(self, ms: int, now_ms: int) -> None:
+        self.disque.set_wall_offset(ms, now_ms)
         self.scheduler.set_wall_offset(ms)
         self.routes.wall_offset_ms = ms
 

@@ -248,12 +248,12 @@ class NodeCore:
                 best = when
         return best
 
-    def set_wall_offset(self, ms: int) -> None:
-        """The wall clock is ``ms`` from the node clock ``now_ms`` reads (the node follows
+    def set_wall_offset(self, ms: int, now_ms: int) -> None:
+        """The wall clock is ``ms`` from the node clock from ``now_ms`` on (the node follows
         it, disq/server/clock.py; a test steps it): the cores write absolute times with it."""
         self.beanstalk.wall_offset_ms = ms
         if self.cluster_cores is not None:
-            self.cluster_cores.set_wall_offset(ms)
+            self.cluster_cores.set_wall_offset(ms, now_ms)
 
     def cancel(self, token: int) -> None:
         """The client waiting on ``token`` went away."""

@@ -164,7 +164,7 @@ class NodeRuntime:
             if abs(off - self._wall_offset_ms) > 1:  # not NTP's slew: a step
                 self.log.warning("wall_clock_stepped", by_ms=off - self._wall_offset_ms)
             self._wall_offset_ms = off
-            self.core.set_wall_offset(off)
+            self.core.set_wall_offset(off, self.now_ms())
 
     # ------------------------------------------------------------------ inputs
     def after_commands(self, conn: Flushable | None, now_ms: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.beanstalk.model import DELAYED, READY, RESERVED
-from disq.core.disque.api import AddOptions
+from disq.core.disque.api import AddOptions, DisqueError
 from disq.core.messages import JobData, ReplJob
 from disq.core.node_core import NodeCore
 from disq.persistence import records
@@ -75,7 +75,7 @@ def test_beanstalk_deadlines_do_not_move_when_the_wall_clock_steps(step: int) ->
     other = e.open_session()
     assert e.reserve(other, 4000, T0) is None  # reserve-with-timeout 4 s
     before = (e.jobs[delayed].deadline_ms, e.jobs[ttr].deadline_ms, e.next_deadline_ms())
-    node.set_wall_offset(step)
+    node.set_wall_offset(step, T0)
     assert (e.jobs[delayed].deadline_ms, e.jobs[ttr].deadline_ms, e.next_deadline_ms()) == before
     # Each fires at its node-clock time, once passed, whatever the wall clock says.
     e.tick(T0 + 2000)
@@ -101,7 +101,7 @@ def test_beanstalk_pause_and_reserve_timeout_do_not_move_when_the_wall_clock_ste
     e.pause_tube("default", 1000, T0)
     waiter = e.open_session()
     assert e.reserve(waiter, 500, T0) is None
-    node.set_wall_offset(step)
+    node.set_wall_offset(step, T0)
     e.tick(T0 + 500)
     assert e.wakeups == []
     e.tick(T0 + 501)
@@ -125,7 +125,7 @@ def test_beanstalk_aof_keeps_wall_clock_times_and_replay_brings_them_back(step: 
     e = BeanstalkCore(persist=True)
     node = NodeCore(e)
     s = e.open_session()
-    node.set_wall_offset(step)  # the wall clock was stepped before these commands
+    node.set_wall_offset(step, T0)  # the wall clock was stepped before these commands
     job_id = e.put(s, 0, 5000, 60_000, b"x", T0)
     [(rtype, payload)] = _beanstalk_records(e)
     f = records.PUT_STRUCT.unpack_from(payload, 0)
@@ -184,7 +184,7 @@ def test_disque_deadlines_do_not_move_and_ctime_and_aof_stay_wall_clock(step: in
     assert j0.etime_ms == T0 + 60_000 and j0.qtime_ms == T0 + 2000
 
     for node in mesh.nodes:
-        node.set_wall_offset(step)
+        node.set_wall_offset(step, T0)
     assert [(j.etime_ms, j.qtime_ms, j.awake_ms) for j in (j0, j1)] == deadlines
     # What is written now is wall-clock: the job's absolute expiry in its LOADJOB record.
     [(kind, data)] = to_core_records(list(iter_frames(b"".join(d0.snapshot_records(T0)))))
@@ -220,7 +220,7 @@ def test_disque_deadlines_do_not_move_and_ctime_and_aof_stay_wall_clock(step: in
 def test_disque_replay_takes_the_aof_wall_times_back_to_the_node_clock(step: int) -> None:
     mesh = Mesh(1, now_ms=T0)
     d0 = mesh.disque(0)
-    mesh.nodes[0].set_wall_offset(step)
+    mesh.nodes[0].set_wall_offset(step, T0)
     job_id = d0.add_job(T0, 1, "q", b"x", AddOptions(timeout_ms=0, repl=1, delay_s=30, ttl_s=100))
     assert isinstance(job_id, str)
     mesh.pump()
@@ -236,6 +236,29 @@ def test_disque_replay_takes_the_aof_wall_times_back_to_the_node_clock(step: int
     assert j.etime_ms == T0 + step + 100_000  # 90 s left, as on the wall clock
     # Still in its DELAY (20 s left on the wall clock): its first queueing is to come.
     assert j.qtime_ms > T0 + step + 10_000
+
+
+@STEPS
+def test_working_judges_half_the_ttl_on_the_node_clock_across_a_step(step: int) -> None:
+    """WORKING refuses once half a job's TTL has passed (Disque's TOOLATE): time that passed,
+    not what the wall clock says, so a step neither refuses a young job nor lets an old one
+    be postponed past its half."""
+    mesh = Mesh(1, now_ms=T0)
+    d0 = mesh.disque(0)
+    young = d0.add_job(T0, 1, "q", b"y", AddOptions(timeout_ms=0, repl=1, ttl_s=600))
+    old = d0.add_job(T0, 2, "q", b"o", AddOptions(timeout_ms=0, repl=1, ttl_s=100))
+    assert isinstance(young, str) and isinstance(old, str)
+    mesh.nodes[0].set_wall_offset(step, T0 + 1000)
+    assert d0.working(T0 + 2000, young) > 0  # 2 s of 600
+    assert d0.working(T0 + 2000, old) > 0  # 2 s of 100
+    with pytest.raises(DisqueError) as e:
+        d0.working(T0 + 51_000, old)  # 51 s of 100
+    assert e.value.code == "TOOLATE"
+    assert d0.working(T0 + 51_000, young) > 0
+    # A job added after the step is judged from its own (stepped) ctime.
+    later = d0.add_job(T0 + 52_000, 3, "q", b"l", AddOptions(timeout_ms=0, repl=1, ttl_s=100))
+    assert isinstance(later, str)
+    assert d0.working(T0 + 53_000, later) > 0
 
 
 # ------------------------------------------------------------------ the runtime

@@ -58,7 +58,7 @@ def _step(mesh: Mesh, ms: int, nodes: tuple[int, ...] = (0,)) -> None:
     for i in nodes:
         node = mesh.nodes[i]
         off = _sched(mesh, i).wall_offset_ms
-        node.set_wall_offset(off + ms)
+        node.set_wall_offset(off + ms, mesh.now)
 
 
 def _one_node(spec: str, **kw: int) -> Mesh:

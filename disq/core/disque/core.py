@@ -149,6 +149,7 @@ class DisqueCore(
         # Wall minus node clock (disq/server/clock.py), kept current by the node: ctime and the
         # AOF's absolute expiry are wall-clock (as Disque's); every other deadline node-clock.
         self.wall_offset_ms = 0
+        self._wall_steps: list[tuple[int, int]] = []  # (node ms of a step, offset before it)
         self._next_cron_ms = now_ms + CRON_IDLE_MS
         self.memory = MemoryLevels()  # memory.py: the warning level, maxmemory, used bytes
         self.counts = QueueCounts()  # counts.py
@@ -641,6 +642,27 @@ class DisqueCore(
             self._need_jobs(q, now_ms, reached_zero=False, new_wait=new_wait)
         return PENDING
 
+    def set_wall_offset(self, ms: int, now_ms: int) -> None:
+        """The wall clock reads ``ms`` more than the node clock from ``now_ms`` on (the node
+        follows it, disq/server/clock.py). A step (over a second) is remembered, so that a
+        wall time taken before it (a job's ctime) maps back to the node clock it was taken on
+        (``node_ms_of``); the last 16 steps are kept."""
+        if abs(ms - self.wall_offset_ms) > 1000:
+            self._wall_steps.append((now_ms, self.wall_offset_ms))
+            del self._wall_steps[:-16]
+        self.wall_offset_ms = ms
+
+    def node_ms_of(self, wall_ms: int, now_ms: int) -> int:
+        """The node-clock time at which this node's wall clock read ``wall_ms``, taken no
+        later than ``now_ms``: the latest offset that puts it after its step and not in the
+        future. (After a step back, a wall time read twice maps to the later reading.)"""
+        n = wall_ms - self.wall_offset_ms
+        for at_ms, before in reversed(self._wall_steps):
+            if at_ms <= n <= now_ms:
+                break
+            n = wall_ms - before
+        return n
+
     def cancel(self, token: int) -> None:
         """The client of ``token`` went away: its blocked command is dropped."""
         if self.keys.cancel(token):  # a keyed add held (idempotency.py)
@@ -660,7 +682,7 @@ class DisqueCore(
         j = self.jobs.get(job_id)
         if j is None:
             raise DisqueError("NOJOB", "Job not known in the context of this node.")
-        created_ms = j.ctime // 1_000_000 - self.wall_offset_ms  # on the node clock
+        created_ms = self.node_ms_of(j.ctime // 1_000_000, now_ms)
         ttl_ms = j.etime_ms - created_ms
         if ttl_ms > 0 and now_ms - created_ms > ttl_ms // 2:
             raise DisqueError(
