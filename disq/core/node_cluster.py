@@ -176,18 +176,18 @@ class ClusterCores:
                     if link is None:
                         continue
                     if kind == EV_DELETE:
-                        disque.beanstalk_deleted(now_ms, link.disque_id)
+                        disque.bridge.deleted(now_ms, link.disque_id)
                     else:
                         bstate = BSTATE_BURIED if job.state == BURIED else BSTATE_READY
-                        disque.beanstalk_update(now_ms, link.disque_id, bstate, job.pri)
-            if disque.beanstalk_dropped:
+                        disque.bridge.update(now_ms, link.disque_id, bstate, job.pri)
+            if disque.bridge.dropped:
                 moved = True
-                dropped, disque.beanstalk_dropped = disque.beanstalk_dropped, []
+                dropped, disque.bridge.dropped = disque.bridge.dropped, []
                 for bid in dropped:
                     beanstalk.drop(bid)
-            if disque.takeovers:
+            if disque.bridge.takeovers:
                 moved = True
-                takeovers, disque.takeovers = disque.takeovers, []
+                takeovers, disque.bridge.takeovers = disque.bridge.takeovers, []
                 for j in takeovers:
                     job = beanstalk.adopt(
                         j.queue,
@@ -198,14 +198,14 @@ class ClusterCores:
                         now_ms,
                     )
                     job.replica = ReplicaLink(j.id, j.repl)
-                    disque.adopted(now_ms, j, job.id)
-            if disque.relinks:
+                    disque.bridge.adopted(now_ms, j, job.id)
+            if disque.bridge.relinks:
                 moved = True
-                relinks, disque.relinks = disque.relinks, []
+                relinks, disque.bridge.relinks = disque.bridge.relinks, []
                 for j in relinks:
                     live = beanstalk.jobs.get(j.bid)
                     if live is None:
-                        disque.beanstalk_deleted(now_ms, j.id)  # deleted before the crash
+                        disque.bridge.deleted(now_ms, j.id)  # deleted before the crash
                     else:
                         live.replica = ReplicaLink(j.id, j.repl)
             if not moved:
@@ -226,9 +226,9 @@ class ClusterCores:
             or d.replies
             or d.aof_out
             or len(d.events)
-            or d.takeovers
-            or d.beanstalk_dropped
-            or d.relinks
+            or d.bridge.takeovers
+            or d.bridge.dropped
+            or d.bridge.relinks
         ):
             return True
         if self.scheduler.has_output() or self.routes.has_output():

@@ -13,8 +13,8 @@ What lives here and nowhere else:
 - **The beanstalk bridge.** A beanstalk put with ``beanstalk_replicate`` > 1 gets a Disque
   record replicated like a sync ADDJOB (:meth:`beanstalk_put`); INSERTED waits for the copies.
   The beanstalk core's ``cluster_events`` (bury, kick, release with a priority, delete) become
-  BeanstalkUpdate/DELJOB through the Disque core; the Disque core's ``takeovers``,
-  ``beanstalk_dropped`` and ``relinks`` become beanstalk jobs adopted, dropped or relinked.
+  BeanstalkUpdate/DELJOB through the Disque core; its bridge's ``takeovers``,
+  ``dropped`` and ``relinks`` become beanstalk jobs adopted, dropped or relinked.
   One call can cause the other (a takeover adopts a job that wakes a reserve...), so
   :meth:`ready` settles both ways until nothing moves: no re-entrant pumps.
 - **Reply routing by token.** One token counter for every door (RESP, gRPC, beanstalk), so
@@ -283,7 +283,7 @@ class NodeCore:
         job = beanstalk.jobs[job_id]
         token = self.new_token()
         try:
-            did, pending = disque.add_beanstalk(
+            did, pending = disque.bridge.add(
                 now_ms,
                 token,
                 job.tube.name,
@@ -408,7 +408,7 @@ class NodeCore:
                 continue
             session, job_id = bput
             # The Disque core answers a job id when the copies exist, a NOREPL error
-            # otherwise (the job is dropped through beanstalk_dropped).
+            # otherwise (the job is dropped through the bridge's ``dropped``).
             wakeups.append((session, job_id if isinstance(result, str) else "INTERNAL_ERROR"))
 
     # ------------------------------------------------------------------ persistence

@@ -321,7 +321,7 @@ def test_memory_level_two_evicts_acked_jobs_only() -> None:
 def test_beanstalk_put_replicated_owner_answers_willqueue_no_takeover() -> None:
     c = Cluster(3)
     owner = c.core(0)
-    did, pending = owner.add_beanstalk(
+    did, pending = owner.bridge.add(
         c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=2, timeout_ms=1000, bid=7
     )
     assert pending
@@ -331,7 +331,7 @@ def test_beanstalk_put_replicated_owner_answers_willqueue_no_takeover() -> None:
     assert len(holders) == 1
     # The owner is alive: its answers to WILLQUEUE keep the holder from taking over.
     c.advance(30_000, step=50)
-    assert all(not c.core(i).takeovers for i in range(3))
+    assert all(not c.core(i).bridge.takeovers for i in range(3))
     assert c.core(holders[0]).qlen("tube") == 0  # never in a Disque queue
 
 
@@ -345,11 +345,11 @@ def test_beanstalk_takeover_keeps_buried_state_and_delete_reaches_holders() -> N
     c = Cluster(3)
     owner = c.core(0)
     bid = _beanstalk_job(c, 0, b"bjob")
-    did, _ = owner.add_beanstalk(
+    did, _ = owner.bridge.add(
         c.now, 5, "tube", b"bjob", priority=10, ttr_s=1, delay_s=0, repl=3, timeout_ms=1000, bid=bid
     )
     c.pump()
-    owner.beanstalk_update(c.now, did, 3, 99)  # buried with a new priority
+    owner.bridge.update(c.now, did, 3, 99)  # buried with a new priority
     c.pump()
     assert all(c.core(i).jobs[did].bstate == 3 for i in (1, 2))
     c.cut = {c.ids[0]}  # the owner is lost
@@ -367,7 +367,7 @@ def test_beanstalk_takeover_keeps_buried_state_and_delete_reaches_holders() -> N
     assert c.core(new_owner).jobs[did].bid == job.id  # adopted: the record links to it
     c.cut = set()
     # The new owner deletes it: every copy goes, the old owner's beanstalk job is dropped.
-    c.core(new_owner).beanstalk_deleted(c.now, did)
+    c.core(new_owner).bridge.deleted(c.now, did)
     c.pump()
     assert all(did not in c.core(i).jobs for i in range(3))
     assert bid not in c.beanstalk(0).jobs
@@ -378,7 +378,7 @@ def test_beanstalk_put_times_out_without_copies_and_drops_the_engine_job() -> No
     c.cut = {c.ids[1], c.ids[2]}
     owner = c.core(0)
     bid = _beanstalk_job(c, 0, b"x")
-    did, pending = owner.add_beanstalk(
+    did, pending = owner.bridge.add(
         c.now, 5, "tube", b"x", priority=1, ttr_s=1, delay_s=0, repl=2, timeout_ms=300, bid=bid
     )
     assert pending

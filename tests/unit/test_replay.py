@@ -344,7 +344,7 @@ def test_every_field_of_a_loadjob_record_comes_back() -> None:
     assert (j.bstate, j.bid, j.idem_key, j.etime_ms) == (3, 2**40 + 9, "k\u00e9y", now + 3_600_000)
     assert j.delivered == {me, other}
     assert j.flags & BEANSTALK_ORIGIN and j.flags & BEANSTALK_OWNED
-    assert not j.flags & BCAST_WILLQUEUE and j.qtime_ms == 0 and d.relinks == [j]
+    assert not j.flags & BCAST_WILLQUEUE and j.qtime_ms == 0 and d.bridge.relinks == [j]
     k = d.jobs[plain.id]
     assert (k.queue, k.body, k.repl, k.delay_s, k.retry_s) == ("q", b"", 2, 600, 300)
     assert k.delivered == {me, other} and k.bid == 0 and not k.flags & BEANSTALK_ORIGIN

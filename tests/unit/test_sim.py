@@ -734,7 +734,7 @@ class _DropsTakeovers(NodeCore):
 
     def _settle(self, now_ms: int) -> None:
         if self.disque is not None:
-            self.disque.takeovers.clear()
+            self.disque.bridge.takeovers.clear()
         super()._settle(now_ms)
 
 

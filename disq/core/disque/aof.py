@@ -155,7 +155,7 @@ class AofMixin(CoreParts):
                 # This node owned it: the engine's AOF has the live job under that id.
                 flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
                 j.qtime_ms = 0
-                self.relinks.append(j)
+                self.bridge.relinks.append(j)
             j.flags = flags
             if j.ctime > prev_ctime and j.id[2:10] == mine:  # ids.node_prefix
                 prev_ctime = j.ctime

@@ -8,20 +8,23 @@ every max(TTR, BEANSTALK_MIN_RETRY_S); when it stops answering one of them takes
 into its own engine. The owner tells the holders of buries, kicks and priority changes
 (BEANSTALK_UPDATE) and of the deletion (DELJOB).
 
-The node drains three outboxes of the core for its engine:
+A component of the core (``core.bridge``). The node drains its three outboxes for its
+engine:
 
 - ``takeovers``: jobs this node takes over from a lost owner: put them in the engine, then
   call ``adopted``;
-- ``beanstalk_dropped``: engine ids whose cluster record is gone: drop them from the engine;
+- ``dropped``: engine ids whose cluster record is gone: drop them from the engine;
 - ``relinks``: owned records restored from the AOF: link them to their engine jobs.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
 from disq.core import ids
 from disq.core.disque.api import NOREPL_NODES, DisqueError
+from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import (
     ACTIVE,
     BCAST_WILLQUEUE,
@@ -29,7 +32,6 @@ from disq.core.disque.job import (
     BEANSTALK_OWNED,
     DJob,
 )
-from disq.core.disque.parts import CoreParts
 from disq.core.messages import BeanstalkUpdate, Queued
 
 # Beanstalk jobs have no TTL; their cluster records live "forever" (fits the u32 wire field).
@@ -39,12 +41,28 @@ BEANSTALK_TTL_S = 100 * 365 * 86400
 BEANSTALK_MIN_RETRY_S = 5
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class BeanstalkBridgeMixin(CoreParts):
-    """The beanstalk side of DisqueCore."""
+class BridgeHost(CoreHost, Protocol):
+    """What the bridge needs of the core beyond its job table."""
 
-    def add_beanstalk(
+    blocked: BlockedClients
+
+    def _new_ctime(self, now_ms: int) -> int: ...
+    def _register(self, j: DJob, awake: bool = True) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
+    def _postpone(self, j: DJob, now_ms: int) -> None: ...
+
+
+class BeanstalkBridge:
+    """The beanstalk side of the core (``core.bridge``), with its three outboxes."""
+
+    def __init__(self, host: BridgeHost) -> None:
+        self.host = host
+        self.takeovers: list[DJob] = []  # taken over from a lost owner: into the engine
+        self.dropped: list[int] = []  # engine ids whose record is gone: out of the engine
+        self.relinks: list[DJob] = []  # owned records restored from the AOF: link them
+
+    def add(
         self,
         now_ms: int,
         token: int,
@@ -63,44 +81,44 @@ class BeanstalkBridgeMixin(CoreParts):
         in ``replies`` under ``token``. On NOREPL the engine job is dropped (see
         ``beanstalk_dropped``): the client was never told INSERTED."""
         additional = repl - 1
-        if additional > len(self.view.reachable_peers()):
+        if additional > len(self.host.view.reachable_peers()):
             raise DisqueError("NOREPL", NOREPL_NODES)
-        ctime = self._new_ctime(now_ms)
+        ctime = self.host._new_ctime(now_ms)
         retry = max(ttr_s, BEANSTALK_MIN_RETRY_S)
-        job_id = ids.make_job_id(self.my_id, self.rng, BEANSTALK_TTL_S, retry)
+        job_id = ids.make_job_id(self.host.my_id, self.host.rng, BEANSTALK_TTL_S, retry)
         j = DJob(job_id, tube, body, repl, ctime, delay_s, retry, now_ms + BEANSTALK_TTL_S * 1000)
         j.flags |= BEANSTALK_ORIGIN | BEANSTALK_OWNED
         j.priority = priority
         j.bid = bid
-        j.deliver_to(self.my_id)
-        self._register(j)
+        j.deliver_to(self.host.my_id)
+        self.host._register(j)
         if additional <= 0:
             j.state = ACTIVE
-            self._log_job(j, now_ms)
+            self.host._log_job(j, now_ms)
             return job_id, False
-        j.confirmed = {self.my_id}
-        self.blocked.wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
-        self._replicate(j, additional, now_ms)
+        j.confirmed = {self.host.my_id}
+        self.host.blocked.wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
+        self.host._replicate(j, additional, now_ms)
         return job_id, True
 
-    def beanstalk_update(self, now_ms: int, job_id: str, bstate: int, priority: int) -> None:
+    def update(self, now_ms: int, job_id: str, bstate: int, priority: int) -> None:
         """The owner's engine buried, kicked or re-prioritised the job: tell the holders."""
-        j = self.jobs.get(job_id)
+        j = self.host.jobs.get(job_id)
         if j is None or not j.flags & BEANSTALK_OWNED:
             return
         j.bstate, j.priority = bstate, priority
         for node in j.delivered:
-            self._send(node, BeanstalkUpdate(j.id, bstate, priority))
+            self.host._send(node, BeanstalkUpdate(j.id, bstate, priority))
 
-    def beanstalk_deleted(self, now_ms: int, job_id: str) -> None:
+    def deleted(self, now_ms: int, job_id: str) -> None:
         """The owner's engine deleted the job: every copy goes (DELJOB, as FASTACK)."""
-        j = self.jobs.get(job_id)
+        j = self.host.jobs.get(job_id)
         if j is None or not j.flags & BEANSTALK_OWNED:
             return
         j.bid = 0  # the engine job is gone already
-        self._delete_from_cluster(j, now_ms)
+        self.host._delete_from_cluster(j, now_ms)
 
-    def _take_over(self, j: DJob) -> None:
+    def take_over(self, j: DJob) -> None:
         """The owner did not answer WILLQUEUE: this holder becomes the owner. QUEUED tells
         the other holders, who postpone (two takeovers at once mean a duplicate, which
         at-least-once allows)."""
@@ -108,20 +126,20 @@ class BeanstalkBridgeMixin(CoreParts):
         j.qtime_ms = 0
         self.takeovers.append(j)
         for node in j.delivered:
-            self._send(node, Queued(j.id))
+            self.host._send(node, Queued(j.id))
 
     def adopted(self, now_ms: int, j: DJob, bid: int) -> None:
         """The engine took over ``j`` as ``bid``."""
         j.bid = bid
-        if self.jobs.get(j.id) is j:
-            self._log_job(j, now_ms)
+        if self.host.jobs.get(j.id) is j:
+            self.host._log_job(j, now_ms)
 
     # ------------------------------------------------------------------ messages
-    def _on_beanstalk_update(self, now_ms: int, sender: str, msg: BeanstalkUpdate) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_update(self, now_ms: int, sender: str, msg: BeanstalkUpdate) -> None:
+        j = self.host.jobs.get(msg.job_id)
         if j is None or j.flags & BEANSTALK_OWNED:
             return
         j.bstate = msg.bstate
         j.priority = msg.priority
-        self._log_job(j, now_ms)  # a restarted holder must restore it as the owner left it
-        self._postpone(j, now_ms)
+        self.host._log_job(j, now_ms)  # a restarted holder must restore it as the owner left it
+        self.host._postpone(j, now_ms)

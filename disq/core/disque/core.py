@@ -10,7 +10,7 @@ nothing here does IO (design.md section 1). Work for the IO layer accumulates in
 - ``aof_out``: framed AOF records (bytes), as the beanstalk core writes them: LOADJOB (the
   whole job, absolute expiry) and DELJOB (id). One convention for both cores, so the node
   core hands the IO layer one list to write (aof.py).
-- ``takeovers``, ``beanstalk_dropped``, ``relinks``: the beanstalk bridge's (bridge.py).
+- ``bridge.takeovers``, ``bridge.dropped``, ``bridge.relinks``: the beanstalk bridge's.
 
 ``next_deadline_ms()`` says when ``tick(now_ms)`` must run next. Jobs sit in one heap ordered by
 the next time anything must happen to them (Disque's ``awakeme`` skiplist), with lazy deletion.
@@ -48,7 +48,7 @@ from disq.core.disque.api import (
     Pending,
 )
 from disq.core.disque.blocked import BlockedClients
-from disq.core.disque.bridge import BeanstalkBridgeMixin
+from disq.core.disque.bridge import BeanstalkBridge
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import FederationMixin
@@ -117,7 +117,6 @@ class DisqueCore(
     FederationMixin,
     IntrospectionMixin,
     AckMixin,
-    BeanstalkBridgeMixin,
     ReplicationMixin,
     RequeueMixin,
     AofMixin,
@@ -158,9 +157,7 @@ class DisqueCore(
         self.max_queues = MAX_QUEUES
         self.handoff = Handoffs(self)  # handoff.py: a drain's jobs in flight
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
-        self.takeovers: list[DJob] = []
-        self.beanstalk_dropped: list[int] = []
-        self.relinks: list[DJob] = []
+        self.bridge = BeanstalkBridge(self)
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -332,7 +329,7 @@ class DisqueCore(
             j.state = ACTIVE
             self._broadcast_del(j)
         if j.flags & BEANSTALK_OWNED and j.bid:
-            self.beanstalk_dropped.append(j.bid)
+            self.bridge.dropped.append(j.bid)
             j.bid = 0
         if j.state == ACKED:
             self.gone.mark(j.id, now_ms, True)
@@ -818,7 +815,7 @@ class DisqueCore(
             q = self.queues.get(j.queue)
             if j.flags & BEANSTALK_ORIGIN:
                 if not j.flags & BEANSTALK_OWNED:
-                    self._take_over(j)
+                    self.bridge.take_over(j)
             elif q is not None and q.paused_in and j.retry_s:
                 j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
             elif j.idem_key and self.votes.blocks_requeue(j, now_ms):
@@ -878,5 +875,5 @@ DisqueCore._handlers = {
     YourJobs: DisqueCore._on_yourjobs,
     Working: DisqueCore._on_working,
     Pause: DisqueCore._on_pause,
-    BeanstalkUpdate: DisqueCore._on_beanstalk_update,
+    BeanstalkUpdate: lambda core, now_ms, sender, msg: core.bridge.on_update(now_ms, sender, msg),
 }

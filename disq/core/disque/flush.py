@@ -53,7 +53,7 @@ class FlushMixin(CoreParts):
             if j.state == WAIT_REPL and j.flags & BEANSTALK_OWNED and j.bid:
                 # A replicated beanstalk put whose client is told INTERNAL_ERROR (its add
                 # answered NOREPL above): its job goes, as when such an add times out.
-                self.beanstalk_dropped.append(j.bid)
+                self.bridge.dropped.append(j.bid)
             j.awake_ms = -1
         self.jobs.clear()
         self.counts.clear()

@@ -26,6 +26,7 @@ from mypy_extensions import mypyc_attr, trait
 if TYPE_CHECKING:
     from disq.core.disque.api import ClusterView, DeferredResult
     from disq.core.disque.blocked import BlockedClients
+    from disq.core.disque.bridge import BeanstalkBridge
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.gone import GoneJobs
     from disq.core.disque.handoff import Handoffs
@@ -55,9 +56,7 @@ class CoreParts:
     persist: bool
     aof_enqueue_once: bool
     max_queues: int
-    takeovers: list[DJob]
-    beanstalk_dropped: list[int]
-    relinks: list[DJob]
+    bridge: BeanstalkBridge  # bridge.py: the beanstalk bridge and its outboxes
     _prev_ctime: int
     # Wall clock minus now_ms's (node, monotonic) clock: ctime, and what the AOF keeps as an
     # absolute time, are wall-clock; every deadline in memory is on the node clock.
@@ -92,9 +91,6 @@ class CoreParts:
         raise NotImplementedError
 
     def _queue(self, name: str, now_ms: int) -> DQueue:
-        raise NotImplementedError
-
-    def _new_ctime(self, now_ms: int) -> int:
         raise NotImplementedError
 
     def _register(self, j: DJob, awake: bool = True) -> None:
@@ -145,9 +141,6 @@ class CoreParts:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ replication.py's
-    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
-        raise NotImplementedError
-
     def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
         raise NotImplementedError
 
@@ -166,7 +159,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_jitter",
         "_check_new_queue",
         "_queue",
-        "_new_ctime",
         "_register",
         "_unregister",
         "_forget",
@@ -182,6 +174,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_delete_from_cluster",
     ),
     "aof": ("_log_job", "_log_del"),
-    "replication": ("_replicate", "_job_from_data"),
+    "replication": ("_job_from_data",),
     "requeue": ("_merge_counters",),
 }
