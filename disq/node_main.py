@@ -486,7 +486,7 @@ def _run(
 
         get_logger("disq").warning("max_job_size_clamped", requested=max_job_size)
         max_job_size = JOB_SIZE_MAX
-    fsync = args.fsync or "everysec"
+    fsync = args.fsync or "always"
     interval_ms = 1000
     if args.fsync_ms is not None:
         if args.fsync_ms <= 0:

@@ -2,8 +2,12 @@
 the free space of the data directory's filesystem.
 
 The runtime hands every Ready's records to :meth:`AofService.persist` (one ``write`` for the
-whole iteration, one ``fsync`` under ``always``) before anything of that Ready leaves: the
-group commit. Under ``everysec`` a worker thread fsyncs once a second. A failed write keeps
+whole iteration) before anything of that Ready leaves: the group commit. Under ``always`` (the
+default) the fsync runs in a worker thread: the runtime holds the iteration's messages,
+replies and wake-ups (:mod:`disq.server.commit_gate`) until an fsync whose watermark covers its
+records returns (:meth:`AofService.sync_to`), while the loop goes on taking work; the records
+written meanwhile join the next fsync, so one fsync covers every iteration of its window.
+Under ``everysec`` the worker thread fsyncs once a second and nothing is held. A failed write keeps
 the Ready (the runtime retries it), refuses new puts and answers nothing until a write
 succeeds; a failed fsync stops the node (exit 1), since after one the kernel may have dropped
 the data and a retried fsync can report success for pages never written ("fsyncgate").
@@ -119,6 +123,11 @@ class AofService:
         self.error: str | None = None  # why the last write failed (RESP: MISCONF)
         self._unsynced = False
         self._fsync_busy = False
+        # Group commit (always): the writer's bytes_written watermark known on disk, the one
+        # asked for, and who is told when it moves (the runtime's commit gate).
+        self.durable = 0
+        self._want = 0
+        self.on_durable: Callable[[int], None] | None = None
         self.on_fsync: Callable[[float], None] | None = None  # seconds per fsync (metrics)
         self._fsync_t0 = 0.0
         self._rewrite_ids: list[int] | None = None
@@ -174,6 +183,7 @@ class AofService:
     def _start(self, writer: AofWriter) -> None:
         self.runtime.core.set_persist(True)
         self.writer = writer
+        self.durable = self._want = writer.bytes_written
         if self.config.fsync == "everysec":
             self.start_fsync_timer()
         self._disk_start(writer)
@@ -199,6 +209,7 @@ class AofService:
         self.runtime.flush_now()
         self._abort_rewrite()
         self.writer.fsync()
+        self._durable_to(self.writer.bytes_written)
         self.writer.close()
         self.writer = None
         self.runtime.core.set_persist(False)
@@ -211,11 +222,19 @@ class AofService:
         if self.writer is not None and not self.runtime.fatal:
             self._abort_rewrite()
             self.writer.fsync()
+            self._durable_to(self.writer.bytes_written)
             self.writer.close()
 
     # ------------------------------------------------------------------ group commit
+    @property
+    def group_commit(self) -> bool:
+        """Whether what a Ready lets out waits for an fsync of its records (``always``)."""
+        return self.writer is not None and self.config.fsync == "always"
+
     def persist(self, records: list[bytes]) -> bool:
-        """Write one Ready's records with one call. False: nothing of the Ready may leave."""
+        """Write one Ready's records with one call. False: nothing of the Ready may leave.
+        Under ``always`` the caller holds the Ready's output until :meth:`sync_to` the
+        writer's ``bytes_written`` reports it durable."""
         writer = self.writer
         if writer is None:
             return True  # no AOF: the cores made no records that matter
@@ -224,11 +243,6 @@ class AofService:
         data = b"".join(records)
         try:
             writer.write(data, len(records))
-            if self.config.fsync == "always":
-                t0 = time.perf_counter()
-                writer.fsync()
-                if self.on_fsync is not None:
-                    self.on_fsync(time.perf_counter() - t0)
         except (AofFsyncError, AofDisabledError) as exc:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry
             # can report success for data never written: the only safe answer is to stop
@@ -272,29 +286,62 @@ class AofService:
         self.loop.call_later(delay, self.runtime.schedule_flush)
 
     # ------------------------------------------------------------------ fsync
+    def sync_to(self, mark: int) -> None:
+        """Have every byte written before the writer's ``bytes_written`` reached ``mark`` on
+        disk, then tell ``on_durable``: at once if it is already, else after an fsync in the
+        worker thread. One fsync at a time: what is written while it runs waits for the next,
+        which then covers all of it (Kafka's and RabbitMQ's group commit)."""
+        if mark > self._want:
+            self._want = mark
+        if self.durable >= mark:
+            self.loop.call_soon(self._tell_durable)
+        elif not self._fsync_busy:
+            self._start_fsync()
+
     def start_fsync_timer(self) -> None:
         self.loop.call_later(self.config.fsync_interval_ms / 1000, self._fsync_tick)
 
     def _fsync_tick(self) -> None:
         writer = self.writer
-        if writer is None:
-            return
+        if writer is None or self.config.fsync != "everysec":
+            return  # CONFIG SET appendfsync moved away from everysec: the timer ends
         self.start_fsync_timer()
         if self._unsynced and not self._fsync_busy:
-            self._unsynced = False
-            self._fsync_busy = True
-            self._fsync_t0 = time.perf_counter()
-            fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
-            fut.add_done_callback(self._fsync_done)
+            self._start_fsync()
+
+    def _start_fsync(self) -> None:
+        writer = self.writer
+        if writer is None or self.runtime.fatal:
+            return
+        self._unsynced = False
+        self._fsync_busy = True
+        self._fsync_t0 = time.perf_counter()
+        fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
+        fut.add_done_callback(self._fsync_done)
 
     def _fsync_done(self, fut: asyncio.Future[int]) -> None:
         self._fsync_busy = False
         if self.on_fsync is not None:
             self.on_fsync(time.perf_counter() - self._fsync_t0)
-        if fut.exception() is not None:
-            # The writer is disabled after a failed fsync (see persist): stop.
-            self.log.critical("aof_fsync_failed_stopping", error=str(fut.exception()))
+        exc = fut.exception()
+        if exc is not None:
+            # The writer is disabled after a failed fsync (see persist): stop, and let out
+            # nothing that waited for it.
+            self.log.critical("aof_fsync_failed_stopping", error=str(exc))
             self.runtime.fail()
+            return
+        self._durable_to(fut.result())
+        if self._want > self.durable and self.writer is not None:
+            self._start_fsync()  # written while this fsync ran: the next covers all of it
+
+    def _durable_to(self, mark: int) -> None:
+        if mark > self.durable:
+            self.durable = mark
+        self._tell_durable()
+
+    def _tell_durable(self) -> None:
+        if self.on_durable is not None and not self.runtime.fatal:
+            self.on_durable(self.durable)
 
     # ------------------------------------------------------------------ rewrite
     @property

@@ -99,6 +99,8 @@ class ApiNode(NodeApi, Protocol):
 
     def after_commands(self) -> None: ...
 
+    def durable(self) -> asyncio.Future[None]: ...
+
 
 class ApiError(Exception):
     """A refused call: its reason, status code and Disque's message."""
@@ -425,7 +427,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             if job_id is None:
                 job_id = _added((await self._wait([token]))[0])
             else:
-                self._done()
+                await self.node.durable()  # an ASYNC add's id: its record is on disk
             return api_pb2.AddJobResponse(id=job_id)
 
         return await self._call(context, body)
@@ -465,7 +467,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 else:
                     result().id = job_id
             if not waits:
-                self._done()
+                await self.node.durable()
             else:
                 # Every sync add of the batch replicates at once; wait for all of them.
                 await self._wait_adds(response, waits)
@@ -568,7 +570,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def handler(request: api_pb2.JobIds, context: Any) -> Any:
             async def body() -> api_pb2.Count:
                 n = method(self._now(), _ids(request.ids))
-                self._done()
+                await self.node.durable()  # the acks' records first, as the RESP door's
                 return api_pb2.Count(count=n)
 
             return await self._call(context, body)

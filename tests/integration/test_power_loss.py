@@ -7,7 +7,8 @@ door (RESP ADDJOB REPLICATE 3, the gRPC SDK with replicate=3, beanstalk puts wit
 every mount drops its unsynced writes (``lazyfs::clear-cache``), then the nodes start again on
 what is left. Every add that was answered must be found after the restart: a RESP or gRPC id
 on some node (SHOW), a beanstalk id on the node that answered INSERTED (peek). Repeated for a
-few rounds, the acknowledged jobs of earlier rounds checked again each time.
+few rounds, the acknowledged jobs of earlier rounds checked again each time; the second
+round's cut comes right after every node started rewriting its AOF.
 
 The node's default fsync policy is what is tested; ``DISQ_POWER_LOSS_FSYNC=everysec`` runs the
 same test with ``--fsync everysec`` (it loses acknowledged jobs: how the test was checked to
@@ -43,6 +44,7 @@ from disq.client import Client  # noqa: E402
 pytestmark = pytest.mark.skipif(SERVER_KIND != "disq", reason="disq's own persistence")
 
 ROUNDS = 3
+REWRITE_ROUND = 1  # the round whose cut comes right after a BGREWRITEAOF on every node
 QUEUE = "pl"
 FSYNC = os.environ.get("DISQ_POWER_LOSS_FSYNC", "")
 
@@ -213,6 +215,12 @@ def test_power_cut_on_every_node_loses_no_acknowledged_job(lazy_cluster: list[No
         want = checked + 200
         eventually(lambda: len(acked.jobs) > want, "adds answered on the doors")  # noqa: B023
         time.sleep(rng.uniform(0.5, 2.5))
+        if rnd == REWRITE_ROUND:
+            # The cut lands while (or just after) every node rewrites its AOF: the new file
+            # is fsynced before it replaces the old one, and the adds go on into both.
+            for n in nodes:
+                with n.resp() as c:
+                    assert c.call("BGREWRITEAOF") == "Background append only file rewriting started"
         power_cut(nodes)
         stop.set()
         for t in threads:
