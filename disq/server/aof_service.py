@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 REWRITE_GROWTH = 2  # rewrite when the file is this many times the live data
 REWRITE_CHUNK_JOBS = 5000  # beanstalk jobs written per loop iteration during a rewrite
 WRITE_RETRY_S = 0.5
+FSYNC_OVERLAP = 2  # group commit: fsyncs running at once at most
+GIL_SWITCH_S = 0.0005  # group commit: how long an fsync thread waits for the interpreter
 DISK_CHECK_S = 1.0  # statvfs at least this often while the AOF is on (space freed by others)
 REWRITE_FOR_SPACE_MIN = 16 << 10  # a disk-low rewrite must be expected to free this much
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -122,14 +125,14 @@ class AofService:
         self.writer: AofWriter | None = None
         self.error: str | None = None  # why the last write failed (RESP: MISCONF)
         self._unsynced = False
-        self._fsync_busy = False
+        self._inflight = 0  # fsyncs running in worker threads
+        self._started = 0  # bytes_written when the newest of them started
         # Group commit (always): the writer's bytes_written watermark known on disk, the one
         # asked for, and who is told when it moves (the runtime's commit gate).
         self.durable = 0
         self._want = 0
         self.on_durable: Callable[[int], None] | None = None
         self.on_fsync: Callable[[float], None] | None = None  # seconds per fsync (metrics)
-        self._fsync_t0 = 0.0
         self._rewrite_ids: list[int] | None = None
         self._rewrite_pos = 0
         # Disk space (docs/disk-full.md): the marks, the last statvfs, the state.
@@ -184,6 +187,11 @@ class AofService:
         self.runtime.core.set_persist(True)
         self.writer = writer
         self.durable = self._want = writer.bytes_written
+        if self.config.fsync == "always":
+            # An fsync that returned waits for the interpreter before it can say so, and the
+            # loop holds it up to the switch interval (5 ms) while it works: every held reply
+            # would wait that much longer.
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
         if self.config.fsync == "everysec":
             self.start_fsync_timer()
         self._disk_start(writer)
@@ -288,14 +296,20 @@ class AofService:
     # ------------------------------------------------------------------ fsync
     def sync_to(self, mark: int) -> None:
         """Have every byte written before the writer's ``bytes_written`` reached ``mark`` on
-        disk, then tell ``on_durable``: at once if it is already, else after an fsync in the
-        worker thread. One fsync at a time: what is written while it runs waits for the next,
-        which then covers all of it (Kafka's and RabbitMQ's group commit)."""
+        disk, then tell ``on_durable``: at once if it is already, else after an fsync in a
+        worker thread. What is written while an fsync runs is covered by the next one, which
+        starts at once (up to FSYNC_OVERLAP running: the disk's journal joins them) or when
+        one ends: one fsync covers every write of its window (Kafka's and RabbitMQ's group
+        commit)."""
         if mark > self._want:
             self._want = mark
         if self.durable >= mark:
             self.loop.call_soon(self._tell_durable)
-        elif not self._fsync_busy:
+        else:
+            self._maybe_start_fsync()
+
+    def _maybe_start_fsync(self) -> None:
+        if self._inflight == 0 or (self._want > self._started and self._inflight < FSYNC_OVERLAP):
             self._start_fsync()
 
     def start_fsync_timer(self) -> None:
@@ -306,7 +320,7 @@ class AofService:
         if writer is None or self.config.fsync != "everysec":
             return  # CONFIG SET appendfsync moved away from everysec: the timer ends
         self.start_fsync_timer()
-        if self._unsynced and not self._fsync_busy:
+        if self._unsynced and not self._inflight:
             self._start_fsync()
 
     def _start_fsync(self) -> None:
@@ -314,15 +328,16 @@ class AofService:
         if writer is None or self.runtime.fatal:
             return
         self._unsynced = False
-        self._fsync_busy = True
-        self._fsync_t0 = time.perf_counter()
+        self._inflight += 1
+        self._started = writer.bytes_written
+        t0 = time.perf_counter()
         fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
-        fut.add_done_callback(self._fsync_done)
+        fut.add_done_callback(lambda f: self._fsync_done(f, t0))
 
-    def _fsync_done(self, fut: asyncio.Future[int]) -> None:
-        self._fsync_busy = False
+    def _fsync_done(self, fut: asyncio.Future[int], t0: float) -> None:
+        self._inflight -= 1
         if self.on_fsync is not None:
-            self.on_fsync(time.perf_counter() - self._fsync_t0)
+            self.on_fsync(time.perf_counter() - t0)
         exc = fut.exception()
         if exc is not None:
             # The writer is disabled after a failed fsync (see persist): stop, and let out
@@ -330,9 +345,11 @@ class AofService:
             self.log.critical("aof_fsync_failed_stopping", error=str(exc))
             self.runtime.fail()
             return
+        # Any fsync's watermark counts, whichever ends first: each covers every byte written
+        # before it started.
         self._durable_to(fut.result())
         if self._want > self.durable and self.writer is not None:
-            self._start_fsync()  # written while this fsync ran: the next covers all of it
+            self._maybe_start_fsync()
 
     def _durable_to(self, mark: int) -> None:
         if mark > self.durable:

@@ -63,8 +63,8 @@ class LazyMount:
         self.log_path = base / "lazyfs.log"
         for d in (self.root, self.mnt):
             d.mkdir(parents=True, exist_ok=True)
-        config = base / "lazyfs.toml"
-        config.write_text(
+        self.config = base / "lazyfs.toml"
+        self.config.write_text(
             "[faults]\n"
             f'fifo_path="{self.fifo}"\n'
             f'fifo_path_completed="{self.done_fifo}"\n'
@@ -72,15 +72,15 @@ class LazyMount:
             f'[cache.simple]\ncustom_size="{cache_size}"\nblocks_per_page=1\n'
             '[filesystem]\nlog_all_operations=false\nlogfile=""\n'
         )
+        self.binary = binary
         self._log = open(self.log_path, "ab")
-        argv = [binary, str(self.mnt), "--config-path", str(config), "-f"]
-        argv += ["-o", "modules=subdir", "-o", f"subdir={self.root}"]
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
         self._done_fd = -1
+        self._mount()
+
+    def _mount(self) -> None:
+        argv = [self.binary, str(self.mnt), "--config-path", str(self.config), "-f"]
+        argv += ["-o", "modules=subdir", "-o", f"subdir={self.root}"]
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
         while not (_mounted(self.mnt) and self.done_fifo.exists() and self.fifo.exists()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -90,6 +90,12 @@ class LazyMount:
         # Read-write: the open never blocks, and LazyFS's own open for writing (its fault
         # thread's first step) finds a reader.
         self._done_fd = os.open(self.done_fifo, os.O_RDWR | os.O_NONBLOCK)
+
+    def remount(self) -> None:
+        """A new LazyFS over the same directory (after it crashed on a fault): what was
+        persisted is what the node finds."""
+        self._unmount()
+        self._mount()
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -117,7 +123,7 @@ class LazyMount:
         """Drop every write not yet fsynced: the power cut, for this disk."""
         self.command("lazyfs::clear-cache", b"finished::clear-cache")
 
-    def close(self) -> None:
+    def _unmount(self) -> None:
         if _mounted(self.mnt):
             umount = shutil.which("fusermount3") or "fusermount"
             subprocess.run([umount, "-u", "-z", str(self.mnt)], capture_output=True, timeout=30)
@@ -131,4 +137,22 @@ class LazyMount:
         if self._done_fd >= 0:
             os.close(self._done_fd)
             self._done_fd = -1
+        for fifo in (self.fifo, self.done_fifo):
+            fifo.unlink(missing_ok=True)  # LazyFS makes them anew at its start
+
+    def tear_next_write(self, name: str) -> None:
+        """LazyFS's torn-op on ``name`` (in the mount): its next write is cut in three parts,
+        the first and the third reach the disk, then LazyFS kills itself. Returns once LazyFS
+        says the fault is set (its log: the FIFO of completed faults tells only clear-cache)."""
+        cmd = f"lazyfs::torn-op::file={self.root / name}::parts=3::persist=1,3"
+        seen = self.log_text().count("configured successfully")
+        self.command(cmd, None)
+        deadline = time.monotonic() + FAULT_TIMEOUT_S
+        while self.log_text().count("configured successfully") <= seen:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"LazyFS did not take {cmd!r}: {self.log_text()[-2000:]}")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._unmount()
         self._log.close()
