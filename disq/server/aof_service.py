@@ -332,12 +332,14 @@ class AofService:
         self._started = writer.bytes_written
         t0 = time.perf_counter()
         fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
-        fut.add_done_callback(lambda f: self._fsync_done(f, t0))
+        fut.add_done_callback(lambda f: self._fsync_done(f, t0, writer))
 
-    def _fsync_done(self, fut: asyncio.Future[int], t0: float) -> None:
+    def _fsync_done(self, fut: asyncio.Future[int], t0: float, writer: AofWriter) -> None:
         self._inflight -= 1
         if self.on_fsync is not None:
             self.on_fsync(time.perf_counter() - t0)
+        if writer is not self.writer:
+            return  # the AOF was turned off (and on) meanwhile: its watermark means nothing
         exc = fut.exception()
         if exc is not None:
             # The writer is disabled after a failed fsync (see persist): stop, and let out
