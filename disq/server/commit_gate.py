@@ -182,5 +182,5 @@ class CommitGate:
                 pending.append(conn)  # not all of its bytes are durable yet
             else:
                 conn.flush()
-        if pending:
-            host.schedule_flush()
+        if pending or host.core.has_ready():
+            host.schedule_flush()  # routed replies ran queued commands: their output next
