@@ -6,7 +6,10 @@ whole iteration) before anything of that Ready leaves: the group commit. Under `
 default) the fsync runs in a worker thread: the runtime holds the iteration's messages,
 replies and wake-ups (:mod:`disq.server.commit_gate`) until an fsync whose watermark covers its
 records returns (:meth:`AofService.sync_to`), while the loop goes on taking work; the records
-written meanwhile join the next fsync, so one fsync covers every iteration of its window.
+written meanwhile join the next fsync, so one fsync covers every iteration of its window. A
+disk whose fsyncs average under ``INLINE_FSYNC_S`` is fsynced on the loop instead: a thread's
+round trip costs more than that on a busy machine; the first slow one sends them back to the
+threads.
 Under ``everysec`` the worker thread fsyncs once a second and nothing is held. A failed write keeps
 the Ready (the runtime retries it), refuses new puts and answers nothing until a write
 succeeds; a failed fsync stops the node (exit 1), since after one the kernel may have dropped
@@ -56,10 +59,19 @@ REWRITE_GROWTH = 2  # rewrite when the file is this many times the live data
 REWRITE_CHUNK_JOBS = 5000  # beanstalk jobs written per loop iteration during a rewrite
 WRITE_RETRY_S = 0.5
 FSYNC_OVERLAP = 2  # group commit: fsyncs running at once at most
+INLINE_FSYNC_S = 0.0003  # group commit: fsyncs faster than this (on average) run on the loop
+FSYNC_EWMA = 0.2  # weight of the latest fsync in fsync_s
 GIL_SWITCH_S = 0.0005  # group commit: how long an fsync thread waits for the interpreter
 DISK_CHECK_S = 1.0  # statvfs at least this often while the AOF is on (space freed by others)
 REWRITE_FOR_SPACE_MIN = 16 << 10  # a disk-low rewrite must be expected to free this much
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _timed_fsync(writer: AofWriter) -> tuple[int, float]:
+    """The writer's fsync (any thread): the watermark it made durable and how long it took."""
+    t0 = time.perf_counter()
+    mark = writer.fsync_in_thread()
+    return mark, time.perf_counter() - t0
 
 
 class DiskPolicy(NamedTuple):
@@ -133,6 +145,7 @@ class AofService:
         self._want = 0
         self.on_durable: Callable[[int], None] | None = None
         self.on_fsync: Callable[[float], None] | None = None  # seconds per fsync (metrics)
+        self.fsync_s = 1.0  # the fsync call's own duration, a moving average (slow at first)
         self._rewrite_ids: list[int] | None = None
         self._rewrite_pos = 0
         # Disk space (docs/disk-full.md): the marks, the last statvfs, the state.
@@ -309,8 +322,35 @@ class AofService:
             self._maybe_start_fsync()
 
     def _maybe_start_fsync(self) -> None:
-        if self._inflight == 0 or (self._want > self._started and self._inflight < FSYNC_OVERLAP):
+        if self._inflight == 0 and self.fsync_s < INLINE_FSYNC_S:
+            self._fsync_inline()
+        elif self._inflight == 0 or (self._want > self._started and self._inflight < FSYNC_OVERLAP):
             self._start_fsync()
+
+    def _fsync_inline(self) -> None:
+        """A disk whose fsync takes less than INLINE_FSYNC_S: fsync on the loop, which costs
+        it less than handing the call to a thread and hearing back (a wake-up of each, and the
+        interpreter's lock, on a busy machine: a millisecond or more). The release is one
+        callback later, as from a thread."""
+        writer = self.writer
+        if writer is None or self.runtime.fatal:
+            return
+        self._unsynced = False
+        try:
+            mark, seconds = _timed_fsync(writer)
+        except AofFsyncError as exc:
+            self.log.critical("aof_fsync_failed_stopping", error=str(exc))
+            self.runtime.fail()
+            return
+        self._fsync_took(seconds)
+        if mark > self.durable:
+            self.durable = mark
+        self.loop.call_soon(self._tell_durable)
+
+    def _fsync_took(self, seconds: float) -> None:
+        self.fsync_s += (seconds - self.fsync_s) * FSYNC_EWMA
+        if self.on_fsync is not None:
+            self.on_fsync(seconds)
 
     def start_fsync_timer(self) -> None:
         self.loop.call_later(self.config.fsync_interval_ms / 1000, self._fsync_tick)
@@ -330,14 +370,11 @@ class AofService:
         self._unsynced = False
         self._inflight += 1
         self._started = writer.bytes_written
-        t0 = time.perf_counter()
-        fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
-        fut.add_done_callback(lambda f: self._fsync_done(f, t0, writer))
+        fut = self.loop.run_in_executor(None, _timed_fsync, writer)
+        fut.add_done_callback(lambda f: self._fsync_done(f, writer))
 
-    def _fsync_done(self, fut: asyncio.Future[int], t0: float, writer: AofWriter) -> None:
+    def _fsync_done(self, fut: asyncio.Future[tuple[int, float]], writer: AofWriter) -> None:
         self._inflight -= 1
-        if self.on_fsync is not None:
-            self.on_fsync(time.perf_counter() - t0)
         if writer is not self.writer:
             return  # the AOF was turned off (and on) meanwhile: its watermark means nothing
         exc = fut.exception()
@@ -349,7 +386,9 @@ class AofService:
             return
         # Any fsync's watermark counts, whichever ends first: each covers every byte written
         # before it started.
-        self._durable_to(fut.result())
+        mark, seconds = fut.result()
+        self._fsync_took(seconds)
+        self._durable_to(mark)
         if self._want > self.durable and self.writer is not None:
             self._maybe_start_fsync()
 

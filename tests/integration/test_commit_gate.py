@@ -3,7 +3,9 @@ for the fsync that covers its record, and the node goes on taking work meanwhile
 
 The node runs under ``python -m disq.testing.faults fsync-hold --gate G``: while the file G
 exists, the AOF's fsync waits (a slow disk). The records of the adds sent meanwhile reach the
-file (its size grows) while no reply leaves; once G is gone every reply comes, in order.
+file (its size grows) while no reply leaves; once G is gone every reply comes, in order. (A
+node fsyncs in threads until its disk has shown itself fast, over dozens of fsyncs: this one
+has made a few.)
 """
 
 from __future__ import annotations
