@@ -67,6 +67,7 @@ test: $(COMPILED) lint typecheck
 	scripts/ensure_chromium.sh
 	scripts/ensure_kombu_suite.sh
 	scripts/ensure_faketime.sh
+	scripts/ensure_lazyfs.sh >/dev/null || echo "LazyFS not built: the power-loss test skips"
 	$(if $(PURE),,DISQ_EXPECT_COMPILED=1) DISQ_SIM_SHARE=0/2 $(BIN)/pytest -q -p no:cacheprovider \
 		-n 4 --dist loadfile --durations=15 --ignore=tests/integration/test_install.py tests
 	$(BIN)/pytest -q -p no:cacheprovider tests/integration/test_install.py

@@ -95,6 +95,11 @@ TARGETS = {
 }
 
 
+# --fsync-compare: the default (always, group commit) beside everysec, and its target.
+ALWAYS = "disq-always"
+FSYNC_TARGET = 0.9
+
+
 @dataclass(frozen=True)
 class Row:
     workload: Workload
@@ -269,6 +274,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fill-factor", type=float, default=6.0, help="getjob-ackjob prefill, x run")
     p.add_argument("--max-fill", type=int, default=2_000_000, help="cap on jobs prefilled")
     p.add_argument("--keep-dirs", action="store_true", help="keep the nodes' dirs and logs")
+    p.add_argument(
+        "--fsync-compare",
+        action="store_true",
+        help="disq with appendfsync always (group commit) beside disq with everysec, "
+        "instead of Disque: the aof rows' price of the default",
+    )
     servers.add_disque_options(p)
 
 
@@ -280,15 +291,25 @@ def run(args: argparse.Namespace, report: Report) -> None:
         queues=args.queues,
         keep_dirs=args.keep_dirs,
     )
-    systems = [disq_nodes(Build.this())]
-    disque = servers.disque_from(args)
-    if disque is not None:
-        systems.append(disque_nodes(disque))
-        report.note(f"reference: Disque at {disque}, the same config lines")
+    versus = ("disq", "Disque")
+    if args.fsync_compare:
+        build = Build.this()
+        systems = [
+            disq_nodes(build, extra_conf=("appendfsync everysec",)),
+            disq_nodes(build, ALWAYS, extra_conf=("appendfsync always",)),
+        ]
+        versus = (ALWAYS, "disq")
+        report.note("reference: disq with appendfsync everysec (disq), the same config lines")
+    else:
+        systems = [disq_nodes(Build.this())]
+        disque = servers.disque_from(args)
+        if disque is not None:
+            systems.append(disque_nodes(disque))
+            report.note(f"reference: Disque at {disque}, the same config lines")
     rows = [row_by_id(i) for i in selected(args.rows, [r.id for r in ROWS])]
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         cells = side_by_side(rows, systems, opts, args.repeat, Path(tmp))
-    render(report, rows, cells, [s.name for s in systems], opts, args.repeat)
+    render(report, rows, cells, [s.name for s in systems], opts, args.repeat, versus)
 
 
 def side_by_side(
@@ -314,9 +335,10 @@ def render(
     names: list[str],
     opts: RunOptions,
     repeat: int,
+    versus: tuple[str, str] = ("disq", "Disque"),
 ) -> None:
     per_system = [f"{n} {c}" for n in names for c in ("ops/s", "p50 / p99 µs", "node CPU µs/op")]
-    ratio_cols = ["disq / Disque", "target"] if len(names) > 1 else []
+    ratio_cols = [f"{versus[0]} / {versus[1]}", "target"] if len(names) > 1 else []
     table = report.table(
         f"{NODES} nodes each, {opts.seconds:g} s runs, median of {repeat}, 100-byte bodies",
         ["row", *per_system, "disq node CPU % (machine busy %)", *ratio_cols],
@@ -334,7 +356,7 @@ def render(
             busy += f" ({disq.machine_busy_pct:.0f}%)"
         line = [row.id, *(x for n in names for x in load_cells(by[n])), busy]
         if len(names) > 1:
-            line += _versus(row, by["disq"], by["Disque"])
+            line += _versus(row, by[versus[0]], by[versus[1]], versus != ("disq", "Disque"))
         table.add(*line)
     report.note(
         "node CPU: utime + stime of each node process over the run (µs/op: all three nodes' "
@@ -342,9 +364,10 @@ def render(
     )
 
 
-def _versus(row: Row, disq: Cell, disque: Cell) -> list[str]:
-    """disq / Disque and whether the row's target is met (never with errors)."""
-    target = TARGETS.get(row.id)
+def _versus(row: Row, disq: Cell, disque: Cell, fsync: bool = False) -> list[str]:
+    """disq / Disque (or always / everysec) and whether the row's target is met (never with
+    errors)."""
+    target = FSYNC_TARGET if fsync else TARGETS.get(row.id)
     if disq.ops_per_s is None or not disque.ops_per_s:
         return ["-", "-" if target is None else "FAIL"]
     value = disq.ops_per_s / disque.ops_per_s

@@ -8,8 +8,8 @@ imported lazily.
 Three ways to start it:
 
 * ``disq-node`` with no beanstalkd flags: embedded defaults, data in ``./disq-data`` with the
-  AOF on (fsync every second), beanstalk door on 127.0.0.1:11300, RESP (Disque) door on 7711,
-  cluster bus (gRPC) on 7710. ``--join HOST:PORT`` (the other node's bus) joins a cluster.
+  AOF on (fsynced before every answer), beanstalk door on 127.0.0.1:11300, RESP (Disque) door
+  on 7711, cluster bus (gRPC) on 7710. ``--join HOST:PORT`` (the other node's bus) joins a cluster.
 * ``disq-node -l ADDR -p PORT [-b DIR] [-f MS] [-F] [-s N] [-z N] [-V]``: beanstalkd's own
   flags, for scripts and harnesses that start beanstalkd. Without ``-b`` it keeps everything
   in memory, exactly like beanstalkd: a fresh process is a fresh server. The RESP door and the
@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", dest="show_version", action="store_true", help="print version")
     p.add_argument("--data-dir", help=f"data directory (default ./{DEFAULT_DATA_DIR})")
     p.add_argument("--in-memory", action="store_true", help="no data directory, no AOF")
-    p.add_argument("--fsync", choices=("always", "everysec", "no"), help="AOF fsync policy")
+    p.add_argument(
+        "--fsync", choices=("always", "everysec", "no"), help="AOF fsync policy (default always)"
+    )
     p.add_argument("--max-memory", type=size_arg, default=0, help="refuse puts past this (bytes)")
     p.add_argument("--repair-aof", metavar="DIR", help="cut a corrupt AOF at its first bad record")
     p.add_argument("config", nargs="?", help="a Disque configuration file (drop-in mode)")
@@ -486,7 +488,7 @@ def _run(
 
         get_logger("disq").warning("max_job_size_clamped", requested=max_job_size)
         max_job_size = JOB_SIZE_MAX
-    fsync = args.fsync or "everysec"
+    fsync = args.fsync or "always"
     interval_ms = 1000
     if args.fsync_ms is not None:
         if args.fsync_ms <= 0:

@@ -291,7 +291,7 @@ _OPTIONS: tuple[_Option, ...] = (
     _O("syslog-enabled", "bool", "no", _yes_no, None),
     _O("maxmemory-policy", "enum", "acks", _enum(_POLICIES, _POLICY), _enum(_POLICIES, "")),
     _O("loglevel", "enum", "notice", _enum(_LOGLEVELS, _LOGLEVEL), _enum(_LOGLEVELS, "")),
-    _O("appendfsync", "enum", "everysec", _enum(_FSYNCS, _FSYNC), _enum(_FSYNCS, "")),
+    _O("appendfsync", "enum", "always", _enum(_FSYNCS, _FSYNC), _enum(_FSYNCS, "")),
     _O("syslog-facility", "enum", "local0", _enum(_FACILITIES, _FACILITY), None),
     _O("appendonly", "bool", "no", _yes_no, _yes_no),
     _O("dir", "special", None, None, None),  # handled by the parser and the store

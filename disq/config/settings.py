@@ -38,7 +38,7 @@ class DisqueSettings:
     pidfile_configured: bool = False  # a pidfile line was given (see pidfile_path)
     appendonly: bool = False
     appendfilename: str = "disq.aof"
-    appendfsync: FsyncPolicy = "everysec"
+    appendfsync: FsyncPolicy = "always"
     auto_aof_rewrite_percentage: int = 100
     auto_aof_rewrite_min_size_bytes: int = 64 << 20
     aof_load_truncated: bool = True

@@ -36,9 +36,10 @@ _INIT_NAME: Final = "disq.aof.init"
 class FsyncPolicy(enum.Enum):
     """When appended records reach the disk; chosen and enforced by the server.
 
-    ALWAYS: fsync after every group-commit write, before replying. EVERYSEC: a worker thread
-    calls ``fsync_in_thread`` about once a second (a crash loses at most ~1 s of writes). NO: leave
-    it to the OS.
+    ALWAYS (the default): every group-commit write is fsynced (``fsync_in_thread``, in a worker
+    thread, the server holding the replies) before replying. EVERYSEC: a worker thread calls
+    ``fsync_in_thread`` about once a second (a crash loses at most ~1 s of writes). NO: leave it
+    to the OS.
     """
 
     ALWAYS = "always"

@@ -2,8 +2,15 @@
 the free space of the data directory's filesystem.
 
 The runtime hands every Ready's records to :meth:`AofService.persist` (one ``write`` for the
-whole iteration, one ``fsync`` under ``always``) before anything of that Ready leaves: the
-group commit. Under ``everysec`` a worker thread fsyncs once a second. A failed write keeps
+whole iteration) before anything of that Ready leaves: the group commit. Under ``always`` (the
+default) the fsync runs in a worker thread: the runtime holds the iteration's messages,
+replies and wake-ups (:mod:`disq.server.commit_gate`) until an fsync whose watermark covers its
+records returns (:meth:`AofService.sync_to`), while the loop goes on taking work; the records
+written meanwhile join the next fsync, so one fsync covers every iteration of its window. A
+disk whose fsyncs average under ``INLINE_FSYNC_S`` is fsynced on the loop instead: a thread's
+round trip costs more than that on a busy machine; the first slow one sends them back to the
+threads.
+Under ``everysec`` the worker thread fsyncs once a second and nothing is held. A failed write keeps
 the Ready (the runtime retries it), refuses new puts and answers nothing until a write
 succeeds; a failed fsync stops the node (exit 1), since after one the kernel may have dropped
 the data and a retried fsync can report success for pages never written ("fsyncgate").
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -50,9 +58,20 @@ if TYPE_CHECKING:
 REWRITE_GROWTH = 2  # rewrite when the file is this many times the live data
 REWRITE_CHUNK_JOBS = 5000  # beanstalk jobs written per loop iteration during a rewrite
 WRITE_RETRY_S = 0.5
+FSYNC_OVERLAP = 2  # group commit: fsyncs running at once at most
+INLINE_FSYNC_S = 0.0003  # group commit: fsyncs faster than this (on average) run on the loop
+FSYNC_EWMA = 0.2  # weight of the latest fsync in fsync_s
+GIL_SWITCH_S = 0.0005  # group commit: how long an fsync thread waits for the interpreter
 DISK_CHECK_S = 1.0  # statvfs at least this often while the AOF is on (space freed by others)
 REWRITE_FOR_SPACE_MIN = 16 << 10  # a disk-low rewrite must be expected to free this much
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _timed_fsync(writer: AofWriter) -> tuple[int, float]:
+    """The writer's fsync (any thread): the watermark it made durable and how long it took."""
+    t0 = time.perf_counter()
+    mark = writer.fsync_in_thread()
+    return mark, time.perf_counter() - t0
 
 
 class DiskPolicy(NamedTuple):
@@ -118,9 +137,15 @@ class AofService:
         self.writer: AofWriter | None = None
         self.error: str | None = None  # why the last write failed (RESP: MISCONF)
         self._unsynced = False
-        self._fsync_busy = False
+        self._inflight = 0  # fsyncs running in worker threads
+        self._started = 0  # bytes_written when the newest of them started
+        # Group commit (always): the writer's bytes_written watermark known on disk, the one
+        # asked for, and who is told when it moves (the runtime's commit gate).
+        self.durable = 0
+        self._want = 0
+        self.on_durable: Callable[[int], None] | None = None
         self.on_fsync: Callable[[float], None] | None = None  # seconds per fsync (metrics)
-        self._fsync_t0 = 0.0
+        self.fsync_s = 1.0  # the fsync call's own duration, a moving average (slow at first)
         self._rewrite_ids: list[int] | None = None
         self._rewrite_pos = 0
         # Disk space (docs/disk-full.md): the marks, the last statvfs, the state.
@@ -174,6 +199,12 @@ class AofService:
     def _start(self, writer: AofWriter) -> None:
         self.runtime.core.set_persist(True)
         self.writer = writer
+        self.durable = self._want = writer.bytes_written
+        if self.config.fsync == "always":
+            # An fsync that returned waits for the interpreter before it can say so, and the
+            # loop holds it up to the switch interval (5 ms) while it works: every held reply
+            # would wait that much longer.
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
         if self.config.fsync == "everysec":
             self.start_fsync_timer()
         self._disk_start(writer)
@@ -199,6 +230,7 @@ class AofService:
         self.runtime.flush_now()
         self._abort_rewrite()
         self.writer.fsync()
+        self._durable_to(self.writer.bytes_written)
         self.writer.close()
         self.writer = None
         self.runtime.core.set_persist(False)
@@ -211,11 +243,19 @@ class AofService:
         if self.writer is not None and not self.runtime.fatal:
             self._abort_rewrite()
             self.writer.fsync()
+            self._durable_to(self.writer.bytes_written)
             self.writer.close()
 
     # ------------------------------------------------------------------ group commit
+    @property
+    def group_commit(self) -> bool:
+        """Whether what a Ready lets out waits for an fsync of its records (``always``)."""
+        return self.writer is not None and self.config.fsync == "always"
+
     def persist(self, records: list[bytes]) -> bool:
-        """Write one Ready's records with one call. False: nothing of the Ready may leave."""
+        """Write one Ready's records with one call. False: nothing of the Ready may leave.
+        Under ``always`` the caller holds the Ready's output until :meth:`sync_to` the
+        writer's ``bytes_written`` reports it durable."""
         writer = self.writer
         if writer is None:
             return True  # no AOF: the cores made no records that matter
@@ -224,11 +264,6 @@ class AofService:
         data = b"".join(records)
         try:
             writer.write(data, len(records))
-            if self.config.fsync == "always":
-                t0 = time.perf_counter()
-                writer.fsync()
-                if self.on_fsync is not None:
-                    self.on_fsync(time.perf_counter() - t0)
         except (AofFsyncError, AofDisabledError) as exc:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry
             # can report success for data never written: the only safe answer is to stop
@@ -272,29 +307,99 @@ class AofService:
         self.loop.call_later(delay, self.runtime.schedule_flush)
 
     # ------------------------------------------------------------------ fsync
+    def sync_to(self, mark: int) -> None:
+        """Have every byte written before the writer's ``bytes_written`` reached ``mark`` on
+        disk, then tell ``on_durable``: at once if it is already, else after an fsync in a
+        worker thread. What is written while an fsync runs is covered by the next one, which
+        starts at once (up to FSYNC_OVERLAP running: the disk's journal joins them) or when
+        one ends: one fsync covers every write of its window (Kafka's and RabbitMQ's group
+        commit)."""
+        if mark > self._want:
+            self._want = mark
+        if self.durable >= mark:
+            self.loop.call_soon(self._tell_durable)
+        else:
+            self._maybe_start_fsync()
+
+    def _maybe_start_fsync(self) -> None:
+        if self._inflight == 0 and self.fsync_s < INLINE_FSYNC_S:
+            self._fsync_inline()
+        elif self._inflight == 0 or (self._want > self._started and self._inflight < FSYNC_OVERLAP):
+            self._start_fsync()
+
+    def _fsync_inline(self) -> None:
+        """A disk whose fsync takes less than INLINE_FSYNC_S: fsync on the loop, which costs
+        it less than handing the call to a thread and hearing back (a wake-up of each, and the
+        interpreter's lock, on a busy machine: a millisecond or more). The release is one
+        callback later, as from a thread."""
+        writer = self.writer
+        if writer is None or self.runtime.fatal:
+            return
+        self._unsynced = False
+        try:
+            mark, seconds = _timed_fsync(writer)
+        except AofFsyncError as exc:
+            self.log.critical("aof_fsync_failed_stopping", error=str(exc))
+            self.runtime.fail()
+            return
+        self._fsync_took(seconds)
+        if mark > self.durable:
+            self.durable = mark
+        self.loop.call_soon(self._tell_durable)
+
+    def _fsync_took(self, seconds: float) -> None:
+        self.fsync_s += (seconds - self.fsync_s) * FSYNC_EWMA
+        if self.on_fsync is not None:
+            self.on_fsync(seconds)
+
     def start_fsync_timer(self) -> None:
         self.loop.call_later(self.config.fsync_interval_ms / 1000, self._fsync_tick)
 
     def _fsync_tick(self) -> None:
         writer = self.writer
-        if writer is None:
-            return
+        if writer is None or self.config.fsync != "everysec":
+            return  # CONFIG SET appendfsync moved away from everysec: the timer ends
         self.start_fsync_timer()
-        if self._unsynced and not self._fsync_busy:
-            self._unsynced = False
-            self._fsync_busy = True
-            self._fsync_t0 = time.perf_counter()
-            fut = self.loop.run_in_executor(None, writer.fsync_in_thread)
-            fut.add_done_callback(self._fsync_done)
+        if self._unsynced and not self._inflight:
+            self._start_fsync()
 
-    def _fsync_done(self, fut: asyncio.Future[int]) -> None:
-        self._fsync_busy = False
-        if self.on_fsync is not None:
-            self.on_fsync(time.perf_counter() - self._fsync_t0)
-        if fut.exception() is not None:
-            # The writer is disabled after a failed fsync (see persist): stop.
-            self.log.critical("aof_fsync_failed_stopping", error=str(fut.exception()))
+    def _start_fsync(self) -> None:
+        writer = self.writer
+        if writer is None or self.runtime.fatal:
+            return
+        self._unsynced = False
+        self._inflight += 1
+        self._started = writer.bytes_written
+        fut = self.loop.run_in_executor(None, _timed_fsync, writer)
+        fut.add_done_callback(lambda f: self._fsync_done(f, writer))
+
+    def _fsync_done(self, fut: asyncio.Future[tuple[int, float]], writer: AofWriter) -> None:
+        self._inflight -= 1
+        if writer is not self.writer:
+            return  # the AOF was turned off (and on) meanwhile: its watermark means nothing
+        exc = fut.exception()
+        if exc is not None:
+            # The writer is disabled after a failed fsync (see persist): stop, and let out
+            # nothing that waited for it.
+            self.log.critical("aof_fsync_failed_stopping", error=str(exc))
             self.runtime.fail()
+            return
+        # Any fsync's watermark counts, whichever ends first: each covers every byte written
+        # before it started.
+        mark, seconds = fut.result()
+        self._fsync_took(seconds)
+        self._durable_to(mark)
+        if self._want > self.durable and self.writer is not None:
+            self._maybe_start_fsync()
+
+    def _durable_to(self, mark: int) -> None:
+        if mark > self.durable:
+            self.durable = mark
+        self._tell_durable()
+
+    def _tell_durable(self) -> None:
+        if self.on_durable is not None and not self.runtime.fatal:
+            self.on_durable(self.durable)
 
     # ------------------------------------------------------------------ rewrite
     @property

@@ -99,6 +99,8 @@ class ApiNode(NodeApi, Protocol):
 
     def after_commands(self) -> None: ...
 
+    def durable(self) -> asyncio.Future[None]: ...
+
 
 class ApiError(Exception):
     """A refused call: its reason, status code and Disque's message."""
@@ -437,7 +439,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             if job_id is None:
                 job_id = _added((await self._wait([token]))[0])
             else:
-                self._done()
+                await self.node.durable()  # an ASYNC add's id: its record is on disk
             return api_pb2.AddJobResponse(id=job_id)
 
         return await self._call(context, body)
@@ -495,7 +497,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         if waits:
             await self._wait_adds(response, waits)
         else:
-            self._done()
+            await self.node.durable()  # the adds' records on disk, as the policy promises
 
     async def _wait_adds(self, response: Any, waits: list[tuple[int, int]]) -> None:
         """Each waiting add's outcome into its place in ``response.results`` (AddJobs' and
@@ -592,7 +594,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def handler(request: api_pb2.JobIds, context: Any) -> Any:
             async def body() -> api_pb2.Count:
                 n = method(self._now(), _ids(request.ids))
-                self._done()
+                await self.node.durable()  # the acks' records first, as the RESP door's
                 return api_pb2.Count(count=n)
 
             return await self._call(context, body)

@@ -46,6 +46,14 @@ class Flushable(Protocol):
 
     def flush(self) -> None: ...
 
+    def take_output(self) -> list[bytes]: ...
+
+    def restore_output(self, out: list[bytes]) -> None: ...
+
+    def send_output(self, out: list[bytes], closing: bool) -> None: ...
+
+    def after_output(self) -> None: ...
+
 
 class FlowDoor(Protocol):
     """What flow control reads of a door (attributes or properties)."""
@@ -137,19 +145,35 @@ class FlowControlledProtocol(asyncio.protocols.Protocol, Generic[D]):
     def flush(self) -> None:
         """Write every reply gathered so far with one call; close when the door is closing;
         resume reading below the low mark; run what is queued in a later iteration."""
+        self.send_output(self.take_output(), self.closing)
+        self.after_output()
+
+    def take_output(self) -> list[bytes]:
+        """The replies gathered so far, taken out (the group commit holds them until their
+        records are durable: disq.server.commit_gate)."""
         out = self.out
+        self.out = []
+        return out
+
+    def restore_output(self, out: list[bytes]) -> None:
+        """Put taken replies back in front of those gathered since."""
+        self.out[:0] = out
+
+    def send_output(self, out: list[bytes], closing: bool) -> None:
+        """Write taken replies with one call; ``closing``: the door was closing when they
+        were taken (after QUIT or an error), so the connection closes behind them."""
         transport = self.transport
         if transport is None:
-            out.clear()
             return
         if out:
             transport.write(out[0] if len(out) == 1 else b"".join(out))
-            out.clear()
-        door = self.door
-        if door is None:
-            return
-        if door.closing:
+        if closing:
             transport.close()
+
+    def after_output(self) -> None:
+        """Replies taken: read again below the low mark, run what is queued later."""
+        door = self.door
+        if door is None or door.closing:
             return
         if self.read_paused and self._queued_bytes(door) < PENDING_LOW_BYTES:
             self.read_paused = False

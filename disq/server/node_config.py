@@ -19,7 +19,7 @@ class NodeConfig:
     def __init__(
         self,
         data_dir: Path | None = None,
-        fsync: str = "everysec",  # always | everysec | no
+        fsync: str = "always",  # always | everysec | no
         fsync_interval_ms: int = 1000,
         limits: Limits | None = None,
         binlog_max_size: int = 10 << 20,  # reported by stats; beanstalkd's -s

@@ -108,6 +108,10 @@ class NodeServices:
         """Commands ran: ``conn``'s replies and the core's output leave with the flush."""
         self.runtime.after_commands(conn, self.runtime.now_ms())
 
+    def durable(self) -> asyncio.Future[None]:
+        """Done once what the cores did so far is as durable as the fsync policy makes it."""
+        return self.runtime.durable()
+
     def mark_dirty(self, conn: Flushable) -> None:
         self.runtime.mark_dirty(conn)
 

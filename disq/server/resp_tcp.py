@@ -302,19 +302,25 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
             self._wait_tokens(door)
         self.hub.node.mark_dirty(self)
 
-    def flush(self) -> None:
-        """Count the bytes written (``net_output_bytes``), then the shared flush: one write
-        of every gathered reply; close after QUIT and errors."""
-        out = self.out
+    def take_output(self) -> list[bytes]:
+        """The gathered replies, then the MONITOR lines waiting in the client's outbox."""
+        out = super().take_output()
         door = self.door
         if door is not None and door.client.outbox:
-            client = door.client  # MONITOR lines, after the replies already gathered
+            client = door.client
             out.extend(client.outbox)
             client.outbox.clear()
             client.outbox_bytes = 0
+        return out
+
+    def send_output(self, out: list[bytes], closing: bool) -> None:
+        """Count the bytes (``net_output_bytes``), the shared write (close after QUIT and
+        errors), then a MONITOR that does not read is closed, as Redis's output-buffer limits
+        do."""
         if out and self.transport is not None:
             self.hub.stats.net_output_bytes += sum(map(len, out))
-        super().flush()
+        super().send_output(out, closing)
+        door = self.door
         tr = self.transport
         if (
             door is not None
@@ -322,7 +328,6 @@ class RespProtocol(FlowControlledProtocol[RespDoor]):
             and tr is not None
             and tr.get_write_buffer_size() > MONITOR_MAX_OUTPUT_BYTES
         ):
-            # A monitor that does not read: closed, as Redis's output-buffer limits do.
             log.warning("monitor_output_limit", addr=door.client.addr.decode("latin-1"))
             self.hub.admin.unregister(door.client)
             tr.abort()

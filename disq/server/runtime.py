@@ -34,6 +34,7 @@ from disq.protocol.beanstalk import OP_COUNT
 from disq.server.aof_service import AofService
 from disq.server.beanstalk_tcp import BeanstalkProtocol
 from disq.server.clock import NodeClock
+from disq.server.commit_gate import CommitGate, split_free
 from disq.server.listen_error import ListenError, reason_of
 from disq.server.node_config import NodeConfig
 from disq.server.router import ReplyRouter
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     from disq.config import DisqueSettings
     from disq.core.beanstalk.model import Session
+    from disq.core.disque.api import DeferredResult
     from disq.core.messages import Message
     from disq.doors.beanstalk_door import Replicator
     from disq.server.admin_http import AdminServer
@@ -117,6 +119,9 @@ class NodeRuntime:
         self.core = NodeCore(self.beanstalk)
         self.router = ReplyRouter()
         self.aof = AofService(self)
+        self.gate = CommitGate(self)  # appendfsync always: output waits for its fsync
+        self.aof.on_durable = self.gate.release
+        self._durable_waiters: list[asyncio.Future[None]] = []
         self.cluster: ClusterPart | None = None  # set by cluster_services.attach_cluster
         self.op_counts = [0] * OP_COUNT  # beanstalk commands, for `stats`
         self.sessions: dict[Session, BeanstalkProtocol] = {}  # where wake-ups go
@@ -208,6 +213,9 @@ class NodeRuntime:
         # Always a Ready, even an empty one: taking it also settles the bridge between the
         # cores and the memory level (CONFIG SET maxmemory 0 must clear a warning at once).
         rd = self._held if self._held is not None else core.ready(self.now_ms())
+        if self.gate.held or (rd.aof_records and self.aof.group_commit):
+            self._flush_held(rd)
+            return
         events = None
         if rd:
             try:
@@ -228,11 +236,7 @@ class NodeRuntime:
         core.advance()
         dirty = self._dirty
         self._dirty = []
-        beanstalk = core.beanstalk
-        disque = core.disque
-        if self.aof.writer is not None and (
-            beanstalk.aof_out or (disque is not None and disque.aof_out)
-        ):
+        if self.aof.writer is not None and self.logged_since_flush():
             # Routed replies ran the commands queued behind them, and those logged records:
             # their connections wait for the next write.
             self._dirty = dirty
@@ -245,11 +249,73 @@ class NodeRuntime:
                     conn.flush()
             if core.has_ready():
                 self.schedule_flush()
+        if self._durable_waiters:
+            waiters, self._durable_waiters = self._durable_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._after_flush(events)
+
+    def _flush_held(self, rd: Ready) -> None:
+        """The group commit under ``always`` (commit_gate.py): the records written now, all
+        the rest held until an fsync covers them; the loop goes on meanwhile."""
+        core = self.core
+        if rd.aof_records and not self.aof.persist(rd.aof_records):
+            self._held = rd
+            return
+        self._held = None
+        if rd.messages:
+            for peer, msgs in split_free(rd.messages).items():
+                self._send(peer, msgs)
+        self._after_apply(rd)
+        core.advance()
+        dirty, self._dirty = self._dirty, []
+        waiters, self._durable_waiters = self._durable_waiters, []
+        writer = self.aof.writer
+        mark = writer.bytes_written if writer is not None else 0
+        output = rd if (rd.messages or rd.replies or rd.wakeups) else None
+        if output is not None or dirty or waiters:
+            self.gate.hold(mark, output, dirty, waiters)
+        if rd.aof_records or self.gate.held:
+            self.aof.sync_to(mark)
+        if core.has_ready():
+            self.schedule_flush()
+        self._after_flush(rd.events)
+
+    def _after_flush(self, events: list[EventBuffer] | None) -> None:
         if events:
             self._log_events(events)
-        nd = core.next_deadline_ms()
+        nd = self.core.next_deadline_ms()
         if nd >= 0:
             self.check_timer(nd, self.now_ms())
+
+    def logged_since_flush(self) -> bool:
+        """Commands run since the last Ready was taken logged records."""
+        disque = self.core.disque
+        return bool(self.beanstalk.aof_out or (disque is not None and disque.aof_out))
+
+    def durable(self) -> asyncio.Future[None]:
+        """Done once everything the cores did so far is written, and fsynced under
+        ``always``: a gRPC call answered at once (an ASYNC add) waits for it."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self._durable_waiters.append(fut)
+        self.schedule_flush()
+        return fut
+
+    # The gate's view of the runtime (commit_gate.GateHost).
+    def send(self, peer: str, msgs: list[Message]) -> None:
+        self._send(peer, msgs)
+
+    def route(self, token: int, result: DeferredResult) -> None:
+        self.router.route(token, result)
+
+    def wake(self, session: Session, result: Any) -> None:
+        self._wake(session, result)
+
+    def links_flush(self) -> None:
+        cluster = self.cluster
+        if cluster is not None and cluster.links is not None:
+            cluster.links.flush()
 
     def _send(self, peer: str, msgs: list[Message]) -> None:
         cluster = self.cluster

@@ -10,6 +10,8 @@ that ships.
   ``OSError(EIO)`` on every later call, as a disk that lost a write does. Other fsyncs of the
   process (node.json, cluster.json, directories) are untouched. A node must stop (exit 1)
   without acknowledging the records of the failed fsync (docs/disk-full.md, "fsyncgate").
+* ``fsync-hold``: the same fsyncs, after ``after`` of them, wait while the file ``gate``
+  exists: a disk that takes its time, to watch what the group commit holds meanwhile.
 * ``api-held``: a node whose peers hear from it first loads its gRPC client API only once the
   file ``gate`` exists; until then every client call is answered UNAVAILABLE "not run"
   (disq/server/late_services.py), as in the milliseconds after a restart, for as long as a
@@ -20,8 +22,8 @@ In-process::
     with faults.applied("fsync-eio", after=3):
         ...
 
-Node processes: ``python -m disq.testing.faults fsync-eio [--after N] -- ARGS...`` (or
-``api-held --gate PATH``) applies the fault, then runs ``disq.node_main`` with ``ARGS``.
+Node processes: ``python -m disq.testing.faults fsync-eio|fsync-hold|api-held [--after N]
+[--gate PATH] -- ARGS...`` applies the fault, then runs ``disq.node_main`` with ``ARGS``.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ from collections.abc import Callable, Iterator
 from disq.persistence import aof_writer
 
 FSYNC_EIO = "fsync-eio"
+FSYNC_HOLD = "fsync-hold"
 API_HELD = "api-held"
-FAULTS = (FSYNC_EIO, API_HELD)
+FAULTS = (FSYNC_EIO, FSYNC_HOLD, API_HELD)
+HOLD_POLL_S = 0.005
 
 
 class FsyncFault:
@@ -64,11 +68,30 @@ class FsyncFault:
         self._original(fd)
 
 
-def _fsync_eio(after: int) -> Callable[[], None]:
+class FsyncHold(FsyncFault):
+    """The replacement fsync: ``after`` calls pass through, every later one first waits while
+    the file ``gate`` exists."""
+
+    def __init__(self, after: int, gate: str, original: Callable[[int], None]) -> None:
+        super().__init__(after, original)
+        self.gate = gate
+
+    def __call__(self, fd: int) -> None:
+        with self._lock:
+            self.calls += 1
+            hold = self.calls > self.after
+        while hold and os.path.exists(self.gate):
+            time.sleep(HOLD_POLL_S)
+        self._original(fd)
+
+
+def _replace_fsync(
+    make: Callable[[Callable[[int], None]], Callable[[int], None]],
+) -> Callable[[], None]:
     # The writer looks fsync_fd up in its module's namespace at each call: replace it there.
     namespace = vars(aof_writer)
     original: Callable[[int], None] = namespace["fsync_fd"]
-    namespace["fsync_fd"] = FsyncFault(after, original)
+    namespace["fsync_fd"] = make(original)
 
     def undo() -> None:
         namespace["fsync_fd"] = original
@@ -99,15 +122,19 @@ def _api_held(gate: str) -> Callable[[], None]:
 def apply(name: str, *, after: int = 0, gate: str = "") -> Callable[[], None]:
     """Put the named fault in; returns the function that takes it out."""
     if name == FSYNC_EIO:
-        return _fsync_eio(after)
+        return _replace_fsync(lambda original: FsyncFault(after, original))
+    if name == FSYNC_HOLD:
+        if not gate:
+            raise ValueError("fsync-hold needs a gate file")
+        return _replace_fsync(lambda original: FsyncHold(after, gate, original))
     if name == API_HELD:
         return _api_held(gate)
     raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
 
 
 @contextlib.contextmanager
-def applied(name: str, *, after: int = 0) -> Iterator[None]:
-    undo = apply(name, after=after)
+def applied(name: str, *, after: int = 0, gate: str = "") -> Iterator[None]:
+    undo = apply(name, after=after, gate=gate)
     try:
         yield
     finally:
@@ -130,12 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--after", type=int, default=0, metavar="N", help="calls that succeed before the fault"
     )
-    parser.add_argument("--gate", default="", metavar="PATH", help="api-held: the file awaited")
+    parser.add_argument(
+        "--gate",
+        default="",
+        metavar="PATH",
+        help="fsync-hold: wait while it exists; api-held: the file awaited",
+    )
     opts = parser.parse_args(ours)
     if opts.after < 0:
         parser.error("--after must be >= 0")
-    if opts.fault == API_HELD and not opts.gate:
-        parser.error("api-held needs --gate PATH")
+    if opts.fault in (FSYNC_HOLD, API_HELD) and not opts.gate:
+        parser.error(f"{opts.fault} needs --gate PATH")
     apply(opts.fault, after=opts.after, gate=opts.gate)
     from disq import node_main
 

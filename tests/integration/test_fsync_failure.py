@@ -116,7 +116,7 @@ def test_everysec_fsync_failure_stops_the_node(server_factory: ServerFactory) ->
     """Under everysec the worker thread's fsync fails: the node stops all the same. A put
     acknowledged before it (everysec acknowledges before the fsync: up to a second of
     writes may be lost by a crash) is still in the file, which a restart replays."""
-    srv = faulty(server_factory, 0)  # -b alone: fsync every second
+    srv = faulty(server_factory, 0, "--fsync", "everysec")
     srv.start()
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
         f = s.makefile("rb")

@@ -251,7 +251,7 @@ def test_readme_make_run_serves_the_embedded_defaults(
     server_factory: ServerFactory, tmp_path: Path
 ) -> None:
     """`make run` (`disq-node`, no argument): beanstalk on 127.0.0.1:11300, RESP on 7711, the
-    bus (gRPC) on 7710, every port on loopback only, the AOF on with fsync every second in
+    bus (gRPC) on 7710, every port on loopback only, the AOF on, fsynced before every answer, in
     ./disq-data, and SIGTERM stops it with status 0. The ports are fixed: on a machine where
     one is taken the test cannot run there, and says so."""
     ports = {11300: "beanstalk", 7711: "RESP", 7710: "gRPC"}
@@ -275,7 +275,7 @@ def test_readme_make_run_serves_the_embedded_defaults(
         with RespClient("127.0.0.1", 7711) as c:
             assert c.call("PING") == "PONG"
             assert c.call("CONFIG", "GET", "appendonly") == [b"appendonly", b"yes"]
-            assert c.call("CONFIG", "GET", "appendfsync") == [b"appendfsync", b"everysec"]
+            assert c.call("CONFIG", "GET", "appendfsync") == [b"appendfsync", b"always"]
         from disq.client import Client
 
         # A node with no peer serves its client ports first, its gRPC port a moment later.

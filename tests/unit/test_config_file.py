@@ -172,7 +172,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert s == DisqueSettings(dir=tmp_path.resolve())
     assert (s.port, s.grpc_port, s.beanstalk_port, s.beanstalk_replicate) == (7711, 17711, 0, 1)
     assert s.bind == () and s.effective_bind == ("127.0.0.1",)
-    assert (s.appendonly, s.appendfsync, s.appendfilename) == (False, "everysec", "disq.aof")
+    assert (s.appendonly, s.appendfsync, s.appendfilename) == (False, "always", "disq.aof")
     assert s.cluster_node_timeout_ms == 15000 and s.maxmemory_bytes == 0
     assert s.maxmemory_policy == "acks" and s.loglevel == "notice" and s.logfile == ""
     assert s.auto_aof_rewrite_min_size_bytes == 64 << 20 and s.auto_aof_rewrite_percentage == 100
@@ -526,11 +526,14 @@ def test_pidfile_path_is_relative_to_dir(tmp_path: Path) -> None:
 def test_disque_sample_file_loads(tmp_path: Path) -> None:
     (tmp_path / "disque.conf").write_text(DISQUE_SAMPLE)
     store = load_config(tmp_path / "disque.conf", cwd=tmp_path)
-    # The sample's values are the defaults; its pidfile line is configured, so it is written.
+    # The sample's values are the defaults; its pidfile line is configured, so it is written;
+    # its appendfsync is Disque's default, everysec (disq's is always: README, "What an
+    # answer promises").
     assert store.settings == replace(
         DisqueSettings(dir=tmp_path.resolve()),
         config_file=tmp_path / "disque.conf",
         pidfile_configured=True,
+        appendfsync="everysec",
     )
     assert store.settings.pidfile_path == Path("/var/run/disque.pid")
 
