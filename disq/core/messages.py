@@ -195,7 +195,7 @@ class Queued(_Message):
 
     ``incr_nacks`` / ``incr_deliveries`` are Disque's INCR_NACKS / INCR_DELIV flags.
     ``nacks`` / ``additional_deliveries`` are disq's: the sender's counters after the
-    requeue, merged by maximum (core.py ``_merge_counters`` says why); 0 and 0 from a peer
+    requeue, merged by maximum (requeue.py's ``merge_counters`` says why); 0 and 0 from a peer
     that does not send them, which then count by the flags as Disque does."""
 
     __slots__ = ("additional_deliveries", "incr_deliveries", "incr_nacks", "job_id", "nacks")

@@ -75,7 +75,7 @@ from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import ReplicationMixin
-from disq.core.disque.requeue import RequeueMixin
+from disq.core.disque.requeue import Requeue
 from disq.core.disque.state import IDEM_TIMER, KV_AT_ONCE
 from disq.core.messages import (
     BeanstalkUpdate,
@@ -118,7 +118,6 @@ class DisqueCore(
     IntrospectionMixin,
     AckMixin,
     ReplicationMixin,
-    RequeueMixin,
     AofMixin,
     FlushMixin,
 ):
@@ -158,6 +157,7 @@ class DisqueCore(
         self.handoff = Handoffs(self)  # handoff.py: a drain's jobs in flight
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.bridge = BeanstalkBridge(self)
+        self.requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -367,7 +367,7 @@ class DisqueCore(
           or after external replication, the AOF's enqueue-once restart): not a delivery,
           so nothing is counted; QUEUED still goes out (no flags) so the others postpone.
         - The QUEUED carries the new counters themselves as well as Disque's flags, and a
-          receiver keeps the larger value (``_merge_counters``): two nodes requeueing at
+          receiver keeps the larger value (requeue.py's ``merge_counters``): two nodes requeueing at
           once count one delivery, not two, and every copy converges on the same numbers.
           Counting changes log the job again (LOADJOB, last wins on replay), so a restart
           keeps them; that write is on the requeue and NACK paths only.
@@ -862,9 +862,9 @@ class DisqueCore(
 DisqueCore._handlers = {
     ReplJob: DisqueCore._on_repljob,
     GotJob: DisqueCore._on_gotjob,
-    Enqueue: DisqueCore._on_enqueue,
-    Queued: DisqueCore._on_queued,
-    WillQueue: DisqueCore._on_willqueue,
+    Enqueue: lambda core, now_ms, sender, msg: core.requeue.on_enqueue(now_ms, sender, msg),
+    Queued: lambda core, now_ms, sender, msg: core.requeue.on_queued(now_ms, sender, msg),
+    WillQueue: lambda core, now_ms, sender, msg: core.requeue.on_willqueue(now_ms, sender, msg),
     SetAck: DisqueCore._on_setack,
     GotAck: DisqueCore._on_gotack,
     DelJob: DisqueCore._on_deljob,
@@ -873,7 +873,7 @@ DisqueCore._handlers = {
     KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),
     NeedJobs: DisqueCore._on_needjobs,
     YourJobs: DisqueCore._on_yourjobs,
-    Working: DisqueCore._on_working,
+    Working: lambda core, now_ms, sender, msg: core.requeue.on_working(now_ms, sender, msg),
     Pause: DisqueCore._on_pause,
     BeanstalkUpdate: lambda core, now_ms, sender, msg: core.bridge.on_update(now_ms, sender, msg),
 }

@@ -155,7 +155,7 @@ class FederationMixin(CoreParts):
                 j.deliver_to(*d.nodes_delivered)
                 # This node's copy may have missed QUEUEDs the exporter saw (it was not in
                 # every holder's delivered set): the exporter's counters are at least as new.
-                self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+                self.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
             if j.state == ACTIVE:
                 # Imported jobs are queued without a QUEUED broadcast: the sender already
                 # knows where they went.

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from disq.core.disque.keyvote import KeyVoting
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
+    from disq.core.disque.requeue import Requeue
     from disq.core.events import EventBuffer
     from disq.core.messages import JobData, Message
 
@@ -56,6 +57,7 @@ class CoreParts:
     persist: bool
     aof_enqueue_once: bool
     max_queues: int
+    requeue: Requeue  # requeue.py
     bridge: BeanstalkBridge  # bridge.py: the beanstalk bridge and its outboxes
     _prev_ctime: int
     # Wall clock minus now_ms's (node, monotonic) clock: ctime, and what the AOF keeps as an
@@ -144,10 +146,6 @@ class CoreParts:
     def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ requeue.py's
-    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
-        raise NotImplementedError
-
 
 # The module (of disq.core.disque) that defines each method declared in CoreParts: "core" is
 # DisqueCore itself, the others a part. A new declaration gets its tag here, in the same commit
@@ -175,5 +173,4 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     ),
     "aof": ("_log_job", "_log_del"),
     "replication": ("_job_from_data",),
-    "requeue": ("_merge_counters",),
 }

@@ -117,7 +117,7 @@ class ReplicationMixin(CoreParts):
         if j is not None:
             j.deliver_to(*d.nodes_delivered)
             # A resend, or a drain handing its copy over: the sender may have counted more.
-            self._merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+            self.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
         else:
             if self.gone.tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it

@@ -5,8 +5,11 @@ queued at once, and the counters the copies share.
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.gone import GoneJobs
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import (
     ACKED,
     ACTIVE,
@@ -16,7 +19,6 @@ from disq.core.disque.job import (
     QUEUED,
     DJob,
 )
-from disq.core.disque.parts import CoreParts
 from disq.core.disque.state import GONE_ACKED, GONE_DELETED
 from disq.core.messages import DelJob, Enqueue, Queued, SetAck, WillQueue, Working
 
@@ -30,26 +32,38 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
     return (ka > kb) - (ka < kb)
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class RequeueMixin(CoreParts):
-    """The requeue messages of DisqueCore."""
+class RequeueHost(CoreHost, Protocol):
+    """What the requeue exchange needs of the core beyond its job table."""
 
-    def _on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
-        j = self.jobs.get(msg.job_id)
+    counts: QueueCounts
+    gone: GoneJobs
+
+    def _postpone(self, j: DJob, now_ms: int) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+
+
+class Requeue:
+    """The requeue messages between holders (``core.requeue``): it keeps no state of its own;
+    the copies' fields and the job table are the core's."""
+
+    def __init__(self, host: RequeueHost) -> None:
+        self.host = host
+
+    def on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
+        j = self.host.jobs.get(msg.job_id)
         if j is None or j.state != ACTIVE:
             return
-        q = self.queues.get(j.queue)
+        q = self.host.queues.get(j.queue)
         if q is not None and q.paused_in:
             return
         if j.delay_s:
             j.qtime_ms = now_ms + j.delay_s * 1000
             j.flags &= ~BCAST_WILLQUEUE
-            self._update_awake(j)
+            self.host._update_awake(j)
         else:
-            self._enqueue(j, now_ms, moved=True)  # a move, not a redelivery (_enqueue)
+            self.host._enqueue(j, now_ms, moved=True)  # a move, not a redelivery (_enqueue)
 
-    def _merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
+    def merge_counters(self, j: DJob, nacks: int, add_deliveries: int, now_ms: int) -> None:
         """Take a peer's counters: the larger of each wins. Counters only grow and every
         change is broadcast, so the maximum is what the busiest copy saw; adding instead
         would count twice a requeue two nodes did at once, or a repeated message. A copy
@@ -63,51 +77,51 @@ class RequeueMixin(CoreParts):
             j.add_deliveries = add_deliveries
             changed = True
         if changed and (j.state == ACTIVE or j.state == QUEUED):
-            self._log_job(j, now_ms)
+            self.host._log_job(j, now_ms)
 
-    def _on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_queued(self, now_ms: int, sender: str, msg: Queued) -> None:
+        j = self.host.jobs.get(msg.job_id)
         if j is None:
             return
         if msg.nacks or msg.additional_deliveries:
-            self._merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
+            self.merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
         elif msg.incr_nacks or msg.incr_deliveries:
             # A peer that sends only Disque's flags: count by them, as Disque does.
-            self._merge_counters(
+            self.merge_counters(
                 j, j.nacks + msg.incr_nacks, j.add_deliveries + msg.incr_deliveries, now_ms
             )
-        if j.state == QUEUED and compare_ids_by_job(sender, self.my_id, j.id) > 0:
-            self._dequeue(j)  # two copies queued: the one whose node wins keeps it
+        if j.state == QUEUED and compare_ids_by_job(sender, self.host.my_id, j.id) > 0:
+            self.host._dequeue(j)  # two copies queued: the one whose node wins keeps it
         if j.state != QUEUED:
             j.queued_at = sender  # where the job is now (dead_peers.py)
-        self.counts.undelay(j)  # queued there: its delay is over (counts.py)
+        self.host.counts.undelay(j)  # queued there: its delay is over (counts.py)
         j.flags |= BCAST_QUEUED
         if j.state in (ACTIVE, QUEUED) and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
-            self._postpone(j, now_ms)
+            self.host._postpone(j, now_ms)
 
-    def _on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_willqueue(self, now_ms: int, sender: str, msg: WillQueue) -> None:
+        j = self.host.jobs.get(msg.job_id)
         if j is None:
             # Acked, or deleted, here: the sender's copy is one the GC did not reach
             # (gone.py's ``mark`` says how); it is told what happened to the job.
-            how = self.gone.how(msg.job_id, now_ms)
+            how = self.host.gone.how(msg.job_id, now_ms)
             if how == GONE_ACKED:
-                self._send(sender, SetAck(msg.job_id, 0))
+                self.host._send(sender, SetAck(msg.job_id, 0))
             elif how == GONE_DELETED:
-                self._send(sender, DelJob([msg.job_id]))
+                self.host._send(sender, DelJob([msg.job_id]))
             return
         if j.state == ACKED:
-            self._send(sender, SetAck(j.id, len(j.delivered)))
+            self.host._send(sender, SetAck(j.id, len(j.delivered)))
         elif j.state == QUEUED or j.flags & BEANSTALK_OWNED:
             # With the counters: the asker may have missed the QUEUED that counted them.
-            self._send(sender, Queued(j.id, False, False, j.nacks, j.add_deliveries))
+            self.host._send(sender, Queued(j.id, False, False, j.nacks, j.add_deliveries))
 
-    def _on_working(self, now_ms: int, sender: str, msg: Working) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_working(self, now_ms: int, sender: str, msg: Working) -> None:
+        j = self.host.jobs.get(msg.job_id)
         if j is None:
             return
         if j.state == QUEUED:
-            self._dequeue(j)
+            self.host._dequeue(j)
         j.queued_at = sender  # a worker of the sender's has it (dead_peers.py)
-        self._postpone(j, now_ms)
+        self.host._postpone(j, now_ms)
