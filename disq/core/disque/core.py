@@ -51,7 +51,7 @@ from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.bridge import BeanstalkBridge
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
-from disq.core.disque.federation import FederationMixin
+from disq.core.disque.federation import Federation
 from disq.core.disque.flush import FlushMixin
 from disq.core.disque.gone import GoneJobs
 from disq.core.disque.handoff import Handoffs
@@ -114,7 +114,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    FederationMixin,
     IntrospectionMixin,
     AckMixin,
     ReplicationMixin,
@@ -158,6 +157,7 @@ class DisqueCore(
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.bridge = BeanstalkBridge(self)
         self.requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
+        self.federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -408,7 +408,7 @@ class DisqueCore(
         if q.blocked:
             self.blocked.serve(q, now_ms)
         elif q.wanted_by and not q.paused_out:
-            self._push_wanted(q, now_ms)
+            self.federation.push_wanted(q, now_ms)
         return True
 
     # What the simulator's core and the tests' mutants override in Python, defined here: a
@@ -449,7 +449,7 @@ class DisqueCore(
             j.qtime_ms = 0
         self._update_awake(j)
         if not q.skiplist and q.import_rate(now_ms) > 0:
-            self._need_jobs(q, now_ms, reached_zero=True)
+            self.federation.need_jobs(q, now_ms, reached_zero=True)
         return j
 
     # ================================================================== commands
@@ -636,7 +636,7 @@ class DisqueCore(
             q = self._queue(name, now_ms)
             new_wait = not q.blocked
             q.blocked[token] = None
-            self._need_jobs(q, now_ms, reached_zero=False, new_wait=new_wait)
+            self.federation.need_jobs(q, now_ms, reached_zero=False, new_wait=new_wait)
         return PENDING
 
     def set_wall_offset(self, ms: int, now_ms: int) -> None:
@@ -848,7 +848,7 @@ class DisqueCore(
         for q in self.queues.values():
             if q.blocked:
                 any_blocked = True
-                self._need_jobs(q, now_ms, reached_zero=False)
+                self.federation.need_jobs(q, now_ms, reached_zero=False)
             elif q.idle() and now_ms - q.atime_ms > idle_ms:
                 idle.append(q.name)
             if q.wanted_by:
@@ -871,8 +871,8 @@ DisqueCore._handlers = {
     IdemKeys: lambda core, now_ms, sender, msg: core.keys.on_idem_keys(now_ms, sender, msg),
     KeyVote: lambda core, now_ms, sender, msg: core.votes.on_key_vote(now_ms, sender, msg),
     KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),
-    NeedJobs: DisqueCore._on_needjobs,
-    YourJobs: DisqueCore._on_yourjobs,
+    NeedJobs: lambda core, now_ms, sender, msg: core.federation.on_needjobs(now_ms, sender, msg),
+    YourJobs: lambda core, now_ms, sender, msg: core.federation.on_yourjobs(now_ms, sender, msg),
     Working: lambda core, now_ms, sender, msg: core.requeue.on_working(now_ms, sender, msg),
     Pause: DisqueCore._on_pause,
     BeanstalkUpdate: lambda core, now_ms, sender, msg: core.bridge.on_update(now_ms, sender, msg),

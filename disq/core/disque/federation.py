@@ -9,11 +9,15 @@ their next (backed off) broadcast.
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.gone import GoneJobs
+from disq.core.disque.host import CoreHost
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
-from disq.core.disque.parts import CoreParts
 from disq.core.disque.queue import DQueue
+from disq.core.disque.requeue import Requeue
 from disq.core.messages import JobData, NeedJobs, YourJobs
 
 NEEDJOBS_BCAST_MIN_MS = 2000
@@ -28,14 +32,30 @@ NEEDJOBS_MAX_REQUEST = 100
 WANTED_VALID_MS = 35_000  # longer than the longest NEEDJOBS broadcast gap
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class FederationMixin(CoreParts):
-    """NEEDJOBS / YOURJOBS of DisqueCore."""
+class FederationHost(CoreHost, Protocol):
+    """What federation needs of the core beyond its job table."""
 
-    def _need_jobs(
-        self, q: DQueue, now_ms: int, reached_zero: bool, new_wait: bool = False
-    ) -> None:
+    max_queues: int
+    counts: QueueCounts
+    gone: GoneJobs
+    keys: KeyTable
+    requeue: Requeue
+
+    def _queue(self, name: str, now_ms: int) -> DQueue: ...
+    def _postpone(self, j: DJob, now_ms: int) -> None: ...
+    def _register(self, j: DJob, awake: bool = True) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
+
+
+class Federation:
+    """NEEDJOBS / YOURJOBS (``core.federation``): the pace of a queue's requests lives in its
+    DQueue (its responders, backoffs and ``wanted_by``); this keeps no state of its own."""
+
+    def __init__(self, host: FederationHost) -> None:
+        self.host = host
+
+    def need_jobs(self, q: DQueue, now_ms: int, reached_zero: bool, new_wait: bool = False) -> None:
         """needJobsForQueue: a rare NEEDJOBS(1) broadcast to discover who has jobs, and
         frequent ad hoc requests to the nodes that recently answered.
 
@@ -45,7 +65,7 @@ class FederationMixin(CoreParts):
         again), could wait that long for jobs queued on a node that last heard from this
         one while it had consumers of its own. A new wait broadcasts now (at most every
         NEEDJOBS_NEW_WAIT_MS) and starts the backoff over."""
-        if self.view.leaving:
+        if self.host.view.leaving:
             return
         if new_wait and now_ms - q.needjobs_bcast_ms > NEEDJOBS_NEW_WAIT_MS:
             q.needjobs_bcast_ms = 0
@@ -65,13 +85,13 @@ class FederationMixin(CoreParts):
         if q.needjobs_bcast_ms == 0 or now_ms - q.needjobs_bcast_ms > bcast_delay:
             q.needjobs_bcast_ms = now_ms
             q.needjobs_bcast_attempt += 1
-            for node in self.view.reachable_peers():
-                self._send(node, NeedJobs(q.name, 1))
+            for node in self.host.view.reachable_peers():
+                self.host._send(node, NeedJobs(q.name, 1))
         if responders and (reached_zero or now_ms - q.needjobs_adhoc_ms > adhoc_delay):
             q.needjobs_adhoc_ms = now_ms
             q.needjobs_adhoc_attempt += 1
             for node in responders:
-                self._send(node, NeedJobs(q.name, to_fetch))
+                self.host._send(node, NeedJobs(q.name, to_fetch))
 
     def _give_jobs(self, q: DQueue, node: str, count: int, now_ms: int) -> None:
         n = count if len(q) >= 2 * count else max(1, len(q) // 2)
@@ -79,33 +99,33 @@ class FederationMixin(CoreParts):
         kept: list[DJob] = []
         while len(jobs) < n and q.skiplist:
             j: DJob = q.skiplist.pop(0)
-            if j.idem_key and (j.queue, j.idem_key) in self.keys.tentative:
+            if j.idem_key and (j.queue, j.idem_key) in self.host.keys.tentative:
                 # The importer takes an exported job's key as done (it was queued here),
                 # but a copy whose add is still undecided can be queued by its RETRY: if
                 # that add then fails, the importer would answer a retry of the key with
                 # the id of a deleted job. Such a job stays here until its key is decided.
                 kept.append(j)
                 continue
-            self.counts.to_active(j)
+            self.host.counts.to_active(j)
             j.queued_at = node  # queued at the importer now (dead_peers.py)
             q.jobs_out += 1
             j.deliver_to(node)
-            jobs.append(self._job_data(j, now_ms))
+            jobs.append(self.host._job_data(j, now_ms))
             if j.retry_s == 0:
                 # An at-most-once job must exist in one place only: it moves.
-                self._log_del(j.id)
-                self._unregister(j, now_ms)
+                self.host._log_del(j.id)
+                self.host._unregister(j, now_ms)
             else:
                 # Our copy stays active; the importer's QUEUED/WILLQUEUE answers keep it
                 # from being requeued here while the importer has it.
-                self._postpone(j, now_ms)
+                self.host._postpone(j, now_ms)
         for j in kept:
             q.skiplist.add(j)
         if jobs:
-            self.stats["jobs_exported"] += len(jobs)
-            self._send(node, YourJobs(jobs))
+            self.host.stats["jobs_exported"] += len(jobs)
+            self.host._send(node, YourJobs(jobs))
 
-    def _push_wanted(self, q: DQueue, now_ms: int) -> None:
+    def push_wanted(self, q: DQueue, now_ms: int) -> None:
         for node, until in list(q.wanted_by.items()):
             if until < now_ms or not self._peer_ok(node):
                 del q.wanted_by[node]
@@ -115,16 +135,16 @@ class FederationMixin(CoreParts):
             return
 
     def _peer_ok(self, node: str) -> bool:
-        return node in self.view.reachable_peers()
+        return node in self.host.view.reachable_peers()
 
     # ------------------------------------------------------------------ messages
-    def _on_needjobs(self, now_ms: int, sender: str, msg: NeedJobs) -> None:
-        q = self.queues.get(msg.queue)
+    def on_needjobs(self, now_ms: int, sender: str, msg: NeedJobs) -> None:
+        q = self.host.queues.get(msg.queue)
         if q is None:
-            if len(self.queues) >= self.max_queues:
+            if len(self.host.queues) >= self.host.max_queues:
                 return  # at the bound: a peer's interest is not worth a queue record
             # Remember the interest (the queue record is reclaimed by the idle GC).
-            q = self._queue(msg.queue, now_ms)
+            q = self.host._queue(msg.queue, now_ms)
         if q.paused_out:
             return
         if not q.skiplist:
@@ -140,34 +160,34 @@ class FederationMixin(CoreParts):
         # whose consumers wait, and at most half of a short queue goes (_give_jobs).
         self._give_jobs(q, sender, max(1, msg.count), now_ms)
 
-    def _on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:
+    def on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:
         imported = 0
         for d in msg.jobs:
-            j = self.jobs.get(d.id)
+            j = self.host.jobs.get(d.id)
             if j is None:
-                if self.gone.tombstoned(d.id, now_ms):
+                if self.host.gone.tombstoned(d.id, now_ms):
                     continue
-                j = self._job_from_data(d, now_ms, key_done=True)  # queued there: done
+                j = self.host._job_from_data(d, now_ms, key_done=True)  # queued there: done
                 j.deliver_to(sender)
-                self._register(j)
-                self._log_job(j, now_ms)
+                self.host._register(j)
+                self.host._log_job(j, now_ms)
             else:
                 j.deliver_to(*d.nodes_delivered)
                 # This node's copy may have missed QUEUEDs the exporter saw (it was not in
                 # every holder's delivered set): the exporter's counters are at least as new.
-                self.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+                self.host.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
             if j.state == ACTIVE:
                 # Imported jobs are queued without a QUEUED broadcast: the sender already
                 # knows where they went.
                 j.flags &= ~BCAST_QUEUED
-                if self._enqueue(j, now_ms):
+                if self.host._enqueue(j, now_ms):
                     imported += 1
         if msg.jobs:
-            q = self._queue(msg.jobs[0].queue, now_ms)
+            q = self.host._queue(msg.jobs[0].queue, now_ms)
             q.responders[sender] = now_ms
             if imported:
                 q.record_import(now_ms, imported)
             q.needjobs_adhoc_attempt = 0
             if len(q.responders) == 1:
                 q.needjobs_bcast_attempt = 0
-            self.stats["jobs_imported"] += imported
+            self.host.stats["jobs_imported"] += imported

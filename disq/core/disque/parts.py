@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from disq.core.disque.blocked import BlockedClients
     from disq.core.disque.bridge import BeanstalkBridge
     from disq.core.disque.counts import QueueCounts
+    from disq.core.disque.federation import Federation
     from disq.core.disque.gone import GoneJobs
     from disq.core.disque.handoff import Handoffs
     from disq.core.disque.idempotency import KeyTable
@@ -58,6 +59,7 @@ class CoreParts:
     aof_enqueue_once: bool
     max_queues: int
     requeue: Requeue  # requeue.py
+    federation: Federation  # federation.py
     bridge: BeanstalkBridge  # bridge.py: the beanstalk bridge and its outboxes
     _prev_ctime: int
     # Wall clock minus now_ms's (node, monotonic) clock: ctime, and what the AOF keeps as an
@@ -110,9 +112,6 @@ class CoreParts:
     def _dequeue(self, j: DJob) -> bool:
         raise NotImplementedError
 
-    def _postpone(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _update_awake(self, j: DJob, at: int = 0) -> None:
         raise NotImplementedError
 
@@ -142,10 +141,6 @@ class CoreParts:
     def _log_del(self, job_id: str) -> None:
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ replication.py's
-    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
-        raise NotImplementedError
-
 
 # The module (of disq.core.disque) that defines each method declared in CoreParts: "core" is
 # DisqueCore itself, the others a part. A new declaration gets its tag here, in the same commit
@@ -162,7 +157,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_forget",
         "_enqueue",
         "_dequeue",
-        "_postpone",
         "_update_awake",
         "_awake_time",
         "_only_me",
@@ -172,5 +166,4 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_delete_from_cluster",
     ),
     "aof": ("_log_job", "_log_del"),
-    "replication": ("_job_from_data",),
 }
