@@ -19,30 +19,15 @@ import itertools
 from datetime import UTC, datetime
 
 import pytest
+from schedule_mesh import scheduler as _sched
+from schedule_mesh import tick_jobs as _jobs
 
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, ScheduleDef
-from disq.core.schedule.scheduler import STEP_MS, Scheduler
+from disq.core.schedule.scheduler import STEP_MS
 from disq.testing.mesh import Mesh
 
 HOUR_MS = 3_600_000
 T0 = int(datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC).timestamp())  # Unix s, on a whole second
-
-
-def _sched(mesh: Mesh, i: int = 0) -> Scheduler:
-    s = mesh.nodes[i].scheduler
-    assert s is not None
-    return s
-
-
-def _jobs(mesh: Mesh, name: str) -> dict[int, set[str]]:
-    """Tick -> the ids of the jobs any node holds for it."""
-    out: dict[int, set[str]] = {}
-    prefix = f"schedule:{name}:"
-    for i in range(len(mesh.nodes)):
-        for j in mesh.disque(i).jobs.values():
-            if j.idem_key.startswith(prefix):
-                out.setdefault(int(j.idem_key[len(prefix) :]), set()).add(j.id)
-    return out
 
 
 def _run(mesh: Mesh, name: str, ms: int, fired: dict[int, int], step: int = 10) -> None:

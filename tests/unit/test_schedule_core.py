@@ -13,6 +13,8 @@ from typing import Any
 
 import hiredis
 import pytest
+from schedule_mesh import scheduler as _sched
+from schedule_mesh import tick_jobs as _tick_jobs
 from test_disque_commands import FakeNode, cmd, make_door
 
 from disq.core import events as ev
@@ -107,23 +109,6 @@ def _mesh(n: int, at_s: int) -> Mesh:
     for node in mesh.nodes:
         node.set_persist(True)
     return mesh
-
-
-def _sched(mesh: Mesh, i: int = 0) -> Scheduler:
-    s = mesh.nodes[i].scheduler
-    assert s is not None
-    return s
-
-
-def _tick_jobs(mesh: Mesh, name: str) -> dict[int, set[str]]:
-    """Tick -> the ids of the jobs any node holds for it (one per tick, or a bug)."""
-    out: dict[int, set[str]] = {}
-    prefix = f"schedule:{name}:"
-    for i in range(len(mesh.nodes)):
-        for j in mesh.disque(i).jobs.values():
-            if j.idem_key.startswith(prefix):
-                out.setdefault(int(j.idem_key[len(prefix) :]), set()).add(j.id)
-    return out
 
 
 def test_dst_a_schedule_at_0230_in_berlin_fires_as_cron_does() -> None:
