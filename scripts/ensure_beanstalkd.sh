@@ -5,11 +5,5 @@ set -euo pipefail
 if command -v beanstalkd >/dev/null 2>&1; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get install -y -qq beanstalkd >/dev/null 2>&1 || {
-  $SUDO apt-get update -qq >/dev/null
-  $SUDO apt-get install -y -qq beanstalkd >/dev/null
-}
+"$(dirname "$0")/apt_install.sh" beanstalkd
 command -v beanstalkd >/dev/null

@@ -6,11 +6,5 @@ set -euo pipefail
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || {
-  $SUDO apt-get update -qq >/dev/null
-  $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
-}
+"$(dirname "$0")/apt_install.sh" chromium chromium-driver
 [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]

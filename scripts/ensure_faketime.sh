@@ -11,11 +11,5 @@ have_lib() {
 if have_lib; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get install -y -qq faketime >/dev/null 2>&1 || {
-  $SUDO apt-get update -qq >/dev/null
-  $SUDO apt-get install -y -qq faketime >/dev/null
-}
+"$(dirname "$0")/apt_install.sh" faketime
 have_lib

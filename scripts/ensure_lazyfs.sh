@@ -22,13 +22,7 @@ command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 [ -e /usr/include/toml.hpp ] || need+=(libtoml11-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ "${#need[@]}" -gt 0 ]; then
-  SUDO=""
-  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 || {
-    $SUDO apt-get update -qq >/dev/null
-    $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-  }
+  "$(dirname "$0")/apt_install.sh" "${need[@]}"
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT/build"

@@ -5,11 +5,5 @@ set -euo pipefail
 if command -v redis-server >/dev/null 2>&1; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get install -y -qq redis-server >/dev/null 2>&1 || {
-  $SUDO apt-get update -qq >/dev/null
-  $SUDO apt-get install -y -qq redis-server >/dev/null
-}
+"$(dirname "$0")/apt_install.sh" redis-server
 command -v redis-server >/dev/null
