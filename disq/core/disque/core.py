@@ -171,7 +171,7 @@ class DisqueCore(
             "noreply_timeouts": 0,
         }
         # dead_peers.py: the jobs a peer confirmed dead had queued are requeued soon
-        self.dead_peers = DeadPeers(view, self.jobs, rng, self.stats, self._update_awake)
+        self.dead_peers = DeadPeers(self)
 
     # ================================================================== helpers
     @property

@@ -26,15 +26,12 @@ tick, so a node holding a million jobs does not stall its loop for the whole wal
 death during a sweep starts it again with both nodes (a job brought forward stays so).
 
 A component of the core: it owns the dead set and the sweep; it reads the job table and
-moves a job's requeue time through the core's timer (``update_awake``), nothing else.
+moves a job's requeue time through the core's timer (``_update_awake``), nothing else.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-
-from disq.core.disque.api import ClusterView
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACTIVE, BCAST_WILLQUEUE, BEANSTALK_ORIGIN, DJob
 
 # A second or two: long enough for the WILLQUEUE round (sent 500 ms before) to reach a live
@@ -48,19 +45,8 @@ DEAD_SWEEP_BATCH = 4096  # job ids looked at per tick
 class DeadPeers:
     """Requeue soon the jobs a dead peer had queued (the module's docstring says which)."""
 
-    def __init__(
-        self,
-        view: ClusterView,
-        jobs: dict[str, DJob],
-        rng: random.Random,
-        stats: dict[str, int],
-        update_awake: Callable[[DJob], None],
-    ) -> None:
-        self.view = view
-        self.jobs = jobs
-        self.rng = rng
-        self.stats = stats
-        self.update_awake = update_awake
+    def __init__(self, host: CoreHost) -> None:
+        self.host = host
         self.dead: set[str] = set()
         self.sweep_ids: list[str] = []  # job ids to look at, a snapshot taken at the death
         self.sweep_pos = 0
@@ -68,10 +54,10 @@ class DeadPeers:
 
     def died(self, now_ms: int, node_id: str) -> None:
         """Membership confirmed ``node_id`` DEAD: sweep the jobs, from the next tick on."""
-        if node_id == self.view.my_id:
+        if node_id == self.host.my_id:
             return
         self.dead.add(node_id)
-        self.sweep_ids = list(self.jobs)
+        self.sweep_ids = list(self.host.jobs)
         self.sweep_pos = 0
         self.sweep_due_ms = now_ms
 
@@ -89,7 +75,7 @@ class DeadPeers:
         ids = self.sweep_ids
         pos = self.sweep_pos
         end = min(pos + DEAD_SWEEP_BATCH, len(ids))
-        jobs = self.jobs
+        jobs = self.host.jobs
         for i in range(pos, end):
             j = jobs.get(ids[i])
             if j is not None:
@@ -114,7 +100,7 @@ class DeadPeers:
                 return False  # queued or in a worker's hands at a live node (or here)
         elif not any(n in dead for n in j.delivered):
             return False
-        at = now_ms + DEAD_REQUEUE_DELAY_MS + int(self.rng.random() * DEAD_REQUEUE_JITTER_MS)
+        at = now_ms + DEAD_REQUEUE_DELAY_MS + int(self.host.rng.random() * DEAD_REQUEUE_JITTER_MS)
         # Never before the job's DELAY ends: every requeue time is set as an event's time
         # (REPLJOB + DELAY, a QUEUED, a delivery) plus RETRY and jitter, so the time minus
         # RETRY is no earlier than that event, on this node's clock.
@@ -125,6 +111,6 @@ class DeadPeers:
             return False
         j.qtime_ms = at
         j.flags |= BCAST_WILLQUEUE
-        self.stats["jobs_requeue_advanced"] += 1
-        self.update_awake(j)
+        self.host.stats["jobs_requeue_advanced"] += 1
+        self.host._update_awake(j)
         return True
