@@ -17,6 +17,7 @@ Rows, ``--rows`` picks them (comma-separated fnmatch patterns over the ids):
   python -m bench beanstalk
   python -m bench beanstalk --quick
   python -m bench beanstalk --rows 'put/c50/p16/*,memory' --repeat 3
+  python -m bench beanstalk --fsync-compare --rows 'put/*/aof'   # the default beside -f 1000
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ CONNS = (1, 50)
 PIPELINES = (1, 16)
 FILL_CONNS = 8  # the reserve-delete prefill and the memory/restart bulk loads: quick to load
 FILL_PIPELINE = 64
+# --fsync-compare: disq's default (fsync before every reply, group commit) beside everysec.
+ALWAYS = "disq-always"
+FSYNC_TARGET = 0.9
 
 
 @dataclass(frozen=True)
@@ -259,15 +263,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", choices=["disq", "beanstalkd"], help="run one of the servers")
     p.add_argument("--disq-persist-flags", default="-f 1000", help="after -b DIR (%(default)s)")
     p.add_argument("--beanstalkd-persist-flags", default="", help="after -b DIR (none)")
+    p.add_argument(
+        "--fsync-compare",
+        action="store_true",
+        help="disq's default (-b DIR alone: an fsync covers every reply, group commit) beside "
+        "disq with --disq-persist-flags (everysec), instead of beanstalkd: the aof rows' price",
+    )
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
     seconds = args.seconds or (0.6 if args.quick else 3.0)
     jobs = args.jobs or (200_000 if args.quick else 1_000_000)
-    systems = [
-        disq_system(Build.this(), shlex.split(args.disq_persist_flags)),
-        beanstalkd_system(shlex.split(args.beanstalkd_persist_flags)),
-    ]
+    versus = ("disq", "beanstalkd")
+    if args.fsync_compare:
+        build = Build.this()
+        systems = [
+            disq_system(build, shlex.split(args.disq_persist_flags)),
+            disq_system(build, [], name=ALWAYS),
+        ]
+        versus = (ALWAYS, "disq")
+        report.note(f"reference: disq with -b DIR {args.disq_persist_flags} (disq)")
+    else:
+        systems = [
+            disq_system(Build.this(), shlex.split(args.disq_persist_flags)),
+            beanstalkd_system(shlex.split(args.beanstalkd_persist_flags)),
+        ]
     systems = [s for s in systems if args.only in (None, s.name)]
     if any(s.name == "beanstalkd" for s in systems):
         servers.ensure_beanstalkd()
@@ -277,8 +297,8 @@ def run(args: argparse.Namespace, report: Report) -> None:
         tmp = Path(tmp_name)
         rows = [r for r in ROWS if r.id in ids]
         if rows:
-            _throughput(rows, systems, seconds, args, report, tmp)
-        extras = [x for x in ("memory", "restart") if x in ids]
+            _throughput(rows, systems, seconds, args, report, tmp, versus)
+        extras = [x for x in ("memory", "restart") if x in ids and not args.fsync_compare]
         if extras:
             _memory_and_restart(extras, systems, jobs, args.restart_timeout, report, tmp)
     report.note(
@@ -290,8 +310,10 @@ def run(args: argparse.Namespace, report: Report) -> None:
     )
 
 
-def _ratio_column(systems: list[System]) -> list[str]:
-    return ["disq / beanstalkd"] if len(systems) == 2 else []
+def _ratio_columns(systems: list[System], versus: tuple[str, str]) -> list[str]:
+    if len(systems) != 2:
+        return []
+    return [f"{versus[0]} / {versus[1]}", *(["target"] if versus[0] == ALWAYS else [])]
 
 
 def _throughput(
@@ -301,12 +323,13 @@ def _throughput(
     args: argparse.Namespace,
     report: Report,
     tmp: Path,
+    versus: tuple[str, str] = ("disq", "beanstalkd"),
 ) -> None:
     names = [s.name for s in systems]
     cols = [f"{n} {c}" for n in names for c in ("ops/s", "p50 / p99 µs", "CPU µs/op")]
     table = report.table(
         f"{seconds:g} s per run, 100-byte bodies, median of {args.repeat}",
-        ["row", *cols, *_ratio_column(systems)],
+        ["row", *cols, *_ratio_columns(systems, versus)],
     )
     for i, row in enumerate(rows, 1):
         log(f"row {i}/{len(rows)}: {row.id}")
@@ -321,7 +344,11 @@ def _throughput(
                 report.fail(f"{row.id} on {n}: {c.error}")
         line = [row.id, *(x for n in names for x in load_cells(cells[n]))]
         if len(systems) == 2:
-            line.append(ratio(cells["disq"].ops_per_s, cells["beanstalkd"].ops_per_s))
+            ours, theirs = cells[versus[0]].ops_per_s, cells[versus[1]].ops_per_s
+            line.append(ratio(ours, theirs))
+            if versus[0] == ALWAYS:
+                met = ours is not None and bool(theirs) and ours / theirs >= FSYNC_TARGET
+                line.append(f"{'met' if met else 'not met'} ({FSYNC_TARGET:g})")
         table.add(*line)
 
 
@@ -334,7 +361,8 @@ def _memory_and_restart(
     tmp: Path,
 ) -> None:
     table = report.table(
-        f"{jobs:,} jobs of 100 bytes", ["row", *(s.name for s in systems), *_ratio_column(systems)]
+        f"{jobs:,} jobs of 100 bytes",
+        ["row", *(s.name for s in systems), *(["disq / beanstalkd"] if len(systems) == 2 else [])],
     )
     for extra in extras:
         log(f"row: {extra} ({jobs:,} jobs)")

@@ -1,16 +1,21 @@
 """AOF payloads of cluster (Disque) jobs, beside the beanstalk records of ``records``.
 
 Disque's model (reference 2.6): a job is logged once it is active here (LOADJOB: the whole
-job, expiry absolute) and its end is logged as DELJOB (ack, expiry, delete). Acks are not
-logged: a restarted node gets them again through the ack GC of its peers. Replaying a
-LOADJOB twice or a DELJOB for an unknown id is harmless, so the incremental rewrite can
-interleave snapshot and live records.
+job, expiry absolute) and its end is logged as DELJOB (expiry, delete, the end of its ack's
+GC). An ack this node answered, or a beanstalk delete of a replicated job, is logged as
+ACKJOB (as Disque's AOF keeps an acked job): after a power loss the node still knows the job
+is acked, answers the holders' WILLQUEUE with SETACK and finishes the GC, so the copies that
+missed the SETACK are not queued again. Acks learned from a SETACK are logged as DELJOB: the
+acker keeps the ack. Replaying a LOADJOB twice or a DELJOB for an unknown id is harmless, so
+the incremental rewrite can interleave snapshot and live records.
 
 LOADJOB  id 40s | repl u16 | ctime u64 | delay_s u32 | retry_s u32 | etime_ms u64 |
          nacks u32 | additional_deliveries u32 | priority u32 | beanstalk u8 | bstate u8 |
          beanstalk_id u64 | n_nodes u16 | queue_len u32 | body_len u32 |
          n_nodes * 40s | queue | body
 DELJOB   id 40s
+ACKJOB   id 40s | etime_ms u64 (wall clock): acked here; the holders are the LOADJOB's before
+         it, or unknown (every node is asked, as for a dummy ack)
 IDEMKEY  n u32 | n * (until_ms u64 | id_len u8 | queue_len u32 | key_len u16 | id | queue |
          key): idempotency keys taken (the node's own once their add is done, and the keys
          it learned from its peers), kept for their window even after their job is gone
@@ -31,10 +36,11 @@ REC_LOADJOB = 16
 REC_DELJOB = 17
 REC_IDEMKEY = 18
 REC_KEYVOTE = 19
-CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE)
+REC_ACKJOB = 23
+CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE, REC_ACKJOB)
 # The records of jobs: many, so a restart leaves them in the file's buffer and the core
 # decodes them in place (aof_reader's ``by_offset``, disq/core/disque/aof.py).
-JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB)
+JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_ACKJOB)
 
 # An IDEMKEY entry: (queue, key, job id, until_ms).
 IdemKeyEntry = tuple[str, str, str, int]
@@ -44,8 +50,10 @@ KeyVoteEntry = tuple[str, str, int, str, int, str, str, int]
 
 _LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
 LOADJOB_STRUCT = _LOAD  # a restart decodes LOADJOB records in place (restart time is a target)
-JOB_ID_LEN = 40  # LOADJOB and DELJOB both start with the job's id
+JOB_ID_LEN = 40  # LOADJOB, DELJOB and ACKJOB all start with the job's id
 _DEL = struct.Struct("<40s")
+_ACK = struct.Struct("<40sQ")
+ACKJOB_SIZE = _ACK.size
 _IDEM_N = struct.Struct("<I")
 _IDEM = struct.Struct("<QBIH")
 _VOTE = struct.Struct("<QQQBBBIH")
@@ -150,6 +158,18 @@ def encode_deljob(job_id: str) -> bytes:
     return _DEL.pack(job_id.encode())
 
 
+def encode_ackjob(job_id: str, etime_wall_ms: int) -> bytes:
+    return _ACK.pack(job_id.encode(), etime_wall_ms)
+
+
+def decode_ackjob(payload: bytes | memoryview) -> tuple[str, int]:
+    """(job id, expiry in wall-clock ms)."""
+    if len(payload) != _ACK.size:
+        raise ClusterRecordError("ACKJOB record has the wrong length")
+    raw, etime_ms = _ACK.unpack_from(payload, 0)
+    return bytes(raw).decode(), etime_ms
+
+
 def decode_deljob(payload: bytes | memoryview) -> str:
     if len(payload) != _DEL.size:
         raise ClusterRecordError("DELJOB record has the wrong length")
@@ -234,13 +254,16 @@ def decode_keyvotes(payload: bytes | memoryview) -> list[KeyVoteEntry]:
 
 
 def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
-    """The cluster records of a replayed AOF, in file order, as the core takes them."""
+    """The cluster records of a replayed AOF, in file order (LOADJOB: a JobData; DELJOB and
+    ACKJOB: the job id; IDEMKEY, KEYVOTE: their entries)."""
     out: list[tuple[str, object]] = []
     for rtype, payload in recs:
         if rtype == REC_LOADJOB:
             out.append(("LOADJOB", decode_loadjob(payload)))
         elif rtype == REC_DELJOB:
             out.append(("DELJOB", decode_deljob(payload)))
+        elif rtype == REC_ACKJOB:
+            out.append(("ACKJOB", decode_ackjob(payload)[0]))  # an acked copy: not deliverable
         elif rtype == REC_IDEMKEY:
             out.append(("IDEMKEY", decode_idemkeys(payload)))
         elif rtype == REC_KEYVOTE:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import pytest
 
 from disq.core.messages import JobData
+from disq.persistence import cluster_records, records, route_records, schedule_records
 from disq.persistence.cluster_records import (
+    REC_ACKJOB,
     REC_DELJOB,
     REC_IDEMKEY,
     REC_LOADJOB,
     ClusterRecordError,
+    decode_ackjob,
     decode_deljob,
     decode_idemkeys,
     decode_loadjob,
+    encode_ackjob,
     encode_deljob,
     encode_idemkeys,
     encode_loadjob,
@@ -100,3 +104,28 @@ def test_damaged_idemkey_is_refused(cut: int) -> None:
         decode_idemkeys(payload[:cut])
     with pytest.raises(ClusterRecordError):
         decode_idemkeys(payload + b"x")
+
+
+def test_ackjob_round_trip_and_core_record() -> None:
+    payload = encode_ackjob(JOB_ID, 1_795_000_086_400_000)
+    assert decode_ackjob(payload) == (JOB_ID, 1_795_000_086_400_000)
+    recs = [(REC_LOADJOB, encode_loadjob(job())), (REC_ACKJOB, payload)]
+    assert to_core_records(recs) == [("LOADJOB", job()), ("ACKJOB", JOB_ID)]
+
+
+@pytest.mark.parametrize("payload", [b"", encode_deljob(JOB_ID), encode_ackjob(JOB_ID, 1) + b"x"])
+def test_damaged_ackjob_is_refused(payload: bytes) -> None:
+    with pytest.raises(ClusterRecordError):
+        decode_ackjob(payload)
+
+
+def test_every_aof_record_type_is_its_own() -> None:
+    """One AOF holds the beanstalk, job, schedule and route records: a type taken twice
+    would have one module's replay decode another's records."""
+    types: dict[int, str] = {}
+    for module in (records, cluster_records, schedule_records, route_records):
+        for name, value in vars(module).items():
+            if name.startswith("REC_") and isinstance(value, int):
+                assert value not in types, f"{name} = {value} is {types[value]} too"
+                types[value] = name
+    assert len(types) >= 11

@@ -1,11 +1,15 @@
 """Acks and their garbage collection (Disque's ack.c), and the deletions that end a job.
 
-ACKJOB marks the job acked here (a DELJOB record: acks themselves are not persisted), then
-asks every node that may hold a copy to ack it too (SETACK) and retries with exponential
-backoff; once every holder confirmed (GOTACK) the job is deleted everywhere (DELJOB). An ack
-for an id this node never held is a "dummy ack" broadcast to all nodes. FASTACK skips the
-confirmation round: DELJOB to everybody at once. A deleted id is remembered for a while
-(a tombstone) so a late REPLJOB cannot bring it back.
+ACKJOB marks the job acked here (an ACKJOB record, fsynced before the answer under
+``always``), then asks every node that may hold a copy to ack it too (SETACK) and retries with
+exponential backoff; once every holder confirmed (GOTACK) the job is deleted everywhere
+(DELJOB, logged here too). An ack for an id this node never held is a "dummy ack" broadcast
+to all nodes, logged the same way. A holder that learns the ack by SETACK logs a DELJOB:
+the acker keeps the ack, so a power loss of every node right after the answer leaves it
+acked where it was answered, and its GC (or the WILLQUEUE of a holder that missed the SETACK,
+answered SETACK) ends every copy instead of queueing it again. FASTACK skips the
+confirmation round: DELJOB to everybody at once, best effort as in Disque. A deleted id is
+remembered for a while (a tombstone) so a late REPLJOB cannot bring it back.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from mypy_extensions import mypyc_attr, trait
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.disque.job import ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
+from disq.core.disque.job import ACK_LOGGED, ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
 from disq.core.disque.parts import CoreParts
 from disq.core.messages import DelJob, GotAck, SetAck
+from disq.persistence.cluster_records import REC_ACKJOB, encode_ackjob
+from disq.persistence.framing import frame
 
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
@@ -39,8 +45,7 @@ class AckMixin(CoreParts):
             if j is not None:
                 if j.state != ACKED:
                     self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
-                    self._acknowledge(j, now_ms)
-                    self._try_gc(j, now_ms)
+                    self.ack_here(j, now_ms)
                     known += 1
             elif (
                 self.view.cluster_size() > 1
@@ -53,6 +58,7 @@ class AckMixin(CoreParts):
                 d.state = ACKED
                 self.events.add(ev.ACKED, now_ms, "", job_id, 0, 0)  # the queue is elsewhere
                 self._register(d)
+                self._log_ack(d)
                 self._try_gc(d, now_ms)
         self.stats["jobs_acked"] += known
         return known
@@ -72,6 +78,20 @@ class AckMixin(CoreParts):
             job_ids = [j.id for j in q.skiplist]
         return self.ack_job(now_ms, job_ids)
 
+    def ack_here(self, j: DJob, now_ms: int) -> None:
+        """Acked on this node (ACKJOB, a beanstalk delete of a replicated job): logged as
+        acked, and the GC starts."""
+        self._acknowledge(j, now_ms)
+        self._log_ack(j)
+        self._try_gc(j, now_ms)
+
+    def _log_ack(self, j: DJob) -> None:
+        if self.persist:
+            self.aof_out.append(
+                frame(REC_ACKJOB, encode_ackjob(j.id, j.etime_ms + self.wall_offset_ms))
+            )
+            j.flags |= ACK_LOGGED
+
     def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
         if j.state == WAIT_REPL:
             # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so
@@ -85,9 +105,8 @@ class AckMixin(CoreParts):
         j.confirmed = NO_NODES
         # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
         # ack by SETACK and answered GOTACK must not keep it until its TTL if the DELJOB that
-        # should follow is lost or its sender crashes (acks are not in the AOF).
+        # should follow is lost or its sender crashes.
         j.qtime_ms = self._gc_retry_time(j, now_ms)
-        self._log_del(j.id)
 
     def _gc_retry_time(self, j: DJob, now_ms: int) -> int:
         base = min(GC_RETRY_MIN_MS << min(j.gc_retry, 20), GC_RETRY_MAX_MS)
@@ -133,6 +152,7 @@ class AckMixin(CoreParts):
             # their own: 16% of a node's main thread under GETJOB+ACKJOB, feeding the load
             # that made the round trips slow.
             self._acknowledge(j, now_ms, first_gc_step=HOLDER_FIRST_GC_STEP)
+            self._log_del(j.id)  # the acker logged the ack; this copy is done
             self._update_awake(j)
         if j is None:
             self._send(sender, GotAck(msg.job_id, False))

@@ -14,6 +14,8 @@ from mypy_extensions import mypyc_attr, trait
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.job import (
+    ACK_LOGGED,
+    ACKED,
     ACTIVE,
     AWAITS_DELAY,
     BCAST_QUEUED,
@@ -21,14 +23,16 @@ from disq.core.disque.job import (
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
     NO_NODES,
-    QUEUED,
+    WAIT_REPL,
     AwakeEntry,
     DJob,
 )
 from disq.core.disque.parts import CoreParts
 from disq.persistence.cluster_records import (
+    ACKJOB_SIZE,
     JOB_ID_LEN,
     LOADJOB_STRUCT,
+    REC_ACKJOB,
     REC_DELJOB,
     REC_IDEMKEY,
     REC_KEYVOTE,
@@ -39,6 +43,7 @@ from disq.persistence.cluster_records import (
     decode_idemkeys,
     decode_key_trailer,
     decode_keyvotes,
+    encode_ackjob,
     encode_deljob,
     encode_loadjob,
 )
@@ -137,6 +142,15 @@ class AofMixin(CoreParts):
         off = self.wall_offset_ms
         for j in loaded.values():
             delivered = j.delivered
+            if j.state == ACKED:
+                # Acked here before the restart (ACKJOB): its GC starts again at once. A bare
+                # ACKJOB's holders are unknown (an empty set: every node is asked).
+                if delivered is no_nodes:
+                    j.delivered = only_me
+                j.qtime_ms = now_ms
+                j.awake_ms = now_ms
+                awake.append(AwakeEntry(now_ms, j.id))
+                continue
             if delivered is no_nodes:
                 j.delivered = only_me  # shared, as add_job's REPLICATE 1 jobs share it
             else:
@@ -175,27 +189,34 @@ class AofMixin(CoreParts):
         return requeue
 
     def snapshot_records(self, now_ms: int) -> list[bytes]:
-        """What a rewritten AOF holds: every active or queued job (acked ones are gone),
-        and the idempotency keys in their window (their jobs may be gone)."""
-        return (
-            [
-                self._loadjob_record(j, now_ms)
-                for j in self.jobs.values()
-                if j.state in (ACTIVE, QUEUED)
-            ]
-            + self.keys.records()
-            + self.votes.records(now_ms)
-        )
+        """What a rewritten AOF holds: every active or queued job (and a beanstalk put still
+        waiting for its copies), the acks this node logged whose GC is not over, and the
+        idempotency keys in their window (their jobs may be gone)."""
+        records = []
+        for j in self.jobs.values():
+            if j.state == ACKED:
+                if j.flags & ACK_LOGGED:
+                    # Its GC not over: the holders with it (a LOADJOB), then the ack.
+                    if j.delivered:
+                        records.append(self._loadjob_record(j, now_ms))
+                    wall_etime_ms = j.etime_ms + self.wall_offset_ms
+                    records.append(frame(REC_ACKJOB, encode_ackjob(j.id, wall_etime_ms)))
+            elif j.state != WAIT_REPL or j.flags & BEANSTALK_OWNED:
+                # A replicated beanstalk put is logged before its copies confirm (bridge.py):
+                # the engine's snapshot has its job, this links the copies to it.
+                records.append(self._loadjob_record(j, now_ms))
+        return records + self.keys.records() + self.votes.records(now_ms)
 
 
 def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
-    """The LOADJOB and DELJOB records of ``records`` framed into one buffer, and where each
-    starts: what the node's reader gives (the simulator and the tests pass records)."""
+    """The job records of ``records`` (LOADJOB, DELJOB, ACKJOB) framed into one buffer, and
+    where each starts: what the node's reader gives (the simulator and the tests pass
+    records)."""
     parts: list[bytes] = []
     offsets: list[int] = []
     pos = 0
     for rtype, payload in records:
-        if rtype == REC_LOADJOB or rtype == REC_DELJOB:
+        if rtype == REC_LOADJOB or rtype == REC_DELJOB or rtype == REC_ACKJOB:
             rec = frame(rtype, payload)
             offsets.append(pos)
             parts.append(rec)
@@ -239,9 +260,9 @@ def _decode_jobs(
 ) -> None:
     """Into ``out``, job id -> DJob of every job whose last record at ``offsets`` is a
     LOADJOB whose expiry (node clock: the file's wall-clock one less ``off_ms``) is not
-    before ``min_etime_ms``. A dict keeps a job where its first record put it, and a DELJOB
-    (or a LOADJOB of an expired job) drops it: the order and the state a replay in file
-    order gives.
+    before ``min_etime_ms``, or an ACKJOB (then acked, without its body). A dict keeps a job
+    where its first record put it, and a DELJOB (or a record of an expired job) drops it:
+    the order and the state a replay in file order gives.
 
     Only the record's own fields: the counters, the flags they imply, and the nodes that may
     hold a copy: a set for jobs another node may hold, NO_NODES for "this node only" (``me``,
@@ -251,6 +272,9 @@ def _decode_jobs(
     # Module-level names read once: compiled, each read of another module's global is a
     # dict lookup, a dozen per job otherwise.
     loadjob = REC_LOADJOB
+    ackjob = REC_ACKJOB
+    acked_state = ACKED
+    ack_logged = ACK_LOGGED
     id_len = JOB_ID_LEN
     active = ACTIVE
     bcast_queued = BCAST_QUEUED
@@ -264,7 +288,25 @@ def _decode_jobs(
         ln = _u32(buf, rec)
         p = rec + 9
         job_id = buf[p : p + id_len].decode()
-        if buf[rec + 8] != loadjob:
+        rtype = buf[rec + 8]
+        if rtype == ackjob:
+            if ln != 1 + ACKJOB_SIZE:
+                raise ClusterRecordError(f"ACKJOB record at offset {rec} has the wrong length")
+            etime_ms = _u64(buf, p + id_len) - off_ms
+            acked = out.get(job_id)
+            if etime_ms < min_etime_ms:
+                if acked is not None:
+                    del out[job_id]
+                continue
+            if acked is None:  # no LOADJOB before it: the holders are unknown
+                acked = DJob(job_id, "", b"", 0, 0, 0, 0, etime_ms)
+                acked.delivered = set()
+                out[job_id] = acked
+            acked.body = b""
+            acked.state = acked_state
+            acked.flags = ack_logged
+            continue
+        if rtype != loadjob:
             if ln != 1 + id_len:
                 raise ClusterRecordError(f"DELJOB record at offset {rec} has the wrong length")
             out.pop(job_id, None)

@@ -51,6 +51,7 @@ class BridgeHost(CoreHost, Protocol):
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
+    def ack_here(self, j: DJob, now_ms: int) -> None: ...
 
 
 class BeanstalkBridge:
@@ -99,6 +100,11 @@ class BeanstalkBridge:
         j.confirmed = {self.host.my_id}
         self.host.blocked.wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
         self.host._replicate(j, additional, now_ms)
+        # Logged now, with the nodes asked for copies, not when they confirm: the engine's
+        # PUT is in this same Ready, and a crash before the copies confirm must not leave
+        # the engine's job unlinked from copies that would take it over later (its delete
+        # would reach none of them: a deleted job back a TTR later).
+        self.host._log_job(j, now_ms)
         return job_id, True
 
     def update(self, now_ms: int, job_id: str, bstate: int, priority: int) -> None:
@@ -111,12 +117,15 @@ class BeanstalkBridge:
             self.host._send(node, BeanstalkUpdate(j.id, bstate, priority))
 
     def deleted(self, now_ms: int, job_id: str) -> None:
-        """The owner's engine deleted the job: every copy goes (DELJOB, as FASTACK)."""
+        """The owner's engine deleted the job: acked as ACKJOB acks, so every copy goes by
+        the ack's GC, and a holder that missed it is answered SETACK when it asks (WILLQUEUE)
+        even after a power loss of every node: DELETED must not come back a TTR later as a
+        takeover (a DELJOB to the holders, as FASTACK, could be lost with their caches)."""
         j = self.host.jobs.get(job_id)
         if j is None or not j.flags & BEANSTALK_OWNED:
             return
         j.bid = 0  # the engine job is gone already
-        self.host._delete_from_cluster(j, now_ms)
+        self.host.ack_here(j, now_ms)
 
     def take_over(self, j: DJob) -> None:
         """The owner did not answer WILLQUEUE: this holder becomes the owner. QUEUED tells

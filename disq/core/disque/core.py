@@ -58,6 +58,7 @@ from disq.core.disque.handoff import Handoffs
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, KeyTable
 from disq.core.disque.introspection import IntrospectionMixin
 from disq.core.disque.job import (
+    ACK_LOGGED,
     ACKED,
     ACTIVE,
     BCAST_QUEUED,
@@ -333,6 +334,8 @@ class DisqueCore(
             j.bid = 0
         if j.state == ACKED:
             self.gone.mark(j.id, now_ms, True)
+            if j.flags & ACK_LOGGED:
+                self._log_del(j.id)  # the ack's GC is over: replay must not start it again
         self._forget(j)
         self.gone.tombstone(j.id, now_ms)
 

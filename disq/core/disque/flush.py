@@ -18,7 +18,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr, trait
 
 from disq.core.disque.api import NOREPL_EXPIRED, DisqueError
-from disq.core.disque.job import ACKED, BEANSTALK_OWNED, WAIT_REPL
+from disq.core.disque.job import ACK_LOGGED, ACKED, BEANSTALK_OWNED, WAIT_REPL
 from disq.core.disque.parts import CoreParts
 
 
@@ -48,7 +48,7 @@ class FlushMixin(CoreParts):
             replies.append((token, None))  # GETJOB's timeout reply, as Disque's
         log = log_deletes and self.persist
         for j in self.jobs.values():
-            if log and j.state != ACKED:  # an acked job's DELJOB is logged already
+            if log and (j.state != ACKED or j.flags & ACK_LOGGED):  # else its DELJOB is
                 self._log_del(j.id)
             if j.state == WAIT_REPL and j.flags & BEANSTALK_OWNED and j.bid:
                 # A replicated beanstalk put whose client is told INTERNAL_ERROR (its add

@@ -89,7 +89,8 @@ class ReplicationMixin(CoreParts):
         """The add is done: keep the job here (queued, or waiting out its DELAY), or, when
         this node keeps no copy, have a holder queue it."""
         if j.flags & BEANSTALK_OWNED:
-            self._log_job(j, now_ms)  # the engine holds the live job; nothing to queue here
+            # Logged at the put already (bridge.py); the engine holds the live job, nothing
+            # to queue here.
             self._update_awake(j)
             return
         if self.my_id not in j.delivered:
