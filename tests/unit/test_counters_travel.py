@@ -231,7 +231,7 @@ def _kept_queues(m: Mesh) -> None:
     """A queue with a blocked client, a paused one and one with a job: never evicted."""
     core = m.disque(0)
     assert core.get_job(m.now, 5000, ["blocked"], timeout_ms=0) is PENDING
-    core.pause(m.now, "paused", PAUSE_IN, bcast=False)
+    core.inspect.pause(m.now, "paused", PAUSE_IN, bcast=False)
     assert isinstance(
         core.add_job(m.now, 5001, "full", b"x", AddOptions(timeout_ms=0, repl=1)), str
     )

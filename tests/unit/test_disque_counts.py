@@ -22,7 +22,7 @@ def counts(core: DisqueCore, queue: str = "q") -> tuple[int, int, int]:
 
 
 def stat(core: DisqueCore, now_ms: int, queue: str = "q") -> dict[str, object] | None:
-    pairs = core.qstat(now_ms, queue)
+    pairs = core.inspect.qstat(now_ms, queue)
     return None if pairs is None else dict(pairs)
 
 

@@ -56,7 +56,7 @@ from disq.core.disque.flush import FlushMixin
 from disq.core.disque.gone import GoneJobs
 from disq.core.disque.handoff import Handoffs
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, KeyTable
-from disq.core.disque.introspection import IntrospectionMixin
+from disq.core.disque.introspection import Introspection
 from disq.core.disque.job import (
     ACK_LOGGED,
     ACKED,
@@ -115,7 +115,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    IntrospectionMixin,
     AckMixin,
     ReplicationMixin,
     AofMixin,
@@ -159,6 +158,7 @@ class DisqueCore(
         self.bridge = BeanstalkBridge(self)
         self.requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
         self.federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
+        self.inspect = Introspection(self)  # introspection.py: SHOW, QSTAT, ..., PAUSE
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -730,6 +730,10 @@ class DisqueCore(
                 n += 1
         return n
 
+    def qlen(self, queue: str) -> int:
+        q = self.queues.get(queue)
+        return len(q) if q is not None else 0
+
     def del_job(self, now_ms: int, job_ids: list[str]) -> int:
         n = 0
         for job_id in job_ids:
@@ -877,6 +881,6 @@ DisqueCore._handlers = {
     NeedJobs: lambda core, now_ms, sender, msg: core.federation.on_needjobs(now_ms, sender, msg),
     YourJobs: lambda core, now_ms, sender, msg: core.federation.on_yourjobs(now_ms, sender, msg),
     Working: lambda core, now_ms, sender, msg: core.requeue.on_working(now_ms, sender, msg),
-    Pause: DisqueCore._on_pause,
+    Pause: lambda core, now_ms, sender, msg: core.inspect.on_pause(now_ms, sender, msg),
     BeanstalkUpdate: lambda core, now_ms, sender, msg: core.bridge.on_update(now_ms, sender, msg),
 }

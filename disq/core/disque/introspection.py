@@ -1,23 +1,40 @@
-"""Introspection and PAUSE: SHOW, QLEN, QSTAT, QPEEK, QSCAN, JSCAN (read only) and PAUSE, which
-also travels between nodes (the PAUSE message).
+"""Introspection and PAUSE: SHOW, QSTAT, QPEEK, QSCAN, JSCAN (read only) and PAUSE, which
+also travels between nodes (the PAUSE message). QLEN is the core's own (``core.qlen``).
+
+A component of the core (``core.inspect``): it keeps no state; it reads the job table and
+the queues, and PAUSE sets a queue's flags.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
+from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, STATE_NAMES, WAIT_REPL, DJob
-from disq.core.disque.parts import CoreParts
+from disq.core.disque.queue import DQueue
 from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Pause
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class IntrospectionMixin(CoreParts):
-    """The read-only commands and PAUSE of DisqueCore."""
+class IntrospectHost(CoreHost, Protocol):
+    """What the read-only commands and PAUSE need of the core beyond its job table."""
+
+    counts: QueueCounts
+    blocked: BlockedClients
+
+    def _check_new_queue(self, name: str) -> None: ...
+    def _queue(self, name: str, now_ms: int) -> DQueue: ...
+
+
+class Introspection:
+    """The read-only commands and PAUSE (``core.inspect``)."""
+
+    def __init__(self, host: IntrospectHost) -> None:
+        self.host = host
 
     def show(self, now_ms: int, job_id: str) -> list[tuple[str, object]] | None:
-        j = self.jobs.get(job_id)
+        j = self.host.jobs.get(job_id)
         if j is None:
             return None
         ttl = max(0, (j.etime_ms - now_ms) // 1000)
@@ -51,18 +68,14 @@ class IntrospectionMixin(CoreParts):
             pairs.append(("beanstalk-state", "buried" if j.bstate == BSTATE_BURIED else "ready"))
         return pairs
 
-    def qlen(self, queue: str) -> int:
-        q = self.queues.get(queue)
-        return len(q) if q is not None else 0
-
     def qstat(self, now_ms: int, queue: str) -> list[tuple[str, object]] | None:
         """Disque's fields, then disq's (counts.py): ``jobs`` (every live job of the queue
         held here, queued or not), ``active`` (delivered or waiting for a requeue) and
         ``delayed``. A queue with no queue record here (never queued to, or collected idle)
         is null as in Disque, unless this node holds jobs of it: then its Disque fields are
         those of an empty queue."""
-        q = self.queues.get(queue)
-        jobs, active, delayed = self.counts.of(queue, len(q) if q is not None else 0)
+        q = self.host.queues.get(queue)
+        jobs, active, delayed = self.host.counts.of(queue, len(q) if q is not None else 0)
         if q is None:
             if not jobs:
                 return None
@@ -98,7 +111,7 @@ class IntrospectionMixin(CoreParts):
         ]
 
     def qpeek(self, queue: str, count: int) -> list[DJob]:
-        q = self.queues.get(queue)
+        q = self.host.queues.get(queue)
         if q is None or count == 0:
             return []
         if count > 0:
@@ -122,11 +135,11 @@ class IntrospectionMixin(CoreParts):
     ) -> tuple[int, list[str]]:
         """Stateless iteration over sorted queue names: the cursor is a position. Queues
         added or removed meanwhile may be missed or repeated, as with Redis SCAN."""
-        names = sorted(self.queues)
+        names = sorted(self.host.queues)
         out: list[str] = []
         pos = cursor
         while pos < len(names):
-            q = self.queues[names[pos]]
+            q = self.host.queues[names[pos]]
             pos += 1
             if minlen is not None and len(q) < minlen:
                 continue
@@ -148,11 +161,11 @@ class IntrospectionMixin(CoreParts):
         queue: str | None = None,
         states: set[int] | None = None,
     ) -> tuple[int, list[DJob]]:
-        keys = sorted(self.jobs)
+        keys = sorted(self.host.jobs)
         out: list[DJob] = []
         pos = cursor
         while pos < len(keys):
-            j = self.jobs[keys[pos]]
+            j = self.host.jobs[keys[pos]]
             pos += 1
             if queue is not None and j.queue != queue:
                 continue
@@ -166,28 +179,28 @@ class IntrospectionMixin(CoreParts):
         return (0 if pos >= len(keys) else pos), out
 
     def pause(self, now_ms: int, queue: str, flags: int | None, bcast: bool) -> int:
-        q = self.queues.get(queue)
+        q = self.host.queues.get(queue)
         if q is None:
             if not flags:
                 # Reading the state (or pausing nothing) must not create a phantom queue.
                 if bcast:
-                    for node in self.view.all_peers():
-                        self._send(node, Pause(queue, 0))
+                    for node in self.host.view.all_peers():
+                        self.host._send(node, Pause(queue, 0))
                 return 0
-            self._check_new_queue(queue)
-            q = self._queue(queue, now_ms)
+            self.host._check_new_queue(queue)
+            q = self.host._queue(queue, now_ms)
         if flags is not None:
             q.pause = flags
             if not q.paused_out and q.blocked and q.skiplist:
-                self.blocked.serve(q, now_ms)
+                self.host.blocked.serve(q, now_ms)
         if bcast:
-            for node in self.view.all_peers():
-                self._send(node, Pause(queue, q.pause))
+            for node in self.host.view.all_peers():
+                self.host._send(node, Pause(queue, q.pause))
         return q.pause
 
     # ------------------------------------------------------------------ messages
-    def _on_pause(self, now_ms: int, sender: str, msg: Pause) -> None:
-        q = self._queue(msg.queue, now_ms)
+    def on_pause(self, now_ms: int, sender: str, msg: Pause) -> None:
+        q = self.host._queue(msg.queue, now_ms)
         q.pause = msg.flags & (PAUSE_IN | PAUSE_OUT)
         if not q.paused_out and q.blocked and q.skiplist:
-            self.blocked.serve(q, now_ms)
+            self.host.blocked.serve(q, now_ms)

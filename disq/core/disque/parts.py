@@ -91,12 +91,6 @@ class CoreParts:
     def _jitter(self) -> int:
         raise NotImplementedError
 
-    def _check_new_queue(self, name: str) -> None:
-        raise NotImplementedError
-
-    def _queue(self, name: str, now_ms: int) -> DQueue:
-        raise NotImplementedError
-
     def _register(self, j: DJob, awake: bool = True) -> None:
         raise NotImplementedError
 
@@ -150,8 +144,6 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "my_id",
         "_send",
         "_jitter",
-        "_check_new_queue",
-        "_queue",
         "_register",
         "_unregister",
         "_forget",

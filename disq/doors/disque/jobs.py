@@ -251,4 +251,6 @@ def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 def _show(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):
         return BADID_ERR
-    return _pairs_reply(c.node.core.show(now_ms, argv[1].decode("latin-1")), c.protocol == 3)
+    return _pairs_reply(
+        c.node.core.inspect.show(now_ms, argv[1].decode("latin-1")), c.protocol == 3
+    )

@@ -281,7 +281,7 @@ class NemesisMixin(SimBase):
     def _pause(self, nd: SimNode, queue: str, flags: int, bcast: bool) -> None:
         self.stats["pauses"] += bool(flags)
         core = self._core(nd)
-        self._guard(nd, core.pause, self.now + nd.skew, queue, flags, bcast)
+        self._guard(nd, core.inspect.pause, self.now + nd.skew, queue, flags, bcast)
         if self._tr:
             self._t(f"NEMESIS pause {nd.name} {queue} {flags}{' bcast' if bcast else ''}")
         self._flush(nd)
