@@ -66,7 +66,7 @@ class ClusterCores:
         # Recurring schedules ride on the Disque core's keyed adds (disq/core/schedule/).
         self.scheduler = Scheduler(disque.view, disque, next_token)
         # Exchanges, bindings and queue declarations (disq/core/routes/).
-        self.routes = Routes(disque.view, disque)
+        self.routes = Routes(disque.view, disque.acks)
         if follow:
             self.scheduler.persist = self.routes.persist = disque.persist
             self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms

@@ -602,10 +602,10 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         return handler
 
     async def Ack(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.node.core.ack_job)(request, context)
+        return await self._ids_call(self.node.core.acks.ack_job)(request, context)
 
     async def FastAck(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.node.core.fast_ack)(request, context)
+        return await self._ids_call(self.node.core.acks.fast_ack)(request, context)
 
     async def Nack(self, request: api_pb2.JobIds, context: Any) -> Any:
         return await self._ids_call(self.node.core.nack)(request, context)

@@ -70,7 +70,7 @@ def test_an_ack_whose_setacks_were_lost_with_the_power_stays_acked(rewritten: in
     got = m.disque(0).get_job(m.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and [j.id for j in got] == [job_id]
     m.cut = {m.ids[0]}  # the SETACKs never arrive: then every machine loses power
-    assert m.disque(0).ack_job(m.now, [job_id]) == 1
+    assert m.disque(0).acks.ack_job(m.now, [job_id]) == 1
     m.pump()
     assert _records(m, 0, job_id) == [REC_LOADJOB, REC_ACKJOB]
     assert [m.disque(i).jobs[job_id].state for i in (1, 2)] == [ACTIVE, ACTIVE]
@@ -93,7 +93,7 @@ def test_an_ack_for_a_job_the_acker_never_held_stays_acked() -> None:
     holders = [i for i in range(3) if job_id in m.disque(i).jobs]
     acker = next(i for i in range(3) if i not in holders)
     m.cut = {m.ids[acker]}
-    assert m.disque(acker).ack_job(m.now, [job_id]) == 0  # not known here: a dummy ack
+    assert m.disque(acker).acks.ack_job(m.now, [job_id]) == 0  # not known here: a dummy ack
     m.pump()
     assert _records(m, acker, job_id) == [REC_ACKJOB]
     _power_cut(m)

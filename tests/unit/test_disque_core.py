@@ -88,7 +88,7 @@ def test_consumed_not_acked_is_requeued_and_acked_is_not() -> None:
             got2 = (i, g)
             break
     assert got2 is not None and got2[1][0].id == job_id
-    assert c.core(got2[0]).ack_job(c.now, [job_id]) == 1
+    assert c.core(got2[0]).acks.ack_job(c.now, [job_id]) == 1
     c.advance(10_000)
     assert all(job_id not in c.core(i).jobs for i in range(3))  # GC reached everyone
     assert all(c.core(i).qlen("q") == 0 for i in range(3))
@@ -110,7 +110,7 @@ def test_dummy_ack_on_non_holder_reaches_holders() -> None:
     [(_, job_id)] = c.replies[c.ids[0]]
     holders = [i for i in range(4) if job_id in c.core(i).jobs]
     non = next(i for i in range(4) if i not in holders)
-    assert c.core(non).ack_job(c.now, [job_id]) == 0
+    assert c.core(non).acks.ack_job(c.now, [job_id]) == 0
     c.pump()
     for i in holders:
         assert job_id not in c.core(i).jobs or c.core(i).jobs[job_id].state == ACKED
@@ -182,7 +182,7 @@ def test_a_willqueue_for_a_job_acked_here_is_answered_with_a_setack() -> None:
     job_id = c.core(0).add_job(c.now, 1, "q", b"x", AddOptions(timeout_ms=0, repl=1))
     assert isinstance(job_id, str)
     assert c.core(0).get_job(c.now, 2, ["q"], nohang=True)
-    assert c.core(0).ack_job(c.now, [job_id]) == 1
+    assert c.core(0).acks.ack_job(c.now, [job_id]) == 1
     c.pump()
     c.advance(1000)
     assert job_id not in c.core(0).jobs
@@ -587,7 +587,7 @@ def test_idempotency_key_outlives_the_ack_until_the_window_ends() -> None:
     core.keys.window_ms = 10_000
     first = core.add_job(c.now, 1, "q", b"a", AddOptions(timeout_ms=0, repl=1, idem_key="k"))
     assert isinstance(first, str)
-    assert core.ack_job(c.now, [first]) == 1
+    assert core.acks.ack_job(c.now, [first]) == 1
     c.advance(2000)
     assert first not in core.jobs
     assert (
@@ -718,7 +718,7 @@ def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() 
     assert [rtype for rtype, _ in frames] == [REC_KEYVOTE, REC_KEYVOTE, REC_IDEMKEY]
     # The job is consumed and acked everywhere: its keys stay in their window.
     got = c.core(0).get_job(c.now, 2, ["q"], nohang=True)
-    assert isinstance(got, list) and c.core(0).ack_job(c.now, [first]) == 1
+    assert isinstance(got, list) and c.core(0).acks.ack_job(c.now, [first]) == 1
     c.advance(10_000)
     assert all(first not in c.core(i).jobs for i in range(3))
     for i in range(3):
@@ -829,7 +829,7 @@ def test_an_acked_jobs_gc_attempts_come_due_beside_other_jobs_timers() -> None:
     assert isinstance(got, list) and len(got) == 1
     acked = got[0].id
     c.cut = {c.ids[1], c.ids[2]}
-    assert c.core(0).ack_job(c.now, [acked]) == 1
+    assert c.core(0).acks.ack_job(c.now, [acked]) == 1
     c.pump()
     assert all(c.core(i).jobs[acked].state != ACKED for i in (1, 2))  # they never heard
     c.cut = set()

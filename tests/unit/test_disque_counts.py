@@ -50,7 +50,7 @@ def test_a_delayed_job_is_delayed_then_queued_then_active_then_gone() -> None:
     got = core.get_job(m.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and [j.id for j in got] == [job_id]
     assert counts(core) == (1, 1, 0)
-    assert core.ack_job(m.now, [job_id]) == 1
+    assert core.acks.ack_job(m.now, [job_id]) == 1
     assert counts(core) == (0, 0, 0)
     s = stat(core, m.now)
     assert s is not None and (s["len"], s["jobs"], s["active"], s["delayed"]) == (0, 0, 0, 0)
@@ -93,7 +93,7 @@ def test_every_copy_counts_and_an_ack_clears_them_all() -> None:
     got = m.disque(0).get_job(m.now, 2, ["q"], nohang=True)
     assert isinstance(got, list) and len(got) == 1
     assert counts(m.disque(0)) == (1, 1, 0)
-    assert m.disque(0).ack_job(m.now, [job_id]) == 1
+    assert m.disque(0).acks.ack_job(m.now, [job_id]) == 1
     m.advance(100)
     assert [counts(m.disque(i)) for i in range(3)] == [(0, 0, 0)] * 3
 

@@ -160,7 +160,7 @@ def test_deljob_and_idemkeys_merge_into_one_each_per_peer_sent_last() -> None:
         )
         mesh.pump()
         ids.append(mesh.replies[mesh.ids[0]][-1][1])
-    assert mesh.disque(0).fast_ack(mesh.now, ids) == 3  # a DELJOB per job per holder
+    assert mesh.disque(0).acks.fast_ack(mesh.now, ids) == 3  # a DELJOB per job per holder
     mesh.disque(0).add_job(mesh.now, node.new_token(), "q", b"x", AddOptions(timeout_ms=0, repl=1))
     rd = node.ready(mesh.now)
     for peer in mesh.ids[1:]:

@@ -88,7 +88,7 @@ def _history(seed: int) -> Mesh:
     got = core.get_job(c.now, 10_000, QUEUES, nohang=True, count=200)
     assert isinstance(got, list) and got
     taken = [j.id for j in got]
-    core.ack_job(c.now, taken[:80])  # acked: DELJOB once every copy agrees (GC)
+    core.acks.ack_job(c.now, taken[:80])  # acked: DELJOB once every copy agrees (GC)
     core.nack(c.now, taken[80:120])  # counters in the next LOADJOB
     core.del_job(c.now, added[::17])  # deleted here: DELJOB at once
     c.advance(5000)

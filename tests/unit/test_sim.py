@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from sim_share import shared_seeds, sweep_outcome
 
-from disq.core.disque.api import PENDING, AddOptions, DisqueError
+from disq.core.disque.ack import Acks
+from disq.core.disque.api import PENDING, AddOptions, ClusterView, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, DJob
 from disq.core.disque.queue import DQueue
@@ -298,11 +299,19 @@ def test_checker_catches_a_core_that_forgets_its_aof(monkeypatch: pytest.MonkeyP
     assert "history of D-" in str(e.value) and "NEMESIS crash" in str(e.value)
 
 
-class _AcksButKeeps(SimDisqueCore):
-    """A core that logs the ack but keeps the job deliverable."""
+class _LogOnlyAcks(Acks):
+    """Acks that log the ack but keep the job deliverable."""
 
-    def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
-        self._log_del(j.id)
+    def acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
+        self.host._log_del(j.id)
+
+
+class _AcksButKeeps(SimDisqueCore):
+    """A core whose acks only log (``_LogOnlyAcks``)."""
+
+    def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
+        super().__init__(view, rng, now_ms)
+        self.acks = _LogOnlyAcks(self)
 
 
 def test_checker_catches_a_zombie_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -405,12 +414,12 @@ BUG_EXTREPL_ASYNC = (
     "timeout), then the holder that confirmed queues it."
 )
 BUG_ACK_GC = (
-    "An ACKED job gets a GC retry only when its node runs _try_gc. A node acked by SETACK "
+    "An ACKED job gets a GC retry only when its node runs acks.try_gc. A node acked by SETACK "
     "with len(delivered) <= may_have answers GOTACK and keeps the job with qtime_ms = 0, so "
     "_update_awake wakes it only at TTL: if the owner's DELJOB is lost (or the owner crashes: "
     "acks are not in the AOF) the ACKED job stays in memory until its TTL (24 h by default). "
     "Disque's updateJobAwakeTime schedules getNextGCRetryTime for every ACKED job. Fix: in "
-    "_acknowledge set qtime_ms = self._gc_retry_time(j, now_ms) (verified: with that, 150 of "
+    "acks.acknowledge set qtime_ms = self._gc_retry_time(j, now_ms) (verified: with that, 150 of "
     "150 sweep seeds collect every ack; without, 80 of 150 leave some ACKED job behind)."
 )
 
@@ -512,7 +521,7 @@ def test_core_extrepl_repl1_sync_add() -> None:  # BUG_EXTREPL_REPL1, fixed
     c.cores[holder].enqueue(c.now, [job_id])  # a consumer there gets it first
     got = c.cores[holder].get_job(c.now, 5, ["q"], nohang=True)
     assert isinstance(got, list) and got[0].id == job_id
-    c.cores[holder].ack_job(c.now, [job_id])
+    c.cores[holder].acks.ack_job(c.now, [job_id])
     c.pump()
     c.advance(10_000)
     assert not c.deliverable("q"), "acked job delivered again without any failure"
@@ -558,7 +567,7 @@ def test_core_acked_job_is_collected_when_the_deljob_is_lost() -> None:  # BUG_A
     assert _acknowledged(c, res, 1)
     [(_, job_id)] = c.all_replies()
     assert isinstance(job_id, str)
-    assert c.cores[0].ack_job(c.now, [job_id]) == 1
+    assert c.cores[0].acks.ack_job(c.now, [job_id]) == 1
     c.pump(drop=lambda s, d, m: isinstance(m, DelJob) and d == 1)
     assert c.cores[1].jobs[job_id].state == ACKED  # it answered GOTACK, then lost the DELJOB
     c.advance(600_000, step=1000)  # ten minutes, everybody reachable

@@ -10,16 +10,26 @@ acked where it was answered, and its GC (or the WILLQUEUE of a holder that misse
 answered SETACK) ends every copy instead of queueing it again. FASTACK skips the
 confirmation round: DELJOB to everybody at once, best effort as in Disque. A deleted id is
 remembered for a while (a tombstone) so a late REPLJOB cannot bring it back.
+
+A component of the core (``core.acks``): it keeps no state of its own; the acked copies'
+fields (gc_retry, confirmed, qtime_ms as the next GC attempt) and the job table are the core's.
 """
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
+
+from mypy_extensions import mypyc_attr
 
 from disq.core import events as ev
 from disq.core import ids
+from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.gone import GoneJobs
+from disq.core.disque.host import CoreHost
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACK_LOGGED, ACKED, NO_NODES, QUEUED, WAIT_REPL, DJob
-from disq.core.disque.parts import CoreParts
+from disq.core.events import EventBuffer
 from disq.core.messages import DelJob, GotAck, SetAck
 from disq.persistence.cluster_records import REC_ACKJOB, encode_ackjob
 from disq.persistence.framing import frame
@@ -32,35 +42,50 @@ GC_TIME_ERR_MS = 500  # jitter on every GC retry, so holders do not all retry at
 HOLDER_FIRST_GC_STEP = 2
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class AckMixin(CoreParts):
-    """The acks, GC and deletions of DisqueCore."""
+class AckHost(CoreHost, Protocol):
+    """What the acks need of the core beyond its job table."""
+
+    events: EventBuffer
+    counts: QueueCounts
+    keys: KeyTable
+    blocked: BlockedClients
+    gone: GoneJobs
+
+    def _register(self, j: DJob, awake: bool = True) -> None: ...
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the simulator's mutants (tests/unit/test_sim.py)
+class Acks:
+    """ACKJOB, FASTACK, QPURGE and the ack GC's messages (``core.acks``)."""
+
+    def __init__(self, host: AckHost) -> None:
+        self.host = host
 
     # ------------------------------------------------------------------ commands
     def ack_job(self, now_ms: int, job_ids: list[str]) -> int:
+        host = self.host
         known = 0
         for job_id in job_ids:
-            j = self.jobs.get(job_id)
+            j = host.jobs.get(job_id)
             if j is not None:
                 if j.state != ACKED:
-                    self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+                    host.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
                     self.ack_here(j, now_ms)
                     known += 1
             elif (
-                self.view.cluster_size() > 1
-                and not self.view.leaving
+                host.view.cluster_size() > 1
+                and not host.view.leaving
                 and ids.may_be_redelivered(job_id)
             ):
                 # Dummy ACK: an ack for a job this node never held; SETACK goes to everybody
                 # in search of the holders.
                 d = DJob(job_id, "", b"", 0, 0, 0, 0, now_ms + ids.ttl_minutes(job_id) * 60_000)
                 d.state = ACKED
-                self.events.add(ev.ACKED, now_ms, "", job_id, 0, 0)  # the queue is elsewhere
-                self._register(d)
+                host.events.add(ev.ACKED, now_ms, "", job_id, 0, 0)  # the queue is elsewhere
+                host._register(d)
                 self._log_ack(d)
-                self._try_gc(d, now_ms)
-        self.stats["jobs_acked"] += known
+                self.try_gc(d, now_ms)
+        host.stats["jobs_acked"] += known
         return known
 
     def purge_queue(self, now_ms: int, queue: str, before_ctime: int = 0) -> int:
@@ -69,7 +94,7 @@ class AckMixin(CoreParts):
         and each is an ACKED event. The number acked. disq's purge (issue 29): a client that
         walked the queue with JSCAN and acked page by page skipped jobs, since acking while
         walking moves the cursor; this takes the queue's jobs in one step."""
-        q = self.queues.get(queue)
+        q = self.host.queues.get(queue)
         if q is None or not q.skiplist:
             return 0
         if before_ctime:
@@ -81,26 +106,28 @@ class AckMixin(CoreParts):
     def ack_here(self, j: DJob, now_ms: int) -> None:
         """Acked on this node (ACKJOB, a beanstalk delete of a replicated job): logged as
         acked, and the GC starts."""
-        self._acknowledge(j, now_ms)
+        self.acknowledge(j, now_ms)
         self._log_ack(j)
-        self._try_gc(j, now_ms)
+        self.try_gc(j, now_ms)
 
     def _log_ack(self, j: DJob) -> None:
-        if self.persist:
-            self.aof_out.append(
-                frame(REC_ACKJOB, encode_ackjob(j.id, j.etime_ms + self.wall_offset_ms))
+        host = self.host
+        if host.persist:
+            host.aof_out.append(
+                frame(REC_ACKJOB, encode_ackjob(j.id, j.etime_ms + host.wall_offset_ms))
             )
             j.flags |= ACK_LOGGED
 
-    def _acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
+    def acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:
+        host = self.host
         if j.state == WAIT_REPL:
             # Acked while its ADDJOB still waits (Disque #73/#97): somebody consumed it, so
             # the copies exist; answer the producer with its id instead of crashing.
-            self.blocked.answer_add_of(j.id, j.id)
+            host.blocked.answer_add_of(j.id, j.id)
         if j.state == QUEUED:
-            self._dequeue(j)
-        self.keys.key_done(j, now_ms)  # acked: its add surely finished
-        self.counts.to_acked(j)
+            host._dequeue(j)
+        host.keys.key_done(j, now_ms)  # acked: its add surely finished
+        host.counts.to_acked(j)
         j.gc_retry = first_gc_step
         j.confirmed = NO_NODES
         # Every acked job gets GC attempts of its own (as in Disque): a node that learned the
@@ -111,39 +138,42 @@ class AckMixin(CoreParts):
     def _gc_retry_time(self, j: DJob, now_ms: int) -> int:
         base = min(GC_RETRY_MIN_MS << min(j.gc_retry, 20), GC_RETRY_MAX_MS)
         j.gc_retry += 1
-        return now_ms + base + int(self.rng.random() * 2 * GC_TIME_ERR_MS) - GC_TIME_ERR_MS
+        return now_ms + base + int(self.host.rng.random() * 2 * GC_TIME_ERR_MS) - GC_TIME_ERR_MS
 
-    def _try_gc(self, j: DJob, now_ms: int) -> None:
+    def try_gc(self, j: DJob, now_ms: int) -> None:
         """tryJobGC: SETACK to every node that may hold a copy and has not confirmed; delete
         once all did. A dummy ack (no known holders) asks everybody."""
+        host = self.host
         dummy = not j.delivered
-        j.confirm(self.my_id)
-        if (not dummy and j.confirmed >= j.delivered) or (dummy and self.view.cluster_size() == 1):
-            self._unregister(j, now_ms)
+        j.confirm(host.my_id)
+        if (not dummy and j.confirmed >= j.delivered) or (dummy and host.view.cluster_size() == 1):
+            host._unregister(j, now_ms)
             return
-        targets = self.view.all_peers() if dummy else list(j.delivered)
+        targets = host.view.all_peers() if dummy else list(j.delivered)
         for node in targets:
-            if node != self.my_id and node not in j.confirmed:
-                self._send(node, SetAck(j.id, len(j.delivered)))
+            if node != host.my_id and node not in j.confirmed:
+                host._send(node, SetAck(j.id, len(j.delivered)))
         j.qtime_ms = self._gc_retry_time(j, now_ms)
-        self._update_awake(j)
+        host._update_awake(j)
 
     def fast_ack(self, now_ms: int, job_ids: list[str]) -> int:
+        host = self.host
         known = 0
         for job_id in job_ids:
-            j = self.jobs.get(job_id)
+            j = host.jobs.get(job_id)
             if j is None:
-                for node in self.view.all_peers():
-                    self._send(node, DelJob([job_id]))
+                for node in host.view.all_peers():
+                    host._send(node, DelJob([job_id]))
                 continue
             known += 1
-            self.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
-            self._delete_from_cluster(j, now_ms)
-        self.stats["jobs_acked"] += known
+            host.events.add(ev.ACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+            host._delete_from_cluster(j, now_ms)
+        host.stats["jobs_acked"] += known
         return known
 
-    def _on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_setack(self, now_ms: int, sender: str, msg: SetAck) -> None:
+        host = self.host
+        j = host.jobs.get(msg.job_id)
         if j is not None and j.state != ACKED:
             # The acker drives the GC; this holder's own attempts are the safety net for a
             # lost DELJOB or an acker that died, so they start after the acker's retry. Under
@@ -151,24 +181,25 @@ class AckMixin(CoreParts):
             # attempting at 0.5-1.5 s (Disque's first step) each sent a SETACK round of
             # their own: 16% of a node's main thread under GETJOB+ACKJOB, feeding the load
             # that made the round trips slow.
-            self._acknowledge(j, now_ms, first_gc_step=HOLDER_FIRST_GC_STEP)
-            self._log_del(j.id)  # the acker logged the ack; this copy is done
-            self._update_awake(j)
+            self.acknowledge(j, now_ms, first_gc_step=HOLDER_FIRST_GC_STEP)
+            host._log_del(j.id)  # the acker logged the ack; this copy is done
+            host._update_awake(j)
         if j is None:
-            self._send(sender, GotAck(msg.job_id, False))
+            host._send(sender, GotAck(msg.job_id, False))
         elif len(j.delivered) <= msg.may_have:
-            self._send(sender, GotAck(msg.job_id, True))
+            host._send(sender, GotAck(msg.job_id, True))
         else:
-            self._try_gc(j, now_ms)
+            self.try_gc(j, now_ms)
 
-    def _on_gotack(self, now_ms: int, sender: str, msg: GotAck) -> None:
-        j = self.jobs.get(msg.job_id)
+    def on_gotack(self, now_ms: int, sender: str, msg: GotAck) -> None:
+        host = self.host
+        j = host.jobs.get(msg.job_id)
         if j is None or j.state != ACKED:
             return
         dummy = not j.delivered
         if dummy and msg.known:
             # A holder took over the GC: the dummy ack is no longer needed.
-            self._unregister(j, now_ms)
+            host._unregister(j, now_ms)
             return
         if msg.known or sender in j.delivered:
             if not dummy:
@@ -176,25 +207,26 @@ class AckMixin(CoreParts):
             j.confirm(sender)
         if dummy and not msg.known:
             j.confirm(sender)
-            if len(j.confirmed) >= self.view.cluster_size():
-                self._unregister(j, now_ms)
+            if len(j.confirmed) >= host.view.cluster_size():
+                host._unregister(j, now_ms)
             return
         if not dummy and j.confirmed >= j.delivered:
-            self._broadcast_del(j)
-            self._unregister(j, now_ms)
+            host._broadcast_del(j)
+            host._unregister(j, now_ms)
 
-    def _on_deljob(self, now_ms: int, sender: str, msg: DelJob) -> None:
+    def on_deljob(self, now_ms: int, sender: str, msg: DelJob) -> None:
+        host = self.host
         for job_id in msg.job_ids:
-            j = self.jobs.get(job_id)
-            self.gone.mark(job_id, now_ms, j is not None and j.state == ACKED)
+            j = host.jobs.get(job_id)
+            host.gone.mark(job_id, now_ms, j is not None and j.state == ACKED)
             if j is not None:
                 if j.state != ACKED:
-                    self._log_del(j.id)
+                    host._log_del(j.id)
                     # Deleted unacked: its add failed (NOREPL, the client left), or it was
                     # FASTACKed or DELJOBed. If its key is still tentative here (its add
                     # was never known done) a retry of the key must add the job again, not
                     # answer the id of a job that is gone. A done key stays (idempotency.py).
-                    self.keys.forget_key(j, now_ms)
-                self._unregister(j, now_ms)
+                    host.keys.forget_key(j, now_ms)
+                host._unregister(j, now_ms)
             else:
-                self.gone.tombstone(job_id, now_ms)
+                host.gone.tombstone(job_id, now_ms)

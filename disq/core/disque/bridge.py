@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from disq.core import ids
+from disq.core.disque.ack import Acks
 from disq.core.disque.api import NOREPL_NODES, DisqueError
 from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.host import CoreHost
@@ -45,13 +46,13 @@ class BridgeHost(CoreHost, Protocol):
     """What the bridge needs of the core beyond its job table."""
 
     blocked: BlockedClients
+    acks: Acks
 
     def _new_ctime(self, now_ms: int) -> int: ...
     def _register(self, j: DJob, awake: bool = True) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
     def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
-    def ack_here(self, j: DJob, now_ms: int) -> None: ...
 
 
 class BeanstalkBridge:
@@ -125,7 +126,7 @@ class BeanstalkBridge:
         if j is None or not j.flags & BEANSTALK_OWNED:
             return
         j.bid = 0  # the engine job is gone already
-        self.host.ack_here(j, now_ms)
+        self.host.acks.ack_here(j, now_ms)
 
     def take_over(self, j: DJob) -> None:
         """The owner did not answer WILLQUEUE: this holder becomes the owner. QUEUED tells

@@ -15,10 +15,11 @@ nothing here does IO (design.md section 1). Work for the IO layer accumulates in
 ``next_deadline_ms()`` says when ``tick(now_ms)`` must run next. Jobs sit in one heap ordered by
 the next time anything must happen to them (Disque's ``awakeme`` skiplist), with lazy deletion.
 
-This module holds jobs, replication, queueing, acks and their GC, the timers and the messages
-for those; the names follow Disque's job.c / queue.c / ack.c so their comments apply; where
-disq differs the comment says why. The rest of ``DisqueCore`` comes from its parts, a module
-each, that share only parts.py and state.py (parts.py says how).
+This module holds jobs, replication, queueing, the timers and the messages for those (the
+acks and their GC are ``core.acks``, ack.py); the names follow Disque's job.c / queue.c /
+ack.c so their comments apply; where disq differs the comment says why. The rest of
+``DisqueCore`` comes from its parts, a module each, that share only parts.py and state.py
+(parts.py says how).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from mypy_extensions import mypyc_attr
 from disq.core import events as ev
 from disq.core import ids
 from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANCE_MS
-from disq.core.disque.ack import AckMixin
+from disq.core.disque.ack import Acks
 from disq.core.disque.aof import AofMixin
 from disq.core.disque.api import (
     LEAVING_MSG,
@@ -115,7 +116,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    AckMixin,
     ReplicationMixin,
     AofMixin,
     FlushMixin,
@@ -159,6 +159,7 @@ class DisqueCore(
         self.requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
         self.federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
         self.inspect = Introspection(self)  # introspection.py: SHOW, QSTAT, ..., PAUSE
+        self.acks: Acks = Acks(self)  # ack.py: ACKJOB, FASTACK, QPURGE, the ack GC
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -836,7 +837,7 @@ class DisqueCore(
             j.flags |= BCAST_WILLQUEUE
             j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
         if j.state == ACKED:
-            self._try_gc(j, now_ms)
+            self.acks.try_gc(j, now_ms)
             return
         if j.id in self.jobs:
             self._update_awake(j)
@@ -872,9 +873,9 @@ DisqueCore._handlers = {
     Enqueue: lambda core, now_ms, sender, msg: core.requeue.on_enqueue(now_ms, sender, msg),
     Queued: lambda core, now_ms, sender, msg: core.requeue.on_queued(now_ms, sender, msg),
     WillQueue: lambda core, now_ms, sender, msg: core.requeue.on_willqueue(now_ms, sender, msg),
-    SetAck: DisqueCore._on_setack,
-    GotAck: DisqueCore._on_gotack,
-    DelJob: DisqueCore._on_deljob,
+    SetAck: lambda core, now_ms, sender, msg: core.acks.on_setack(now_ms, sender, msg),
+    GotAck: lambda core, now_ms, sender, msg: core.acks.on_gotack(now_ms, sender, msg),
+    DelJob: lambda core, now_ms, sender, msg: core.acks.on_deljob(now_ms, sender, msg),
     IdemKeys: lambda core, now_ms, sender, msg: core.keys.on_idem_keys(now_ms, sender, msg),
     KeyVote: lambda core, now_ms, sender, msg: core.votes.on_key_vote(now_ms, sender, msg),
     KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),

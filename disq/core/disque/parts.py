@@ -1,7 +1,7 @@
 """The one base of DisqueCore's parts: the state they share and the methods each calls on
 the others.
 
-DisqueCore is one class cut into parts, a module each (ack.py, replication.py, ...). mypyc
+DisqueCore is one class cut into parts, a module each (aof.py, replication.py, ...). mypyc
 compiles a class with several bases only when the bases are traits, so every part is a
 ``@trait`` subclass of :class:`CoreParts`, and this trait declares what a part may use
 without defining it: the attributes (DisqueCore.__init__ sets them all) and the methods
@@ -52,7 +52,6 @@ class CoreParts:
     jobs: dict[str, DJob]
     queues: dict[str, DQueue]
     events: EventBuffer
-    stats: dict[str, int]
     replies: list[tuple[int, DeferredResult]]
     aof_out: list[bytes]
     persist: bool
@@ -94,16 +93,10 @@ class CoreParts:
     def _register(self, j: DJob, awake: bool = True) -> None:
         raise NotImplementedError
 
-    def _unregister(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _forget(self, j: DJob) -> None:
         raise NotImplementedError
 
     def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool:
-        raise NotImplementedError
-
-    def _dequeue(self, j: DJob) -> bool:
         raise NotImplementedError
 
     def _update_awake(self, j: DJob, at: int = 0) -> None:
@@ -121,13 +114,6 @@ class CoreParts:
     def _copies_needed(self, j: DJob) -> int:
         raise NotImplementedError
 
-    def _broadcast_del(self, j: DJob) -> None:
-        raise NotImplementedError
-
-    def _delete_from_cluster(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ ack.py's
     # ------------------------------------------------------------------ aof.py's
     def _log_job(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
@@ -145,17 +131,13 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_send",
         "_jitter",
         "_register",
-        "_unregister",
         "_forget",
         "_enqueue",
-        "_dequeue",
         "_update_awake",
         "_awake_time",
         "_only_me",
         "_job_data",
         "_copies_needed",
-        "_broadcast_del",
-        "_delete_from_cluster",
     ),
     "aof": ("_log_job", "_log_del"),
 }

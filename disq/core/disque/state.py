@@ -1,6 +1,6 @@
 """The state DisqueCore's parts share: its types, the timer ids and the vote kinds.
 
-DisqueCore is cut into parts, a module each (ack.py, replication.py, ...; parts.py says how).
+DisqueCore is cut into parts, a module each (aof.py, replication.py, ...; parts.py says how).
 A part imports this module and parts.py, never another part: what two parts both touch lives
 here (a blocked ADDJOB, a held retry, a key's vote, ...), declared once. Each type stays the
 data of the part named beside it; only that part's methods change what it means. The
@@ -22,9 +22,9 @@ IDEM_TIMER = -1  # idempotency.py: resend unacknowledged keys, expire the window
 KV_TIMER = -2  # keyvote.py: the vote rounds' retries
 
 
-# ---------------------------------------------------------------------------- ack.py
-# What ack.py's _gone_how says of a job id no longer here; requeue.py answers a WILLQUEUE
-# for it by it.
+# ---------------------------------------------------------------------------- gone.py
+# What gone.py's ``GoneJobs.how`` says of a job id no longer here; requeue.py answers a
+# WILLQUEUE for it by it.
 GONE_DELETED = 1  # a DELJOB deleted it: a copy elsewhere is deleted too
 GONE_ACKED = 2  # acked here: a copy elsewhere is acked too
 

@@ -242,6 +242,11 @@ def _ids_command(method: Callable[[DisqueCore, int, list[str]], int]) -> Handler
     return handler
 
 
+# The acks are the core's component (core.acks), not methods of DisqueCore.
+_ackjob = _ids_command(lambda core, now_ms, ids: core.acks.ack_job(now_ms, ids))
+_fastack = _ids_command(lambda core, now_ms, ids: core.acks.fast_ack(now_ms, ids))
+
+
 def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):
         return BADID_ERR

@@ -35,7 +35,7 @@ def _qpurge(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     """QPURGE queue (a disq extension): ack every job queued on this node in the queue, as
     ACKJOB would (the copies elsewhere are collected); the number acked. Queues are per
     node: emptying one everywhere is a QPURGE on each node."""
-    return b":%d\r\n" % c.node.core.purge_queue(now_ms, queue_name(argv[1]))
+    return b":%d\r\n" % c.node.core.acks.purge_queue(now_ms, queue_name(argv[1]))
 
 
 def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:

@@ -21,7 +21,15 @@ from disq.doors.disque.admin import DEFAULT_COMMANDS
 from disq.doors.disque.client import Client, Handler
 from disq.doors.disque.cluster import _cluster, _hello
 from disq.doors.disque.introspect import _client, _config_live, _latency, _monitor, _slowlog
-from disq.doors.disque.jobs import _addjob, _getjob, _ids_command, _show, _working
+from disq.doors.disque.jobs import (
+    _ackjob,
+    _addjob,
+    _fastack,
+    _getjob,
+    _ids_command,
+    _show,
+    _working,
+)
 from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qpurge, _qscan, _qstat
 from disq.doors.disque.replies import (
     _CRLF,
@@ -189,8 +197,8 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("hello", _hello, -1, "rF"),
         CommandSpec("addjob", _addjob, -4, "wmF"),
         CommandSpec("getjob", _getjob, -2, "wF"),
-        CommandSpec("ackjob", _ids_command(DisqueCore.ack_job), -1, "wF"),
-        CommandSpec("fastack", _ids_command(DisqueCore.fast_ack), -1, "wF"),
+        CommandSpec("ackjob", _ackjob, -1, "wF"),
+        CommandSpec("fastack", _fastack, -1, "wF"),
         CommandSpec("deljob", _ids_command(DisqueCore.del_job), -1, "wF"),
         CommandSpec("show", _show, 2, "rF"),
         CommandSpec("bgrewriteaof", _bgrewriteaof, 1, "ar"),

@@ -368,13 +368,13 @@ class WorkloadMixin(ClientsMixin):
         res: object
         try:
             if cmd == "ack":
-                res = self._guard(nd, core.ack_job, now, [job_id])
+                res = self._guard(nd, core.acks.ack_job, now, [job_id])
                 self.stats["acks"] += 1
                 if res == 0:
                     self.stats["dummy_acks"] += 1
                 self._client_acks.setdefault(job_id, self.now)
             elif cmd == "fastack":
-                res = self._guard(nd, core.fast_ack, now, [job_id])
+                res = self._guard(nd, core.acks.fast_ack, now, [job_id])
                 self.stats["fastacks"] += 1
                 self._client_acks.setdefault(job_id, self.now)
             elif cmd == "nack":
