@@ -1,7 +1,7 @@
 """The one base of DisqueCore's parts: the state they share and the methods each calls on
 the others.
 
-DisqueCore is one class cut into parts, a module each (ack.py, replication.py, ...). mypyc
+DisqueCore is one class cut into parts, a module each (ack.py, aof.py, ...). mypyc
 compiles a class with several bases only when the bases are traits, so every part is a
 ``@trait`` subclass of :class:`CoreParts`, and this trait declares what a part may use
 without defining it: the attributes (DisqueCore.__init__ sets them all) and the methods
@@ -30,13 +30,11 @@ if TYPE_CHECKING:
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.federation import Federation
     from disq.core.disque.gone import GoneJobs
-    from disq.core.disque.handoff import Handoffs
     from disq.core.disque.idempotency import KeyTable
     from disq.core.disque.job import AwakeEntry, DJob
     from disq.core.disque.keyvote import KeyVoting
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
-    from disq.core.disque.requeue import Requeue
     from disq.core.events import EventBuffer
     from disq.core.messages import JobData, Message
 
@@ -58,7 +56,6 @@ class CoreParts:
     persist: bool
     aof_enqueue_once: bool
     max_queues: int
-    requeue: Requeue  # requeue.py
     federation: Federation  # federation.py
     bridge: BeanstalkBridge  # bridge.py: the beanstalk bridge and its outboxes
     _prev_ctime: int
@@ -75,7 +72,6 @@ class CoreParts:
     # keyvote.py
     vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
     votes: KeyVoting
-    handoff: Handoffs  # handoff.py: a drain's jobs in flight
     memory: MemoryLevels  # memory.py
     # counts.py: per queue, the held live jobs not queued here, of them delayed
     counts: QueueCounts
@@ -103,9 +99,6 @@ class CoreParts:
     def _unregister(self, j: DJob, now_ms: int) -> None:
         raise NotImplementedError
 
-    def _forget(self, j: DJob) -> None:
-        raise NotImplementedError
-
     def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool:
         raise NotImplementedError
 
@@ -124,9 +117,6 @@ class CoreParts:
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
         raise NotImplementedError
 
-    def _copies_needed(self, j: DJob) -> int:
-        raise NotImplementedError
-
     def _broadcast_del(self, j: DJob) -> None:
         raise NotImplementedError
 
@@ -135,9 +125,6 @@ class CoreParts:
 
     # ------------------------------------------------------------------ ack.py's
     # ------------------------------------------------------------------ aof.py's
-    def _log_job(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _log_del(self, job_id: str) -> None:
         raise NotImplementedError
 
@@ -154,16 +141,14 @@ DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
         "_queue",
         "_register",
         "_unregister",
-        "_forget",
         "_enqueue",
         "_dequeue",
         "_update_awake",
         "_awake_time",
         "_only_me",
         "_job_data",
-        "_copies_needed",
         "_broadcast_del",
         "_delete_from_cluster",
     ),
-    "aof": ("_log_job", "_log_del"),
+    "aof": ("_log_del",),
 }
