@@ -404,7 +404,7 @@ BUG_EXTREPL_REPL1 = (
     "local one is queued at once; an ENQUEUE of the other delivers it twice: sweep seeds "
     "30118/30184 of the tiny/ttl hunts). Disque's addjobCommand has the same shape. Fix: block the "
     "client for external replication even when REPLICATE is 1 ((repl > 1 or extrepl) and not "
-    "async_), so _replication_achieved sends ENQUEUE to a confirmed holder and forgets."
+    "async_), so replication.achieved sends ENQUEUE to a confirmed holder and forgets."
 )
 BUG_EXTREPL_ASYNC = (
     "ADDJOB ASYNC on a node with a memory warning (or leaving) returned the id while no node "

@@ -40,14 +40,22 @@ class KeyForgetter(Protocol):
     def forget_key(self, j: DJob, now_ms: int | None = None) -> None: ...
 
 
+class Replicator(Protocol):
+    """What the blocked adds need of replication (replication.py's Replication, which
+    imports this module)."""
+
+    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
+
+
 class BlockedHost(CoreHost, Protocol):
     """What the blocked clients need of the core."""
 
     @property
     def keys(self) -> KeyForgetter: ...
+    @property
+    def replication(self) -> Replicator: ...
     def _fetch(self, q: DQueue, now_ms: int) -> DJob | None: ...
     def _copies_needed(self, j: DJob) -> int: ...
-    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _timer_due(self, token: int, at_ms: int, now_ms: int) -> None: ...
 
 
@@ -273,7 +281,7 @@ class BlockedClients:
                 a.resend_every_ms = min(a.resend_every_ms * 2, REPL_RESEND_MS)
                 missing += 1
             if missing or resend:
-                host._replicate(j, missing, now_ms, resend=resend)
+                host.replication.replicate(j, missing, now_ms, resend=resend)
             a.repl_backoff_ms = min(a.repl_backoff_ms * 2, REPL_RETRY_MAX_MS)
             # The next check is never later than the next resend (the doubling checks alone
             # would come at 50, 150, 350, 750, 1550 ms and miss the resend times).

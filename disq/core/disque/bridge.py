@@ -33,6 +33,7 @@ from disq.core.disque.job import (
     BEANSTALK_OWNED,
     DJob,
 )
+from disq.core.disque.replication import Replication
 from disq.core.messages import BeanstalkUpdate, Queued
 
 # Beanstalk jobs have no TTL; their cluster records live "forever" (fits the u32 wire field).
@@ -47,11 +48,11 @@ class BridgeHost(CoreHost, Protocol):
 
     blocked: BlockedClients
     acks: Acks
+    replication: Replication
 
     def _new_ctime(self, now_ms: int) -> int: ...
     def _register(self, j: DJob, awake: bool = True) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
-    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
 
 
@@ -100,7 +101,7 @@ class BeanstalkBridge:
             return job_id, False
         j.confirmed = {self.host.my_id}
         self.host.blocked.wait_for_copies(token, job_id, now_ms + timeout_ms, now_ms)
-        self.host._replicate(j, additional, now_ms)
+        self.host.replication.replicate(j, additional, now_ms)
         # Logged now, with the nodes asked for copies, not when they confirm: the engine's
         # PUT is in this same Ready, and a crash before the copies confirm must not leave
         # the engine's job unlinked from copies that would take it over later (its delete

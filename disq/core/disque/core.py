@@ -15,11 +15,11 @@ nothing here does IO (design.md section 1). Work for the IO layer accumulates in
 ``next_deadline_ms()`` says when ``tick(now_ms)`` must run next. Jobs sit in one heap ordered by
 the next time anything must happen to them (Disque's ``awakeme`` skiplist), with lazy deletion.
 
-This module holds jobs, replication, queueing, the timers and the messages for those (the
-acks and their GC are ``core.acks``, ack.py); the names follow Disque's job.c / queue.c /
-ack.c so their comments apply; where disq differs the comment says why. The rest of
-``DisqueCore`` comes from its parts, a module each, that share only parts.py and state.py
-(parts.py says how).
+This module holds jobs, queueing, the timers and the messages for those; the names follow
+Disque's job.c / queue.c / ack.c so their comments apply; where disq differs the comment says
+why. The rest of ``DisqueCore`` comes from its parts (aof.py, flush.py: parts.py says how) and
+from its components (replication.py, ack.py, requeue.py, ...: ``core.replication``,
+``core.acks``, ``core.requeue``), each handed the core as its host (host.py says how).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from disq.core.disque.job import (
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
-from disq.core.disque.replication import ReplicationMixin
+from disq.core.disque.replication import Replication
 from disq.core.disque.requeue import Requeue
 from disq.core.disque.state import IDEM_TIMER, KV_AT_ONCE
 from disq.core.messages import (
@@ -116,7 +116,6 @@ CRON_IDLE_MS = 1000
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DisqueCore(
-    ReplicationMixin,
     AofMixin,
     FlushMixin,
 ):
@@ -156,7 +155,8 @@ class DisqueCore(
         self.handoff = Handoffs(self)  # handoff.py: a drain's jobs in flight
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.bridge = BeanstalkBridge(self)
-        self.requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
+        self.requeue: Requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
+        self.replication: Replication = Replication(self)  # replication.py: REPLJOB, GOTJOB
         self.federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
         self.inspect = Introspection(self)  # introspection.py: SHOW, QSTAT, ..., PAUSE
         self.acks: Acks = Acks(self)  # ack.py: ACKJOB, FASTACK, QPURGE, the ack GC
@@ -549,7 +549,7 @@ class DisqueCore(
                 self._one_copy.add(job_id)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
             self.blocked.wait_for_copies(token, job_id, deadline, now_ms)
-            self._replicate(j, additional, now_ms)
+            self.replication.replicate(j, additional, now_ms)
             return PENDING
 
         j.state = ACTIVE
@@ -559,7 +559,7 @@ class DisqueCore(
             self._register(j)
             self._log_job(j, now_ms)
             if additional > 0:
-                self._replicate(j, additional, now_ms)
+                self.replication.replicate(j, additional, now_ms)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
             self.votes.propose(j, KV_AT_ONCE, [token], deadline, now_ms)
             return PENDING
@@ -571,7 +571,7 @@ class DisqueCore(
             self._register(j)
             self._log_job(j, now_ms)
         if additional > 0:
-            self._replicate(j, additional, now_ms)
+            self.replication.replicate(j, additional, now_ms)
         self.keys.announce_key(j, now_ms)  # not waiting for copies: the add is done now
         # A keyed add answered at once (ASYNC, REPLICATE 1) still waits for its key to reach
         # every live peer, as a sync keyed add does (idempotency.py): a retry must find it.
@@ -868,8 +868,8 @@ class DisqueCore(
 
 
 DisqueCore._handlers = {
-    ReplJob: DisqueCore._on_repljob,
-    GotJob: DisqueCore._on_gotjob,
+    ReplJob: lambda core, now_ms, sender, msg: core.replication.on_repljob(now_ms, sender, msg),
+    GotJob: lambda core, now_ms, sender, msg: core.replication.on_gotjob(now_ms, sender, msg),
     Enqueue: lambda core, now_ms, sender, msg: core.requeue.on_enqueue(now_ms, sender, msg),
     Queued: lambda core, now_ms, sender, msg: core.requeue.on_queued(now_ms, sender, msg),
     WillQueue: lambda core, now_ms, sender, msg: core.requeue.on_willqueue(now_ms, sender, msg),

@@ -17,6 +17,7 @@ from disq.core.disque.host import CoreHost
 from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
 from disq.core.disque.queue import DQueue
+from disq.core.disque.replication import Replication
 from disq.core.disque.requeue import Requeue
 from disq.core.messages import JobData, NeedJobs, YourJobs
 
@@ -40,12 +41,12 @@ class FederationHost(CoreHost, Protocol):
     gone: GoneJobs
     keys: KeyTable
     requeue: Requeue
+    replication: Replication
 
     def _queue(self, name: str, now_ms: int) -> DQueue: ...
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
     def _register(self, j: DJob, awake: bool = True) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
-    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob: ...
 
 
 class Federation:
@@ -167,7 +168,8 @@ class Federation:
             if j is None:
                 if self.host.gone.tombstoned(d.id, now_ms):
                     continue
-                j = self.host._job_from_data(d, now_ms, key_done=True)  # queued there: done
+                # Queued there: its add is done.
+                j = self.host.replication.job_from_data(d, now_ms, key_done=True)
                 j.deliver_to(sender)
                 self.host._register(j)
                 self.host._log_job(j, now_ms)

@@ -89,6 +89,13 @@ KV_RECORD_KEYS = 1000  # acceptor entries per KEYVOTE record in a rewrite
 # to an under-replicated job would acknowledge it to a retry.
 
 
+class AddFinisher(Protocol):
+    """What a won vote needs of replication (replication.py's Replication, which imports
+    this module)."""
+
+    def finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
+
+
 class VoteHost(CoreHost, Protocol):
     """What the key votes need of the core: its job table and messages, and the
     idempotency part's keys (idempotency.py), which a decided vote binds."""
@@ -97,7 +104,8 @@ class VoteHost(CoreHost, Protocol):
     blocked: BlockedClients
     keys: KeyTable
 
-    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None: ...
+    @property
+    def replication(self) -> AddFinisher: ...
 
 
 class KeyVoting:
@@ -379,7 +387,7 @@ class KeyVoting:
         if j.state == ACKED or j.state == QUEUED:
             return
         if p.kind == ADD:
-            self.host._kv_finish_add(j, p.holders, now_ms)
+            self.host.replication.finish_add(j, p.holders, now_ms)
         elif p.kind == AT_ONCE:
             if not j.delay_s:
                 self.host._enqueue(j, now_ms)

@@ -1,7 +1,7 @@
 """The one base of DisqueCore's parts: the state they share and the methods each calls on
 the others.
 
-DisqueCore is one class cut into parts, a module each (aof.py, replication.py, ...). mypyc
+DisqueCore is one class cut into parts, a module each (aof.py, flush.py). mypyc
 compiles a class with several bases only when the bases are traits, so every part is a
 ``@trait`` subclass of :class:`CoreParts`, and this trait declares what a part may use
 without defining it: the attributes (DisqueCore.__init__ sets them all) and the methods
@@ -30,15 +30,13 @@ if TYPE_CHECKING:
     from disq.core.disque.counts import QueueCounts
     from disq.core.disque.federation import Federation
     from disq.core.disque.gone import GoneJobs
-    from disq.core.disque.handoff import Handoffs
     from disq.core.disque.idempotency import KeyTable
     from disq.core.disque.job import AwakeEntry, DJob
     from disq.core.disque.keyvote import KeyVoting
     from disq.core.disque.memory import MemoryLevels
     from disq.core.disque.queue import DQueue
-    from disq.core.disque.requeue import Requeue
     from disq.core.events import EventBuffer
-    from disq.core.messages import JobData, Message
+    from disq.core.messages import JobData
 
 
 @trait
@@ -57,7 +55,6 @@ class CoreParts:
     persist: bool
     aof_enqueue_once: bool
     max_queues: int
-    requeue: Requeue  # requeue.py
     federation: Federation  # federation.py
     bridge: BeanstalkBridge  # bridge.py: the beanstalk bridge and its outboxes
     _prev_ctime: int
@@ -74,7 +71,6 @@ class CoreParts:
     # keyvote.py
     vote_keys: bool  # False: the announcement-only scheme (tests of idempotency.py)
     votes: KeyVoting
-    handoff: Handoffs  # handoff.py: a drain's jobs in flight
     memory: MemoryLevels  # memory.py
     # counts.py: per queue, the held live jobs not queued here, of them delayed
     counts: QueueCounts
@@ -84,22 +80,10 @@ class CoreParts:
     def my_id(self) -> str:
         raise NotImplementedError
 
-    def _send(self, node: str, msg: Message) -> None:
-        raise NotImplementedError
-
     def _jitter(self) -> int:
         raise NotImplementedError
 
-    def _register(self, j: DJob, awake: bool = True) -> None:
-        raise NotImplementedError
-
-    def _forget(self, j: DJob) -> None:
-        raise NotImplementedError
-
     def _enqueue(self, j: DJob, now_ms: int, nack: bool = False, moved: bool = False) -> bool:
-        raise NotImplementedError
-
-    def _update_awake(self, j: DJob, at: int = 0) -> None:
         raise NotImplementedError
 
     def _awake_time(self, j: DJob) -> int:
@@ -111,13 +95,7 @@ class CoreParts:
     def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
         raise NotImplementedError
 
-    def _copies_needed(self, j: DJob) -> int:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ aof.py's
-    def _log_job(self, j: DJob, now_ms: int) -> None:
-        raise NotImplementedError
-
     def _log_del(self, job_id: str) -> None:
         raise NotImplementedError
 
@@ -128,16 +106,11 @@ class CoreParts:
 DEFINED_IN: Final[dict[str, tuple[str, ...]]] = {
     "core": (
         "my_id",
-        "_send",
         "_jitter",
-        "_register",
-        "_forget",
         "_enqueue",
-        "_update_awake",
         "_awake_time",
         "_only_me",
         "_job_data",
-        "_copies_needed",
     ),
-    "aof": ("_log_job", "_log_del"),
+    "aof": ("_log_del",),
 }

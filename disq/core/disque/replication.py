@@ -12,15 +12,23 @@ the peers it knew at once. So a target may well be down: the blocked ADDJOB's ti
 (blocked.py) asks every target that has not confirmed again until the ms-timeout, and
 replaces the ones the failure detector gives up on with nodes reachable then (nodes that came
 back included).
+
+A component of the core (``core.replication``): it keeps no state of its own (a waiting add's
+targets and confirmations are the job's, its client blocked.py's); what it does to the job
+table and the outboxes goes through the core, the :class:`ReplicationHost` it is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
-
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
 from disq.core import events as ev
+from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.gone import GoneJobs
+from disq.core.disque.handoff import Handoffs
+from disq.core.disque.host import CoreHost
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import (
     ACTIVE,
     AWAITS_DELAY,
@@ -32,106 +40,135 @@ from disq.core.disque.job import (
     WAIT_REPL,
     DJob,
 )
-from disq.core.disque.parts import CoreParts
+from disq.core.disque.keyvote import KeyVoting
+from disq.core.disque.memory import MemoryLevels
+from disq.core.disque.requeue import Requeue
 from disq.core.disque.state import KV_ADD
 from disq.core.messages import Enqueue, GotJob, JobData, ReplJob
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class ReplicationMixin(CoreParts):
-    """The replication of DisqueCore's jobs."""
+class ReplicationHost(CoreHost, Protocol):
+    """What replication needs of the core beyond its job table."""
 
-    def _replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
+    events: ev.EventBuffer
+    memory: MemoryLevels
+    gone: GoneJobs
+    blocked: BlockedClients
+    keys: KeyTable
+    votes: KeyVoting
+    requeue: Requeue
+    handoff: Handoffs
+
+    def _jitter(self) -> int: ...
+    def _register(self, j: DJob, awake: bool = True) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _copies_needed(self, j: DJob) -> int: ...
+
+
+class Replication:
+    """REPLJOB / GOTJOB and the end of a replicated add (``core.replication``)."""
+
+    def __init__(self, host: ReplicationHost) -> None:
+        self.host = host
+
+    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
         delivered set and send them REPLJOB; with ``resend``, ask again every delivered
         node that has not confirmed. Disque resends to confirmed nodes too; disq does not:
         under load thousands of adds wait, and re-sent bodies nobody needs saturate links."""
+        host = self.host
         new: list[str] = []
         if count > 0:
-            peers = [n for n in self.view.reachable_peers() if n not in j.delivered]
-            self.rng.shuffle(peers)
+            peers = [n for n in host.view.reachable_peers() if n not in j.delivered]
+            host.rng.shuffle(peers)
             new = peers[:count]
             j.deliver_to(*new)
         msg: ReplJob | None = None
+        me = host.my_id
         targets = j.delivered if resend else new
         for node in targets:
-            if node == self.my_id or node in j.confirmed:
+            if node == me or node in j.confirmed:
                 continue
             if msg is None:
-                msg = ReplJob(self._job_data(j, now_ms))
-            self._send(node, msg)
+                msg = ReplJob(host._job_data(j, now_ms))
+            host._send(node, msg)
 
-    def _replication_achieved(self, j: DJob, now_ms: int) -> None:
+    def achieved(self, j: DJob, now_ms: int) -> None:
+        """The add has the copies it asked for: answer its clients and keep the job."""
+        host = self.host
         j.state = ACTIVE
         confirmed = j.confirmed
         j.confirmed = NO_NODES
-        tokens, deadline = self.blocked.take_add(j.id)
-        if self.votes.needed(j):
+        tokens, deadline = host.blocked.take_add(j.id)
+        if host.votes.needed(j):
             # A keyed add on a cluster: its copies exist, now its key is voted on
             # (keyvote.py); the add's clients get the key's job, and the job is queued
             # only if it wins. Logged now: a restart must find this candidate.
             self._log_job_here(j, now_ms)
-            self.votes.propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
+            host.votes.propose(j, KV_ADD, tokens, deadline, now_ms, confirmed)
             return
-        self.keys.announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
-        if tokens and not self.keys.hold_reply(j, tokens, deadline, now_ms):
-            self.replies.extend((t, j.id) for t in tokens)
+        host.keys.announce_key(j, now_ms)  # before the answer: it may wait for the key's acks
+        if tokens and not host.keys.hold_reply(j, tokens, deadline, now_ms):
+            host.replies.extend((t, j.id) for t in tokens)
         self._log_job_here(j, now_ms)
-        self._kv_finish_add(j, confirmed, now_ms)
+        self.finish_add(j, confirmed, now_ms)
 
     def _log_job_here(self, j: DJob, now_ms: int) -> None:
         """The LOADJOB of a job whose add is done, when this node keeps a copy."""
-        if self.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
-            self._log_job(j, now_ms)
+        if self.host.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
+            self.host._log_job(j, now_ms)
 
-    def _kv_finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
+    def finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
         """The add is done: keep the job here (queued, or waiting out its DELAY), or, when
         this node keeps no copy, have a holder queue it."""
+        host = self.host
         if j.flags & BEANSTALK_OWNED:
             # Logged at the put already (bridge.py); the engine holds the live job, nothing
             # to queue here.
-            self._update_awake(j)
+            host._update_awake(j)
             return
-        if self.my_id not in j.delivered:
+        me = host.my_id
+        if me not in j.delivered:
             # External replication: a holder that confirmed its copy queues it (the others
             # re-queue theirs by RETRY if that ENQUEUE is lost); this node forgets it.
-            holders = sorted(confirmed - {self.my_id}) or sorted(j.delivered)
+            holders = sorted(confirmed - {me}) or sorted(j.delivered)
             if holders:
-                self._send(self.rng.choice(holders), Enqueue(j.id))
-            self._forget(j)
+                host._send(host.rng.choice(holders), Enqueue(j.id))
+            host._forget(j)
             return
         if j.delay_s == 0:
-            self._enqueue(j, now_ms)
+            host._enqueue(j, now_ms)
         else:
-            self._update_awake(j)
+            host._update_awake(j)
 
     # ------------------------------------------------------------------ messages
-    def _on_repljob(self, now_ms: int, sender: str, msg: ReplJob) -> None:
+    def on_repljob(self, now_ms: int, sender: str, msg: ReplJob) -> None:
+        host = self.host
         d = msg.job
-        if self.memory.warning > 0 or self.view.leaving:
+        if host.memory.warning > 0 or host.view.leaving:
             return  # no copy: the sender will pick another node
-        q = self.queues.get(d.queue)
+        q = host.queues.get(d.queue)
         if q is not None and q.paused_in:
             return
-        j = self.jobs.get(d.id)
+        j = host.jobs.get(d.id)
         if j is not None:
             j.deliver_to(*d.nodes_delivered)
             # A resend, or a drain handing its copy over: the sender may have counted more.
-            self.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+            host.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
         else:
-            if self.gone.tombstoned(d.id, now_ms):
+            if host.gone.tombstoned(d.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
-            j = self._job_from_data(d, now_ms)  # its key is tentative: the add may still fail
+            j = self.job_from_data(d, now_ms)  # its key is tentative: the add may still fail
             j.queued_at = sender  # the creator queues it once its add is done (dead_peers.py)
-            self._register(j)
-            self._log_job(j, now_ms)
-            self.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
-        self._send(sender, GotJob(d.id))
+            host._register(j)
+            host._log_job(j, now_ms)
+            host.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
+        host._send(sender, GotJob(d.id))
 
-    def _job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
+    def job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
         """deserializeJob: active, requeue after delay + retry (+ jitter). Its idempotency
         key is tentative unless ``key_done`` (the job's add is known to have finished)."""
+        host = self.host
         j = DJob(
             d.id,
             d.queue,
@@ -147,30 +184,31 @@ class ReplicationMixin(CoreParts):
         # BCAST_QUEUED as Disque's REPLJOB sets it: the job was (or is being) queued where
         # it came from, so this copy's own requeue counts a delivery (core.py _enqueue).
         j.flags = BCAST_QUEUED
-        if d.delay_s and now_ms <= d.ctime // 1_000_000 - self.wall_offset_ms + d.delay_s * 1000:
+        if d.delay_s and now_ms <= d.ctime // 1_000_000 - host.wall_offset_ms + d.delay_s * 1000:
             j.flags |= AWAITS_DELAY  # not queued before its DELAY ends (counts.py)
         j.nacks = d.nacks
         j.add_deliveries = d.additional_deliveries
-        j.delivered = {*d.nodes_delivered, self.my_id}
+        j.delivered = {*d.nodes_delivered, host.my_id}
         j.priority = d.priority
         if d.idempotency_key:
             j.idem_key = d.idempotency_key
-            self.keys.remember_key(j, now_ms, tentative=not key_done)
+            host.keys.remember_key(j, now_ms, tentative=not key_done)
         if d.beanstalk:
             j.flags |= BEANSTALK_ORIGIN
             j.bstate = d.bstate
         if d.retry_s:
             j.flags |= BCAST_WILLQUEUE
-            j.qtime_ms = now_ms + (d.delay_s + d.retry_s) * 1000 + self._jitter()
+            j.qtime_ms = now_ms + (d.delay_s + d.retry_s) * 1000 + host._jitter()
         return j
 
-    def _on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
-        if self.handoff.in_flight and self.handoff.gotjob(now_ms, sender, msg):
+    def on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
+        host = self.host
+        if host.handoff.in_flight and host.handoff.gotjob(now_ms, sender, msg):
             return  # it confirmed a drain's handoff (handoff.py)
-        j = self.jobs.get(msg.job_id)
+        j = host.jobs.get(msg.job_id)
         if j is None or j.state != WAIT_REPL:
             return
         j.confirm(sender)
         j.deliver_to(sender)
-        if len(j.confirmed) >= self._copies_needed(j):
-            self._replication_achieved(j, now_ms)
+        if len(j.confirmed) >= host._copies_needed(j):
+            self.achieved(j, now_ms)

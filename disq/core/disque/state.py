@@ -1,6 +1,6 @@
 """The state DisqueCore's parts share: its types, the timer ids and the vote kinds.
 
-DisqueCore is cut into parts, a module each (aof.py, replication.py, ...; parts.py says how).
+DisqueCore is cut into parts, a module each (aof.py, flush.py; parts.py says how).
 A part imports this module and parts.py, never another part: what two parts both touch lives
 here (a blocked ADDJOB, a held retry, a key's vote, ...), declared once. Each type stays the
 data of the part named beside it; only that part's methods change what it means. The
