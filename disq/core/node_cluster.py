@@ -122,7 +122,7 @@ class ClusterCores:
         """CLUSTER RESET: NodeCore.cluster_reset says what goes and what stays."""
         if self.membership is not None:
             self.membership.reset(now_ms, new_id)
-        self.disque.flushall(log_deletes=True)
+        self.disque.flush.flushall(log_deletes=True)
         self.disque.outbox.clear()
         self.scheduler.outbox.clear()
         self.routes.outbox.clear()

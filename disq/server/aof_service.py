@@ -451,7 +451,7 @@ class AofService:
         disque = core.disque
         if disque is None:
             return b""
-        records = disque.snapshot_records(self.runtime.now_ms())
+        records = disque.aof.snapshot_records(self.runtime.now_ms())
         if core.scheduler is not None:
             records.extend(core.scheduler.snapshot_records())
         if core.routes is not None:

@@ -44,7 +44,7 @@ def _power_cut(m: Mesh, rewritten: int | None = None) -> None:
     anything it covered left); node ``rewritten`` from a rewrite of its AOF instead."""
     for i, nid in enumerate(m.ids):
         if i == rewritten:
-            records = b"".join(m.disque(i).snapshot_records(m.now))
+            records = b"".join(m.disque(i).aof.snapshot_records(m.now))
         else:
             records = b"".join(m.aof[nid])
         fresh = DisqueCore(m.views[nid], random.Random(50 + i), m.now)

@@ -187,7 +187,7 @@ def test_disque_deadlines_do_not_move_and_ctime_and_aof_stay_wall_clock(step: in
         node.set_wall_offset(step, T0)
     assert [(j.etime_ms, j.qtime_ms, j.awake_ms) for j in (j0, j1)] == deadlines
     # What is written now is wall-clock: the job's absolute expiry in its LOADJOB record.
-    [(kind, data)] = to_core_records(list(iter_frames(b"".join(d0.snapshot_records(T0)))))
+    [(kind, data)] = to_core_records(list(iter_frames(b"".join(d0.aof.snapshot_records(T0)))))
     assert kind == "LOADJOB" and isinstance(data, JobData)
     assert data.expire_ms == T0 + 60_000 + step and data.ctime == T0 * 1_000_000
     # A job added after the step: its ctime is the wall clock's (and still after the first

@@ -198,7 +198,7 @@ def test_a_restart_from_the_aof_keeps_the_counters() -> None:
         j = fresh.jobs[job_id]
         assert (j.nacks, j.add_deliveries) == (1, 1)
         # A rewritten AOF too.
-        snap = list(iter_frames(b"".join(m.disque(i).snapshot_records(m.now))))
+        snap = list(iter_frames(b"".join(m.disque(i).aof.snapshot_records(m.now))))
         third = DisqueCore(m.views[m.ids[i]], random.Random(7), m.now)
         third.restore(m.now, snap)
         assert (third.jobs[job_id].nacks, third.jobs[job_id].add_deliveries) == (1, 1)

@@ -730,7 +730,7 @@ def test_learned_keys_are_persisted_and_outlive_the_job_restarts_and_rewrites() 
             == first
         )
         # A rewritten AOF keeps the key too, though the job is gone.
-        snap = list(iter_frames(b"".join(c.core(i).snapshot_records(c.now))))
+        snap = list(iter_frames(b"".join(c.core(i).aof.snapshot_records(c.now))))
         third = DisqueCore(c.views[c.ids[i]], random.Random(6), c.now)
         third.restore(c.now, snap)
         assert (

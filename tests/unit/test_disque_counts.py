@@ -77,7 +77,7 @@ def test_requeue_nack_delete_expiry_and_flush_keep_the_counts() -> None:
     add(m, 0, b"c", repl=1, delay_s=10)
     add(m, 0, b"d", repl=1)
     assert counts(core) == (2, 0, 1)
-    core.flushall()
+    core.flush.flushall()
     assert counts(core) == (0, 0, 0)
 
 

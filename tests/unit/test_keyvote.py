@@ -318,7 +318,7 @@ def test_a_promise_and_an_accept_survive_a_restart() -> None:
     high = accepted.votes.prepare(K, (6, other), c.now)
     assert high.ok and (high.acc_ballot, high.acc_node, high.job_id) == (5, proposer, "D-job")
     # A rewritten AOF (snapshot) keeps the acceptor state as well.
-    snap = list(iter_frames(b"".join(accepted.snapshot_records(c.now))))
+    snap = list(iter_frames(b"".join(accepted.aof.snapshot_records(c.now))))
     assert [rtype for rtype, _ in snap] == [REC_KEYVOTE]
     third = DisqueCore(c.views[c.ids[1]], random.Random(3), c.now)
     third.restore(c.now, snap)

@@ -106,7 +106,7 @@ def test_refused_adds_count_as_fire_errors() -> None:
     mesh = Mesh(1, now_ms=T0_S * 1000 + 500)
     core = mesh.nodes[0]
     disque = mesh.disque(0)
-    disque.pause(mesh.now, "q", PAUSE_IN, False)  # adds to q refused: PAUSED
+    disque.inspect.pause(mesh.now, "q", PAUSE_IN, False)  # adds to q refused: PAUSED
     _sched(core).add(mesh.now, ScheduleDef("s", "@every 1s", "UTC", "q", b"x"))
     mesh.advance(2_000)
     got = scrape(core)

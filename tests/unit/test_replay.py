@@ -245,7 +245,7 @@ def test_a_controlled_restart_queues_what_the_file_holds_in_ctime_order(tmp_path
             (j.ctime, j.id) for j in disque.jobs.values() if j.queue == name and queued_at_load(j)
         )
         assert want, name
-        assert [(j.ctime, j.id) for j in disque.qpeek(name, 10_000)] == want
+        assert [(j.ctime, j.id) for j in disque.inspect.qpeek(name, 10_000)] == want
         assert all(j.state == QUEUED for j in disque.jobs.values() if (j.ctime, j.id) in want)
     assert disque.aof_enqueue_once is False
 

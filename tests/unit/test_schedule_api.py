@@ -114,10 +114,10 @@ def test_job_info_carries_a_keyed_jobs_key_only() -> None:
     keyed_id = ids[1] if keyed is PENDING else keyed
     plain_id = ids[2] if plain is PENDING else plain
     assert isinstance(keyed_id, str) and isinstance(plain_id, str)
-    pairs = core.show(mesh.now, keyed_id)
+    pairs = core.inspect.show(mesh.now, keyed_id)
     assert pairs is not None
     info = api_pb2.JobInfo.FromString(_job_info(pairs).SerializeToString())
     assert info.HasField("idempotency_key") and info.idempotency_key == "schedule:s:60"
-    plain_pairs = core.show(mesh.now, plain_id)
+    plain_pairs = core.inspect.show(mesh.now, plain_id)
     assert plain_pairs is not None
     assert not _job_info(plain_pairs).HasField("idempotency_key")

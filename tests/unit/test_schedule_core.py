@@ -166,7 +166,7 @@ def test_three_nodes_one_job_per_tick_and_every_node_knows_the_schedule() -> Non
     tick, (job_id,) = next(iter(sorted(jobs.items())))
     holders = [i for i in range(3) if job_id in mesh.disque(i).jobs]
     assert len(holders) == 2
-    show = dict(mesh.disque(holders[0]).show(mesh.now, job_id) or [])
+    show = dict(mesh.disque(holders[0]).inspect.show(mesh.now, job_id) or [])
     assert show["idempotency-key"] == tick_key("sync", tick) == f"schedule:sync:{tick}"
     fired = [_sched(mesh, i).stats["ticks_fired"] for i in range(3)]
     assert sum(fired) == 10 and fired.count(10) == 1  # one owner fired them all
@@ -397,7 +397,7 @@ def test_schedules_and_last_ticks_survive_a_restart_and_a_rewrite() -> None:
     s.pause(mesh.now, "b")
     mesh.advance(3_500)
     log = b"".join(mesh.aof[mesh.ids[0]])
-    rewritten = b"".join(mesh.disque(0).snapshot_records(mesh.now) + s.snapshot_records())
+    rewritten = b"".join(mesh.disque(0).aof.snapshot_records(mesh.now) + s.snapshot_records())
     for raw in (log, rewritten):
         fresh = Mesh(1, now_ms=mesh.now)
         core = fresh.nodes[0]

@@ -1,18 +1,22 @@
-"""The AOF side of the Disque core (Disque's aof.c): LOADJOB and DELJOB records, the replay of
-a file at start and the records of a rewritten one.
+"""The AOF side of the Disque core (Disque's aof.c): the replay of a file at start and the
+records of a rewritten one (persistence/cluster_records.py has the record formats).
 
-Disque's model: a job is logged when it becomes active; an ack or an eviction logs its
-deletion; acks themselves are not persisted (a restarted node re-learns them by GC).
+Disque's model: a job is logged when it becomes active (LOADJOB); an eviction, a delete or the
+end of an ack's GC logs its deletion (DELJOB). disq also logs an ack this node answered
+(ACKJOB, ack.py), so a power loss does not undo it. The core writes the records as it goes
+(``core._log_job``, ``core._log_del``); this component reads them back (``core.aof``).
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Final
-
-from mypy_extensions import mypyc_attr, trait
+from typing import Final, Protocol
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
+from disq.core.disque.bridge import BeanstalkBridge
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.host import CoreHost
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import (
     ACK_LOGGED,
     ACKED,
@@ -27,7 +31,8 @@ from disq.core.disque.job import (
     AwakeEntry,
     DJob,
 )
-from disq.core.disque.parts import CoreParts
+from disq.core.disque.keyvote import KeyVoting
+from disq.core.disque.memory import MemoryLevels
 from disq.persistence.cluster_records import (
     ACKJOB_SIZE,
     JOB_ID_LEN,
@@ -44,27 +49,37 @@ from disq.persistence.cluster_records import (
     decode_key_trailer,
     decode_keyvotes,
     encode_ackjob,
-    encode_deljob,
     encode_loadjob,
 )
 from disq.persistence.framing import frame
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class AofMixin(CoreParts):
-    """The AOF records of DisqueCore."""
+class AofHost(CoreHost, Protocol):
+    """What the replay and the rewrite need of the core beyond its job table."""
 
-    def _log_job(self, j: DJob, now_ms: int) -> None:
-        if self.persist:
-            self.aof_out.append(self._loadjob_record(j, now_ms))
+    counts: QueueCounts
+    keys: KeyTable
+    votes: KeyVoting
+    vote_keys: bool
+    bridge: BeanstalkBridge
+    memory: MemoryLevels
+    aof_enqueue_once: bool
+    _prev_ctime: int
+    _awake: list[AwakeEntry]
 
-    def _log_del(self, job_id: str) -> None:
-        if self.persist:
-            self.aof_out.append(frame(REC_DELJOB, encode_deljob(job_id)))
+    def _jitter(self) -> int: ...
+    def _awake_time(self, j: DJob) -> int: ...
+    def _only_me(self) -> frozenset[str]: ...
 
-    def _loadjob_record(self, j: DJob, now_ms: int) -> bytes:
-        return frame(REC_LOADJOB, encode_loadjob(self._job_data(j, now_ms, absolute=True)))
+
+class JobLog:
+    """The replay and the rewrite of the core's records (``core.aof``): no state of its own."""
+
+    def __init__(self, host: AofHost) -> None:
+        self.host = host
+
+    def loadjob_record(self, j: DJob, now_ms: int) -> bytes:
+        return frame(REC_LOADJOB, encode_loadjob(self.host._job_data(j, now_ms, absolute=True)))
 
     def restore(
         self,
@@ -85,6 +100,7 @@ class AofMixin(CoreParts):
         the jobs are decoded once, in place, straight into their DJob (no JobData), only
         those whose last record is a LOADJOB, and their timers heapified at once.
         """
+        host = self.host
         if offsets is None:
             buf, offsets = _frame_jobs(records)
         keys: list[IdemKeyEntry] = []
@@ -94,25 +110,25 @@ class AofMixin(CoreParts):
                 keys.extend(decode_idemkeys(payload))
             elif rtype == REC_KEYVOTE:
                 votes.extend(decode_keyvotes(payload))
-        persist, self.persist = self.persist, False  # what is replayed is logged already
+        persist, host.persist = host.persist, False  # what is replayed is logged already
         requeue = self._restore_jobs(now_ms, buf, offsets)
-        self.counts.rebuild(self.jobs.values())  # the job table was filled in bulk (counts.py)
-        self.keys.restore_keys(now_ms, keys)
-        self.votes.restore(now_ms, votes)
-        self.votes.after_restore()
+        host.counts.rebuild(host.jobs.values())  # the job table was filled in bulk (counts.py)
+        host.keys.restore_keys(now_ms, keys)
+        host.votes.restore(now_ms, votes)
+        host.votes.after_restore()
         for j in requeue:
-            if j.idem_key and self.vote_keys:
-                hit = self.keys.taken.get((j.queue, j.idem_key))
+            if j.idem_key and host.vote_keys:
+                hit = host.keys.taken.get((j.queue, j.idem_key))
                 if hit is not None and (
-                    hit[0] != j.id or (j.queue, j.idem_key) in self.keys.tentative
+                    hit[0] != j.id or (j.queue, j.idem_key) in host.keys.tentative
                 ):
                     # Its key undecided (its RETRY asks first) or bound to another job (the
                     # copy lost: its RETRY deletes it), keyvote.py.
                     continue
             # A controlled restart puts back what was there: no delivery is counted.
-            self._enqueue(j, now_ms, moved=True)
-        self.aof_enqueue_once = False
-        self.persist = persist
+            host._enqueue(j, now_ms, moved=True)
+        host.aof_enqueue_once = False
+        host.persist = persist
 
     def _restore_jobs(self, now_ms: int, buf: bytes, offsets: list[int]) -> list[DJob]:
         """The jobs of the LOADJOB and DELJOB records at ``offsets`` in ``buf``: a DJob for
@@ -123,24 +139,25 @@ class AofMixin(CoreParts):
         Two passes: the records in file order into a dict (a later record of a job replaces
         or drops it, as a replay in file order would), then what a restored job sets beyond
         its fields (its key, its requeue time, its timer) for the survivors only."""
-        me = self.my_id
+        host = self.host
+        me = host.my_id
         # Straight into the job table when it is empty (a start: always): a second dict of
         # a million jobs to merge cost a tenth of the replay in cache misses (perf).
-        jobs = self.jobs
+        jobs = host.jobs
         loaded = jobs if not jobs else {}
-        _decode_jobs(buf, offsets, me.encode(), now_ms, self.wall_offset_ms, loaded)
+        _decode_jobs(buf, offsets, me.encode(), now_ms, host.wall_offset_ms, loaded)
         if loaded is not jobs:
             jobs.update(loaded)
         mine = me[:8]
-        only_me = self._only_me()
-        enqueue_once = self.aof_enqueue_once
+        only_me = host._only_me()
+        enqueue_once = host.aof_enqueue_once
         requeue: list[DJob] = []
         awake: list[AwakeEntry] = []
         used = 0
-        prev_ctime = self._prev_ctime
+        prev_ctime = host._prev_ctime
         no_nodes = NO_NODES  # read once (see _decode_jobs)
         origin = BEANSTALK_ORIGIN
-        off = self.wall_offset_ms
+        off = host.wall_offset_ms
         for j in loaded.values():
             delivered = j.delivered
             if j.state == ACKED:
@@ -159,9 +176,9 @@ class AofMixin(CoreParts):
             if j.idem_key:
                 # Its key is tentative: this node's own keyed jobs may still be candidates
                 # in their key's vote (keyvote.py); an IDEMKEY record says which are done.
-                self.keys.remember_key(j, now_ms, tentative=True)
+                host.keys.remember_key(j, now_ms, tentative=True)
             if j.retry_s:
-                j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + self._jitter()
+                j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + host._jitter()
             flags = j.flags
             if j.delay_s and now_ms <= j.ctime // 1_000_000 - off + j.delay_s * 1000:
                 # Still in its DELAY: its first queueing is to come, and counts nothing.
@@ -170,43 +187,44 @@ class AofMixin(CoreParts):
                 # This node owned it: the engine's AOF has the live job under that id.
                 flags = (flags | BEANSTALK_OWNED) & ~BCAST_WILLQUEUE
                 j.qtime_ms = 0
-                self.bridge.relinks.append(j)
+                host.bridge.relinks.append(j)
             j.flags = flags
             if j.ctime > prev_ctime and j.id[2:10] == mine:  # ids.node_prefix
                 prev_ctime = j.ctime
             used += len(j.body)
-            at = self._awake_time(j)
+            at = host._awake_time(j)
             if at:  # as _update_awake: 0 is the "no entry" a new DJob has
                 j.awake_ms = at
                 awake.append(AwakeEntry(at, j.id))
             if enqueue_once and j.retry_s and not flags & origin:
                 # Never an at-most-once job: whether it was delivered is not in the AOF.
                 requeue.append(j)
-        self._prev_ctime = prev_ctime
-        self.memory.used_bytes += used + JOB_OVERHEAD_BYTES * len(loaded)
+        host._prev_ctime = prev_ctime
+        host.memory.used_bytes += used + JOB_OVERHEAD_BYTES * len(loaded)
         # One heapify instead of a push per job; the heap was empty, or a few entries.
-        self._awake.extend(awake)
-        heapq.heapify(self._awake)
+        host._awake.extend(awake)
+        heapq.heapify(host._awake)
         return requeue
 
     def snapshot_records(self, now_ms: int) -> list[bytes]:
         """What a rewritten AOF holds: every active or queued job (and a beanstalk put still
         waiting for its copies), the acks this node logged whose GC is not over, and the
         idempotency keys in their window (their jobs may be gone)."""
+        host = self.host
         records = []
-        for j in self.jobs.values():
+        for j in host.jobs.values():
             if j.state == ACKED:
                 if j.flags & ACK_LOGGED:
                     # Its GC not over: the holders with it (a LOADJOB), then the ack.
                     if j.delivered:
-                        records.append(self._loadjob_record(j, now_ms))
-                    wall_etime_ms = j.etime_ms + self.wall_offset_ms
+                        records.append(self.loadjob_record(j, now_ms))
+                    wall_etime_ms = j.etime_ms + host.wall_offset_ms
                     records.append(frame(REC_ACKJOB, encode_ackjob(j.id, wall_etime_ms)))
             elif j.state != WAIT_REPL or j.flags & BEANSTALK_OWNED:
                 # A replicated beanstalk put is logged before its copies confirm (bridge.py):
                 # the engine's snapshot has its job, this links the copies to it.
-                records.append(self._loadjob_record(j, now_ms))
-        return records + self.keys.records() + self.votes.records(now_ms)
+                records.append(self.loadjob_record(j, now_ms))
+        return records + host.keys.records() + host.votes.records(now_ms)
 
 
 def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:

@@ -16,10 +16,9 @@ nothing here does IO (design.md section 1). Work for the IO layer accumulates in
 the next time anything must happen to them (Disque's ``awakeme`` skiplist), with lazy deletion.
 
 This module holds jobs, queueing, the timers and the messages for those; the names follow
-Disque's job.c / queue.c / ack.c so their comments apply; where disq differs the comment says
-why. The rest of ``DisqueCore`` comes from its parts (aof.py, flush.py: parts.py says how) and
-from its components (replication.py, ack.py, requeue.py, ...: ``core.replication``,
-``core.acks``, ``core.requeue``), each handed the core as its host (host.py says how).
+Disque's job.c / queue.c so their comments apply; where disq differs the comment says why. The
+rest is in components, a module each (replication.py, ack.py, aof.py, ...: ``core.replication``,
+``core.acks``, ``core.aof``), each handed the core as its host (host.py says how).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from disq.core import events as ev
 from disq.core import ids
 from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANCE_MS
 from disq.core.disque.ack import Acks
-from disq.core.disque.aof import AofMixin
+from disq.core.disque.aof import JobLog
 from disq.core.disque.api import (
     LEAVING_MSG,
     NOREPL_EXPIRED,
@@ -53,7 +52,7 @@ from disq.core.disque.bridge import BeanstalkBridge
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
 from disq.core.disque.federation import Federation
-from disq.core.disque.flush import FlushMixin
+from disq.core.disque.flush import Flush
 from disq.core.disque.gone import GoneJobs
 from disq.core.disque.handoff import Handoffs
 from disq.core.disque.idempotency import IDEM_KEY_MAX_BYTES, KeyTable
@@ -100,6 +99,8 @@ from disq.core.messages import (
     YourJobs,
 )
 from disq.core.timers import compact, rebuild_bound
+from disq.persistence.cluster_records import REC_DELJOB, encode_deljob
+from disq.persistence.framing import frame
 
 Frame = tuple[int, bytes]  # an AOF record: (type, payload)
 
@@ -115,13 +116,10 @@ CRON_IDLE_MS = 1000
 
 # The simulator (SimDisqueCore) and the tests' mutants subclass it in Python.
 @mypyc_attr(allow_interpreted_subclasses=True)
-class DisqueCore(
-    AofMixin,
-    FlushMixin,
-):
+class DisqueCore:
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
-        self.view = view
-        self.rng = rng
+        self.view: ClusterView = view
+        self.rng: random.Random = rng
         self.outbox: list[tuple[str, Message]] = []
         self.replies: list[tuple[int, DeferredResult]] = []
         self.aof_out: list[bytes] = []
@@ -133,32 +131,34 @@ class DisqueCore(
         # in the big heap); _process_jobs pops the two in one (awake_ms, id) order.
         self._awake_acked: list[AwakeEntry] = []
         self._awake_acked_rebuild_at = rebuild_bound(0)
-        self.blocked = BlockedClients(self)  # blocked.py: waiting ADDJOBs and GETJOBs
+        self.blocked: BlockedClients = BlockedClients(self)  # waiting ADDJOBs and GETJOBs
         self._one_copy: set[str] = set()  # ASYNC adds without a local copy (add_job)
         self._only_me_set: frozenset[str] = frozenset()
-        self.gone = GoneJobs()  # gone.py: tombstones, and how jobs went
-        self.keys = KeyTable(self)  # idempotency.py: the keys, their announcements, held adds
-        self.votes = KeyVoting(self)  # keyvote.py: this node's part in the key votes
-        self.vote_keys = True  # keyed adds on a cluster bind their key by a vote
-        self.events = ev.EventBuffer()  # lifecycle events, drained by the node
-        self._prev_ctime = 0
+        self.gone: GoneJobs = GoneJobs()  # gone.py: tombstones, and how jobs went
+        self.keys: KeyTable = KeyTable(self)  # idempotency.py: keys, announcements, held adds
+        self.votes: KeyVoting = KeyVoting(self)  # keyvote.py: this node's part in the key votes
+        self.vote_keys: bool = True  # keyed adds on a cluster bind their key by a vote
+        self.events: ev.EventBuffer = ev.EventBuffer()  # lifecycle events, drained by the node
+        self._prev_ctime: int = 0
         # Wall minus node clock (disq/server/clock.py), kept current by the node: ctime and the
         # AOF's absolute expiry are wall-clock (as Disque's); every other deadline node-clock.
-        self.wall_offset_ms = 0
+        self.wall_offset_ms: int = 0
         self._wall_steps: list[tuple[int, int]] = []  # (node ms of a step, offset before it)
         self._next_cron_ms = now_ms + CRON_IDLE_MS
-        self.memory = MemoryLevels()  # memory.py: the warning level, maxmemory, used bytes
-        self.counts = QueueCounts()  # counts.py
-        self.aof_enqueue_once = False  # Disque's aof-enqueue-jobs-once for the next restore
-        self.persist = True  # produce aof_out records (the node turns it off without an AOF)
-        self.max_queues = MAX_QUEUES
-        self.handoff = Handoffs(self)  # handoff.py: a drain's jobs in flight
+        self.memory: MemoryLevels = MemoryLevels()  # the warning level, maxmemory, used bytes
+        self.counts: QueueCounts = QueueCounts()  # counts.py
+        self.aof_enqueue_once: bool = False  # Disque's aof-enqueue-jobs-once, next restore
+        self.persist: bool = True  # produce aof_out records (off: a node without an AOF)
+        self.max_queues: int = MAX_QUEUES
+        self.handoff: Handoffs = Handoffs(self)  # handoff.py: a drain's jobs in flight
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
-        self.bridge = BeanstalkBridge(self)
+        self.bridge: BeanstalkBridge = BeanstalkBridge(self)
         self.requeue: Requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
         self.replication: Replication = Replication(self)  # replication.py: REPLJOB, GOTJOB
-        self.federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
-        self.inspect = Introspection(self)  # introspection.py: SHOW, QSTAT, ..., PAUSE
+        self.federation: Federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
+        self.inspect: Introspection = Introspection(self)  # SHOW, QSTAT, ..., PAUSE
+        self.aof: JobLog = JobLog(self)  # aof.py: the replay, a rewrite's records
+        self.flush: Flush = Flush(self)  # flush.py: FLUSHALL, CLUSTER RESET
         self.acks: Acks = Acks(self)  # ack.py: ACKJOB, FASTACK, QPURGE, the ack GC
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
@@ -172,8 +172,9 @@ class DisqueCore(
             "jobs_exported": 0,
             "noreply_timeouts": 0,
         }
-        # dead_peers.py: the jobs a peer confirmed dead had queued are requeued soon
-        self.dead_peers = DeadPeers(self)
+        self.dead_peers: DeadPeers = DeadPeers(
+            self
+        )  # dead_peers.py: a dead peer's queued jobs, soon
 
     # ================================================================== helpers
     @property
@@ -415,12 +416,24 @@ class DisqueCore(
             self.federation.push_wanted(q, now_ms)
         return True
 
-    # What the simulator's core and the tests' mutants override in Python, defined here: a
-    # Python override is called only for the compiled class's own methods, not a trait's.
     def restore(
         self, now_ms: int, records: list[Frame], buf: bytes = b"", offsets: list[int] | None = None
     ) -> None:
-        AofMixin.restore(self, now_ms, records, buf, offsets)
+        self.aof.restore(now_ms, records, buf, offsets)
+
+    def _clear_timers(self) -> None:
+        """Every job timer gone, with the jobs (flush.py)."""
+        self._awake.clear()
+        self._awake_acked.clear()
+        self._one_copy.clear()
+
+    def _log_job(self, j: DJob, now_ms: int) -> None:
+        if self.persist:
+            self.aof_out.append(self.aof.loadjob_record(j, now_ms))
+
+    def _log_del(self, job_id: str) -> None:
+        if self.persist:
+            self.aof_out.append(frame(REC_DELJOB, encode_deljob(job_id)))
 
     def update_memory(self, now_ms: int, other_bytes: int = 0) -> int:
         """The memory warning level (memory.py), ``other_bytes`` the beanstalk engine's."""

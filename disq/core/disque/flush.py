@@ -15,54 +15,75 @@ none; DEBUG FLUSHALL keeps Disque's way (DEBUG LOADAOF reads the file back after
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr, trait
+from typing import Protocol
 
 from disq.core.disque.api import NOREPL_EXPIRED, DisqueError
+from disq.core.disque.blocked import BlockedClients
+from disq.core.disque.bridge import BeanstalkBridge
+from disq.core.disque.counts import QueueCounts
+from disq.core.disque.gone import GoneJobs
+from disq.core.disque.host import CoreHost
+from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACK_LOGGED, ACKED, BEANSTALK_OWNED, WAIT_REPL
-from disq.core.disque.parts import CoreParts
+from disq.core.disque.keyvote import KeyVoting
+from disq.core.disque.memory import MemoryLevels
 
 
-@trait
-@mypyc_attr(allow_interpreted_subclasses=True)  # DisqueCore's subclasses
-class FlushMixin(CoreParts):
-    """DisqueCore's flushall."""
+class FlushHost(CoreHost, Protocol):
+    """Every part of the core that holds jobs, their clients or what they had peers doing."""
+
+    blocked: BlockedClients
+    keys: KeyTable
+    votes: KeyVoting
+    bridge: BeanstalkBridge
+    counts: QueueCounts
+    memory: MemoryLevels
+    gone: GoneJobs
+
+    def _clear_timers(self) -> None: ...
+
+
+class Flush:
+    """``core.flush``: it keeps no state; flushall empties the core's."""
+
+    def __init__(self, host: FlushHost) -> None:
+        self.host = host
 
     def flushall(self, log_deletes: bool = False) -> None:
         """Forget every job and queue; every blocked client is answered."""
+        host = self.host
         gone = DisqueError("NOREPL", NOREPL_EXPIRED)
-        replies = self.replies
-        blocked = self.blocked
+        replies = host.replies
+        blocked = host.blocked
         for token in list(blocked.adds):
             blocked.reply_add(token, gone)  # and its followers
-        for token in self.keys.held_retry_of:
+        for token in host.keys.held_retry_of:
             replies.append((token, gone))
-        for h in self.keys.reruns:  # held retries released, not re-run yet
+        for h in host.keys.reruns:  # held retries released, not re-run yet
             replies.append((h.token, gone))
-        for held in self.keys.held_replies.values():
+        for held in host.keys.held_replies.values():
             for token in held.tokens:
                 replies.append((token, held.job_id))  # done: its copies existed
-        for p in self.votes.prop.values():
+        for p in host.votes.prop.values():
             for token in p.tokens:
                 replies.append((token, gone))
         for token in blocked.gets:
             replies.append((token, None))  # GETJOB's timeout reply, as Disque's
-        log = log_deletes and self.persist
-        for j in self.jobs.values():
+        log = log_deletes and host.persist
+        for j in host.jobs.values():
             if log and (j.state != ACKED or j.flags & ACK_LOGGED):  # else its DELJOB is
-                self._log_del(j.id)
+                host._log_del(j.id)
             if j.state == WAIT_REPL and j.flags & BEANSTALK_OWNED and j.bid:
                 # A replicated beanstalk put whose client is told INTERNAL_ERROR (its add
                 # answered NOREPL above): its job goes, as when such an add times out.
-                self.bridge.dropped.append(j.bid)
+                host.bridge.dropped.append(j.bid)
             j.awake_ms = -1
-        self.jobs.clear()
-        self.counts.clear()
-        self.queues.clear()
-        self.memory.used_bytes = 0
-        self.blocked.reset()
-        self._awake.clear()
-        self._awake_acked.clear()
-        self._one_copy.clear()
-        self.gone.clear()
-        self.keys.reset()
-        self.votes.reset()
+        host.jobs.clear()
+        host.counts.clear()
+        host.queues.clear()
+        host.memory.used_bytes = 0
+        host.blocked.reset()
+        host._clear_timers()
+        host.gone.clear()
+        host.keys.reset()
+        host.votes.reset()

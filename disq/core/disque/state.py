@@ -1,10 +1,9 @@
-"""The state DisqueCore's parts share: its types, the timer ids and the vote kinds.
+"""The state DisqueCore's components share: its types, the timer ids and the vote kinds.
 
-DisqueCore is cut into parts, a module each (aof.py, flush.py; parts.py says how).
-A part imports this module and parts.py, never another part: what two parts both touch lives
-here (a blocked ADDJOB, a held retry, a key's vote, ...), declared once. Each type stays the
-data of the part named beside it; only that part's methods change what it means. The
-constants here are the ones a type's defaults or another part need: the rest of a part's
+What two components both touch lives here (a blocked ADDJOB, a held retry, a key's vote,
+...), declared once, so neither imports the other for it. Each type stays the data of the
+component named beside it; only that component's methods change what it means. The constants
+here are the ones a type's defaults or another component need: the rest of a component's
 tuning stays in its own module.
 """
 

@@ -245,7 +245,7 @@ class NemesisMixin(SimBase):
         now = self.now + nd.skew
         b = nc.beanstalk
         framed = [b.meta_record(), *b.snapshot_records(list(b.jobs))]
-        framed += self._guard(nd, nc.disque.snapshot_records, now)
+        framed += self._guard(nd, nc.disque.aof.snapshot_records, now)
         if nc.scheduler is not None:  # as aof_service does: schedules and last ticks stay
             framed += nc.scheduler.snapshot_records()
         if nc.routes is not None:  # and the routes table
