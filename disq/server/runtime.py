@@ -267,6 +267,9 @@ class NodeRuntime:
         if rd.messages:
             for peer, msgs in split_free(rd.messages).items():
                 self._send(peer, msgs)
+            # On the wire now, not after this node's fsync (sync_to below may run it on the
+            # loop): a sync add's replicas fsync their copies while this node fsyncs its own.
+            self.links_flush()
         self._after_apply(rd)
         core.advance()
         dirty, self._dirty = self._dirty, []

@@ -64,7 +64,9 @@ def test_persist_before_send_nothing_leaves_when_the_write_fails() -> None:
         mesh.now, node.new_token(), "q", b"y", AddOptions(timeout_ms=5000, repl=3)
     )
     rd = node.ready(mesh.now)
-    assert rd.aof_records == [] and rd.messages  # REPLJOB to the two peers, nothing to log yet
+    # REPLJOB to the two peers, and the creator's own copy, logged as they leave (its fsync
+    # runs while theirs do: replication.py ``start``).
+    assert len(rd.aof_records) == 1 and rd.messages
 
     def persist_fails(records: list[bytes]) -> bool:
         calls.append("persist")
@@ -90,11 +92,20 @@ def test_persist_before_send_nothing_leaves_when_the_write_fails() -> None:
     calls.clear()
     assert apply_ready(held, lambda r: calls.append("persist") is None, send, reply, wake)
     assert calls == ["persist", "send", "reply", "wake"]
+    # The add's own Ready: its record first, and a failed write keeps its REPLJOBs in.
+    calls.clear()
+    assert apply_ready(rd, persist_fails, send, reply, wake) is False
+    assert calls == ["persist"]
+    calls.clear()
+    assert apply_ready(rd, lambda r: calls.append("persist") is None, send, reply, wake)
+    assert calls == ["persist", "send", "send"]
+    node.advance()
     # A Ready without records needs no write.
     calls.clear()
-    assert apply_ready(rd, persist_fails, send, reply, wake)
-    assert calls == ["send", "send"]
-    node.advance()
+    bare = Ready()
+    bare.messages = {"peer": [GotJob("D-x")]}
+    assert apply_ready(bare, persist_fails, send, reply, wake)
+    assert calls == ["send"]
 
 
 def test_records_of_both_cores_in_one_ready_in_order() -> None:

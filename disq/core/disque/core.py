@@ -66,6 +66,7 @@ from disq.core.disque.job import (
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
     DELIVERED,
+    LOGGED_AT_ADD,
     NO_NODES,
     QUEUED,
     WAIT_REPL,
@@ -331,6 +332,8 @@ class DisqueCore:
             self.keys.forget_key(j)
             j.state = ACTIVE
             self._broadcast_del(j)
+            if j.flags & LOGGED_AT_ADD:
+                self._log_del(j.id)
         if j.flags & BEANSTALK_OWNED and j.bid:
             self.bridge.dropped.append(j.bid)
             j.bid = 0
@@ -481,13 +484,8 @@ class DisqueCore:
         this one waits with it and gets the same answer. ``delay_ms`` replaces ``delay_s``
         here; the record keeps whole seconds rounded up (copies and AOF never queue early)."""
         timeout_ms, repl, retry_s, ttl_s = opts.timeout_ms, opts.repl, opts.retry_s, opts.ttl_s
-        delay_s, delay_ms, idem_key, async_ = (
-            opts.delay_s,
-            opts.delay_ms,
-            opts.idem_key,
-            opts.async_,
-        )
-        maxlen = opts.maxlen
+        delay_s, delay_ms, idem_key = opts.delay_s, opts.delay_ms, opts.idem_key
+        async_, maxlen = opts.async_, opts.maxlen
         if delay_ms:
             delay_s = -(-delay_ms // 1000)
         if self.handoff.draining:  # handoff.py: no new jobs, go elsewhere
@@ -553,16 +551,15 @@ class DisqueCore:
 
         if extrepl or (repl > 1 and not async_):
             # Sync, and every add this node cannot keep a copy of (memory warning, leaving):
-            # the id comes once a copy exists elsewhere. Disque answers ASYNC at once, so one
-            # lost message loses an acknowledged job; here ASYNC waits for its FIRST copy (the
-            # others best effort) or gets NOREPL at its timeout.
+            # the id comes once a copy exists elsewhere. Disque answers ASYNC at once (one lost
+            # message loses an acknowledged job); here ASYNC waits for its FIRST copy.
             self._register(j)
             j.confirmed = NO_NODES if extrepl else {self.my_id}
             if async_:
                 self._one_copy.add(job_id)
             deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
             self.blocked.wait_for_copies(token, job_id, deadline, now_ms)
-            self.replication.replicate(j, additional, now_ms)
+            self.replication.start(j, additional, now_ms)
             return PENDING
 
         j.state = ACTIVE

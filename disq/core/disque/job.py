@@ -28,6 +28,7 @@ BEANSTALK_OWNED = 16  # the local beanstalk engine holds the live job (``bid``):
 # only answers the holders (WILLQUEUE -> QUEUED) and tells them of changes and deletion
 AWAITS_DELAY = 32  # made with a DELAY, not yet seen queued (counts.py's "delayed")
 ACK_LOGGED = 64  # its ACKJOB record is in the AOF: a DELJOB is logged when the job goes
+LOGGED_AT_ADD = 128  # a sync add's own copy, logged as its REPLJOBs left (replication.py)
 
 
 # The empty confirmation set every job starts with, shared: a set per job costs 216 bytes and

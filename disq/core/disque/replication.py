@@ -36,6 +36,7 @@ from disq.core.disque.job import (
     BCAST_WILLQUEUE,
     BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
+    LOGGED_AT_ADD,
     NO_NODES,
     WAIT_REPL,
     DJob,
@@ -113,9 +114,26 @@ class Replication:
         self._log_job_here(j, now_ms)
         self.finish_add(j, confirmed, now_ms)
 
+    def start(self, j: DJob, count: int, now_ms: int) -> None:
+        """A sync add: ask ``count`` nodes for copies, and log this node's own copy now.
+
+        Logged as the REPLJOBs leave, not once the copies confirm: under ``appendfsync
+        always`` the answer waits for this node's fsync and the replicas' (before their
+        GOTJOBs); one after the other, the two were the add's latency, at once it is the
+        later of them. A keyed add is logged when its copies exist (its vote starts then);
+        an add that fails takes its DELJOB (core.py ``_unregister``)."""
+        host = self.host
+        self.replicate(j, count, now_ms)
+        if host.my_id in j.delivered and not host.votes.needed(j):
+            host._log_job(j, now_ms)
+            j.flags |= LOGGED_AT_ADD
+
     def _log_job_here(self, j: DJob, now_ms: int) -> None:
-        """The LOADJOB of a job whose add is done, when this node keeps a copy."""
-        if self.host.my_id in j.delivered and not j.flags & BEANSTALK_OWNED:
+        """The LOADJOB of a job whose add is done, when this node keeps a copy (again if a
+        resend asked more nodes than the record made at the add names)."""
+        if self.host.my_id not in j.delivered or j.flags & BEANSTALK_OWNED:
+            return
+        if not j.flags & LOGGED_AT_ADD or len(j.delivered) > j.repl:
             self.host._log_job(j, now_ms)
 
     def finish_add(self, j: DJob, confirmed: Set[str], now_ms: int) -> None:
