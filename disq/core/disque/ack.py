@@ -42,6 +42,12 @@ GC_TIME_ERR_MS = 500  # jitter on every GC retry, so holders do not all retry at
 HOLDER_FIRST_GC_STEP = 2
 
 
+def ackjob_record(j: DJob, wall_offset_ms: int) -> bytes:
+    """The ACKJOB record of an ack this node answered: the id and the expiry, wall-clock
+    (written here, and by a rewrite for an ack whose GC is not over: aof.py)."""
+    return frame(REC_ACKJOB, encode_ackjob(j.id, j.etime_ms + wall_offset_ms))
+
+
 class AckHost(CoreHost, Protocol):
     """What the acks need of the core beyond its job table."""
 
@@ -113,9 +119,7 @@ class Acks:
     def _log_ack(self, j: DJob) -> None:
         host = self.host
         if host.persist:
-            host.aof_out.append(
-                frame(REC_ACKJOB, encode_ackjob(j.id, j.etime_ms + host.wall_offset_ms))
-            )
+            host.aof_out.append(ackjob_record(j, host.wall_offset_ms))
             j.flags |= ACK_LOGGED
 
     def acknowledge(self, j: DJob, now_ms: int, first_gc_step: int = 0) -> None:

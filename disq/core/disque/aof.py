@@ -13,6 +13,7 @@ import heapq
 from typing import Final, Protocol
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
+from disq.core.disque.ack import ackjob_record
 from disq.core.disque.bridge import BeanstalkBridge
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.host import CoreHost
@@ -48,7 +49,6 @@ from disq.persistence.cluster_records import (
     decode_idemkeys,
     decode_key_trailer,
     decode_keyvotes,
-    encode_ackjob,
     encode_loadjob,
 )
 from disq.persistence.framing import frame
@@ -218,8 +218,7 @@ class JobLog:
                     # Its GC not over: the holders with it (a LOADJOB), then the ack.
                     if j.delivered:
                         records.append(self.loadjob_record(j, now_ms))
-                    wall_etime_ms = j.etime_ms + host.wall_offset_ms
-                    records.append(frame(REC_ACKJOB, encode_ackjob(j.id, wall_etime_ms)))
+                    records.append(ackjob_record(j, host.wall_offset_ms))
             elif j.state != WAIT_REPL or j.flags & BEANSTALK_OWNED:
                 # A replicated beanstalk put is logged before its copies confirm (bridge.py):
                 # the engine's snapshot has its job, this links the copies to it.
