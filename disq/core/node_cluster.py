@@ -17,7 +17,7 @@ a ClusterCores, which happens only once a Disque core is attached.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from disq.core.beanstalk.core import EV_DELETE
 from disq.core.beanstalk.model import BURIED, ReplicaLink
@@ -70,6 +70,25 @@ class ClusterCores:
         if follow:
             self.scheduler.persist = self.routes.persist = disque.persist
             self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms
+        self.dispatch: dict[type, Callable[[int, str, Any], None]] = self._dispatch_table()
+
+    def _dispatch_table(self) -> dict[type, Callable[[int, str, Any], None]]:
+        """The one dispatch of a peer message: its class to the handler that reads it (the
+        wire's decoder already chose the class; nothing between decides again)."""
+        dispatch = dict(self.disque.handlers)
+        dispatch[SchedSync] = self.scheduler.on_message
+        dispatch[RouteSync] = self.routes.on_message
+        membership = self.membership
+        if membership is not None:
+            read: Callable[[int, str, Any], None] = membership.on_message
+            for cls in MEMBERSHIP_TYPES:
+                dispatch[cls] = read
+        return dispatch
+
+    def replace_disque(self, fresh: DisqueCore) -> None:
+        """A restarted Disque core (the tests' crash and replay) takes the old one's place."""
+        self.disque = fresh
+        self.dispatch = self._dispatch_table()
 
     # ------------------------------------------------------------------ inputs
     def on_peer_messages(
@@ -81,7 +100,7 @@ class ClusterCores:
     ) -> int:
         """Each message to its core. A message that raises is noted in ``errors`` and the
         rest are read; with ``errors`` None it propagates. The number that raised."""
-        membership, disque = self.membership, self.disque
+        membership, dispatch = self.membership, self.dispatch
         failed = 0
         # A node forgotten by CLUSTER RESET and not met since: its job, schedule and routes
         # messages (a requeue, a copy, a lane frame still in flight) must not make state
@@ -89,20 +108,18 @@ class ClusterCores:
         forgotten = membership is not None and membership.ignores(sender)
         for msg in msgs:
             try:
-                if isinstance(msg, MEMBERSHIP_TYPES):
-                    if membership is not None:
-                        membership.on_message(now_ms, sender, msg)
-                        if forgotten and not membership.ignores(sender):
-                            forgotten = False  # met: what follows it is read
-                elif forgotten:
+                cls = type(msg)
+                if forgotten:
                     assert membership is not None
-                    membership.ignored += 1
-                elif isinstance(msg, SchedSync):
-                    self.scheduler.on_message(now_ms, sender, msg)
-                elif isinstance(msg, RouteSync):
-                    self.routes.on_message(now_ms, sender, msg)
-                else:
-                    disque.on_message(now_ms, sender, msg)
+                    if cls in MEMBERSHIP_TYPES:
+                        dispatch[cls](now_ms, sender, msg)
+                        forgotten = membership.ignores(sender)  # met: what follows is read
+                    else:
+                        membership.ignored += 1
+                    continue
+                handler = dispatch.get(cls)
+                if handler is not None:
+                    handler(now_ms, sender, msg)
             except Exception as exc:
                 if errors is None:
                     raise

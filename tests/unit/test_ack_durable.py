@@ -51,7 +51,7 @@ def _power_cut(m: Mesh, rewritten: int | None = None) -> None:
         fresh.restore(m.now, list(iter_frames(records)))
         cluster = m.nodes[i].cluster_cores
         assert cluster is not None
-        cluster.disque = fresh
+        cluster.replace_disque(fresh)
 
 
 def _never_queued_again(m: Mesh, job_id: str, ms: int) -> None:

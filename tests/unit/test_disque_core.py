@@ -755,7 +755,7 @@ def test_a_restarted_node_announces_its_keys_again() -> None:
     fresh.restore(c.now, frames)
     cluster = c.nodes[0].cluster_cores
     assert cluster is not None
-    cluster.disque = fresh
+    cluster.replace_disque(fresh)
     lossy["on"] = False
     c.advance(1000)
     assert (

@@ -99,7 +99,7 @@ def restart(c: Cluster, i: int, seed: int = 99) -> DisqueCore:
     fresh.restore(c.now, list(iter_frames(b"".join(c.aof[c.ids[i]]))))
     cluster = c.nodes[i].cluster_cores
     assert cluster is not None
-    cluster.disque = fresh
+    cluster.replace_disque(fresh)
     return fresh
 
 

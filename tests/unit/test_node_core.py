@@ -3,12 +3,13 @@ token, the DELJOB/IdemKeys merge and the beanstalk bridge, through the in-memory
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 from disq.core.beanstalk.model import BURIED, READY
-from disq.core.disque.api import PENDING, AddOptions, DisqueError
+from disq.core.disque.api import PENDING, AddOptions, ClusterView, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import (
     BSTATE_BURIED,
@@ -255,10 +256,16 @@ class _BrokenCore(DisqueCore):
     ill-typed message (a REPLJOB without its job) cannot even be built against the compiled
     message classes."""
 
-    def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
-        if isinstance(msg, ReplJob) and msg.job.id == "D-broken":
-            raise AttributeError("broken handler")
-        super().on_message(now_ms, sender, msg)
+    def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
+        super().__init__(view, rng, now_ms)
+        read = self.handlers[ReplJob]
+
+        def broken(now_ms: int, sender: str, msg: ReplJob) -> None:
+            if msg.job.id == "D-broken":
+                raise AttributeError("broken handler")
+            read(now_ms, sender, msg)
+
+        self.handlers[ReplJob] = broken
 
 
 def test_a_bad_peer_message_is_contained_and_counted() -> None:

@@ -312,6 +312,7 @@ class _AcksButKeeps(SimDisqueCore):
     def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
         super().__init__(view, rng, now_ms)
         self.acks = _LogOnlyAcks(self)
+        self.handlers = self.message_handlers()  # SETACK and DELJOB reach the mutant too
 
 
 def test_checker_catches_a_zombie_delivery(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -361,10 +362,12 @@ def test_checker_catches_counts_out_of_step(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 class _FailsOnGotAck(SimDisqueCore):
-    def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
-        if isinstance(msg, GotAck):
-            raise KeyError("boom")
-        super().on_message(now_ms, sender, msg)
+    def __init__(self, view: ClusterView, rng: random.Random, now_ms: int) -> None:
+        super().__init__(view, rng, now_ms)
+        self.handlers[GotAck] = self._boom
+
+    def _boom(self, now_ms: int, sender: str, msg: GotAck) -> None:
+        raise KeyError("boom")
 
 
 def test_checker_reports_core_exceptions_with_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:

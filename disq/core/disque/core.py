@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -173,9 +173,31 @@ class DisqueCore:
             "jobs_exported": 0,
             "noreply_timeouts": 0,
         }
-        self.dead_peers: DeadPeers = DeadPeers(
-            self
-        )  # dead_peers.py: a dead peer's queued jobs, soon
+        self.dead_peers: DeadPeers = DeadPeers(self)  # dead_peers.py: a dead peer's jobs, soon
+        self.handlers: dict[type, Callable[[int, str, Any], None]] = self.message_handlers()
+
+    def message_handlers(self) -> dict[type, Callable[[int, str, Any], None]]:
+        """What each job message this core reads goes to: the node's one dispatch table
+        (NodeCluster.dispatch) is this one and the other cores' together. Built again by
+        whoever swaps a component (the tests' mutants)."""
+        return {
+            ReplJob: self.replication.on_repljob,
+            GotJob: self.replication.on_gotjob,
+            Enqueue: self.requeue.on_enqueue,
+            Queued: self.requeue.on_queued,
+            WillQueue: self.requeue.on_willqueue,
+            SetAck: self.acks.on_setack,
+            GotAck: self.acks.on_gotack,
+            DelJob: self.acks.on_deljob,
+            IdemKeys: self.keys.on_idem_keys,
+            KeyVote: self.votes.on_key_vote,
+            KeyVotes: self.votes.on_key_votes,
+            NeedJobs: self.federation.on_needjobs,
+            YourJobs: self.federation.on_yourjobs,
+            Working: self.requeue.on_working,
+            Pause: self.inspect.on_pause,
+            BeanstalkUpdate: self.bridge.on_update,
+        }
 
     # ================================================================== helpers
     @property
@@ -759,11 +781,10 @@ class DisqueCore:
 
     # ================================================================== messages
     def on_message(self, now_ms: int, sender: str, msg: Message) -> None:
-        handler = self._handlers.get(type(msg))
+        """One message alone (the tests); a node's messages go through NodeCluster.dispatch."""
+        handler = self.handlers.get(type(msg))
         if handler is not None:
-            handler(self, now_ms, sender, msg)
-
-    _handlers: ClassVar[dict[type, Callable[[DisqueCore, int, str, Any], None]]] = {}
+            handler(now_ms, sender, msg)
 
     # ================================================================== time
     def next_deadline_ms(self) -> int:
@@ -875,23 +896,3 @@ class DisqueCore:
         for name in idle:
             del self.queues[name]
         self._next_cron_ms = now_ms + (CRON_BLOCKED_MS if any_blocked else CRON_IDLE_MS)
-
-
-DisqueCore._handlers = {
-    ReplJob: lambda core, now_ms, sender, msg: core.replication.on_repljob(now_ms, sender, msg),
-    GotJob: lambda core, now_ms, sender, msg: core.replication.on_gotjob(now_ms, sender, msg),
-    Enqueue: lambda core, now_ms, sender, msg: core.requeue.on_enqueue(now_ms, sender, msg),
-    Queued: lambda core, now_ms, sender, msg: core.requeue.on_queued(now_ms, sender, msg),
-    WillQueue: lambda core, now_ms, sender, msg: core.requeue.on_willqueue(now_ms, sender, msg),
-    SetAck: lambda core, now_ms, sender, msg: core.acks.on_setack(now_ms, sender, msg),
-    GotAck: lambda core, now_ms, sender, msg: core.acks.on_gotack(now_ms, sender, msg),
-    DelJob: lambda core, now_ms, sender, msg: core.acks.on_deljob(now_ms, sender, msg),
-    IdemKeys: lambda core, now_ms, sender, msg: core.keys.on_idem_keys(now_ms, sender, msg),
-    KeyVote: lambda core, now_ms, sender, msg: core.votes.on_key_vote(now_ms, sender, msg),
-    KeyVotes: lambda core, now_ms, sender, msg: core.votes.on_key_votes(now_ms, sender, msg),
-    NeedJobs: lambda core, now_ms, sender, msg: core.federation.on_needjobs(now_ms, sender, msg),
-    YourJobs: lambda core, now_ms, sender, msg: core.federation.on_yourjobs(now_ms, sender, msg),
-    Working: lambda core, now_ms, sender, msg: core.requeue.on_working(now_ms, sender, msg),
-    Pause: lambda core, now_ms, sender, msg: core.inspect.on_pause(now_ms, sender, msg),
-    BeanstalkUpdate: lambda core, now_ms, sender, msg: core.bridge.on_update(now_ms, sender, msg),
-}
