@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from disq.core.job_record import ID_LEN, RECORD, body_end, decode_key_trailer, pack_record
+
 # Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
 ALIVE = 1
 SUSPECT = 2
@@ -152,13 +154,78 @@ AOF_ONLY_FIELDS[JobData] = ("expire_ms",)
 
 
 class ReplJob(_Message):
-    __slots__ = ("job",)
+    """ "Hold a copy": the job's record (job_record.py), the bytes the receiver's AOF keeps."""
 
-    def __init__(self, job: JobData) -> None:
-        self.job = job
+    __slots__ = ("record",)
+
+    def __init__(self, record: bytes) -> None:
+        self.record = record
+
+    @staticmethod
+    def of(d: JobData) -> ReplJob:
+        return ReplJob(record_of(d))
+
+    @property
+    def job(self) -> JobData:
+        """The record decoded (an older peer's wire form, the simulator, the tests)."""
+        return data_of(self.record)
 
 
-FIELDS[ReplJob] = ("job",)
+FIELDS[ReplJob] = ("record",)
+
+
+def record_of(d: JobData) -> bytes:
+    """The record of a job as it travels (its TTL left, in seconds, becomes ``ttl_ms``)."""
+    return pack_record(
+        d.id,
+        d.queue,
+        d.body,
+        d.repl,
+        d.ctime,
+        d.delay_s,
+        d.retry_s,
+        d.ttl_remaining_s * 1000,
+        d.nacks,
+        d.additional_deliveries,
+        d.priority,
+        d.beanstalk,
+        d.bstate,
+        d.beanstalk_id,
+        d.nodes_delivered,
+        d.idempotency_key,
+    )
+
+
+def data_of(record: bytes, at: int = 0, expire_ms: int = -1) -> JobData:
+    """A record (at ``at`` in ``record``, to its end) as JobData: with ``expire_ms`` the
+    AOF's view (that absolute expiry, no TTL left), else the wire's (seconds left, rounded
+    up). Not the hot path: a node's copies are read by DJob's ``deserialize``."""
+    end = len(record)
+    stop = body_end(record, at, end)
+    f = RECORD.unpack_from(record, at)
+    nodes_at = at + RECORD.size
+    queue_at = nodes_at + ID_LEN * f[12]
+    body_at = queue_at + f[13]
+    raw_nodes = record[nodes_at:queue_at].decode()
+    return JobData(
+        id=f[0].rstrip(b"\0").decode(),  # a test's short id comes back
+        queue=record[queue_at:body_at].decode("utf-8", "surrogateescape"),
+        body=record[body_at:stop],
+        repl=f[1],
+        ctime=f[2],
+        delay_s=f[3],
+        retry_s=f[4],
+        ttl_remaining_s=0 if expire_ms >= 0 else (f[5] + 999) // 1000,
+        nacks=f[6],
+        additional_deliveries=f[7],
+        nodes_delivered=[raw_nodes[i : i + ID_LEN] for i in range(0, len(raw_nodes), ID_LEN)],
+        priority=f[8],
+        beanstalk=f[9] != 0,
+        bstate=f[10],
+        beanstalk_id=f[11],
+        idempotency_key=decode_key_trailer(record[stop:]) if stop < end else "",
+        expire_ms=max(expire_ms, 0),
+    )
 
 
 class _JobRef(_Message):

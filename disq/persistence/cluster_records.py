@@ -9,10 +9,10 @@ missed the SETACK are not queued again. Acks learned from a SETACK are logged as
 acker keeps the ack. Replaying a LOADJOB twice or a DELJOB for an unknown id is harmless, so
 the incremental rewrite can interleave snapshot and live records.
 
-LOADJOB  id 40s | repl u16 | ctime u64 | delay_s u32 | retry_s u32 | etime_ms u64 |
-         nacks u32 | additional_deliveries u32 | priority u32 | beanstalk u8 | bstate u8 |
-         beanstalk_id u64 | n_nodes u16 | queue_len u32 | body_len u32 |
-         n_nodes * 40s | queue | body
+JOB      written_ms u64 (wall clock) | the job's record (disq/core/job_record.py): what a
+         REPLJOB carries, kept as it arrived; its TTL left counts from ``written_ms``
+LOADJOB  (files of older builds, read only) the record's layout with the wall-clock expiry
+         in place of the TTL left
 DELJOB   id 40s
 ACKJOB   id 40s | etime_ms u64 (wall clock): acked here; the holders are the LOADJOB's before
          it, or unknown (every node is asked, as for a dummy ack)
@@ -30,17 +30,19 @@ from __future__ import annotations
 
 import struct
 
-from disq.core.messages import JobData
+from disq.core.job_record import AT_TTL, ID_LEN, JobRecordError
+from disq.core.messages import JobData, data_of, record_of
 
 REC_LOADJOB = 16
 REC_DELJOB = 17
 REC_IDEMKEY = 18
 REC_KEYVOTE = 19
 REC_ACKJOB = 23
-CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE, REC_ACKJOB)
+REC_JOB = 24
+CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE, REC_ACKJOB, REC_JOB)
 # The records of jobs: many, so a restart leaves them in the file's buffer and the core
 # decodes them in place (aof_reader's ``by_offset``, disq/core/disque/aof.py).
-JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_ACKJOB)
+JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_ACKJOB, REC_JOB)
 
 # An IDEMKEY entry: (queue, key, job id, until_ms).
 IdemKeyEntry = tuple[str, str, str, int]
@@ -48,9 +50,9 @@ IdemKeyEntry = tuple[str, str, str, int]
 # accepted job id ("" none), until_ms).
 KeyVoteEntry = tuple[str, str, int, str, int, str, str, int]
 
-_LOAD = struct.Struct("<40sHQIIQIIIBBQHII")
-LOADJOB_STRUCT = _LOAD  # a restart decodes LOADJOB records in place (restart time is a target)
-JOB_ID_LEN = 40  # LOADJOB, DELJOB and ACKJOB all start with the job's id
+_U64 = struct.Struct("<Q")
+_AT_TTL = AT_TTL
+JOB_ID_LEN = ID_LEN  # LOADJOB, JOB (after its time), DELJOB and ACKJOB start with the job id
 _DEL = struct.Struct("<40s")
 _ACK = struct.Struct("<40sQ")
 ACKJOB_SIZE = _ACK.size
@@ -63,95 +65,34 @@ class ClusterRecordError(ValueError):
     code = "AOF_BAD_RECORD"
 
 
-_KEYLEN = struct.Struct("<H")
-
-
 def encode_loadjob(d: JobData) -> bytes:
-    """The job as the AOF keeps it: ``d.expire_ms`` is its absolute expiry."""
-    queue = d.queue.encode("utf-8", "surrogateescape")  # queue names are any bytes
-    nodes = b"".join(n.encode() for n in d.nodes_delivered)
-    return (
-        _LOAD.pack(
-            d.id.encode(),
-            d.repl,
-            d.ctime,
-            d.delay_s,
-            d.retry_s,
-            d.expire_ms,
-            d.nacks,
-            d.additional_deliveries,
-            d.priority,
-            1 if d.beanstalk else 0,
-            d.bstate,
-            d.beanstalk_id,
-            len(d.nodes_delivered),
-            len(queue),
-            len(d.body),
-        )
-        + nodes
-        + queue
-        + d.body
-        + _key_trailer(d.idempotency_key)
-    )
+    """An older build's LOADJOB (the tests' files of older builds): ``d.expire_ms`` is its
+    absolute expiry, where a record has its TTL left."""
+    record = record_of(d)
+    return record[:_AT_TTL] + _U64.pack(d.expire_ms) + record[_AT_TTL + 8 :]
 
 
-def _key_trailer(key: str) -> bytes:
-    """The idempotency key, if any, after the body: ``K``, u16 length, the key. Records
-    without one end after the body, as every record did before keys existed."""
-    if not key:
-        return b""
-    raw = key.encode("utf-8", "surrogateescape")
-    return b"K" + _KEYLEN.pack(len(raw)) + raw
-
-
-def decode_loadjob(payload: bytes | memoryview) -> JobData:
+def decode_loadjob(payload: bytes) -> JobData:
+    """An older build's LOADJOB: the record's layout, the wall-clock expiry in its TTL."""
     try:
-        f = _LOAD.unpack_from(payload, 0)
-    except struct.error as exc:
-        raise ClusterRecordError(f"short LOADJOB record: {exc}") from exc
-    n_nodes, qlen, blen = f[12], f[13], f[14]
-    pos = _LOAD.size
-    end = pos + 40 * n_nodes + qlen + blen
-    if end > len(payload):
-        raise ClusterRecordError("LOADJOB record length does not match its fields")
-    raw = bytes(payload[pos : pos + 40 * n_nodes])
-    nodes = [raw[i : i + 40].decode() for i in range(0, len(raw), 40)]
-    pos += 40 * n_nodes
-    queue = bytes(payload[pos : pos + qlen]).decode("utf-8", "surrogateescape")
-    pos += qlen
-    body = bytes(payload[pos : pos + blen])
-    key = ""
-    if end < len(payload):
-        key = decode_key_trailer(bytes(payload[end:]))
-    return JobData(
-        id=f[0].decode(),
-        queue=queue,
-        body=body,
-        repl=f[1],
-        ctime=f[2],
-        delay_s=f[3],
-        retry_s=f[4],
-        ttl_remaining_s=0,
-        expire_ms=f[5],
-        nacks=f[6],
-        additional_deliveries=f[7],
-        nodes_delivered=nodes,
-        priority=f[8],
-        beanstalk=bool(f[9]),
-        bstate=f[10],
-        beanstalk_id=f[11],
-        idempotency_key=key,
-    )
+        return data_of(payload, 0, _U64.unpack_from(payload, _AT_TTL)[0])
+    except (JobRecordError, struct.error, IndexError) as exc:
+        raise ClusterRecordError(f"bad LOADJOB record: {exc}") from exc
 
 
-def decode_key_trailer(trailer: bytes) -> str:
-    """The idempotency key of a LOADJOB record from what follows its body (not empty)."""
-    if trailer[:1] != b"K" or len(trailer) < 1 + _KEYLEN.size:
-        raise ClusterRecordError("LOADJOB record has junk after the body")
-    (klen,) = _KEYLEN.unpack_from(trailer, 1)
-    if 1 + _KEYLEN.size + klen != len(trailer):
-        raise ClusterRecordError("LOADJOB idempotency key length does not match")
-    return trailer[1 + _KEYLEN.size :].decode("utf-8", "surrogateescape")
+def job_stamp(written_ms: int) -> bytes:
+    """A JOB record's head: when it was written (wall clock)."""
+    return _U64.pack(written_ms)
+
+
+def decode_job(payload: bytes) -> JobData:
+    """A JOB record as JobData, its expiry absolute (wall clock) as a LOADJOB's."""
+    try:
+        written_ms = _U64.unpack_from(payload, 0)[0]
+        ttl_ms = _U64.unpack_from(payload, 8 + _AT_TTL)[0]
+        return data_of(payload, 8, written_ms + ttl_ms)
+    except (JobRecordError, struct.error, IndexError) as exc:
+        raise ClusterRecordError(f"bad JOB record: {exc}") from exc
 
 
 def encode_deljob(job_id: str) -> bytes:
@@ -258,7 +199,9 @@ def to_core_records(recs: list[tuple[int, bytes]]) -> list[tuple[str, object]]:
     ACKJOB: the job id; IDEMKEY, KEYVOTE: their entries)."""
     out: list[tuple[str, object]] = []
     for rtype, payload in recs:
-        if rtype == REC_LOADJOB:
+        if rtype == REC_JOB:
+            out.append(("LOADJOB", decode_job(payload)))
+        elif rtype == REC_LOADJOB:
             out.append(("LOADJOB", decode_loadjob(payload)))
         elif rtype == REC_DELJOB:
             out.append(("DELJOB", decode_deljob(payload)))

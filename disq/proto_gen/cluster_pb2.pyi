@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync", "job_records")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class Message(_message.Message):
     GOT_ACKS_FIELD_NUMBER: _ClassVar[int]
     SCHED_SYNC_FIELD_NUMBER: _ClassVar[int]
     ROUTE_SYNC_FIELD_NUMBER: _ClassVar[int]
+    JOB_RECORDS_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -82,7 +83,8 @@ class Message(_message.Message):
     got_acks: GotAcks
     sched_sync: SchedSync
     route_sync: RouteSync
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ...) -> None: ...
+    job_records: JobRecords
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ..., job_records: _Optional[_Union[JobRecords, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -215,6 +217,12 @@ class ReplJobs(_message.Message):
     beanstalk_id: _containers.RepeatedScalarFieldContainer[int]
     idempotency_key: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, id: _Optional[_Iterable[str]] = ..., queue: _Optional[_Iterable[str]] = ..., body: _Optional[_Iterable[bytes]] = ..., repl: _Optional[_Iterable[int]] = ..., ctime: _Optional[_Iterable[int]] = ..., delay_s: _Optional[_Iterable[int]] = ..., retry_s: _Optional[_Iterable[int]] = ..., ttl_remaining_s: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[int]] = ..., additional_deliveries: _Optional[_Iterable[int]] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_delivered_count: _Optional[_Iterable[int]] = ..., priority: _Optional[_Iterable[int]] = ..., beanstalk: _Optional[_Iterable[bool]] = ..., bstate: _Optional[_Iterable[int]] = ..., beanstalk_id: _Optional[_Iterable[int]] = ..., idempotency_key: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobRecords(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, record: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class GotJobs(_message.Message):
     __slots__ = ("job_id",)

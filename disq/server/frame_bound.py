@@ -29,14 +29,13 @@ STREAM_MAX_FRAME_BYTES = (2 << 30) - 1
 
 
 _BODY_TYPES = frozenset((ReplJob, YourJobs, SchedSync))
-_JOB_BODY = attrgetter("job.body")
+_RECORD = attrgetter("record")
 
 
 def size_hint(msg: Message) -> int:
     """An estimate of ``msg``'s encoded size: its bodies plus a fixed overhead per record."""
     if type(msg) is ReplJob:
-        job = msg.job
-        return len(job.body) + len(job.queue) + MESSAGE_OVERHEAD_BYTES
+        return len(msg.record) + MESSAGE_OVERHEAD_BYTES  # the record has body and queue
     if type(msg) is YourJobs:
         jobs = msg.jobs
         return sum(len(j.body) + len(j.queue) for j in jobs) + MESSAGE_OVERHEAD_BYTES * (
@@ -65,7 +64,7 @@ def encode_within(
     if types.isdisjoint(_BODY_TYPES):
         bodies = 0
     elif len(types) == 1 and ReplJob in types:
-        bodies = sum(map(len, map(_JOB_BODY, msgs)))
+        bodies = sum(map(len, map(_RECORD, msgs)))
     else:
         bodies = sum(size_hint(m) for m in msgs if type(m) in _BODY_TYPES)
     if bodies + len(msgs) * MESSAGE_OVERHEAD_BYTES <= limit:

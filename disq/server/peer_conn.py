@@ -82,6 +82,7 @@ class OutboundPeer:
         "node_id",
         "port",
         "queue",
+        "records",
         "seq",
         "task",
         "tried",
@@ -100,6 +101,7 @@ class OutboundPeer:
         self.task: asyncio.Task[None] | None = None
         self.up = False
         self.columnar = False  # this connection's handshake said the peer reads batch forms
+        self.records = False  # ... and JobRecords (peer_wire.py)
         self.up_event = asyncio.Event()
         # Set once the first connection attempt ended (up, refused, timed out): the node
         # has contacted this peer, which is what its readiness waits for.

@@ -27,10 +27,12 @@ Handshake
     refused: after restarts on ephemeral ports an address can change hands, and frames meant
     for one node must not be taken by another. Until a link is up its frames are dropped, as
     above. The metadata also lists the wire features the server's build reads
-    (``disq-wire-features``, comma-separated): today only ``columnar``, the batch forms
-    ReplJobs, GotJobs, SetAcks and GotAcks. The sender uses a feature on a connection only
-    if that connection's handshake announced it, so in a rolling restart a node of an older
-    build (which announces nothing) keeps getting one message per job, and a peer restarted
+    (``disq-wire-features``, comma-separated): ``columnar``, the batch forms ReplJobs,
+    GotJobs, SetAcks and GotAcks, and ``records``, JobRecords (a REPLJOB as the job's
+    record, disq/core/job_record.py, which the receiver's AOF keeps as it is). The sender
+    uses a feature on a connection only if that connection's handshake announced it, so in
+    a rolling restart a node of an older build keeps getting the forms it reads (one message
+    per job from a build that announces nothing), and a peer restarted
     into another build is asked again when its link reconnects. A failed or broken link is
     retried with capped exponential backoff (50 ms doubling to 1 s; reset once a link came
     up) for as long as the peer's address is set.
@@ -99,7 +101,7 @@ from disq.server.peer_wire import FrameDecodeError, WireCounters, decode_frame, 
 if TYPE_CHECKING:
     from disq.tls import TlsConfig
 
-__all__ = ["WIRE_COLUMNAR", "WIRE_FEATURES", "PeerLinks"]
+__all__ = ["WIRE_COLUMNAR", "WIRE_FEATURES", "WIRE_RECORDS", "PeerLinks"]
 
 _LINK_METHOD = "/{}/{}".format(
     cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name,
@@ -109,7 +111,8 @@ _SERVICE = cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name
 _NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accepted the link
 _FEATURES_KEY = "disq-wire-features"  # ... and which wire features its build reads
 WIRE_COLUMNAR = "columnar"  # ReplJobs, GotJobs, SetAcks, GotAcks (peer_wire.py)
-WIRE_FEATURES = (WIRE_COLUMNAR,)
+WIRE_RECORDS = "records"  # JobRecords (peer_wire.py)
+WIRE_FEATURES = (WIRE_COLUMNAR, WIRE_RECORDS)
 
 
 class PeerLinks:
@@ -460,7 +463,7 @@ class PeerLinks:
     def _encoder(self, peer: OutboundPeer, columnar: bool) -> Callable[[list[Message]], bytes]:
         def encode(msgs: list[Message]) -> bytes:
             peer.seq += 1
-            return encode_frame(self.my_id, peer.seq, msgs, self._wire, columnar)
+            return encode_frame(self.my_id, peer.seq, msgs, self._wire, columnar, peer.records)
 
         return encode
 
@@ -557,7 +560,9 @@ class PeerLinks:
             if their_id != peer.node_id:
                 raise ConnectionError(f"{target} is node {their_id!r}, not this peer")
             features = metadata.get(_FEATURES_KEY) if metadata is not None else None
-            peer.columnar = isinstance(features, str) and WIRE_COLUMNAR in features.split(",")
+            announced = features.split(",") if isinstance(features, str) else []
+            peer.columnar = WIRE_COLUMNAR in announced
+            peer.records = WIRE_RECORDS in announced
             if self._lane is not None:
                 lane_at = parse_announcement(metadata.get(LANE_KEY))
                 if lane_at is not None:

@@ -194,11 +194,15 @@ def _enc_repl_jobs(t: pb.Message, run: list[m.ReplJob]) -> None:
         s.beanstalk_id.extend([j.beanstalk_id for j in jobs])
 
 
-def _batched(msgs: Sequence[m.Message]) -> Iterable[tuple[Any, Any]]:
+def _batched(msgs: Sequence[m.Message], records: bool) -> Iterable[tuple[Any, Any]]:
     """``(encoder, payload)`` per message to write, runs of the batchable classes merged: a
-    batch's payload is the list of its messages."""
+    batch's payload is the list of its messages. With ``records``, every run of ReplJob
+    (one job too) goes as JobRecords."""
     get = _ENCODERS.get
     for cls, group in groupby(msgs, type):
+        if records and cls is m.ReplJob:
+            yield _enc_job_records, list(group)
+            continue
         batch = _BATCH_ENCODERS.get(cls)
         if batch is not None:
             run: list[Any] = list(group)
@@ -217,12 +221,14 @@ def encode_frame(
     msgs: Sequence[m.Message],
     counters: WireCounters = COUNTERS,
     columnar: bool = False,
+    records: bool = False,
 ) -> bytes:
     """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message.
 
     ``columnar``: the receiver reads the batch forms (ReplJobs, GotJobs, SetAcks, GotAcks);
     runs of ReplJob, GotJob, SetAck and GotAck are sent that way. An older peer gets one
-    message per job.
+    message per job. ``records`` (with ``columnar``): the receiver reads JobRecords, which
+    carry the REPLJOBs' records as they are.
     """
     frame = pb.Frame(from_node=from_node, seq=seq)
     messages = frame.messages
@@ -230,7 +236,7 @@ def encode_frame(
     get = _ENCODERS.get
     bad: list[str] = []
     todo: Iterable[tuple[Any, Any]] = (
-        _batched(msgs) if columnar else ((get(type(x)), x) for x in msgs)
+        _batched(msgs, records) if columnar else ((get(type(x)), x) for x in msgs)
     )
     for enc, msg in todo:
         if enc is None:
@@ -335,10 +341,11 @@ def _dec_repl_jobs(t: pb.Message) -> list[m.ReplJob]:
         delivered = [[] for _ in range(n)]  # one list each: a JobData owns its list
     beanstalk = _column(s.beanstalk, n, False)
     bstate = _column(s.bstate, n, m.BSTATE_READY)
-    beanstalk_id = _column(s.beanstalk_id, n, 0)
+    _column(s.beanstalk_id, n, 0)  # checked; not kept (``_copy``)
+    beanstalk_id = repeat(0, n)
     return list(
         map(
-            m.ReplJob,
+            m.ReplJob.of,
             map(
                 m.JobData,
                 ids,
@@ -373,7 +380,23 @@ def _dec_ack(t: pb.Message) -> m.Ack:
 
 
 def _dec_repl_job(t: pb.Message) -> m.ReplJob:
-    return m.ReplJob(_job(t.repl_job.job))
+    return m.ReplJob.of(_copy(_job(t.repl_job.job)))
+
+
+def _copy(d: m.JobData) -> m.JobData:
+    """An older peer's copy without its beanstalk alias: the alias names the sender's engine
+    job, and the record this copy becomes is kept as it is (a restart would take a nonzero
+    alias for this node's own)."""
+    d.beanstalk_id = 0
+    return d
+
+
+def _enc_job_records(t: pb.Message, run: list[m.ReplJob]) -> None:
+    t.job_records.record.extend([x.record for x in run])
+
+
+def _dec_job_records(t: pb.Message) -> list[m.ReplJob]:
+    return list(map(m.ReplJob, t.job_records.record))
 
 
 def _dec_your_jobs(t: pb.Message) -> m.YourJobs:
@@ -520,6 +543,9 @@ BATCH_FORMS: dict[str, type] = {
 }
 """Field of ``Message.body`` -> the core's class each entry of that batch form becomes."""
 
+RECORD_FORMS: dict[str, type] = {"job_records": m.ReplJob}
+"""Field of ``Message.body`` -> the core's class each record of that form becomes."""
+
 # The messages with code of their own (nested messages, records, optional columns); every
 # other one is field for field.
 _ENCODERS, _DECODERS = _codecs(
@@ -537,6 +563,7 @@ _ENCODERS, _DECODERS = _codecs(
 _BATCH_ENCODERS, _BATCH_DECODERS = _codecs(
     BATCH_FORMS, {"repl_jobs": (_enc_repl_jobs, _dec_repl_jobs)}, _column_codec
 )
+_BATCH_DECODERS["job_records"] = _dec_job_records
 
 
 def decode_frame(

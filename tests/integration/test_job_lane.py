@@ -31,7 +31,7 @@ from disq.server.peer_wire import WireCounters, encode_frame
 
 
 def _job(i: int, body: bytes = b"body") -> ReplJob:
-    return ReplJob(JobData(f"D-{i:08x}-{i:024x}-0e10", "q", body, 3, i, 0, 300, 3600))
+    return ReplJob.of(JobData(f"D-{i:08x}-{i:024x}-0e10", "q", body, 3, i, 0, 300, 3600))
 
 
 def test_job_messages_take_the_lane_and_membership_the_stream() -> None:

@@ -130,7 +130,7 @@ async def next_iterations(n: int = 2) -> None:
 
 
 def _job(i: int, body: bytes = b"x" * 100) -> ReplJob:
-    return ReplJob(JobData(f"D-00000000-{i:024x}-0e10", "q", body, 2, i, 0, 300, 3600))
+    return ReplJob.of(JobData(f"D-00000000-{i:024x}-0e10", "q", body, 2, i, 0, 300, 3600))
 
 
 def _closed_port() -> int:

@@ -44,7 +44,7 @@ def _node(peers: int) -> NodeCore:
 
 
 def _copy_of(job_id: str, queue: str = "q") -> ReplJob:
-    return ReplJob(JobData(job_id, queue, b"body", 2, T0 * 1_000_000, 0, 1, 3600))
+    return ReplJob.of(JobData(job_id, queue, b"body", 2, T0 * 1_000_000, 0, 1, 3600))
 
 
 def test_a_reset_flushes_every_job_and_queue_and_answers_every_waiter() -> None:

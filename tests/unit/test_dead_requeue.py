@@ -116,7 +116,7 @@ def test_a_job_with_retry_zero_is_never_requeued() -> None:
     dead = c.ids[0]
     # An at-most-once job's copy (a peer holding it, e.g. moved by federation).
     data = JobData("D-0101-x-0", "q", b"once", 2, 1, 0, 0, 3600, nodes_delivered=[dead])
-    c.nodes[1].on_peer_messages(c.now, dead, [ReplJob(data)])
+    c.nodes[1].on_peer_messages(c.now, dead, [ReplJob.of(data)])
     c.pump()
     assert c.core(1).jobs[data.id].state == ACTIVE
     c.kill(0)

@@ -273,7 +273,7 @@ def test_a_bad_peer_message_is_contained_and_counted() -> None:
     node = mesh.nodes[0]
     node.contain_errors = True
 
-    broken = ReplJob(JobData("D-broken", "q", b"", 1, 1, 0, 0, 0))
+    broken = ReplJob.of(JobData("D-broken", "q", b"", 1, 1, 0, 0, 0))
     node.on_peer_messages(mesh.now, mesh.ids[1], [broken, GotJob("D-x")])
     assert node.message_errors == 1 and "ReplJob" in node.errors[0][0]
     node.contain_errors = False

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from disq.core import messages as m
+from disq.core.job_record import JobRecordError
 from disq.proto_gen import cluster_pb2 as pb
 from disq.server.peer_wire import (
     ONEOF_CLASSES,
@@ -38,7 +39,7 @@ MEMBERS = st.builds(
     leaving=st.booleans(),
 )
 # The fields every replicated job sets; what ADDJOB replicates leaves the others at their
-# defaults (PLAIN_JOBS), the counters travel on requeues (JOBS), and the rest (RARE) only for
+# defaults, the counters travel on requeues (JOBS), and the rest (RARE) only for
 # beanstalk jobs (whose fields travel only with beanstalk=True) and idempotency keys.
 _JOB_CORE: dict[str, st.SearchStrategy[typing.Any]] = {
     "id": IDS,
@@ -56,22 +57,36 @@ _JOB_COUNTERS: dict[str, st.SearchStrategy[typing.Any]] = {
     "nodes_delivered": st.lists(IDS, max_size=3),
     "priority": U32,
 }
-PLAIN_JOBS = st.builds(m.JobData, **_JOB_CORE)
 JOBS = st.builds(m.JobData, **_JOB_CORE, **_JOB_COUNTERS)
-JOBS_RARE = st.builds(
-    m.JobData,
-    **_JOB_CORE,
+# A REPLJOB carries the job's record (disq/core/job_record.py): its fields' widths, node ids
+# of 40 characters, and no beanstalk alias (a copy never carries one: peer_wire.py _copy).
+_RECORD_CORE = {**_JOB_CORE, "repl": st.integers(0, 2**16 - 1)}
+_RECORD_COUNTERS = {
     **_JOB_COUNTERS,
-    beanstalk=st.just(True),
-    bstate=U32,
-    beanstalk_id=U64,
-    idempotency_key=TEXT,
+    "nodes_delivered": st.lists(
+        st.text(alphabet="0123456789abcdef", min_size=40, max_size=40), max_size=3
+    ),
+}
+COPIES = st.builds(
+    m.ReplJob.of,
+    st.one_of(
+        st.builds(m.JobData, **_RECORD_CORE),
+        st.builds(m.JobData, **_RECORD_CORE, **_RECORD_COUNTERS),
+        st.builds(
+            m.JobData,
+            **_RECORD_CORE,
+            **_RECORD_COUNTERS,
+            beanstalk=st.just(True),
+            bstate=st.integers(0, 255),
+            idempotency_key=TEXT,
+        ),
+    ),
 )
 MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
     st.builds(m.Ping, probe_id=U64, gossip=st.lists(MEMBERS, max_size=3)),
     st.builds(m.Ack, probe_id=U64, target=IDS, gossip=st.lists(MEMBERS, max_size=3)),
     st.builds(m.PingReq, probe_id=U64, target=IDS),
-    st.builds(m.ReplJob, job=JOBS),
+    COPIES,
     st.builds(m.GotJob, job_id=IDS),
     st.builds(m.Enqueue, job_id=IDS),
     st.builds(m.Queued, job_id=IDS, incr_nacks=st.booleans(), incr_deliveries=st.booleans()),
@@ -116,7 +131,7 @@ ONE_OF_EACH: list[m.Message] = [
     m.Ping(9, [MEMBER], meet=True),  # CLUSTER MEET / --join (issue 31)
     m.Ack(7, "d" * 40, [MEMBER, MEMBER]),
     m.PingReq(8, "e" * 40),
-    m.ReplJob(_job()),
+    m.ReplJob.of(_job()),
     m.GotJob("D-1"),
     m.Enqueue("D-2"),
     m.Queued("D-3", incr_nacks=True, incr_deliveries=False),
@@ -146,9 +161,7 @@ ONE_OF_EACH: list[m.Message] = [
     m.Working("D-9"),
     m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
     m.BeanstalkUpdate("D-10", 3, 7),
-    m.ReplJob(
-        m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3, beanstalk_id=42)
-    ),
+    m.ReplJob.of(m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3)),
     m.RouteSync(
         [
             m.RouteEntry(m.ROUTE_EXCHANGE, "celeryev", exchange_type="topic"),
@@ -201,7 +214,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.Ping(0),
     m.Ack(0),
     m.PingReq(0, ""),
-    m.ReplJob(m.JobData("", "", b"", 0, 0, 0, 0, 0, priority=0)),
+    m.ReplJob.of(m.JobData("", "", b"", 0, 0, 0, 0, 0, priority=0)),
     m.GotJob(""),
     m.Enqueue(""),
     m.Queued(""),
@@ -222,9 +235,14 @@ ALL_DEFAULTS: list[m.Message] = [
 ]
 
 
-def _round_trip(msgs: list[m.Message], seq: int = 42, columnar: bool = False) -> list[m.Message]:
+RECORDS = "records"  # a peer that reads the batch forms and JobRecords
+
+
+def _round_trip(
+    msgs: list[m.Message], seq: int = 42, columnar: bool | str = False
+) -> list[m.Message]:
     counters = WireCounters()
-    raw = encode_frame(NODE, seq, msgs, counters, columnar)
+    raw = encode_frame(NODE, seq, msgs, counters, bool(columnar), columnar == RECORDS)
     from_node, got_seq, out = decode_frame(raw, counters)
     assert (from_node, got_seq) == (NODE, seq)
     assert counters == WireCounters()
@@ -238,24 +256,26 @@ def test_the_samples_cover_every_message_class() -> None:
     assert set(ONEOF_CLASSES.values()) == classes
 
 
-@pytest.mark.parametrize("columnar", [False, True])
+@pytest.mark.parametrize("columnar", [False, True, RECORDS])
 @pytest.mark.parametrize("msg", ONE_OF_EACH, ids=lambda x: type(x).__name__)
-def test_every_message_type_round_trips(msg: m.Message, columnar: bool) -> None:
+def test_every_message_type_round_trips(msg: m.Message, columnar: bool | str) -> None:
     assert _round_trip([msg], columnar=columnar) == [msg]
     # Three in a row: with columnar, a run of ReplJob / GotJob travels as one batch message.
     assert _round_trip([msg, msg, msg], columnar=columnar) == [msg, msg, msg]
 
 
-@pytest.mark.parametrize("columnar", [False, True])
+@pytest.mark.parametrize("columnar", [False, True, RECORDS])
 @pytest.mark.parametrize("msg", ALL_DEFAULTS, ids=lambda x: type(x).__name__)
-def test_messages_with_only_default_fields_keep_their_type(msg: m.Message, columnar: bool) -> None:
+def test_messages_with_only_default_fields_keep_their_type(
+    msg: m.Message, columnar: bool | str
+) -> None:
     assert _round_trip([msg], columnar=columnar) == [msg]
     assert _round_trip([msg, msg], columnar=columnar) == [msg, msg]
 
 
-@pytest.mark.parametrize("columnar", [False, True])
-def test_a_frame_keeps_the_order_of_many_messages(columnar: bool) -> None:
-    msgs: list[m.Message] = [m.ReplJob(_job(i)) for i in range(2000)]
+@pytest.mark.parametrize("columnar", [False, True, RECORDS])
+def test_a_frame_keeps_the_order_of_many_messages(columnar: bool | str) -> None:
+    msgs: list[m.Message] = [m.ReplJob.of(_job(i)) for i in range(2000)]
     msgs[1000:1000] = ONE_OF_EACH
     assert _round_trip(msgs, seq=2**64 - 1, columnar=columnar) == msgs
 
@@ -267,11 +287,11 @@ def _kinds(raw: bytes) -> list[str | None]:
 def test_columnar_merges_runs_only_and_keeps_the_order() -> None:
     a, b, c = _job(1), _job(2), m.JobData("D-3", "q", b"x", 1, 3, 0, 60, 600)
     msgs: list[m.Message] = [
-        m.ReplJob(a),
-        m.ReplJob(b),
-        m.ReplJob(c),
+        m.ReplJob.of(a),
+        m.ReplJob.of(b),
+        m.ReplJob.of(c),
         m.SetAck(a.id, 3),  # must stay after the copies it refers to
-        m.ReplJob(a),
+        m.ReplJob.of(a),
         m.GotJob("D-1"),
         m.GotJob("D-2"),
         m.DelJob(["D-1"]),
@@ -296,7 +316,7 @@ def test_columnar_merges_runs_only_and_keeps_the_order() -> None:
 
 
 def test_columnar_leaves_default_columns_empty_and_fills_the_others() -> None:
-    plain = [m.ReplJob(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(4)]
+    plain = [m.ReplJob.of(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(4)]
     raw = encode_frame(NODE, 1, plain, columnar=True)
     (batch,) = pb.Frame.FromString(raw).messages
     cols = batch.repl_jobs
@@ -315,7 +335,7 @@ def test_columnar_leaves_default_columns_empty_and_fills_the_others() -> None:
         assert len(getattr(cols, name)) == 0, name
     # One job off the default fills that column for the whole run; priority 0 (beanstalk's
     # most urgent) must not come back as the 1024 default.
-    mixed = [*plain, m.ReplJob(_job(9))]
+    mixed = [*plain, m.ReplJob.of(_job(9))]
     cols = pb.Frame.FromString(encode_frame(NODE, 1, mixed, columnar=True)).messages[0].repl_jobs
     assert list(cols.priority) == [1024] * 4 + [0]
     assert list(cols.nodes_delivered_count) == [0, 0, 0, 0, 2]
@@ -390,20 +410,37 @@ def test_ack_batches_of_unequal_length_are_skipped_and_counted(
 
 
 def test_a_bad_job_in_a_run_costs_only_itself() -> None:
-    good = [m.ReplJob(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(3)]
-    bad = m.ReplJob(m.JobData("D-bad", "q", b"b", 2**32, 9, 0, 0, 0))  # repl out of range
+    good = [m.ReplJob.of(m.JobData(f"D-{i}", "q", b"b", 3, i, 0, 300, 3600)) for i in range(3)]
+    # A queue name that is no UTF-8 (names are any bytes): its record holds it, protobuf's
+    # string columns, an older peer's form, cannot.
+    bad = m.ReplJob.of(m.JobData("D-bad", "q\udcff", b"b", 2, 9, 0, 0, 60))
+    run = [good[0], bad, good[1], good[2]]
     counters = WireCounters()
     with capture_logs():
-        raw = encode_frame(NODE, 1, [good[0], bad, good[1], good[2]], counters, columnar=True)
+        raw = encode_frame(NODE, 1, run, counters, columnar=True)
     assert counters.messages_unencodable == 1
     assert decode_frame(raw)[2] == good
+    # As records, the bytes travel as they are: the whole run.
+    raw = encode_frame(NODE, 1, run, counters, columnar=True, records=True)
+    assert _kinds(raw) == ["job_records"] and decode_frame(raw)[2] == run
+
+
+def test_a_job_field_out_of_its_record_is_refused_when_the_record_is_made() -> None:
+    for bad in (
+        m.JobData("D-1", "q", b"b", 2**16, 1, 0, 0, 60),  # repl is a u16
+        m.JobData("D-1", "q", b"b", 1, 1, 0, 0, 60, priority=2**32),
+        m.JobData("D-" + "x" * 39, "q", b"b", 1, 1, 0, 0, 60),  # an id over 40 bytes
+        m.JobData("D-1", "q", b"b", 1, 1, 0, 0, 60, nodes_delivered=["short"]),
+    ):
+        with pytest.raises(JobRecordError):
+            m.ReplJob.of(bad)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
         st.one_of(
-            st.builds(m.ReplJob, job=st.one_of(PLAIN_JOBS, JOBS, JOBS_RARE)),
+            COPIES,
             st.builds(m.GotJob, job_id=IDS),
             st.builds(m.SetAck, job_id=IDS, may_have=U32),
             st.builds(m.GotAck, job_id=IDS, known=st.booleans()),
@@ -499,7 +536,7 @@ def test_unencodable_messages_are_skipped_and_the_rest_goes_out() -> None:
     # classes themselves): a lone surrogate is no UTF-8, a priority is a uint32.
     wrong_type = m.GotJob(job_id="D-\ud800")
     not_a_message = m.DelJob(["D-1", "D-\udc80"])
-    bad_job = m.ReplJob(m.JobData("D-2", "q", b"body", 1, 1, 0, 0, 0, priority=2**33))
+    bad_job = m.ReplJob.of(m.JobData("D-2", "q\udcff", b"body", 1, 1, 0, 0, 0))
     msgs: list[typing.Any] = [
         m.GotJob("D-0"),
         bad_range,

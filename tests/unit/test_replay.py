@@ -38,6 +38,7 @@ from disq.persistence.aof_writer import AOF_NAME, AofWriter
 from disq.persistence.cluster_records import (
     JOB_RECORD_TYPES,
     REC_DELJOB,
+    REC_JOB,
     REC_LOADJOB,
     ClusterRecordError,
     encode_deljob,
@@ -282,15 +283,18 @@ def test_a_job_record_whose_fields_do_not_fit_it_stops_the_replay() -> None:
     c = _history(1)
     frames = list(iter_frames(b"".join(c.aof[c.ids[0]])))
     _, d = _fresh(c)
-    loadjob = next(p for t, p in frames if t == REC_LOADJOB)
-    with pytest.raises(ClusterRecordError):
-        d.restore(c.now, [(REC_LOADJOB, loadjob[:-1])])  # the body runs past its record
+    job = next(p for t, p in frames if t == REC_JOB)
+    old = encode_loadjob(to_core_records([(REC_JOB, job)])[0][1])  # an older build's record
+    for rtype, payload in ((REC_JOB, job), (REC_LOADJOB, old)):
+        _, d = _fresh(c)
+        with pytest.raises(ClusterRecordError):
+            d.restore(c.now, [(rtype, payload[:-1])])  # the body runs past its record
+        _, d = _fresh(c)
+        with pytest.raises(ClusterRecordError):
+            d.restore(c.now, [(rtype, payload[:50])])  # shorter than its fixed fields
     _, d = _fresh(c)
     with pytest.raises(ClusterRecordError):
-        d.restore(c.now, [(REC_LOADJOB, loadjob[:50])])  # shorter than its fixed fields
-    _, d = _fresh(c)
-    with pytest.raises(ClusterRecordError):
-        d.restore(c.now, [(REC_DELJOB, encode_deljob(loadjob[:40].decode()) + b"x")])
+        d.restore(c.now, [(REC_DELJOB, encode_deljob(job[8:48].decode()) + b"x")])
 
 
 def test_every_field_of_a_loadjob_record_comes_back() -> None:

@@ -10,7 +10,7 @@ end of an ack's GC logs its deletion (DELJOB). disq also logs an ack this node a
 from __future__ import annotations
 
 import heapq
-from typing import Final, Protocol
+from typing import Protocol
 
 from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.ack import ackjob_record
@@ -31,25 +31,26 @@ from disq.core.disque.job import (
     WAIT_REPL,
     AwakeEntry,
     DJob,
+    deserialize,
+    serialize,
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
+from disq.core.job_record import AT_TTL, ID_LEN, RECORD, JobRecordError, u32, u64
 from disq.persistence.cluster_records import (
     ACKJOB_SIZE,
-    JOB_ID_LEN,
-    LOADJOB_STRUCT,
+    JOB_RECORD_TYPES,
     REC_ACKJOB,
-    REC_DELJOB,
     REC_IDEMKEY,
+    REC_JOB,
     REC_KEYVOTE,
     REC_LOADJOB,
     ClusterRecordError,
     IdemKeyEntry,
     KeyVoteEntry,
     decode_idemkeys,
-    decode_key_trailer,
     decode_keyvotes,
-    encode_loadjob,
+    job_stamp,
 )
 from disq.persistence.framing import frame
 
@@ -78,8 +79,14 @@ class JobLog:
     def __init__(self, host: AofHost) -> None:
         self.host = host
 
-    def loadjob_record(self, j: DJob, now_ms: int) -> bytes:
-        return frame(REC_LOADJOB, encode_loadjob(self.host._job_data(j, now_ms, absolute=True)))
+    def job_record(self, j: DJob, now_ms: int) -> bytes:
+        """The JOB record of ``j`` as this node's AOF keeps it (its beanstalk alias too)."""
+        return self.job_frame(serialize(j, max(1, j.etime_ms - now_ms), j.bid), now_ms)
+
+    def job_frame(self, record: bytes, now_ms: int) -> bytes:
+        """A job's record (a peer's REPLJOB as it arrived, or this node's) in the AOF: the
+        wall-clock time it is written, from which its relative TTL counts, then the record."""
+        return frame(REC_JOB, job_stamp(now_ms + self.host.wall_offset_ms) + record)
 
     def restore(
         self,
@@ -217,12 +224,12 @@ class JobLog:
                 if j.flags & ACK_LOGGED:
                     # Its GC not over: the holders with it (a LOADJOB), then the ack.
                     if j.delivered:
-                        records.append(self.loadjob_record(j, now_ms))
+                        records.append(self.job_record(j, now_ms))
                     records.append(ackjob_record(j, host.wall_offset_ms))
             elif j.state != WAIT_REPL or j.flags & BEANSTALK_OWNED:
                 # A replicated beanstalk put is logged before its copies confirm (bridge.py):
                 # the engine's snapshot has its job, this links the copies to it.
-                records.append(self.loadjob_record(j, now_ms))
+                records.append(self.job_record(j, now_ms))
         return records + host.keys.records() + host.votes.records(now_ms)
 
 
@@ -234,43 +241,12 @@ def _frame_jobs(records: list[tuple[int, bytes]]) -> tuple[bytes, list[int]]:
     offsets: list[int] = []
     pos = 0
     for rtype, payload in records:
-        if rtype == REC_LOADJOB or rtype == REC_DELJOB or rtype == REC_ACKJOB:
+        if rtype in JOB_RECORD_TYPES:
             rec = frame(rtype, payload)
             offsets.append(pos)
             parts.append(rec)
             pos += len(rec)
     return b"".join(parts), offsets
-
-
-# Where LOADJOB_STRUCT's fields sit in a LOADJOB payload (after the 40-byte id), read byte by
-# byte: compiled, that costs less than the tuple and the fifteen ints of an unpack, which
-# were a tenth of a replay (perf). test_replay.py holds the result to decode_loadjob's.
-_AT_REPL: Final = 40  # u16
-_AT_CTIME: Final = 42  # u64
-_AT_DELAY: Final = 50  # u32
-_AT_RETRY: Final = 54  # u32
-_AT_ETIME: Final = 58  # u64, wall-clock ms
-_AT_NACKS: Final = 66  # u32
-_AT_ADD_DELIVERIES: Final = 70  # u32
-_AT_PRIORITY: Final = 74  # u32
-_AT_BEANSTALK: Final = 78  # u8
-_AT_BSTATE: Final = 79  # u8
-_AT_BEANSTALK_ID: Final = 80  # u64
-_AT_NODES: Final = 88  # u16
-_AT_QUEUE_LEN: Final = 90  # u32
-_AT_BODY_LEN: Final = 94  # u32
-
-
-def _u16(buf: bytes, at: int) -> int:
-    return buf[at] | buf[at + 1] << 8
-
-
-def _u32(buf: bytes, at: int) -> int:
-    return buf[at] | buf[at + 1] << 8 | buf[at + 2] << 16 | buf[at + 3] << 24
-
-
-def _u64(buf: bytes, at: int) -> int:
-    return _u32(buf, at) | _u32(buf, at + 4) << 32
 
 
 def _decode_jobs(
@@ -286,31 +262,41 @@ def _decode_jobs(
     hold a copy: a set for jobs another node may hold, NO_NODES for "this node only" (``me``,
     or none: the caller shares one set for those).
     """
-    fixed = LOADJOB_STRUCT.size
+    fixed = RECORD.size
     # Module-level names read once: compiled, each read of another module's global is a
     # dict lookup, a dozen per job otherwise.
     loadjob = REC_LOADJOB
+    job_rec = REC_JOB
     ackjob = REC_ACKJOB
     acked_state = ACKED
     ack_logged = ACK_LOGGED
-    id_len = JOB_ID_LEN
+    id_len = ID_LEN
+    at_ttl = AT_TTL
     active = ACTIVE
     bcast_queued = BCAST_QUEUED
     beanstalk_origin = BEANSTALK_ORIGIN
     bcast_willqueue = BCAST_WILLQUEUE
     # Queue names: one str per queue, not one per job (most jobs share a few queues).
     names: dict[bytes, str] = {}
-    last_raw = b""
-    last_name = ""
     for rec in offsets:
-        ln = _u32(buf, rec)
-        p = rec + 9
-        job_id = buf[p : p + id_len].decode()
+        ln = u32(buf, rec)
+        rec_end = rec + 8 + ln
         rtype = buf[rec + 8]
-        if rtype == ackjob:
+        p = rec + 9
+        if rtype == job_rec:
+            p += 8  # the time the record was written, then the record
+            if rec_end - p < fixed:
+                raise ClusterRecordError(f"short JOB record at offset {rec}")
+            etime_ms = u64(buf, rec + 9) + u64(buf, p + at_ttl) - off_ms
+        elif rtype == loadjob:
+            if rec_end - p < fixed:
+                raise ClusterRecordError(f"short LOADJOB record at offset {rec}")
+            etime_ms = u64(buf, p + at_ttl) - off_ms  # the wall-clock expiry
+        elif rtype == ackjob:
             if ln != 1 + ACKJOB_SIZE:
                 raise ClusterRecordError(f"ACKJOB record at offset {rec} has the wrong length")
-            etime_ms = _u64(buf, p + id_len) - off_ms
+            job_id = buf[p : p + id_len].decode()
+            etime_ms = u64(buf, p + id_len) - off_ms
             acked = out.get(job_id)
             if etime_ms < min_etime_ms:
                 if acked is not None:
@@ -324,64 +310,24 @@ def _decode_jobs(
             acked.state = acked_state
             acked.flags = ack_logged
             continue
-        if rtype != loadjob:
+        else:
             if ln != 1 + id_len:
                 raise ClusterRecordError(f"DELJOB record at offset {rec} has the wrong length")
-            out.pop(job_id, None)
+            out.pop(buf[p : p + id_len].decode(), None)
             continue
-        if ln - 1 < fixed:
-            raise ClusterRecordError(f"short LOADJOB record at offset {rec}")
-        rec_end = rec + 8 + ln
-        etime_ms = _u64(buf, p + _AT_ETIME) - off_ms
         if etime_ms < min_etime_ms:  # passed: expired (a deadline is due once passed)
-            out.pop(job_id, None)
+            out.pop(buf[p : p + id_len].decode(), None)
             continue
-        n_nodes = _u16(buf, p + _AT_NODES)
-        pos = p + fixed
-        qpos = pos + id_len * n_nodes
-        bpos = qpos + _u32(buf, p + _AT_QUEUE_LEN)
-        end = bpos + _u32(buf, p + _AT_BODY_LEN)
-        if end > rec_end:
-            raise ClusterRecordError(
-                f"LOADJOB record at offset {rec}: its length does not match its fields"
-            )
-        raw = buf[qpos:bpos]
-        if raw == last_raw:
-            queue = last_name
-        else:
-            got = names.get(raw)
-            if got is None:
-                got = names[raw] = raw.decode("utf-8", "surrogateescape")
-            last_raw = raw
-            queue = last_name = got
-        retry_s = _u32(buf, p + _AT_RETRY)
-        j = DJob(
-            job_id,
-            queue,
-            buf[bpos:end],
-            _u16(buf, p + _AT_REPL),
-            _u64(buf, p + _AT_CTIME),
-            _u32(buf, p + _AT_DELAY),
-            retry_s,
-            etime_ms,
-        )
+        try:
+            j = deserialize(buf, p, rec_end, etime_ms, names, me)
+        except JobRecordError as exc:
+            raise ClusterRecordError(f"job record at offset {rec}: {exc}") from exc
         j.state = active
         # The counters travel with the job. BCAST_QUEUED as Disque's REPLJOB sets it: the
         # job was (or is being) queued somewhere, so this copy's own requeue counts a
         # delivery (core.py _enqueue).
-        flags = bcast_queued
-        j.nacks = _u32(buf, p + _AT_NACKS)
-        j.add_deliveries = _u32(buf, p + _AT_ADD_DELIVERIES)
-        if n_nodes > 1 or (n_nodes == 1 and buf[pos:qpos] != me):
-            j.delivered = {buf[a : a + id_len].decode() for a in range(pos, qpos, id_len)}
-        j.priority = _u32(buf, p + _AT_PRIORITY)
-        if end < rec_end:
-            j.idem_key = decode_key_trailer(buf[end:rec_end])
-        if buf[p + _AT_BEANSTALK]:
-            flags |= beanstalk_origin
-            j.bstate = buf[p + _AT_BSTATE]
-            j.bid = _u64(buf, p + _AT_BEANSTALK_ID)
-        if retry_s:
+        flags = bcast_queued | (j.flags & beanstalk_origin)
+        if j.retry_s:
             flags |= bcast_willqueue
         j.flags = flags
-        out[job_id] = j
+        out[j.id] = j

@@ -44,7 +44,7 @@ class Replicator(Protocol):
     """What the blocked adds need of replication (replication.py's Replication, which
     imports this module)."""
 
-    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None: ...
+    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> bytes: ...
 
 
 class BlockedHost(CoreHost, Protocol):
@@ -224,7 +224,7 @@ class BlockedClients:
                 or node_id in j.confirmed
             ):
                 continue
-            host._send(node_id, ReplJob(host._job_data(j, now_ms)))
+            host._send(node_id, ReplJob(host._copy_record(j, now_ms)))
 
     def process(self, now_ms: int) -> None:
         host = self.host

@@ -72,6 +72,7 @@ from disq.core.disque.job import (
     WAIT_REPL,
     AwakeEntry,
     DJob,
+    serialize,
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
@@ -86,7 +87,6 @@ from disq.core.messages import (
     GotAck,
     GotJob,
     IdemKeys,
-    JobData,
     KeyVote,
     KeyVotes,
     Message,
@@ -299,33 +299,6 @@ class DisqueCore:
         self._prev_ctime = ctime
         return ctime
 
-    def _job_data(self, j: DJob, now_ms: int, absolute: bool = False) -> JobData:
-        """The job as it travels (TTL in seconds left), or with ``absolute`` as the AOF
-        keeps it (the absolute expiry in ``expire_ms``, wall-clock)."""
-        if absolute:
-            ttl, expire_ms = 0, j.etime_ms + self.wall_offset_ms
-        else:
-            ttl, expire_ms = max(1, (j.etime_ms - now_ms + 999) // 1000), 0
-        return JobData(
-            id=j.id,
-            queue=j.queue,
-            body=j.body,
-            repl=j.repl,
-            ctime=j.ctime,
-            delay_s=j.delay_s,
-            retry_s=j.retry_s,
-            ttl_remaining_s=ttl,
-            nacks=j.nacks,
-            additional_deliveries=j.add_deliveries,
-            nodes_delivered=sorted(j.delivered),
-            priority=j.priority,
-            beanstalk=bool(j.flags & BEANSTALK_ORIGIN),
-            bstate=j.bstate,
-            beanstalk_id=j.bid,
-            idempotency_key=j.idem_key,
-            expire_ms=expire_ms,
-        )
-
     # ================================================================== job lifecycle
     def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
@@ -452,9 +425,18 @@ class DisqueCore:
         self._awake_acked.clear()
         self._one_copy.clear()
 
-    def _log_job(self, j: DJob, now_ms: int) -> None:
+    def _log_job(self, j: DJob, now_ms: int, record: bytes = b"") -> None:
+        """Log the job: ``record`` when it is the job's record already (a REPLJOB's)."""
         if self.persist:
-            self.aof_out.append(self.aof.loadjob_record(j, now_ms))
+            aof = self.aof
+            self.aof_out.append(
+                aof.job_frame(record, now_ms) if record else aof.job_record(j, now_ms)
+            )
+
+    def _copy_record(self, j: DJob, now_ms: int) -> bytes:
+        """The record a peer's copy is made from: the TTL left (a second at least, as a
+        copy must outlive its trip), no beanstalk alias (it names this node's engine job)."""
+        return serialize(j, max(1000, j.etime_ms - now_ms), 0)
 
     def _log_del(self, job_id: str) -> None:
         if self.persist:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.gone import GoneJobs
+from disq.core.disque.handoff import job_data
 from disq.core.disque.host import CoreHost
 from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
@@ -111,7 +112,7 @@ class Federation:
             j.queued_at = node  # queued at the importer now (dead_peers.py)
             q.jobs_out += 1
             j.deliver_to(node)
-            jobs.append(self.host._job_data(j, now_ms))
+            jobs.append(job_data(j, now_ms))
             if j.retry_s == 0:
                 # An at-most-once job must exist in one place only: it moves.
                 self.host._log_del(j.id)

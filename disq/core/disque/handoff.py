@@ -50,10 +50,11 @@ from disq.core.disque.job import (
     DELIVERED,
     QUEUED,
     DJob,
+    serialize,
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.state import Handoff
-from disq.core.messages import Enqueue, GotJob, ReplJob
+from disq.core.messages import Enqueue, GotJob, JobData, ReplJob, data_of
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
@@ -152,10 +153,13 @@ class Handoffs:
         h.tried.append(target)
         h.until = now_ms + HANDOFF_RETRY_MS
         j.deliver_to(target)
-        data = host._job_data(j, now_ms)
+        data = job_data(j, now_ms)
         me = host.view.my_id
-        data = replace(data, nodes_delivered=[n for n in data.nodes_delivered if n != me])
-        host._send(target, ReplJob(data))
+        # Without this node (it leaves) and its beanstalk alias (it names this node's job).
+        data = replace(
+            data, nodes_delivered=[n for n in data.nodes_delivered if n != me], beanstalk_id=0
+        )
+        host._send(target, ReplJob.of(data))
         if h.enqueue:
             host._send(target, Enqueue(j.id))
 
@@ -184,3 +188,8 @@ class Handoffs:
                 self.host._log_del(j.id)
                 self.host._unregister(j, now_ms)
         return True
+
+
+def job_data(j: DJob, now_ms: int) -> JobData:
+    """The job as YOURJOBS and a drain's handoff carry it (TTL in seconds left)."""
+    return data_of(serialize(j, max(1000, j.etime_ms - now_ms), j.bid))

@@ -8,6 +8,28 @@ integer. The fields mirror Disque's ``job.h`` so its design notes apply line by 
 from __future__ import annotations
 
 from disq.core.constants import DEFAULT_PRIORITY
+from disq.core.job_record import (
+    AT_ADD_DELIVERIES,
+    AT_BEANSTALK,
+    AT_BEANSTALK_ID,
+    AT_BSTATE,
+    AT_CTIME,
+    AT_DELAY,
+    AT_NACKS,
+    AT_NODES,
+    AT_PRIORITY,
+    AT_QUEUE_LEN,
+    AT_REPL,
+    AT_RETRY,
+    ID_LEN,
+    RECORD,
+    body_end,
+    decode_key_trailer,
+    pack_record,
+    u16,
+    u32,
+    u64,
+)
 
 # States, Disque's numbers (wait-repl 0, active 1, queued 2, acked 3).
 WAIT_REPL = 0
@@ -266,3 +288,67 @@ class DJob:
 
     def __repr__(self) -> str:
         return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"
+
+
+def serialize(j: DJob, ttl_ms: int, bid: int) -> bytes:
+    """serializeJob: the job's record (disq/core/job_record.py) with ``ttl_ms`` left and the
+    beanstalk alias ``bid`` (0 in a peer's copy), what a REPLJOB carries and the AOF keeps."""
+    return pack_record(
+        j.id,
+        j.queue,
+        j.body,
+        j.repl,
+        j.ctime,
+        j.delay_s,
+        j.retry_s,
+        ttl_ms,
+        j.nacks,
+        j.add_deliveries,
+        j.priority,
+        bool(j.flags & BEANSTALK_ORIGIN),
+        j.bstate,
+        bid,
+        sorted(j.delivered),
+        j.idem_key,
+    )
+
+
+def deserialize(
+    buf: bytes, p: int, end: int, etime_ms: int, names: dict[bytes, str], me: bytes
+) -> DJob:
+    """deserializeJob: the record at ``buf[p:end]`` as a DJob expiring at ``etime_ms``, with
+    the fields the record holds and the flag they imply (BEANSTALK_ORIGIN); the caller sets
+    its state and the rest. ``names`` interns queue names (most jobs share a few queues);
+    ``delivered`` stays NO_NODES when it names no node but ``me``. Raises JobRecordError
+    for a record whose lengths do not add up."""
+    stop = body_end(buf, p, end)
+    n_nodes = u16(buf, p + AT_NODES)
+    pos = p + RECORD.size
+    qpos = pos + ID_LEN * n_nodes
+    bpos = qpos + u32(buf, p + AT_QUEUE_LEN)
+    raw = buf[qpos:bpos]
+    queue = names.get(raw)
+    if queue is None:
+        queue = names[raw] = raw.decode("utf-8", "surrogateescape")
+    j = DJob(
+        buf[p : p + ID_LEN].rstrip(b"\0").decode(),  # a short id is padded (a test's)
+        queue,
+        buf[bpos:stop],
+        u16(buf, p + AT_REPL),
+        u64(buf, p + AT_CTIME),
+        u32(buf, p + AT_DELAY),
+        u32(buf, p + AT_RETRY),
+        etime_ms,
+    )
+    j.nacks = u32(buf, p + AT_NACKS)
+    j.add_deliveries = u32(buf, p + AT_ADD_DELIVERIES)
+    if n_nodes > 1 or (n_nodes == 1 and buf[pos:qpos] != me):
+        j.delivered = {buf[a : a + ID_LEN].decode() for a in range(pos, qpos, ID_LEN)}
+    j.priority = u32(buf, p + AT_PRIORITY)
+    if stop < end:
+        j.idem_key = decode_key_trailer(buf[stop:end])
+    if buf[p + AT_BEANSTALK]:
+        j.flags |= BEANSTALK_ORIGIN
+        j.bstate = buf[p + AT_BSTATE]
+        j.bid = u64(buf, p + AT_BEANSTALK_ID)
+    return j

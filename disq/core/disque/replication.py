@@ -2,7 +2,8 @@
 
 A sync ADDJOB registers the job WAIT_REPL here and sends REPLJOB to R-1 shuffled reachable
 peers; each peer registers it *active* (not queued: "replicated to several nodes, queued on
-one"), logs LOADJOB and answers GOTJOB, which leaves only after that record is written. At R
+one"), logs the job's record as it arrived (job_record.py) and answers GOTJOB, which leaves
+only after that record is written. At R
 confirmations the creator logs the job, answers the client and queues it (or, replicated
 externally under memory pressure, hands it to one holder with ENQUEUE).
 
@@ -40,12 +41,16 @@ from disq.core.disque.job import (
     NO_NODES,
     WAIT_REPL,
     DJob,
+    deserialize,
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.requeue import Requeue
 from disq.core.disque.state import KV_ADD
-from disq.core.messages import Enqueue, GotJob, JobData, ReplJob
+from disq.core.job_record import ttl_left_ms
+from disq.core.messages import Enqueue, GotJob, JobData, ReplJob, record_of
+
+_NAMES_MAX = 4096  # queue names interned for the copies; past that, start again
 
 
 class ReplicationHost(CoreHost, Protocol):
@@ -62,7 +67,8 @@ class ReplicationHost(CoreHost, Protocol):
 
     def _jitter(self) -> int: ...
     def _register(self, j: DJob, awake: bool = True) -> None: ...
-    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int, record: bytes = b"") -> None: ...
+    def _copy_record(self, j: DJob, now_ms: int) -> bytes: ...
     def _copies_needed(self, j: DJob) -> int: ...
 
 
@@ -71,12 +77,14 @@ class Replication:
 
     def __init__(self, host: ReplicationHost) -> None:
         self.host = host
+        self._names: dict[bytes, str] = {}  # queue names of the copies, one str each
 
-    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> None:
+    def replicate(self, j: DJob, count: int, now_ms: int, resend: bool = True) -> bytes:
         """clusterReplicateJob: add up to ``count`` new reachable nodes to the job's
         delivered set and send them REPLJOB; with ``resend``, ask again every delivered
         node that has not confirmed. Disque resends to confirmed nodes too; disq does not:
-        under load thousands of adds wait, and re-sent bodies nobody needs saturate links."""
+        under load thousands of adds wait, and re-sent bodies nobody needs saturate links.
+        The record sent (b"": none), encoded once for every target."""
         host = self.host
         new: list[str] = []
         if count > 0:
@@ -91,8 +99,9 @@ class Replication:
             if node == me or node in j.confirmed:
                 continue
             if msg is None:
-                msg = ReplJob(host._job_data(j, now_ms))
+                msg = ReplJob(host._copy_record(j, now_ms))
             host._send(node, msg)
+        return b"" if msg is None else msg.record
 
     def achieved(self, j: DJob, now_ms: int) -> None:
         """The add has the copies it asked for: answer its clients and keep the job."""
@@ -123,9 +132,11 @@ class Replication:
         later of them. A keyed add is logged when its copies exist (its vote starts then);
         an add that fails takes its DELJOB (core.py ``_unregister``)."""
         host = self.host
-        self.replicate(j, count, now_ms)
+        record = self.replicate(j, count, now_ms)
         if host.my_id in j.delivered and not host.votes.needed(j):
-            host._log_job(j, now_ms)
+            # The bytes its peers get are its own record too, but for a beanstalk put's
+            # alias (its peers' copies must not claim the engine job: aof.py).
+            host._log_job(j, now_ms, record if not j.bid else b"")
             j.flags |= LOGGED_AT_ADD
 
     def _log_job_here(self, j: DJob, now_ms: int) -> None:
@@ -162,61 +173,59 @@ class Replication:
     # ------------------------------------------------------------------ messages
     def on_repljob(self, now_ms: int, sender: str, msg: ReplJob) -> None:
         host = self.host
-        d = msg.job
         if host.memory.warning > 0 or host.view.leaving:
             return  # no copy: the sender will pick another node
-        q = host.queues.get(d.queue)
+        record = msg.record
+        names = self._names
+        if len(names) > _NAMES_MAX:
+            names.clear()
+        copy = deserialize(record, 0, len(record), now_ms + ttl_left_ms(record), names, b"")
+        q = host.queues.get(copy.queue)
         if q is not None and q.paused_in:
             return
-        j = host.jobs.get(d.id)
+        j = host.jobs.get(copy.id)
         if j is not None:
-            j.deliver_to(*d.nodes_delivered)
+            j.deliver_to(*copy.delivered)
             # A resend, or a drain handing its copy over: the sender may have counted more.
-            host.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+            host.requeue.merge_counters(j, copy.nacks, copy.add_deliveries, now_ms)
         else:
-            if host.gone.tombstoned(d.id, now_ms):
+            if host.gone.tombstoned(copy.id, now_ms):
                 return  # acked or deleted here moments ago: a late resend must not revive it
-            j = self.job_from_data(d, now_ms)  # its key is tentative: the add may still fail
+            j = self.activate(copy, now_ms)  # its key is tentative: the add may still fail
             j.queued_at = sender  # the creator queues it once its add is done (dead_peers.py)
             host._register(j)
-            host._log_job(j, now_ms)
+            host._log_job(j, now_ms, record)  # as it arrived: no second encoding
             host.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
-        host._send(sender, GotJob(d.id))
+        host._send(sender, GotJob(copy.id))
 
     def job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
-        """deserializeJob: active, requeue after delay + retry (+ jitter). Its idempotency
-        key is tentative unless ``key_done`` (the job's add is known to have finished)."""
+        """A job a peer sent as JobData (YOURJOBS), made active as ``activate`` does; its
+        beanstalk alias, the sender's, is not kept."""
+        record = record_of(d)
+        ttl_ms = d.ttl_remaining_s * 1000
+        j = deserialize(record, 0, len(record), now_ms + ttl_ms, self._names, b"")
+        j.bid = 0
+        return self.activate(j, now_ms, key_done)
+
+    def activate(self, j: DJob, now_ms: int, key_done: bool = False) -> DJob:
+        """deserializeJob's end: a peer's copy becomes active here, to be requeued after
+        delay + retry (+ jitter). Its idempotency key is tentative unless ``key_done`` (the
+        job's add is known to have finished)."""
         host = self.host
-        j = DJob(
-            d.id,
-            d.queue,
-            d.body,
-            d.repl,
-            d.ctime,
-            d.delay_s,
-            d.retry_s,
-            now_ms + d.ttl_remaining_s * 1000,
-        )
         j.state = ACTIVE
         # The counters travel with the job (REPLJOB, YOURJOBS, a drain's handoff, the AOF).
         # BCAST_QUEUED as Disque's REPLJOB sets it: the job was (or is being) queued where
         # it came from, so this copy's own requeue counts a delivery (core.py _enqueue).
-        j.flags = BCAST_QUEUED
-        if d.delay_s and now_ms <= d.ctime // 1_000_000 - host.wall_offset_ms + d.delay_s * 1000:
-            j.flags |= AWAITS_DELAY  # not queued before its DELAY ends (counts.py)
-        j.nacks = d.nacks
-        j.add_deliveries = d.additional_deliveries
-        j.delivered = {*d.nodes_delivered, host.my_id}
-        j.priority = d.priority
-        if d.idempotency_key:
-            j.idem_key = d.idempotency_key
+        flags = BCAST_QUEUED | (j.flags & BEANSTALK_ORIGIN)
+        if j.delay_s and now_ms <= j.ctime // 1_000_000 - host.wall_offset_ms + j.delay_s * 1000:
+            flags |= AWAITS_DELAY  # not queued before its DELAY ends (counts.py)
+        j.delivered = {*j.delivered, host.my_id}
+        if j.idem_key:
             host.keys.remember_key(j, now_ms, tentative=not key_done)
-        if d.beanstalk:
-            j.flags |= BEANSTALK_ORIGIN
-            j.bstate = d.bstate
-        if d.retry_s:
-            j.flags |= BCAST_WILLQUEUE
-            j.qtime_ms = now_ms + (d.delay_s + d.retry_s) * 1000 + host._jitter()
+        if j.retry_s:
+            flags |= BCAST_WILLQUEUE
+            j.qtime_ms = now_ms + (j.delay_s + j.retry_s) * 1000 + host._jitter()
+        j.flags = flags
         return j
 
     def on_gotjob(self, now_ms: int, sender: str, msg: GotJob) -> None:
