@@ -15,10 +15,10 @@ What is observed, per tick key:
   decision, disq/core/disque/keyvote.py) and SCHEDTICK records (the scheduler's last bound
   tick, taken from the add's answer or a peer), as they reach a node's AOF.
 
-Read with the availability of the cluster that the world logs at every nemesis action
-(``World.avail_log``: which nodes are up, unfrozen, not leaving, not under a memory warning,
-and on which side of a partition): before every tick of a schedule that is not CATCHUP-all,
-which nodes know its current definition (unpaused).
+The world logs the cluster's availability at every nemesis action (``World.avail_log``:
+which nodes are up, unfrozen, not leaving, not under a memory warning, and on which side of a
+partition); before every tick of a schedule that is not CATCHUP-all, this part notes which
+nodes know its current definition (unpaused).
 """
 
 from __future__ import annotations
