@@ -6,11 +6,12 @@ Disque core, SWIM membership) driven as the server runtime drives it: inputs, th
 replays a seed byte for byte.
 
 Layout: ``config`` (SimConfig, the sweep's per-seed configs, the replay line), ``model``
-(records, result, node state), ``base`` (shared state, event heap, the node step),
-``network`` (and the views that stand in for SWIM: static, oracle), ``nemesis``,
-``workload`` (Disque clients, idempotency keys), ``beanstalk_load`` (beanstalk clients
-through the bridge), ``invariants`` (the checks; their text is the spec), ``simulation``
-(Simulation, run_seed), ``cli``.
+(records, result, node state), ``world`` (the state every part shares: clock and event heap,
+nodes, records), ``step`` (the node step), and the parts, each a class owning its own state
+that ``Simulation`` builds and wires: ``network`` (and the views that stand in for SWIM:
+static, oracle), ``nemesis``, ``workload`` (Disque clients, idempotency keys),
+``beanstalk_load`` (beanstalk clients through the bridge), ``schedules``, ``invariants`` (the
+checks; their text is the spec); ``simulation`` (Simulation, run_seed), ``cli``.
 """
 
 from disq.testing.sim.cli import main

@@ -65,13 +65,21 @@ from disq.core.disque.job import (
 )
 from disq.core.messages import JobData
 from disq.persistence.cluster_records import to_core_records
-from disq.testing.sim.base import FLYING, GONE, HOLDS, LANDED, WAITING, SimBase
 from disq.testing.sim.config import T0_MS, config_diff, replay_command
 from disq.testing.sim.model import Delivery, InvariantViolation, SimNode
+from disq.testing.sim.schedules import Schedules
+from disq.testing.sim.world import FLYING, GONE, HOLDS, LANDED, WAITING, World
 
 
-class InvariantsMixin(SimBase):
-    def _track_aof(self, nd: SimNode, rec: tuple[str, object]) -> None:
+class Invariants:
+    """The checks: as the run goes (the AOF stream, the structure, the deliveries) and at
+    its end."""
+
+    def __init__(self, world: World, schedules: Schedules) -> None:
+        self.w = world
+        self.schedules = schedules  # invariant 10's checks
+
+    def track_aof(self, nd: SimNode, rec: tuple[str, object]) -> None:
         kind, payload = rec
         if kind == "IDEMKEY" or kind == "KEYVOTE":
             return  # idempotency keys, not a job's copy
@@ -81,33 +89,33 @@ class InvariantsMixin(SimBase):
         else:
             assert isinstance(payload, str)
             job_id, state = payload, GONE
-        self._copies.setdefault(job_id, []).append((self.step, nd.idx, state))
-        if self._tr:
-            self._t(f"aof  {nd.name} {kind} {job_id}")
+        self.w.copies.setdefault(job_id, []).append((self.w.step, nd.idx, state))
+        if self.w.tr:
+            self.w.t(f"aof  {nd.name} {kind} {job_id}")
 
-    def _check_gc(self, _: object) -> None:
+    def check_gc(self, _: object) -> None:
         """Liveness (optional): with every node up and connected for ``final_gc_ms``, acked
         jobs are garbage collected everywhere (Disque 05-acks: evicted when all owners are
         reachable). GC retries back off up to 3 minutes, so give it well over that."""
-        self._done = True
-        for nd in self.nodes:
-            for j in self._core(nd).jobs.values():
+        self.w.done = True
+        for nd in self.w.nodes:
+            for j in self.w.core(nd).jobs.values():
                 if j.state == ACKED and not j.flags & BEANSTALK_ORIGIN:
-                    raise self._violation(
+                    raise self.w.violation(
                         "6 (acks are garbage collected)",
-                        f"{nd.name} still holds {j.id} ACKED {self.cfg.final_gc_ms} ms after "
-                        f"the drain (delivered={self._names(sorted(j.delivered))}, "
-                        f"confirmed={self._names(sorted(j.confirmed))})",
+                        f"{nd.name} still holds {j.id} ACKED {self.w.cfg.final_gc_ms} ms after "
+                        f"the drain (delivered={self.w.names(sorted(j.delivered))}, "
+                        f"confirmed={self.w.names(sorted(j.confirmed))})",
                         j.id,
                     )
 
-    def _check_structure(self, nd: SimNode) -> None:
+    def check_structure(self, nd: SimNode) -> None:
         """Invariant 4: a node's queues and its jobs table agree."""
         core = nd.core
         if core is None:
             return
         jobs = core.jobs
-        where = f"{nd.name} t={self.now - T0_MS}"
+        where = f"{nd.name} t={self.w.now - T0_MS}"
         in_queues = 0
         for name, q in core.queues.items():
             for queued_job in q.skiplist:  # the DJobs themselves (queue.py)
@@ -115,7 +123,7 @@ class InvariantsMixin(SimBase):
                 j = jobs.get(job_id)
                 if j is not queued_job or j.state != QUEUED or j.queue != name:
                     what = "missing" if j is None else f"{STATE_NAMES[j.state]} in {j.queue!r}"
-                    raise self._violation(
+                    raise self.w.violation(
                         "4 (queues match jobs)",
                         f"{where}: queue {name!r} holds {job_id} but the job is {what}",
                         job_id,
@@ -127,15 +135,17 @@ class InvariantsMixin(SimBase):
                 queued += 1
                 jq = core.queues.get(j.queue)
                 if jq is None or j not in jq.skiplist:
-                    raise self._violation(
+                    raise self.w.violation(
                         "4 (queues match jobs)",
                         f"{where}: {job_id} is QUEUED but not in queue {j.queue!r}",
                         job_id,
                     )
             elif j.id != job_id:
-                raise self._violation("4 (queues match jobs)", f"{where}: jobs[{job_id}] is {j.id}")
+                raise self.w.violation(
+                    "4 (queues match jobs)", f"{where}: jobs[{job_id}] is {j.id}"
+                )
         if queued != in_queues:
-            raise self._violation(
+            raise self.w.violation(
                 "4 (queues match jobs)", f"{where}: {queued} QUEUED jobs, {in_queues} queued ids"
             )
         kept, counts = core.counts.by_queue, from_scratch(core.jobs.values())
@@ -145,63 +155,63 @@ class InvariantsMixin(SimBase):
                 for k in sorted({*kept, *counts})
                 if kept.get(k) != counts.get(k)
             }
-            raise self._violation(
+            raise self.w.violation(
                 "4 (queues match jobs)",
                 f"{where}: per-queue counts [not queued, delayed] (kept, from scratch): "
                 f"{wrong} (counts.py)",
             )
 
-    def _check_all_structures(self) -> None:
-        for nd in self.nodes:
-            self._check_structure(nd)
+    def check_all_structures(self) -> None:
+        for nd in self.w.nodes:
+            self.check_structure(nd)
 
-    def _check_delivery(self, d: Delivery) -> None:
+    def check_delivery(self, d: Delivery) -> None:
         """Invariant 5, checked as deliveries happen."""
-        rec = self.adds.get(d.body)
+        rec = self.w.adds.get(d.body)
         if rec is None or rec.status == "failed":
             why = "never submitted" if rec is None else f"its ADDJOB was refused ({rec.why})"
-            raise self._violation(
+            raise self.w.violation(
                 "5 (no phantom jobs)", f"{d.job_id} {d.body!r} delivered but {why}", d.job_id
             )
-        first = self.delivered[d.job_id][0]
+        first = self.w.delivered[d.job_id][0]
         if rec.job_id is not None and rec.job_id != d.job_id:
-            raise self._violation(
+            raise self.w.violation(
                 "5 (one ADDJOB, one job)",
                 f"{d.body!r} was added as {rec.job_id} but delivered as {d.job_id}",
                 d.job_id,
             )
         if rec.retry_s == 0 and first is not d:
-            if d.job_id in self._admin_enqueued:
+            if d.job_id in self.w.admin_enqueued:
                 return  # an operator asked for this delivery (ENQUEUE <id>)
-            if "amo-enqueue-once" in self.cfg.exempt and any(
-                first.t <= t <= d.t for t in self._enqueue_once_restarts
+            if "amo-enqueue-once" in self.w.cfg.exempt and any(
+                first.t <= t <= d.t for t in self.w.enqueue_once_restarts
             ):
                 return
-            raise self._violation(
+            raise self.w.violation(
                 "5 (at-most-once)",
                 f"RETRY 0 job {d.job_id} delivered again by n{d.node} at t={d.t - T0_MS} "
                 f"(first by n{first.node} at t={first.t - T0_MS})",
                 d.job_id,
             )
 
-    def _check_final(self) -> None:
-        cfg = self.cfg
+    def check_final(self) -> None:
+        cfg = self.w.cfg
         self._check_idem()
-        self._check_schedules()
+        self.schedules.check()
         self._check_beanstalk()
         # Invariant 1: acknowledged ADDJOBs are delivered.
-        for rec in self.adds.values():
+        for rec in self.w.adds.values():
             if rec.status != "ok" or rec.retry_s == 0:
                 continue  # indeterminate/refused, or at-most-once (may be lost by design)
             assert rec.job_id is not None
-            if rec.job_id in self.delivered:
+            if rec.job_id in self.w.delivered:
                 continue
-            if rec.t_start + cfg.ttl_s * 1000 <= self.now + 2 * cfg.clock_skew_ms + 1000:
+            if rec.t_start + cfg.ttl_s * 1000 <= self.w.now + 2 * cfg.clock_skew_ms + 1000:
                 continue  # it may have expired (every node drops its own copy at its TTL)
             if cfg.fsync_lost and self._lost_everywhere(rec.job_id):
                 continue  # every logged copy was lost unsynced: everysec does not promise it
             holders = self._holders_at_end(rec.job_id)
-            raise self._violation(
+            raise self.w.violation(
                 "1 (acknowledged ADDJOB delivered)",
                 f"{rec.job_id} {rec.body!r} (REPLICATE {rec.repl} RETRY {rec.retry_s}"
                 f"{' ASYNC' if rec.async_ else ''}, added on n{rec.node} "
@@ -210,8 +220,8 @@ class InvariantsMixin(SimBase):
                 rec.job_id,
             )
         # Invariant 2: no delivery after every holder learned the ack (or deleted the job).
-        for job_id, ds in self.delivered.items():
-            if cfg.fsync_lost and job_id in self._lost_del:
+        for job_id, ds in self.w.delivered.items():
+            if cfg.fsync_lost and job_id in self.w.lost_del:
                 continue  # a lost DELJOB legitimately brings a copy back
             dead = self._dead_step(job_id)
             if dead is None:
@@ -219,13 +229,13 @@ class InvariantsMixin(SimBase):
             late = [d for d in ds if d.step > dead[0]]
             if late:
                 d = late[0]
-                acked = self._client_acks.get(job_id)
+                acked = self.w.client_acks.get(job_id)
                 why = (
                     f"a client acked it at t={acked - T0_MS}"
                     if acked is not None
                     else "no client acked it (deleted)"
                 )
-                raise self._violation(
+                raise self.w.violation(
                     "2 (no delivery after the ack is everywhere)",
                     f"{job_id} delivered by n{d.node} at t={d.t - T0_MS} (step {d.step}) after "
                     f"every holder ({', '.join(f'n{i}' for i in dead[1])}) had it acked or "
@@ -237,31 +247,31 @@ class InvariantsMixin(SimBase):
     def _check_stranded(self) -> None:
         """Invariant 9: nothing is stranded (delivered, never acked, never back), and no node
         ends holding a live copy of a job nobody has acked."""
-        cfg = self.cfg
+        cfg = self.w.cfg
         seen: set[str] = set()
-        for rec in self.adds.values():
+        for rec in self.w.adds.values():
             if rec.status != "ok" or rec.retry_s == 0 or rec.job_id is None:
                 continue
             job_id = rec.job_id
             if job_id in seen:
                 continue  # a keyed retry answered with the same job
             seen.add(job_id)
-            if rec.t_start + cfg.ttl_s * 1000 <= self.now + 2 * cfg.clock_skew_ms + 1000:
+            if rec.t_start + cfg.ttl_s * 1000 <= self.w.now + 2 * cfg.clock_skew_ms + 1000:
                 continue  # it may have expired (invariant 1's excuse)
             if cfg.fsync_lost and self._lost_everywhere(job_id):
                 continue
             copies = self._copies_at_end(job_id)
             live = [nd for nd, j in copies if j.state in (WAIT_REPL, QUEUED, ACTIVE)]
             acked = any(j.state == ACKED for _, j in copies)
-            ds = self.delivered.get(job_id, [])
-            covered = self._ack_cover.get(job_id, 0)
+            ds = self.w.delivered.get(job_id, [])
+            covered = self.w.ack_cover.get(job_id, 0)
             what = ""
-            if ds and covered < len(ds) and (job_id not in self._ack_cover or live):
+            if ds and covered < len(ds) and (job_id not in self.w.ack_cover or live):
                 last = ds[-1]
-                drops = self._drops.get(job_id, 0)
+                drops = self.w.drops.get(job_id, 0)
                 acks = (
                     f"the last ACK reached a node after delivery {covered}"
-                    if job_id in self._ack_cover
+                    if job_id in self.w.ack_cover
                     else "no ACK ever reached a node"
                 )
                 died = f", {drops} time(s) to a consumer that died before ACK" if drops else ""
@@ -275,7 +285,7 @@ class InvariantsMixin(SimBase):
                     "node has it acked"
                 )
             if what:
-                raise self._violation(
+                raise self.w.violation(
                     "9 (nothing stranded)",
                     f"{job_id} {rec.body!r} (REPLICATE {rec.repl} RETRY {rec.retry_s}"
                     f"{' ASYNC' if rec.async_ else ''}, added on n{rec.node} "
@@ -286,7 +296,7 @@ class InvariantsMixin(SimBase):
 
     def _copies_at_end(self, job_id: str) -> list[tuple[SimNode, DJob]]:
         out = []
-        for nd in self.nodes:
+        for nd in self.w.nodes:
             j = nd.core.jobs.get(job_id) if nd.core is not None else None
             if j is not None:
                 out.append((nd, j))
@@ -309,26 +319,26 @@ class InvariantsMixin(SimBase):
     def _check_idem(self) -> None:
         """Invariant 7: one idempotency key, one job: of the jobs carrying a key, at most one
         was answered to a producer or delivered to a consumer."""
-        if not self.idem_adds:
+        if not self.w.idem_adds:
             return
         jobs: dict[str, dict[str, str]] = {}  # key -> job id -> how it showed
-        for key, recs in self.idem_adds.items():
+        for key, recs in self.w.idem_adds.items():
             for rec in recs:
                 if rec.status == "ok" and rec.job_id is not None:
                     jobs.setdefault(key, {}).setdefault(
                         rec.job_id, f"answered to {rec.body!r} on n{rec.node}"
                     )
-        for job_id, ds in self.delivered.items():
-            made = self.adds.get(ds[0].body)
+        for job_id, ds in self.w.delivered.items():
+            made = self.w.adds.get(ds[0].body)
             if made is not None and made.idem_key:
                 jobs.setdefault(made.idem_key, {}).setdefault(
                     job_id, f"delivered ({ds[0].body!r}) by n{ds[0].node}"
                 )
         dups = {key: ids for key, ids in jobs.items() if len(ids) > 1}
-        self.stats["idem_dup_keys"] = len(dups)
+        self.w.stats["idem_dup_keys"] = len(dups)
         for key in sorted(dups):
             ids = dups[key]
-            raise self._violation(
+            raise self.w.violation(
                 "7 (one idempotency key, one job)",
                 f"key {key} has {len(ids)} jobs: "
                 + "; ".join(f"{i} {how}" for i, how in sorted(ids.items())),
@@ -338,20 +348,20 @@ class InvariantsMixin(SimBase):
     def _check_beanstalk(self) -> None:
         """Invariant 8: every INSERTED beanstalk job was reserved somewhere by the end, or
         is still in some node's beanstalk core (buried stays buried)."""
-        if not self.bputs:
+        if not self.w.bputs:
             return
         present: dict[bytes, str] = {}
-        for nd in self.nodes:
+        for nd in self.w.nodes:
             if nd.nc is not None:
                 for job in nd.nc.beanstalk.jobs.values():
                     present.setdefault(job.body, f"{nd.name}:{job.id}")
-        for rec in self.bputs.values():
-            if rec.status != "ok" or rec.body in self.bdelivered or rec.body in present:
+        for rec in self.w.bputs.values():
+            if rec.status != "ok" or rec.body in self.w.bdelivered or rec.body in present:
                 continue
-            if self.cfg.fsync_lost and rec.disque_id and self._lost_everywhere(rec.disque_id):
+            if self.w.cfg.fsync_lost and rec.disque_id and self._lost_everywhere(rec.disque_id):
                 continue
             holders = self._holders_at_end(rec.disque_id) if rec.disque_id else "not replicated"
-            raise self._violation(
+            raise self.w.violation(
                 "8 (inserted beanstalk job not lost)",
                 f"{rec.body!r} (INSERTED by n{rec.node}, beanstalk_replicate {rec.repl}, "
                 f"t={rec.t_start - T0_MS}..{rec.t_end - T0_MS}, cluster id "
@@ -362,17 +372,17 @@ class InvariantsMixin(SimBase):
 
     def _lost_everywhere(self, job_id: str) -> bool:
         """fsync_lost: every node that logged the job lost a LOADJOB of it in a crash."""
-        lost = self._lost_load.get(job_id)
+        lost = self.w.lost_load.get(job_id)
         if not lost:
             return False
-        loaders = {node for _, node, st in self._copies.get(job_id, ()) if st == HOLDS}
+        loaders = {node for _, node, st in self.w.copies.get(job_id, ()) if st == HOLDS}
         return loaders <= lost
 
     def _dead_step(self, job_id: str) -> tuple[int, list[int]] | None:
         """The first step after which every node that ever held a copy (hindsight: including
         those that get one later) had its latest AOF record for the job be a DELJOB, and no
         copy was on the wire."""
-        events = self._copies.get(job_id)
+        events = self.w.copies.get(job_id)
         if not events:
             return None
         holders = sorted({node for _, node, st in events if st in (HOLDS, WAITING)})
@@ -395,7 +405,7 @@ class InvariantsMixin(SimBase):
 
     def _holders_at_end(self, job_id: str) -> str:
         parts = []
-        for nd in self.nodes:
+        for nd in self.w.nodes:
             j = nd.core.jobs.get(job_id) if nd.core is not None else None
             in_aof = any(
                 (p.id if isinstance(p, JobData) else p) == job_id
@@ -406,29 +416,29 @@ class InvariantsMixin(SimBase):
                 parts.append(f"{nd.name}={st}{'(in AOF)' if in_aof else ''}")
         return ", ".join(parts) or "no node knows it"
 
-    def _enrich(self, e: InvariantViolation) -> InvariantViolation:
+    def enrich(self, e: InvariantViolation) -> InvariantViolation:
         """Attach the readable part: config, the job's history, the last events."""
         lines = [
-            f"config: {config_diff(self.cfg)}",
-            f"replay: {replay_command(self.seed, self.cfg)}",
+            f"config: {config_diff(self.w.cfg)}",
+            f"replay: {replay_command(self.w.seed, self.w.cfg)}",
         ]
         if e.report:
             lines.append(e.report)
-        if not self._tr:
+        if not self.w.tr:
             lines.append("(run with trace=True for the job's history)")
         else:
             keys: list[str] = []
             if e.job_id is not None:
                 keys.append(e.job_id)
-                body = self._body_of.get(e.job_id)
+                body = self.w.body_of.get(e.job_id)
                 if body is not None:
                     keys.append(repr(body))
             if keys:
-                hist = [ln for ln in self.trace if "NEMESIS" in ln or any(k in ln for k in keys)]
+                hist = [ln for ln in self.w.trace if "NEMESIS" in ln or any(k in ln for k in keys)]
                 if len(hist) > 400:
                     hist = [*hist[:100], f"... {len(hist) - 400} lines ...", *hist[-300:]]
                 lines.append(f"--- history of {' / '.join(keys)} (and nemesis) ---")
                 lines.extend(hist)
             lines.append("--- last 40 events ---")
-            lines.extend(self.trace[-40:])
+            lines.extend(self.w.trace[-40:])
         return InvariantViolation(e.seed, e.invariant, e.detail, "\n".join(lines), e.job_id)

@@ -15,10 +15,10 @@ What is observed, per tick key:
   decision, disq/core/disque/keyvote.py) and SCHEDTICK records (the scheduler's last bound
   tick, taken from the add's answer or a peer), as they reach a node's AOF.
 
-The availability of the cluster is logged at every nemesis action (which nodes are up,
-unfrozen, not leaving, not under a memory warning, and on which side of a partition), and
-before every tick of a schedule that is not CATCHUP-all, which nodes know its current
-definition (unpaused).
+The world logs the cluster's availability at every nemesis action (``World.avail_log``:
+which nodes are up, unfrozen, not leaving, not under a memory warning, and on which side of a
+partition); before every tick of a schedule that is not CATCHUP-all, this part notes which
+nodes know its current definition (unpaused).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from disq.core.schedule.scheduler import GRACE_MS, KEY_PREFIX, MISFIRE_MS, Sched
 from disq.core.schedule.spec import Spec
 from disq.persistence.cluster_records import REC_IDEMKEY, decode_idemkeys
 from disq.persistence.schedule_records import REC_SCHEDTICK, decode_tick
-from disq.testing.sim.base import SimBase
 from disq.testing.sim.config import INF, SCHED_SKIP_QUEUE, T0_MS
 from disq.testing.sim.model import Delivery, SimNode
+from disq.testing.sim.step import NodeStep
+from disq.testing.sim.world import World
 
 SPECS = ("@every 1s", "*/2 * * * * *", "@every 3s")
 CATCHUP_ALL = 1000  # CATCHUP_MAX: more ticks than any run has
@@ -71,47 +72,30 @@ class SchedRec:
         return self.misfire == MISFIRE_CATCHUP and self.catchup >= CATCHUP_ALL
 
 
-class SchedulesMixin(SimBase):
-    scheds: dict[str, SchedRec]
-    # tick key -> job id -> how it showed (delivered / IDEMKEY / SCHEDTICK on a node)
-    sched_jobs: dict[str, dict[str, str]]
-    sched_delivered: dict[str, set[str]]  # tick key -> job ids delivered
-    # (sim time, per node: available, side, takes copies) at each nemesis action
-    _avail_log: list[tuple[int, tuple[bool, ...], tuple[int, ...], tuple[bool, ...]]]
-    _knowers: dict[tuple[str, int], frozenset[int]]  # (name, tick) -> nodes knowing the def
-    _required_cache: dict[str, tuple[str, int]] | None  # tick key -> (name, tick)
+class Schedules:
+    """The schedules' workload, what is observed of their ticks, and invariant 10."""
 
-    def _sched_init(self) -> None:
-        self.scheds = {}
-        self.sched_jobs = {}
-        self.sched_delivered = {}
-        self._avail_log = []
-        self._knowers = {}
-        self._required_cache = None
-        if self.cfg.schedules:
-            self._avail_note()
-            self._at(self.t_clients, self._sched_add_all, None)
+    def __init__(self, world: World, stepper: NodeStep) -> None:
+        self.w = world
+        self.stepper = stepper
+        self.scheds: dict[str, SchedRec] = {}
+        # tick key -> job id -> how it showed (delivered / IDEMKEY / SCHEDTICK on a node)
+        self.sched_jobs: dict[str, dict[str, str]] = {}
+        self.sched_delivered: dict[str, set[str]] = {}  # tick key -> job ids delivered
+        # (name, tick) -> nodes knowing the definition
+        self._knowers: dict[tuple[str, int], frozenset[int]] = {}
+        self._required_cache: dict[str, tuple[str, int]] | None = None  # key -> (name, tick)
+
+    def start(self) -> None:
+        if self.w.cfg.schedules:
+            self.w.note_availability()
+            self.w.at(self.w.t_clients, self._sched_add_all, None)
 
     # ------------------------------------------------------------------ availability
-    def _avail_note(self) -> None:
-        """After every nemesis action: who could take part in firing a tick."""
-        if not self.cfg.schedules:
-            return
-        ok = tuple(nd.up and not nd.frozen and nd.id not in self.leaving for nd in self.nodes)
-        copies = tuple(
-            a and nd.core is not None and not nd.core.memory.warning
-            for a, nd in zip(ok, self.nodes, strict=True)
-        )
-        snap = (self.now, ok, tuple(self.side), copies)
-        if self._avail_log and self._avail_log[-1][0] == self.now:
-            self._avail_log[-1] = snap
-        else:
-            self._avail_log.append(snap)
-
     def _group_over(self, a: int, b: int, among: frozenset[int]) -> tuple[int, int]:
         """The largest set of nodes of ``among`` available and on one side together over the
         whole of [a, b]: (its size, how many of it take copies throughout)."""
-        log = self._avail_log
+        log = self.w.avail_log
         k = 0
         while k + 1 < len(log) and log[k + 1][0] <= a:
             k += 1
@@ -129,15 +113,15 @@ class SchedulesMixin(SimBase):
 
     # ------------------------------------------------------------------ the workload
     def _sched_add_all(self, _: object) -> None:
-        cfg = self.cfg
-        rng = self.rng
-        n = len(self.nodes)
+        cfg = self.w.cfg
+        rng = self.w.rng
+        n = len(self.w.nodes)
         # REPLICATE: at most the nodes the nemesis leaves up (and at least 1).
-        top = max(1, min(3, n - min(self.max_down, n - 1)))
+        top = max(1, min(3, n - min(self.w.max_down, n - 1)))
         for k in range(cfg.schedules):
-            up = self._up_nodes()
+            up = self.w.up_nodes()
             if not up:
-                self._at(self.now + 100, self._sched_add_all, None)
+                self.w.at(self.w.now + 100, self._sched_add_all, None)
                 return
             nd = rng.choice(up)
             name = f"s{k}"
@@ -163,76 +147,76 @@ class SchedulesMixin(SimBase):
                 queue,
                 body,
                 repl=repl,
-                retry_s=rng.randint(1, self.max_retry_s),
+                retry_s=rng.randint(1, self.w.max_retry_s),
                 misfire=misfire,
                 catchup=catchup,
             )
             sched = nd.nc.scheduler if nd.nc is not None else None
             assert sched is not None
             try:
-                self._guard(nd, sched.add, self.now + nd.skew, d)
+                self.w.guard(nd, sched.add, self.w.now + nd.skew, d)
             except ScheduleError as e:
-                raise self._violation("10 (schedules)", f"SCHEDULE ADD on {nd.name}: {e}") from e
-            rec = SchedRec(name, spec, queue, body, repl, misfire, catchup, nd.idx, self.now)
-            rec.versions.append((self.now, d.version_ms, False))
+                raise self.w.violation("10 (schedules)", f"SCHEDULE ADD on {nd.name}: {e}") from e
+            rec = SchedRec(name, spec, queue, body, repl, misfire, catchup, nd.idx, self.w.now)
+            rec.versions.append((self.w.now, d.version_ms, False))
             self.scheds[name] = rec
-            if self._tr:
+            if self.w.tr:
                 pol = "SKIP" if misfire == MISFIRE_SKIP else f"CATCHUP {catchup}"
-                self._t(
+                self.w.t(
                     f"SCHEDULE ADD {nd.name} {name} {spec!r} {queue} REPLICATE {repl} {pol} "
                     f"version {d.version_ms}"
                 )
-            self._flush(nd)
+            self.stepper.flush(nd)
             self._sched_probes(rec)  # CATCHUP-all ticks before a change take the SKIP rule
         if cfg.schedule_changes and self.scheds:
             name = rng.choice(sorted(self.scheds))
-            t = self.now + rng.randint(500, max(600, cfg.duration_ms // 2))
-            self._at(t, self._sched_change, (name, True))
-            self._at(t + rng.randint(500, 2000), self._sched_change, (name, False))
+            t = self.w.now + rng.randint(500, max(600, cfg.duration_ms // 2))
+            self.w.at(t, self._sched_change, (name, True))
+            self.w.at(t + rng.randint(500, 2000), self._sched_change, (name, False))
 
     def _sched_change(self, arg: tuple[str, bool]) -> None:
         """PAUSE (True) or RESUME (False) from a random live node (another than last time)."""
         name, pause = arg
         rec = self.scheds[name]
-        up = self._up_nodes()
+        up = self.w.up_nodes()
         if not up:
-            self._at(self.now + 100, self._sched_change, arg)
+            self.w.at(self.w.now + 100, self._sched_change, arg)
             return
-        nd = self.rng.choice(up)
+        nd = self.w.rng.choice(up)
         sched = nd.nc.scheduler if nd.nc is not None else None
         assert sched is not None
-        now = self.now + nd.skew
-        done = self._guard(nd, sched.pause if pause else sched.resume, now, name)
+        now = self.w.now + nd.skew
+        done = self.w.guard(nd, sched.pause if pause else sched.resume, now, name)
         d = sched.get(name)
-        if self._tr:
+        if self.w.tr:
             what = "PAUSE" if pause else "RESUME"
-            self._t(f"SCHEDULE {what} {nd.name} {name} -> {done} {d and d.version_ms}")
+            self.w.t(f"SCHEDULE {what} {nd.name} {name} -> {done} {d and d.version_ms}")
         if done and d is not None:
-            rec.versions.append((self.now, d.version_ms, pause))
+            rec.versions.append((self.w.now, d.version_ms, pause))
         elif not pause and not done:
             # The node does not know the schedule (cut off when it was added): another.
-            self._at(self.now + 200, self._sched_change, arg)
-        self._flush(nd)
+            self.w.at(self.w.now + 200, self._sched_change, arg)
+        self.stepper.flush(nd)
 
     def _sched_probes(self, rec: SchedRec) -> None:
         """Before each tick (LEAD_MS before the fastest clock reaches it), note which nodes
         know the definition then in force, unpaused."""
         spec = Spec(rec.spec, "UTC")
-        ahead = max(nd.skew for nd in self.nodes)
+        ahead = max(nd.skew for nd in self.w.nodes)
         after = rec.versions[0][1] // 1000
-        for tick in spec.ticks_between(after, self.t_drain // 1000 + 10, 100):
+        for tick in spec.ticks_between(after, self.w.t_drain // 1000 + 10, 100):
             at = tick * 1000 - ahead - LEAD_MS
-            self._at(max(at, self.now), self._sched_probe, (rec.name, tick))
+            self.w.at(max(at, self.w.now), self._sched_probe, (rec.name, tick))
 
     def _sched_probe(self, arg: tuple[str, int]) -> None:
         name, tick = arg
         rec = self.scheds[name]
-        win = rec.winner(self.now)
+        win = rec.winner(self.w.now)
         assert win is not None
         _, version, paused = win
         knows = set()
         if not paused:
-            for nd in self.nodes:
+            for nd in self.w.nodes:
                 sched = nd.nc.scheduler if nd.nc is not None else None
                 d = sched.get(name) if sched is not None else None
                 if d is not None and d.version_ms == version and not d.paused:
@@ -240,12 +224,12 @@ class SchedulesMixin(SimBase):
         self._knowers[(name, tick)] = frozenset(knows)
 
     # ------------------------------------------------------------------ observations
-    def _sched_delivery(self, d: Delivery, j: DJob) -> None:
+    def delivery(self, d: Delivery, j: DJob) -> None:
         key = j.idem_key
         name = key[len(KEY_PREFIX) :].rsplit(":", 1)[0]
         rec = self.scheds.get(name)
         if rec is None or j.body != rec.body:
-            raise self._violation(
+            raise self.w.violation(
                 "10 (schedules: no phantom tick jobs)",
                 f"{d.job_id} {j.body!r} with key {key} delivered by n{d.node}, but no schedule "
                 f"{name!r} with that body was added",
@@ -255,7 +239,7 @@ class SchedulesMixin(SimBase):
         self.sched_jobs.setdefault(key, {}).setdefault(d.job_id, f"delivered by n{d.node}")
         self._check_tick_key(key)
 
-    def _track_sched(self, nd: SimNode, frames: list[tuple[int, bytes]]) -> None:
+    def track_frames(self, nd: SimNode, frames: list[tuple[int, bytes]]) -> None:
         """A node's AOF records naming a tick key's job: IDEMKEY (the vote's decision) and
         SCHEDTICK (the scheduler's last bound tick)."""
         for rtype, payload in frames:
@@ -269,16 +253,16 @@ class SchedulesMixin(SimBase):
 
     def _sched_bound(self, key: str, job_id: str, how: str) -> None:
         self.sched_jobs.setdefault(key, {}).setdefault(job_id, how)
-        if self._tr:
-            self._t(f"bound {key} -> {job_id} ({how})")
+        if self.w.tr:
+            self.w.t(f"bound {key} -> {job_id} ({how})")
         self._check_tick_key(key)
 
     def _check_tick_key(self, key: str) -> None:
         """Invariant 10, none twice: one tick, one job."""
         jobs = self.sched_jobs.get(key)
         if jobs is not None and len(jobs) > 1:
-            self.stats["sched_dup_ticks"] = self.stats.get("sched_dup_ticks", 0) + 1
-            raise self._violation(
+            self.w.stats["sched_dup_ticks"] = self.w.stats.get("sched_dup_ticks", 0) + 1
+            raise self.w.violation(
                 "10 (schedules: one tick, one job)",
                 f"tick {key} has {len(jobs)} jobs: "
                 + "; ".join(f"{i} {how}" for i, how in sorted(jobs.items())),
@@ -291,11 +275,11 @@ class SchedulesMixin(SimBase):
         if self._required_cache is not None:
             return self._required_cache
         out: dict[str, tuple[str, int]] = {}
-        skews = [nd.skew for nd in self.nodes]
+        skews = [nd.skew for nd in self.w.nodes]
         ahead, behind = max(skews), min(skews)
         # Due on every node's clock, its grace included, before the drain starts (the drain
         # then waits for its job, up to drain_max_ms).
-        last = (self.t_drain - GRACE_MS + behind) // 1000
+        last = (self.w.t_drain - GRACE_MS + behind) // 1000
         for rec in self.scheds.values():
             spec = Spec(rec.spec, "UTC")
             first_version = rec.versions[0][1]
@@ -333,21 +317,21 @@ class SchedulesMixin(SimBase):
         if knowers is None:
             return False
         size, takers = self._group_over(a, b, knowers)
-        return size >= len(self.nodes) // 2 + 1 and takers >= rec.repl
+        return size >= len(self.w.nodes) // 2 + 1 and takers >= rec.repl
 
-    def _sched_waiting(self) -> bool:
+    def waiting(self) -> bool:
         """The drain goes on while a required tick has no delivered job."""
         if not self.scheds:
             return False
         return any(key not in self.sched_delivered for key in self._sched_required())
 
-    def _check_schedules(self) -> None:
+    def check(self) -> None:
         """Invariant 10, none lost (none twice is checked as jobs show up)."""
         if not self.scheds:
             return
         required = self._sched_required()
-        self.stats["sched_ticks_required"] = len(required)
-        self.stats["sched_ticks_delivered"] = len(self.sched_delivered)
+        self.w.stats["sched_ticks_required"] = len(required)
+        self.w.stats["sched_ticks_delivered"] = len(self.sched_delivered)
         got = self.sched_delivered
         missing = sorted((tick, name) for key, (name, tick) in required.items() if key not in got)
         if missing:
@@ -356,7 +340,7 @@ class SchedulesMixin(SimBase):
             key = tick_key(name, tick)
             bound = self.sched_jobs.get(key, {})
             pol = "SKIP" if rec.misfire == MISFIRE_SKIP else f"CATCHUP {rec.catchup}"
-            raise self._violation(
+            raise self.w.violation(
                 "10 (schedules: no tick lost)",
                 f"{len(missing)} required tick(s) got no delivered job, first {key} "
                 f"(t={tick * 1000 - T0_MS}; {rec.spec!r} {pol} REPLICATE {rec.repl}, added on "

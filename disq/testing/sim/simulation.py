@@ -12,12 +12,12 @@ What a node is here, and why it matches ``disq/server``:
 
 - One *step* = one event handled by one node (a message, a timer, a client command). Then
   the node's ``Ready`` is taken and applied with ``apply_ready`` as the real loop does
-  (``SimBase._flush``): first the AOF records the step produced are appended to the node's
+  (``NodeStep.flush``): first the AOF records the step produced are appended to the node's
   in-memory AOF (they are durable from then on), then its messages, its client replies and
   its beanstalk wake-ups are released. So a GOTJOB, an ADDJOB reply or an INSERTED never
   leaves before the record it vouches for is written (group commit). With ``fsync_lost`` the
   unsynced tail (since the last once-a-second fsync) is dropped at a crash, as ``appendfsync
-  everysec`` after a power loss; that weakens invariant 1 (see ``_check_final``).
+  everysec`` after a power loss; that weakens invariant 1 (see ``Invariants.check_final``).
 - A crash throws the node's memory away (cores, blocked clients, in-flight messages to it).
   A restart builds new cores for the same node id and replays its AOF with ``restore``; the
   membership comes back from its last snapshot, as ``disq-node`` does from its data dir.
@@ -45,7 +45,6 @@ import hashlib
 import heapq
 import random
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from disq.core.beanstalk.core import BeanstalkCore
@@ -54,28 +53,25 @@ from disq.core.membership import Membership
 from disq.core.messages import ALIVE, Member
 from disq.core.node_core import NodeCore
 from disq.core.schedule.scheduler import KEY_PREFIX
-from disq.testing.sim.beanstalk_load import BEAN_STATES, BeanstalkMixin
-from disq.testing.sim.config import INF, SCHED_SKIP_QUEUE, T0_MS, SimConfig, sweep_config
-from disq.testing.sim.invariants import InvariantsMixin
-from disq.testing.sim.model import (
-    AddRec,
-    Delivery,
-    InvariantViolation,
-    SimDisqueCore,
-    SimNode,
-    SimResult,
-)
-from disq.testing.sim.nemesis import NemesisMixin
-from disq.testing.sim.network import NetworkMixin, OracleView, StaticView
-from disq.testing.sim.schedules import SchedulesMixin
-from disq.testing.sim.workload import WorkloadMixin
+from disq.testing.sim.beanstalk_load import BEAN_STATES, BeanstalkLoad
+from disq.testing.sim.config import INF, T0_MS, SimConfig, sweep_config
+from disq.testing.sim.invariants import Invariants
+from disq.testing.sim.model import InvariantViolation, SimDisqueCore, SimNode, SimResult
+from disq.testing.sim.nemesis import Nemesis
+from disq.testing.sim.network import Network, OracleView, StaticView
+from disq.testing.sim.schedules import Schedules
+from disq.testing.sim.step import NodeStep, StepOutputs
+from disq.testing.sim.workload import Workload
+from disq.testing.sim.world import World
 
 MEET_RETRY_MS = 500  # as cluster_services.MEET_RETRY_S
 
 
-class Simulation(
-    NetworkMixin, NemesisMixin, WorkloadMixin, BeanstalkMixin, SchedulesMixin, InvariantsMixin
-):
+class Simulation:
+    """One seeded run: builds the nodes, wires the parts (each owns its state; the
+    ``World`` holds what they share), starts the clients and the nemesis, and drains the
+    cluster at the end."""
+
     def __init__(self, seed: int, nodes: int = 3, **overrides: Any) -> None:
         self._init(seed, SimConfig(nodes=nodes, **overrides))
 
@@ -91,189 +87,73 @@ class Simulation(
             raise ValueError("nodes must be in 1..16")
         if cfg.view not in ("swim", "oracle", "static"):
             raise ValueError(f"unknown view {cfg.view!r}")
-        self.seed = seed
-        self.cfg = cfg
-        self.rng = random.Random(seed)
-        self._tr = cfg.trace
-        self.trace: list[str] = []
-        self.now = T0_MS
-        self.step = 0
-        self._seq = 0
-        self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self._token = 0
-        self._done = False
-
-        n = cfg.nodes
-        lo, hi = cfg.repl if cfg.repl is not None else (1, min(3, n))
-        self.repl_range = (max(1, lo), max(1, min(hi, n)))
-        if cfg.max_down is not None:
-            self.max_down = cfg.max_down
-        else:
-            self.max_down = max(0, self.repl_range[0] - 1)
-        self.max_retry_s = max(1, cfg.max_retry_s)
-
-        self.nodes: list[SimNode] = []
-        for i in range(n):
-            node_id = f"{self.rng.getrandbits(160):040x}"
-            skew = self.rng.randint(-cfg.clock_skew_ms, cfg.clock_skew_ms)
-            self.nodes.append(SimNode(i, node_id, skew))
-        self.by_id = {nd.id: nd for nd in self.nodes}
-        self.ids = [nd.id for nd in self.nodes]
-        self.side = [0] * n  # partition side of each node; same side = connected
-        self.leaving: set[str] = set()  # node ids with CLUSTER LEAVING yes (static views)
-
-        # Client-side history (what invariants are checked against).
-        self.adds: dict[bytes, AddRec] = {}
-        self.deliveries: list[Delivery] = []
-        self.delivered: dict[str, list[Delivery]] = {}
-        self._body_of: dict[str, bytes] = {}
-        # job id -> [(step, node, _HOLDS|_GONE|_FLYING|_LANDED|_WAITING)] from the AOF
-        # stream, the copies on the wire and the creators' WAIT_REPL copies: invariant 2.
-        self._copies: dict[str, list[tuple[int, int, int]]] = {}
-        # fsync_lost: job id -> nodes that lost a LOADJOB of it in a crash.
-        self._lost_load: dict[str, set[int]] = {}
-        self._lost_del: set[str] = set()  # fsync_lost: a DELJOB of this job was lost
-        self._client_acks: dict[str, int] = {}  # job id -> first client ACK/FASTACK time
-        self._ack_cover: dict[str, int] = {}  # invariant 9 (see base.py)
-        self._drops: dict[str, int] = {}
-        self._enqueue_once_restarts: list[int] = []  # times of aof-enqueue-jobs-once restarts
-        self._admin_enqueued: set[str] = set()  # jobs an admin ENQUEUE really queued
-        self._jobs_left = cfg.jobs
-        self._job_seq = 0
-        self.stats: dict[str, int] = {
-            k: 0
-            for k in (
-                "steps",
-                "msgs_sent",
-                "msgs_delivered",
-                "msgs_lost",
-                "msgs_dup",
-                "msgs_cut",
-                "msgs_held",
-                "crashes",
-                "restarts",
-                "freezes",
-                "partitions",
-                "heals",
-                "aof_rewrites",
-                "add_ok",
-                "add_failed",
-                "add_indeterminate",
-                "add_cancelled",
-                "deliveries",
-                "redeliveries",
-                "acks",
-                "dummy_acks",
-                "fastacks",
-                "nacks",
-                "workings",
-                "dropped_by_consumer",
-                "enqueues",
-                "get_cancelled",
-                "get_leaving",
-                "pressure",
-                "leaving",
-                "pauses",
-                "idem_retries",
-                "bput_ok",
-                "bput_failed",
-                "bput_indeterminate",
-                "bdeliveries",
-                "bredeliveries",
-                "bdeletes",
-                "bburys",
-                "breleases",
-                "bvanishs",
-                "bkicks",
+        self.w = w = World(seed, cfg)
+        self.stepper = NodeStep(w)
+        self.network = Network(w, self.stepper)
+        self.schedules = Schedules(w, self.stepper)
+        self.checks = Invariants(w, self.schedules)
+        self.workload = Workload(w, self.stepper, self.checks, self.schedules)
+        self.beanstalk = BeanstalkLoad(w, self.stepper)
+        crashed = (self.workload.node_crashed, self.beanstalk.node_crashed)
+        self.nemesis = Nemesis(w, self.stepper, self._start_node, crashed)
+        self.stepper.connect(
+            StepOutputs(
+                send=self.network.send,
+                reply=self.workload.on_reply,
+                wake=self.beanstalk.on_wake,
+                record=self.checks.track_aof,
+                frames=self.schedules.track_frames if cfg.schedules else None,
+                check=self.checks.check_structure,
             )
-        }
-        self.idem_adds = {}
-        self.bputs = {}
-        self.bdeliveries = []
-        self.bdelivered = {}
-        self._bjobs_left = cfg.beanstalk_jobs
-        if cfg.beanstalk_jobs:
-            blo, bhi = cfg.beanstalk_repl
-            for nd in self.nodes:
-                nd.brepl = max(1, min(n, self.rng.randint(blo, bhi)))
+        )
 
-        # Phases (global time).
-        self.t_clients = T0_MS + (cfg.warmup_ms if cfg.view == "swim" else 0)
-        self.t_heal = self.t_clients + cfg.duration_ms
-        settle = cfg.settle_ms
-        if settle is None:
-            settle = 3 * self.max_retry_s * 1000 + 2000
-        self.t_drain = self.t_heal + settle
-        self.t_give_up = self.t_drain + cfg.drain_max_ms
-        self.queues_all = cfg.queues
-        if cfg.schedules and SCHED_SKIP_QUEUE not in cfg.queues:
-            self.queues_all = (*cfg.queues, SCHED_SKIP_QUEUE)
-
-        for nd in self.nodes:
-            self._start_node(nd, fresh=True)
+        for nd in w.nodes:
+            self._start_node(nd, True)
         if cfg.view == "swim":
             # --join: every node meets node 0 (and one random other, so node 0 being slow
             # does not serialise the whole join).
-            for nd in self.nodes[1:]:
+            for nd in w.nodes[1:]:
                 assert nd.member is not None
-                self._send(nd, self.ids[0], nd.member.meet_message())
-                other = self.rng.randrange(n)
+                self.network.send(nd, w.ids[0], nd.member.meet_message())
+                other = w.rng.randrange(cfg.nodes)
                 if other != nd.idx:
-                    self._send(nd, self.ids[other], nd.member.meet_message())
+                    self.network.send(nd, w.ids[other], nd.member.meet_message())
                 # Both meets can be lost: the node resends, as cluster_services.meet_grpc
                 # does every 0.5 s until it knows the node it joins through (else nodes that
                 # met only each other and a node 0 alone would be two clusters).
-                self._at(T0_MS + MEET_RETRY_MS, self._remeet, nd.idx)
+                w.at(T0_MS + MEET_RETRY_MS, self._remeet, nd.idx)
 
-        for p in range(cfg.producers):
-            self._at(self.t_clients + self.rng.randint(0, 50), self._produce, p)
-        for c in range(cfg.consumers):
-            start = self.t_clients + cfg.consumer_start_ms + self.rng.randint(0, 50)
-            self._at(start, self._consume, c)
+        w.start_clients(self.workload.produce, self.workload.consume)
         if cfg.beanstalk_jobs:
-            for p in range(cfg.producers):
-                self._at(self.t_clients + self.rng.randint(0, 50), self._bproduce, p)
-            for c in range(cfg.consumers):
-                start = self.t_clients + cfg.consumer_start_ms + self.rng.randint(0, 50)
-                self._at(start, self._bconsume, c)
-        if cfg.nemesis_script is not None:
-            for at, action, args in cfg.nemesis_script:
-                self._at(self.t_clients + at, self._scripted, (action, args))
-        elif (
-            cfg.partitions
-            or cfg.crashes
-            or cfg.aof_rewrite_prob > 0
-            or cfg.memory_pressure
-            or cfg.leaving
-            or cfg.pauses
-            or cfg.freezes
-        ):
-            self._at(self.t_clients + self._nemesis_gap(), self._nemesis, None)
-        if cfg.fsync_lost:
-            self._at(T0_MS + self.rng.randint(0, 999), self._fsync, None)
-        self._sched_init()
-        self._at(self.t_heal, self._heal_all, None)
-        self._at(self.t_drain, self._drain_round, True)
+            w.start_clients(self.beanstalk.produce, self.beanstalk.consume)
+        self.nemesis.start()
+        self.schedules.start()
+        w.at(w.t_heal, self.nemesis.heal_all, None)
+        w.at(w.t_drain, self._drain_round, True)
 
     def _remeet(self, idx: int) -> None:
-        nd = self.nodes[idx]
-        if nd.member is None or nd.member.member(self.ids[0]) is not None:
+        w = self.w
+        nd = w.nodes[idx]
+        if nd.member is None or nd.member.member(w.ids[0]) is not None:
             return  # down (its restart meets again), or it knows the node it joins through
-        self._send(nd, self.ids[0], nd.member.meet_message())
-        self._at(self.now + MEET_RETRY_MS, self._remeet, idx)
+        self.network.send(nd, w.ids[0], nd.member.meet_message())
+        w.at(w.now + MEET_RETRY_MS, self._remeet, idx)
 
     def _start_node(self, nd: SimNode, fresh: bool) -> None:
-        cfg = self.cfg
-        now = self.now + nd.skew
-        peers = [i for i in self.ids if i != nd.id]
-        rng_core = random.Random(self.rng.getrandbits(64))
+        """Build the node's cores: new (``fresh``), or restarted from its AOF and its
+        membership snapshot, as ``disq-node`` does from its data dir."""
+        w = self.w
+        cfg = w.cfg
+        now = w.now + nd.skew
+        peers = [i for i in w.ids if i != nd.id]
+        rng_core = random.Random(w.rng.getrandbits(64))
         nd.gen += 1
         nd.up = True
         nd.wake_at = INF
         nd.same_time_ticks = 0
         nd.member = None
         if cfg.view == "swim":
-            rng_m = random.Random(self.rng.getrandbits(64))
+            rng_m = random.Random(w.rng.getrandbits(64))
             me = Member(nd.id, f"10.0.0.{nd.idx + 1}", 7710, 7711, 0, ALIVE)
             timing = {
                 "probe_interval_ms": cfg.probe_interval_ms,
@@ -287,9 +167,9 @@ class Simulation(
             nd.mstate = {}
             nd.view = nd.member
         elif cfg.view == "oracle":
-            nd.view = OracleView(nd.id, peers, self)
+            nd.view = OracleView(nd.id, peers, w)
         else:
-            nd.view = StaticView(nd.id, peers, self)
+            nd.view = StaticView(nd.id, peers, w)
         core = SimDisqueCore(nd.view, rng_core, now)
         core.vote_keys = cfg.vote_keys
         nc = NodeCore(
@@ -299,108 +179,111 @@ class Simulation(
             beanstalk_replicate=nd.brepl,
             contain_errors=False,
         )
-        nc.new_token = self._new_token
+        nc.new_token = w.new_token
         nc.set_persist(True)  # as the server does: the scheduler logs SCHEDULE/SCHEDTICK too
         nd.nc, nd.core = nc, core
         if not fresh:
             records = list(nd.aof)
-            if cfg.enqueue_on_restart_prob and self.rng.random() < cfg.enqueue_on_restart_prob:
+            if cfg.enqueue_on_restart_prob and w.rng.random() < cfg.enqueue_on_restart_prob:
                 core.aof_enqueue_once = True
-                self._enqueue_once_restarts.append(self.now)
-            self._guard(nd, nc.restore, now, records)
-            if self._tr:
+                w.enqueue_once_restarts.append(w.now)
+            w.guard(nd, nc.restore, now, records)
+            if w.tr:
                 once = " (aof-enqueue-jobs-once)" if cfg.enqueue_on_restart_prob else ""
-                self._t(f"{nd.name} restart: restore {len(records)} AOF records{once}")
-        self._flush(nd)
+                w.t(f"{nd.name} restart: restore {len(records)} AOF records{once}")
+        self.stepper.flush(nd)
 
     # ================================================================== event loop
     def run(self) -> SimResult:
         """Run to the end and check the invariants. Raises ``InvariantViolation``."""
-        heap = self._heap
+        w = self.w
+        heap = w.heap
         try:
-            while heap and not self._done:
+            while heap and not w.done:
                 t, _, fn, arg = heapq.heappop(heap)
-                self.now = t
-                self.step += 1
+                w.now = t
+                w.step += 1
                 fn(arg)
-            self._check_all_structures()
-            self._check_final()
+            self.checks.check_all_structures()
+            self.checks.check_final()
         except InvariantViolation as e:
-            raise self._enrich(e) from None
+            raise self.checks.enrich(e) from None
         except Exception as e:  # a bug of the simulator itself: still report the seed
             v = InvariantViolation(
-                self.seed, "simulator raised", f"{type(e).__name__}: {e}", traceback.format_exc()
+                w.seed, "simulator raised", f"{type(e).__name__}: {e}", traceback.format_exc()
             )
-            raise self._enrich(v) from e
+            raise self.checks.enrich(v) from e
         return self.result()
 
     def result(self) -> SimResult:
-        self.stats["steps"] = self.step
+        w = self.w
+        w.stats["steps"] = w.step
         return SimResult(
-            seed=self.seed,
-            config=self.cfg,
-            stats=dict(self.stats),
-            adds=self.adds,
-            deliveries=self.deliveries,
-            trace_hash=hashlib.sha256("\n".join(self.trace).encode()).hexdigest(),
-            trace=self.trace,
+            seed=w.seed,
+            config=w.cfg,
+            stats=dict(w.stats),
+            adds=w.adds,
+            deliveries=w.deliveries,
+            trace_hash=hashlib.sha256("\n".join(w.trace).encode()).hexdigest(),
+            trace=w.trace,
             leftover=self._leftover(),
-            bputs=self.bputs,
-            bdeliveries=self.bdeliveries,
+            bputs=w.bputs,
+            bdeliveries=w.bdeliveries,
         )
 
     # ================================================================== end of run
     def _drain_round(self, first: object) -> None:
         """After healing and settling: take everything out of every node, ack it where it
         came from, and stop once no live job is left anywhere (or give up)."""
-        cfg = self.cfg
-        rng = self.rng
+        w = self.w
+        cfg = w.cfg
         if first:
-            self._normalise()  # a PAUSE sent before the heal may have landed after it
-        queues = list(self.queues_all)
+            self.nemesis.normalise()  # a PAUSE sent before the heal may have landed after it
+        queues = list(w.queues_all)
         if cfg.drain == "consumers" and cfg.consumer_nodes is not None:
             # Federation must bring the jobs here: block, do not poll.
             for idx in cfg.consumer_nodes:
-                nd = self.nodes[idx]
+                nd = w.nodes[idx]
                 if nd.up and not any(op.kind == "get" for op in nd.pending.values()):
-                    self._get(nd, -1, queues, False, 500, 10)
+                    self.workload.get(nd, -1, queues, False, 500, 10)
         else:
-            for nd in self._up_nodes():
+            for nd in w.up_nodes():
                 for _ in range(50):
-                    token = self._new_token()
-                    now = self.now + nd.skew
-                    core = self._core(nd)
-                    res = self._guard(nd, core.get_job, now, token, queues, nohang=True, count=10)
+                    token = w.new_token()
+                    now = w.now + nd.skew
+                    core = w.core(nd)
+                    res = w.guard(nd, core.get_job, now, token, queues, nohang=True, count=10)
                     if not isinstance(res, list):
                         break
-                    if self._tr:
-                        self._t(f"drain {nd.name} -> {[j.id for j in res]}")
-                    self._delivered(nd, res, -1)
-                    self._flush(nd)
-                if self.bputs:
-                    self._bdrain(nd)
-        busy = self._live_jobs() or self._sched_waiting()
-        if not busy or self.now >= self.t_give_up:
-            if self._tr:
-                self._t("END drain")
+                    if w.tr:
+                        w.t(f"drain {nd.name} -> {[j.id for j in res]}")
+                    self.workload.got_jobs(nd, res, -1)
+                    self.stepper.flush(nd)
+                if w.bputs:
+                    self.beanstalk.drain(nd)
+        busy = self._live_jobs() or self.schedules.waiting()
+        if not busy or w.now >= w.t_give_up:
+            if w.tr:
+                w.t("END drain")
             if cfg.final_gc_ms:
-                self._at(self.now + cfg.final_gc_ms, self._check_gc, None)
+                w.at(w.now + cfg.final_gc_ms, self.checks.check_gc, None)
             else:
-                self._done = True
+                w.done = True
             return
-        self._at(self.now + 100 + rng.randint(0, 100), self._drain_round, False)
+        w.at(w.now + 100 + w.rng.randint(0, 100), self._drain_round, False)
 
     def _live_jobs(self) -> bool:
-        if self.bputs and self._bean_live():
+        w = self.w
+        if w.bputs and self.beanstalk.live():
             return True
-        for nd in self.nodes:
+        for nd in w.nodes:
             if nd.core is None:
                 return True
             for j in nd.core.jobs.values():
                 if j.flags & BEANSTALK_ORIGIN:
                     continue  # the beanstalk core's job (above)
                 if j.idem_key.startswith(KEY_PREFIX):
-                    continue  # a schedule's tick: it makes more; _sched_waiting covers them
+                    continue  # a schedule's tick: it makes more; schedules.waiting covers them
                 if j.state == QUEUED or j.state == WAIT_REPL:
                     return True
                 if j.state == ACTIVE and j.qtime_ms:
@@ -411,7 +294,7 @@ class Simulation(
 
     def _leftover(self) -> list[str]:
         out = []
-        for nd in self.nodes:
+        for nd in self.w.nodes:
             if nd.core is None:
                 continue
             for j in nd.core.jobs.values():
