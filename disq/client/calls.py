@@ -22,15 +22,9 @@ class NodeCalls(Protocol):
         """The nodes the client knows (failover.py)."""
         ...
 
-    async def _call(
-        self,
-        method: str,
-        request: Any,
-        *,
-        timeout_s: float | None = None,
-        prefer: str | None = None,
-    ) -> Any:
-        """A call safe to repeat: tried on each node until one answers."""
+    async def _call(self, method: str, request: Any, *, prefer: str | None = None) -> Any:
+        """A call safe to repeat: tried on each node until one answers (``prefer``: the
+        node to try first; AsyncClient's own ``timeout_s`` the mixins leave at default)."""
         ...
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:

@@ -39,28 +39,35 @@ class Schedule:
     version: str = ""
 
 
+# The fields ShowSchedule's message carries under the Schedule's own names and types.
+_SAME_FIELDS = (
+    "name",
+    "spec",
+    "queue",
+    "body",
+    "misfire",
+    "catchup",
+    "paused",
+    "last_tick",
+    "last_job_id",
+    "last_job_state",
+    "last_error",
+    "owner",
+    "version",
+)
+
+
 def schedule_from_proto(s: api_pb2.Schedule) -> Schedule:
-    """The SDK's Schedule from ShowSchedule's message."""
+    """The SDK's Schedule from ShowSchedule's message: the fields both spell alike, then
+    those the message spells its own way."""
     return Schedule(
-        name=s.name,
-        spec=s.spec,
+        **{name: getattr(s, name) for name in _SAME_FIELDS},
         tz=s.zone,
-        queue=s.queue,
-        body=s.body,
         replicate=s.replicate or None,
         retry_s=s.retry_s if s.HasField("retry_s") else None,
         ttl_s=s.ttl_s if s.HasField("ttl_s") else None,
         async_=getattr(s, "async"),
-        misfire=s.misfire,
-        catchup=s.catchup,
-        paused=s.paused,
         next_fire_times=tuple(s.next_fire_times),
-        last_tick=s.last_tick,
-        last_job_id=s.last_job_id,
-        last_job_state=s.last_job_state,
-        last_error=s.last_error,
-        owner=s.owner,
-        version=s.version,
     )
 
 

@@ -333,18 +333,10 @@ class Client(SyncRoutesMixin):
     ) -> list[api_pb2.JobInfo]:
         return self._run(self._aio.scan_jobs(node, queue=queue, states=states, page=page))
 
-    def scan_page(
-        self,
-        cursor: int = 0,
-        *,
-        queue: str = "",
-        states: Sequence[str] = (),
-        count: int = 100,
-        node: str | None = None,
-    ) -> tuple[int, list[api_pb2.JobInfo]]:
-        return self._run(
-            self._aio.scan_page(cursor, queue=queue, states=states, count=count, node=node)
-        )
+    def scan_page(self, cursor: int = 0, **options: Any) -> tuple[int, list[api_pb2.JobInfo]]:
+        """AsyncClient.scan_page's options (queue, states, count, node), as get_jobs takes
+        get_jobs's."""
+        return self._run(self._aio.scan_page(cursor, **options))
 
     def read_events(
         self, node: str, from_seq: int = 0, *, max_events: int = 1000, since_ms: int = 0

@@ -117,11 +117,19 @@ class _Entry:
 
 @dataclass(slots=True)
 class _Probe:
+    """This period's probe of ``target`` (SWIM): a Ping, then PingReqs to helpers once it
+    goes unanswered for the ping timeout."""
+
     target: str
     probe_id: int
     start_ms: int
     acked: bool = False
     indirect_sent: bool = False
+
+    @property
+    def unanswered(self) -> bool:
+        """No ack yet and no helper asked yet: the indirect probe may still come due."""
+        return not self.acked and not self.indirect_sent
 
 
 @dataclass(slots=True)
@@ -322,7 +330,7 @@ class Membership:
             probes[msg.probe_id] = None
             if len(probes) > MEET_PROBES_KEPT:
                 del probes[next(iter(probes))]
-        self._count_sent(msg)
+        self._count(msg, "sent")
         return msg
 
     def set_leaving(self, now_ms: int, leaving: bool) -> None:
@@ -470,13 +478,7 @@ class Membership:
 
     # ------------------------------------------------------------------ input
     def on_message(self, now_ms: int, sender: str, msg: Ping | Ack | PingReq) -> None:
-        self.stats["messages_received"] += 1
-        if isinstance(msg, Ping):
-            self.stats["ping_received"] += 1
-        elif isinstance(msg, Ack):
-            self.stats["ack_received"] += 1
-        else:
-            self.stats["pingreq_received"] += 1
+        self._count(msg, "received")
         if self._me.state == LEFT or sender == self._me.node_id:
             return
         if self._is_banned(sender, now_ms):
@@ -581,8 +583,7 @@ class Membership:
         p = self._probe
         if (
             p is not None
-            and not p.acked
-            and not p.indirect_sent
+            and p.unanswered
             and now_ms >= p.start_ms + self.ping_timeout_ms
             and now_ms < self._next_probe_ms
         ):
@@ -609,7 +610,7 @@ class Membership:
         if self._me.state == LEFT:
             return deadline
         p = self._probe
-        if p is not None and not p.acked and not p.indirect_sent:
+        if p is not None and p.unanswered:
             deadline = min(deadline, p.start_ms + self.ping_timeout_ms)
         for e in self._members.values():
             if e.rec.state == SUSPECT:
@@ -851,15 +852,13 @@ class Membership:
         self._next_probe_id += 1
         return pid
 
-    def _count_sent(self, msg: Ping | Ack | PingReq) -> None:
-        self.stats["messages_sent"] += 1
-        if isinstance(msg, Ping):
-            self.stats["ping_sent"] += 1
-        elif isinstance(msg, Ack):
-            self.stats["ack_sent"] += 1
-        else:
-            self.stats["pingreq_sent"] += 1
+    def _count(self, msg: Ping | Ack | PingReq, way: str) -> None:
+        """``messages_<way>`` and the kind's ``ping_``, ``ack_`` or ``pingreq_<way>`` (way:
+        "sent" or "received")."""
+        kind = "ping" if isinstance(msg, Ping) else "ack" if isinstance(msg, Ack) else "pingreq"
+        self.stats["messages_" + way] += 1
+        self.stats[f"{kind}_{way}"] += 1
 
     def _send(self, dest: str, msg: Ping | Ack | PingReq) -> None:
-        self._count_sent(msg)
+        self._count(msg, "sent")
         self.outbox.append((dest, msg))

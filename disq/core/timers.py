@@ -26,13 +26,14 @@ DEADLINE_SOON's test itself (beanstalkd's: a deadline within the margin, inclusi
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
 
 T = TypeVar("T", bound="SupportsRichComparison")
+K = TypeVar("K", bound="SupportsRichComparison")
 
 REBUILD_SLACK = 4096
 
@@ -48,3 +49,10 @@ def compact(heap: list[T], live: Callable[[T], bool]) -> int:
     heap[:] = [e for e in heap if live(e)]
     heapq.heapify(heap)
     return rebuild_bound(len(heap))
+
+
+def pop_due(heap: list[tuple[int, K]], now_ms: int) -> Iterator[tuple[int, K]]:
+    """Pop an internal timer heap's entries due at ``now_ms`` (``at <= now_ms``), earliest
+    first, for the caller to skip the stale ones; one pushed meanwhile comes too once due."""
+    while heap and heap[0][0] <= now_ms:
+        yield heapq.heappop(heap)

@@ -101,19 +101,25 @@ class Dashboard:
         r = app.router
         r.add_get("/", self._root)
         r.add_get(PREFIX, self._root)
-        r.add_get(PREFIX + "/", self._cluster)
-        r.add_get(PREFIX + "/queues", self._queues)
-        r.add_get(PREFIX + "/queue", self._queue)
-        r.add_get(PREFIX + "/job", self._job)
-        r.add_get(PREFIX + "/dead", self._dead)
-        r.add_get(PREFIX + "/schedules", self._schedules)
-        r.add_get(PREFIX + "/login", self._login_form)
-        r.add_post(PREFIX + "/login", self._login)
-        r.add_post(PREFIX + "/logout", self._logout)
-        r.add_post(PREFIX + "/action", self._action)
-        r.add_get(PREFIX + "/api/queues", self._api_queues)
-        r.add_get(PREFIX + "/stream", self._stream)
-        r.add_get(PREFIX + "/static/{name}", self._static_file)
+        # Under PREFIX: the pages and what their scripts fetch, then the forms' posts (the
+        # login page's right after it: one resource for both methods).
+        gets = {
+            "/": self._cluster,
+            "/queues": self._queues,
+            "/queue": self._queue,
+            "/job": self._job,
+            "/dead": self._dead,
+            "/schedules": self._schedules,
+            "/api/queues": self._api_queues,
+            "/stream": self._stream,
+            "/static/{name}": self._static_file,
+            "/login": self._login_form,
+        }
+        posts = {"/login": self._login, "/logout": self._logout, "/action": self._action}
+        for path, handler in gets.items():
+            r.add_get(PREFIX + path, handler)
+        for path, handler in posts.items():
+            r.add_post(PREFIX + path, handler)
         app.on_shutdown.append(self._on_shutdown)
 
     async def _on_shutdown(self, app: web.Application) -> None:

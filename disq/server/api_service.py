@@ -673,13 +673,13 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     async def QScan(self, request: api_pb2.QScanRequest, context: Any) -> Any:
         async def body() -> api_pb2.QScanResponse:
             nxt, names = self.node.core.inspect.qscan(
+                self._now(),
                 request.cursor,
                 request.count or 100,
                 busyloop=request.busyloop,
                 minlen=request.minlen if request.HasField("minlen") else None,
                 maxlen=request.maxlen if request.HasField("maxlen") else None,
                 importrate=request.importrate if request.HasField("importrate") else None,
-                now_ms=self._now(),
             )
             return api_pb2.QScanResponse(cursor=nxt, queues=[_api_queue(q) for q in names])
 

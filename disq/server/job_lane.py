@@ -65,7 +65,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -272,7 +272,7 @@ class _InboundLane(asyncio.protocols.Protocol):
         self.counted = 0
         self.buf = bytearray()
         if self.sender:
-            server.on_down(self.sender)
+            server.owner.lane_down(self.sender)
 
     def _hello_timeout(self) -> None:
         self.hello_timer = None
@@ -311,7 +311,7 @@ class _InboundLane(asyncio.protocols.Protocol):
                 self.transport.write(HELLO_ACK)
             else:
                 self.ack_due = True
-            server.on_up(sender)
+            server.owner.lane_up(sender)
         pos = 0
         end = len(buf)
         frames: list[bytes] = []
@@ -319,7 +319,7 @@ class _InboundLane(asyncio.protocols.Protocol):
         while end - pos >= 4:
             n = int.from_bytes(buf[pos : pos + 4], "big")
             if n > limit:
-                server.on_bad_frame(self.sender, f"frame length {n} over {limit}")
+                server.owner.lane_bad_frame(self.sender, f"frame length {n} over {limit}")
                 self.close_lane()
                 break
             if end - pos - 4 < n:
@@ -335,12 +335,28 @@ class _InboundLane(asyncio.protocols.Protocol):
                 server.buffer_full(self)
         if frames:
             # Every frame of this read at once: the node answers them with one flush.
-            server.deliver(frames, self.sender)
+            server.owner.lane_frames(frames, self.sender)
 
     def close_lane(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+class LaneOwner(Protocol):
+    """What the lane port reports to the peer links that own it (peer_link.py)."""
+
+    def lane_frames(self, frames: list[bytes], sender: str) -> None:
+        """The frames of one read of ``sender``'s lane, in order."""
+        ...
+
+    def lane_up(self, sender: str) -> None: ...
+
+    def lane_down(self, sender: str) -> None: ...
+
+    def lane_bad_frame(self, sender: str, what: str) -> None:
+        """A frame over the limit: the lane is closed."""
+        ...
 
 
 class LaneServer:
@@ -350,19 +366,9 @@ class LaneServer:
     one lane and dropped with the stream (``revoke``), which closes that lane.
     """
 
-    def __init__(
-        self,
-        my_id: str,
-        deliver: Callable[[list[bytes], str], None],
-        on_up: Callable[[str], None],
-        on_down: Callable[[str], None],
-        on_bad_frame: Callable[[str, str], None],
-    ) -> None:
+    def __init__(self, my_id: str, owner: LaneOwner) -> None:
         self.my_id = my_id
-        self.deliver = deliver
-        self.on_up = on_up
-        self.on_down = on_down
-        self.on_bad_frame = on_bad_frame
+        self.owner = owner
         self.inbound: set[_InboundLane] = set()
         # Live tokens -> the lane that used it (None until its hello). A used token stays
         # until its stream ends: it opens no second lane.

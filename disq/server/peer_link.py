@@ -228,13 +228,7 @@ class PeerLinks:
     async def _start_lane(self, port: int) -> None:
         if self.tls is not None:
             self._lane_ssl = self.tls.ssl_contexts()
-        lane = LaneServer(
-            self.my_id,
-            self._receive_lane_frames,
-            lambda sender: self._log.debug("peer_lane_inbound_up", peer=sender[:8]),
-            lambda sender: self._log.debug("peer_lane_inbound_down", peer=sender[:8]),
-            self._bad_lane_frame,
-        )
+        lane = LaneServer(self.my_id, self)
         try:
             await lane.start(self.host, port, self._lane_ssl[0] if self._lane_ssl else None)
         except OSError as exc:
@@ -742,7 +736,8 @@ class PeerLinks:
             self._hand_over(from_node, msgs)
         return from_node
 
-    def _receive_lane_frames(self, raws: list[bytes], sender: str) -> None:
+    # ------------------------------------------------------------- the lane port's reports
+    def lane_frames(self, raws: list[bytes], sender: str) -> None:
         """The frames of one read of a lane: handed over together (one ``on_messages``, so
         one flush of the node, for every frame the read held), in order."""
         self._lane_frames_received += len(raws)
@@ -760,7 +755,13 @@ class PeerLinks:
         if batch:
             self._hand_over(node, batch)
 
-    def _bad_lane_frame(self, sender: str, what: str) -> None:
+    def lane_up(self, sender: str) -> None:
+        self._log.debug("peer_lane_inbound_up", peer=sender[:8])
+
+    def lane_down(self, sender: str) -> None:
+        self._log.debug("peer_lane_inbound_down", peer=sender[:8])
+
+    def lane_bad_frame(self, sender: str, what: str) -> None:
         self._frames_dropped += 1
         self._log.warning("peer_lane_malformed", peer=sender[:8], error=what)
 

@@ -215,6 +215,17 @@ def test_scan_page(pw_cluster: list[DashNode]) -> None:
     found, on_one = asyncio.run(scan())
     assert found == ids
     assert on_one <= ids
+    # The blocking client's scan_page passes the same options through.
+    blocking: set[str] = set()
+    with Client(addrs[0], password=PASSWORD) as c:
+        for addr in addrs:
+            cursor = 0
+            while True:
+                cursor, jobs = c.scan_page(cursor, queue="scanned", count=100, node=addr)
+                blocking.update(j.id for j in jobs)
+                if cursor == 0:
+                    break
+    assert blocking == ids
 
 
 def resp_line(port: int, *args: str) -> str:

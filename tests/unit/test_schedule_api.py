@@ -8,6 +8,8 @@ themselves run against real nodes in tests/integration/test_schedule_grpc.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 import pytest
 
@@ -38,6 +40,37 @@ def _shown(mesh: Mesh, i: int, name: str) -> Schedule:
     assert d is not None and pairs is not None
     msg = _schedule(d, pairs)
     return sdk_schedule(api_pb2.Schedule.FromString(msg.SerializeToString()))
+
+
+def test_the_sdk_schedule_reads_every_field_of_the_message() -> None:
+    msg = api_pb2.Schedule(
+        name="n",
+        spec="@daily",
+        zone="Europe/Berlin",
+        queue="q",
+        body=b"b",
+        replicate=2,
+        retry_s=5,
+        ttl_s=60,
+        misfire="skip",
+        catchup=3,
+        paused=True,
+        next_fire_times=[7],
+        last_tick=6,
+        last_job_id="D-1",
+        last_job_state="queued",
+        last_error="e",
+        owner="o",
+        version="v",
+    )
+    setattr(msg, "async", True)
+    s = sdk_schedule(msg)
+    blank = Schedule(name="", spec="", tz="", queue="", body=b"")
+    left_at_default = [
+        f.name for f in dataclasses.fields(Schedule) if getattr(s, f.name) == getattr(blank, f.name)
+    ]
+    assert left_at_default == []
+    assert (s.tz, s.async_, s.next_fire_times, s.misfire) == ("Europe/Berlin", True, (7,), "skip")
 
 
 def test_every_option_round_trips_to_the_sdk_through_another_node() -> None:

@@ -23,6 +23,7 @@ from disq.core.disque.job import ACTIVE, WAIT_REPL, DJob
 from disq.core.disque.queue import DQueue
 from disq.core.disque.state import IDEM_TIMER, KV_TIMER, REPL_RESEND_MIN_MS, AddWait, GetWait
 from disq.core.messages import ReplJob
+from disq.core.timers import pop_due
 
 REPL_RETRY_MIN_MS = 50  # first check for lost targets of a slow sync ADDJOB
 REPL_RETRY_MAX_MS = 1000
@@ -252,8 +253,7 @@ class BlockedClients:
                     j.state = ACTIVE
                     host._delete_from_cluster(j, now_ms)
         rt = self.repl_timers
-        while rt and rt[0][0] <= now_ms:
-            at, token = heapq.heappop(rt)
+        for at, token in pop_due(rt, now_ms):
             a = self.adds.get(token)
             if a is None or a.next_repl_ms != at:
                 continue

@@ -7,7 +7,8 @@ the queues, and PAUSE sets a queue's flags.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.counts import QueueCounts
@@ -15,6 +16,8 @@ from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, STATE_NAMES, WAIT_REPL, DJob
 from disq.core.disque.queue import DQueue
 from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Pause
+
+T = TypeVar("T")
 
 
 class IntrospectHost(CoreHost, Protocol):
@@ -124,6 +127,7 @@ class Introspection:
 
     def qscan(
         self,
+        now_ms: int,
         cursor: int,
         count: int,
         *,
@@ -131,26 +135,21 @@ class Introspection:
         minlen: int | None = None,
         maxlen: int | None = None,
         importrate: int | None = None,
-        now_ms: int = 0,
     ) -> tuple[int, list[str]]:
-        """Stateless iteration over sorted queue names: the cursor is a position. Queues
-        added or removed meanwhile may be missed or repeated, as with Redis SCAN."""
-        names = sorted(self.host.queues)
-        out: list[str] = []
-        pos = cursor
-        while pos < len(names):
-            q = self.host.queues[names[pos]]
-            pos += 1
+        """QSCAN over the sorted queue names, those within the bounds given."""
+        queues = self.host.queues
+
+        def pick(name: str) -> str | None:
+            q = queues[name]
             if minlen is not None and len(q) < minlen:
-                continue
+                return None
             if maxlen is not None and len(q) > maxlen:
-                continue
+                return None
             if importrate is not None and q.import_rate(now_ms) < importrate:
-                continue
-            out.append(q.name)
-            if not busyloop and len(out) >= count:
-                break
-        return (0 if pos >= len(names) else pos), out
+                return None
+            return q.name
+
+        return _scan(sorted(queues), cursor, count, busyloop, pick)
 
     def jscan(
         self,
@@ -161,22 +160,20 @@ class Introspection:
         queue: str | None = None,
         states: set[int] | None = None,
     ) -> tuple[int, list[DJob]]:
-        keys = sorted(self.host.jobs)
-        out: list[DJob] = []
-        pos = cursor
-        while pos < len(keys):
-            j = self.host.jobs[keys[pos]]
-            pos += 1
+        """JSCAN over the sorted job ids, those of ``queue`` in ``states`` when given."""
+        jobs = self.host.jobs
+
+        def pick(job_id: str) -> DJob | None:
+            j = jobs[job_id]
             if queue is not None and j.queue != queue:
-                continue
+                return None
             if states and j.state not in states:
-                continue
+                return None
             if j.state == ACKED and not j.delivered:
-                continue  # a dummy ack is bookkeeping, not a job
-            out.append(j)
-            if not busyloop and len(out) >= count:
-                break
-        return (0 if pos >= len(keys) else pos), out
+                return None  # a dummy ack is bookkeeping, not a job
+            return j
+
+        return _scan(sorted(jobs), cursor, count, busyloop, pick)
 
     def pause(self, now_ms: int, queue: str, flags: int | None, bcast: bool) -> int:
         q = self.host.queues.get(queue)
@@ -204,3 +201,21 @@ class Introspection:
         q.pause = msg.flags & (PAUSE_IN | PAUSE_OUT)
         if not q.paused_out and q.blocked and q.skiplist:
             self.host.blocked.serve(q, now_ms)
+
+
+def _scan(
+    keys: list[str], cursor: int, count: int, busyloop: bool, pick: Callable[[str], T | None]
+) -> tuple[int, list[T]]:
+    """SCAN's stateless iteration over sorted keys: the cursor is a position, so keys added
+    or removed meanwhile may be missed or repeated, as with Redis SCAN. ``pick`` gives what a
+    key shows (None: skip it); up to about ``count`` of them, or all with ``busyloop``."""
+    out: list[T] = []
+    pos = cursor
+    while pos < len(keys):
+        item = pick(keys[pos])
+        pos += 1
+        if item is not None:
+            out.append(item)
+            if not busyloop and len(out) >= count:
+                break
+    return (0 if pos >= len(keys) else pos), out

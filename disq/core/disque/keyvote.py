@@ -286,11 +286,14 @@ class KeyVoting:
             )
             self.host.aof_out.append(frame(REC_KEYVOTE, encode_keyvotes([entry])))
 
+    def _reply(self, phase: int, k: Key, b: Ballot) -> KeyVote:
+        """An acceptor's reply to ballot ``b``; ``decided`` set when the key is bound here
+        already, which answers the vote whatever the ballot."""
+        return KeyVote(phase, k[0], k[1], b[0], b[1], decided=self.decided_here(k))
+
     def prepare(self, k: Key, b: Ballot, now_ms: int) -> KeyVote:
-        reply = KeyVote(KV_PROMISE, k[0], k[1], b[0], b[1])
-        decided = self.decided_here(k)
-        if decided:
-            reply.decided = decided
+        reply = self._reply(KV_PROMISE, k, b)
+        if reply.decided:
             return reply
         acc = self._state(k, now_ms)
         if b > acc.promised:
@@ -304,10 +307,8 @@ class KeyVoting:
         return reply
 
     def accept(self, k: Key, b: Ballot, job_id: str, now_ms: int) -> KeyVote:
-        reply = KeyVote(KV_ACCEPTED, k[0], k[1], b[0], b[1])
-        decided = self.decided_here(k)
-        if decided:
-            reply.decided = decided
+        reply = self._reply(KV_ACCEPTED, k, b)
+        if reply.decided:
             return reply
         acc = self._state(k, now_ms)
         if b >= acc.promised:

@@ -43,6 +43,7 @@ import zlib
 from typing import Final, Protocol
 
 from disq.core.chunks import chunked
+from disq.core.disque.api import ClusterView
 from disq.core.messages import (
     ROUTE_BINDING,
     ROUTE_EXCHANGE,
@@ -90,14 +91,6 @@ class RouteError(Exception):
         self.message = message
 
 
-class View(Protocol):
-    @property
-    def my_id(self) -> str: ...
-    def cluster_size(self) -> int: ...
-    def reachable_peers(self) -> list[str]: ...
-    def all_peers(self) -> list[str]: ...
-
-
 class QueuePurger(Protocol):
     def purge_queue(self, now_ms: int, queue: str, before_ctime: int = 0) -> int: ...
 
@@ -132,7 +125,7 @@ def _entry_crc(e: RouteEntry) -> int:
 class Routes:
     """The routes table of the cluster, as this node holds it."""
 
-    def __init__(self, view: View, purger: QueuePurger | None) -> None:
+    def __init__(self, view: ClusterView, purger: QueuePurger | None) -> None:
         self.view = view
         self.purger = purger
         self.wall_offset_ms = 0

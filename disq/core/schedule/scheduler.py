@@ -83,11 +83,11 @@ import heapq
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.disque.api import AddOptions, DisqueError
+from disq.core.disque.api import AddOptions, ClusterView, DisqueError
 from disq.core.disque.job import STATE_NAMES
 from disq.core.events import EventBuffer
 from disq.core.messages import (
@@ -98,6 +98,7 @@ from disq.core.messages import (
     ScheduleDef,
 )
 from disq.core.schedule.spec import Spec, SpecError
+from disq.core.timers import pop_due
 from disq.persistence.framing import frame
 from disq.persistence.schedule_records import (
     REC_SCHEDTICK,
@@ -165,14 +166,6 @@ def _earlier(a: int, b: int) -> int:
     return b if a < 0 or (0 <= b < a) else a
 
 
-class View(Protocol):
-    @property
-    def my_id(self) -> str: ...
-    def cluster_size(self) -> int: ...
-    def reachable_peers(self) -> list[str]: ...
-    def all_peers(self) -> list[str]: ...
-
-
 def tick_key(name: str, tick_s: int) -> str:
     return f"{KEY_PREFIX}{name}:{tick_s}"
 
@@ -227,7 +220,7 @@ class Scheduler:
 
     def __init__(
         self,
-        view: View,
+        view: ClusterView,
         disque: DisqueCore,
         new_token: Callable[[], int],
     ) -> None:
@@ -601,8 +594,7 @@ class Scheduler:
             else:
                 return
         heap = self._heap
-        while heap and heap[0][0] <= now_ms:
-            due, name = heapq.heappop(heap)
+        for due, name in pop_due(heap, now_ms):
             run = self.runs.get(name)
             if run is None or run.due_ms != due:
                 continue

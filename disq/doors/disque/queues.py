@@ -113,13 +113,13 @@ def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
         return args
     cursor, busyloop = args
     nxt, names = c.node.core.inspect.qscan(
+        now_ms,
         cursor,
         numbers.get(b"count", 100),
         busyloop=busyloop,
         minlen=numbers.get(b"minlen"),
         maxlen=numbers.get(b"maxlen"),
         importrate=numbers.get(b"importrate"),
-        now_ms=now_ms,
     )
     return _scan_reply(nxt, [_bulk(queue_bytes(q)) for q in names])
 

@@ -64,9 +64,6 @@ class CommandSpec:
     handler: Handler
     arity: int
     flags: str
-    first_key: int = 0
-    last_key: int = 0
-    key_step: int = 0
 
     @property
     def write(self) -> bool:
@@ -145,7 +142,8 @@ def execute(client: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
 
 
 def _command_entry(spec: CommandSpec | None) -> bytes:
-    """addReplyCommand: name, arity, flags (status replies), first key, last key, step."""
+    """addReplyCommand: name, arity, flags (status replies), first key, last key, step (0, 0
+    and 0: no Disque command takes keys)."""
     if spec is None:
         return NULL_BULK
     flags = [b"+" + name.encode() + _CRLF for letter, name in _FLAG_NAMES if letter in spec.flags]
@@ -155,7 +153,7 @@ def _command_entry(spec: CommandSpec | None) -> bytes:
             _bulk(spec.name.encode()),
             b":%d\r\n*%d\r\n" % (spec.arity, len(flags)),
             *flags,
-            b":%d\r\n:%d\r\n:%d\r\n" % (spec.first_key, spec.last_key, spec.key_step),
+            b":0\r\n:0\r\n:0\r\n",
         ]
     )
 
