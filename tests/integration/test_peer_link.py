@@ -480,11 +480,18 @@ class OldBuild:
 
 
 @pytest.mark.parametrize(
-    ("features", "columnar"),
-    [(None, False), ("", False), ("other", False), ("columnar", True), ("x,columnar,y", True)],
+    ("features", "columnar", "records"),
+    [
+        (None, False, False),
+        ("", False, False),
+        ("other", False, False),
+        ("columnar", True, False),
+        ("x,columnar,y", True, False),
+        ("columnar,records", True, True),
+    ],
 )
 def test_batch_forms_go_only_to_a_peer_whose_handshake_announced_them(
-    features: str | None, columnar: bool
+    features: str | None, columnar: bool, records: bool
 ) -> None:
     async def main() -> None:
         a = await Node(A).start()
@@ -499,7 +506,9 @@ def test_batch_forms_go_only_to_a_peer_whose_handshake_announced_them(
                 a.links.send(B, msg)
             async with asyncio.timeout(10):
                 await peer.arrived.wait()
-            if columnar:
+            if records:  # the jobs' records, as this node's AOF and the peer's keep them
+                assert peer.kinds() == ["job_records", "got_jobs"]
+            elif columnar:
                 assert peer.kinds() == ["repl_jobs", "got_jobs"]
             else:  # an older build reads one message per job, exactly as before
                 assert peer.kinds() == ["repl_job"] * 5 + ["got_job"] * 3
