@@ -22,13 +22,18 @@ def _job_records(m: Mesh, i: int) -> list[bytes]:
     return [p for t, p in iter_frames(b"".join(m.aof[m.ids[i]])) if t == REC_JOB]
 
 
-def test_every_holder_logs_the_record_the_creator_sent_byte_for_byte() -> None:
-    m = Mesh(3)
+def _add(m: Mesh, body: bytes) -> str:
     opts = AddOptions(timeout_ms=5000, repl=3, retry_s=30, ttl_s=600, delay_s=0)
-    assert m.disque(0).add_job(m.now, 1, "q", b"body \x00\xff", opts) is not None
+    assert m.disque(0).add_job(m.now, 1, "q", body, opts) is not None
     m.pump()
     [(_, job_id)] = m.replies[m.ids[0]]
     assert isinstance(job_id, str)
+    return job_id
+
+
+def test_every_holder_logs_the_record_the_creator_sent_byte_for_byte() -> None:
+    m = Mesh(3)
+    job_id = _add(m, b"body \x00\xff")
     logged = [_job_records(m, i) for i in range(3)]
     assert all(len(records) == 1 for records in logged)
     # After each node's 8-byte write time, the same record on the three nodes.
@@ -40,11 +45,7 @@ def test_every_holder_logs_the_record_the_creator_sent_byte_for_byte() -> None:
 
 def test_a_restart_reads_back_what_the_record_holds() -> None:
     m = Mesh(3)
-    opts = AddOptions(timeout_ms=5000, repl=3, retry_s=30, ttl_s=600, delay_s=0)
-    assert m.disque(0).add_job(m.now, 1, "q", b"b", opts) is not None
-    m.pump()
-    [(_, job_id)] = m.replies[m.ids[0]]
-    assert isinstance(job_id, str)
+    job_id = _add(m, b"b")
     before = m.disque(1).jobs[job_id]
     fresh = DisqueCore(m.views[m.ids[1]], random.Random(1), m.now)
     fresh.restore(m.now, list(iter_frames(b"".join(m.aof[m.ids[1]]))))
