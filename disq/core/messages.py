@@ -465,13 +465,24 @@ FIELDS[NeedJobs] = ("queue", "count")
 
 
 class YourJobs(_Message):
-    __slots__ = ("jobs",)
+    """Federation's answer: the jobs' records (job_record.py), as a REPLJOB carries one."""
 
-    def __init__(self, jobs: list[JobData]) -> None:
-        self.jobs = jobs
+    __slots__ = ("records",)
+
+    def __init__(self, records: list[bytes]) -> None:
+        self.records = records
+
+    @staticmethod
+    def of(jobs: list[JobData]) -> YourJobs:
+        return YourJobs([record_of(d) for d in jobs])
+
+    @property
+    def jobs(self) -> list[JobData]:
+        """The records decoded (an older peer's wire form, the simulator, the tests)."""
+        return [data_of(r) for r in self.records]
 
 
-FIELDS[YourJobs] = ("jobs",)
+FIELDS[YourJobs] = ("records",)
 
 
 class BeanstalkUpdate(_Message):

@@ -393,10 +393,12 @@ class NeedJobs(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class YourJobs(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "records")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Working(_message.Message):
     __slots__ = ("job_id",)

@@ -37,10 +37,8 @@ def size_hint(msg: Message) -> int:
     if type(msg) is ReplJob:
         return len(msg.record) + MESSAGE_OVERHEAD_BYTES  # the record has body and queue
     if type(msg) is YourJobs:
-        jobs = msg.jobs
-        return sum(len(j.body) + len(j.queue) for j in jobs) + MESSAGE_OVERHEAD_BYTES * (
-            1 + len(jobs)
-        )
+        records = msg.records
+        return sum(map(len, records)) + MESSAGE_OVERHEAD_BYTES * (1 + len(records))
     if type(msg) is SchedSync:
         entries = msg.entries
         return sum(len(e.body) + len(e.spec) for e in entries) + MESSAGE_OVERHEAD_BYTES * (

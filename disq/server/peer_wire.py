@@ -136,6 +136,12 @@ def _enc_your_jobs(t: pb.Message, x: m.YourJobs) -> None:
         _fill_job(add(), j)
 
 
+def _enc_your_records(t: pb.Message, x: m.YourJobs) -> None:
+    s = t.your_jobs
+    s.SetInParent()
+    s.records.extend(x.records)
+
+
 def _enc_sched_sync(t: pb.Message, x: m.SchedSync) -> None:
     s = t.sched_sync
     s.entries.extend([encode_def(d) for d in x.entries])
@@ -198,7 +204,7 @@ def _batched(msgs: Sequence[m.Message], records: bool) -> Iterable[tuple[Any, An
     """``(encoder, payload)`` per message to write, runs of the batchable classes merged: a
     batch's payload is the list of its messages. With ``records``, every run of ReplJob
     (one job too) goes as JobRecords."""
-    get = _ENCODERS.get
+    get = (_RECORD_ENCODERS if records else _ENCODERS).get
     for cls, group in groupby(msgs, type):
         if records and cls is m.ReplJob:
             yield _enc_job_records, list(group)
@@ -233,7 +239,7 @@ def encode_frame(
     frame = pb.Frame(from_node=from_node, seq=seq)
     messages = frame.messages
     add = messages.add
-    get = _ENCODERS.get
+    get = (_RECORD_ENCODERS if records else _ENCODERS).get
     bad: list[str] = []
     todo: Iterable[tuple[Any, Any]] = (
         _batched(msgs, records) if columnar else ((get(type(x)), x) for x in msgs)
@@ -400,7 +406,10 @@ def _dec_job_records(t: pb.Message) -> list[m.ReplJob]:
 
 
 def _dec_your_jobs(t: pb.Message) -> m.YourJobs:
-    return m.YourJobs([_job(j) for j in t.your_jobs.jobs])
+    s = t.your_jobs
+    if s.records:
+        return m.YourJobs(list(s.records))
+    return m.YourJobs.of([_copy(_job(j)) for j in s.jobs])
 
 
 def _entries(
@@ -564,6 +573,8 @@ _BATCH_ENCODERS, _BATCH_DECODERS = _codecs(
     BATCH_FORMS, {"repl_jobs": (_enc_repl_jobs, _dec_repl_jobs)}, _column_codec
 )
 _BATCH_DECODERS["job_records"] = _dec_job_records
+# For a peer that reads records: YOURJOBS as the jobs' records too.
+_RECORD_ENCODERS = {**_ENCODERS, m.YourJobs: _enc_your_records}
 
 
 def decode_frame(

@@ -80,6 +80,6 @@ def test_an_estimate_that_came_out_low_is_split_on_the_encoded_bytes() -> None:
 def test_size_hints_count_the_bodies() -> None:
     job = JobData("D-1", "q", b"x" * 1000, 1, 1, 0, 1, 1)
     assert size_hint(ReplJob.of(job)) >= 1000
-    assert size_hint(YourJobs([job, job])) >= 2000
+    assert size_hint(YourJobs.of([job, job])) >= 2000
     entry = ScheduleDef("s", "* * * * *", "UTC", "q", b"y" * 5000)
     assert size_hint(SchedSync(entries=[entry, entry])) >= 10_000

@@ -57,7 +57,6 @@ _JOB_COUNTERS: dict[str, st.SearchStrategy[typing.Any]] = {
     "nodes_delivered": st.lists(IDS, max_size=3),
     "priority": U32,
 }
-JOBS = st.builds(m.JobData, **_JOB_CORE, **_JOB_COUNTERS)
 # A REPLJOB carries the job's record (disq/core/job_record.py): its fields' widths, node ids
 # of 40 characters, and no beanstalk alias (a copy never carries one: peer_wire.py _copy).
 _RECORD_CORE = {**_JOB_CORE, "repl": st.integers(0, 2**16 - 1)}
@@ -67,21 +66,19 @@ _RECORD_COUNTERS = {
         st.text(alphabet="0123456789abcdef", min_size=40, max_size=40), max_size=3
     ),
 }
-COPIES = st.builds(
-    m.ReplJob.of,
-    st.one_of(
-        st.builds(m.JobData, **_RECORD_CORE),
-        st.builds(m.JobData, **_RECORD_CORE, **_RECORD_COUNTERS),
-        st.builds(
-            m.JobData,
-            **_RECORD_CORE,
-            **_RECORD_COUNTERS,
-            beanstalk=st.just(True),
-            bstate=st.integers(0, 255),
-            idempotency_key=TEXT,
-        ),
+RECORD_JOBS = st.one_of(
+    st.builds(m.JobData, **_RECORD_CORE),
+    st.builds(m.JobData, **_RECORD_CORE, **_RECORD_COUNTERS),
+    st.builds(
+        m.JobData,
+        **_RECORD_CORE,
+        **_RECORD_COUNTERS,
+        beanstalk=st.just(True),
+        bstate=st.integers(0, 255),
+        idempotency_key=TEXT,
     ),
 )
+COPIES = st.builds(m.ReplJob.of, RECORD_JOBS)
 MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
     st.builds(m.Ping, probe_id=U64, gossip=st.lists(MEMBERS, max_size=3)),
     st.builds(m.Ack, probe_id=U64, target=IDS, gossip=st.lists(MEMBERS, max_size=3)),
@@ -101,7 +98,7 @@ MESSAGES: st.SearchStrategy[m.Message] = st.one_of(
         job_ids=st.lists(IDS, max_size=3),
     ),
     st.builds(m.NeedJobs, queue=TEXT, count=U32),
-    st.builds(m.YourJobs, jobs=st.lists(JOBS, max_size=3)),
+    st.builds(m.YourJobs.of, st.lists(RECORD_JOBS, max_size=3)),
     st.builds(m.Working, job_id=IDS),
     st.builds(m.Pause, queue=TEXT, flags=st.integers(0, 3)),
 )
@@ -157,7 +154,7 @@ ONE_OF_EACH: list[m.Message] = [
         ["", ""],
     ),
     m.NeedJobs("q", 10),
-    m.YourJobs([_job(1), _job(2)]),
+    m.YourJobs.of([_job(1), _job(2)]),
     m.Working("D-9"),
     m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
     m.BeanstalkUpdate("D-10", 3, 7),

@@ -82,10 +82,12 @@ def test_proto_messages_match_the_core_classes() -> None:
             continue
         cls = ONEOF_CLASSES[f.name]
         assert f.message_type.name == cls.__name__
-        if cls is m.ReplJob:
-            # The core's ReplJob holds the job's record; the proto's, an older build's form,
-            # the job field by field, as JobData reads it.
+        if cls is m.ReplJob or cls is m.YourJobs:
+            # The core's classes hold the jobs' records; the proto's older forms, each job
+            # field by field, as JobData reads it (YourJobs: the records, or those jobs).
             _check_fields(pb.Job.DESCRIPTOR, m.JobData)
+            if cls is m.YourJobs:
+                assert {x.name for x in f.message_type.fields} == {"jobs", "records"}
             continue
         _check_fields(f.message_type, cls)
     assert set(ONEOF_CLASSES.values()) == set(typing.get_args(m.Message))

@@ -140,8 +140,8 @@ class JobLog:
     def _restore_jobs(self, now_ms: int, buf: bytes, offsets: list[int]) -> list[DJob]:
         """The jobs of the LOADJOB and DELJOB records at ``offsets`` in ``buf``: a DJob for
         each job whose last record is a LOADJOB not expired, as replication.py's
-        ``job_from_data`` makes one from a peer's copy. Returns those ``aof_enqueue_once``
-        queues.
+        ``read_copy`` and ``activate`` make one from a peer's copy. Returns those
+        ``aof_enqueue_once`` queues.
 
         Two passes: the records in file order into a dict (a later record of a job replaces
         or drops it, as a replay in file order would), then what a restored job sets beyond

@@ -13,14 +13,13 @@ from typing import Protocol
 
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.gone import GoneJobs
-from disq.core.disque.handoff import job_data
 from disq.core.disque.host import CoreHost
 from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACTIVE, BCAST_QUEUED, DJob
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import Replication
 from disq.core.disque.requeue import Requeue
-from disq.core.messages import JobData, NeedJobs, YourJobs
+from disq.core.messages import NeedJobs, YourJobs
 
 NEEDJOBS_BCAST_MIN_MS = 2000
 NEEDJOBS_BCAST_MAX_MS = 30_000
@@ -47,7 +46,7 @@ class FederationHost(CoreHost, Protocol):
     def _queue(self, name: str, now_ms: int) -> DQueue: ...
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
     def _register(self, j: DJob, awake: bool = True) -> None: ...
-    def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _log_job(self, j: DJob, now_ms: int, record: bytes = b"") -> None: ...
 
 
 class Federation:
@@ -97,9 +96,9 @@ class Federation:
 
     def _give_jobs(self, q: DQueue, node: str, count: int, now_ms: int) -> None:
         n = count if len(q) >= 2 * count else max(1, len(q) // 2)
-        jobs: list[JobData] = []
+        records: list[bytes] = []
         kept: list[DJob] = []
-        while len(jobs) < n and q.skiplist:
+        while len(records) < n and q.skiplist:
             j: DJob = q.skiplist.pop(0)
             if j.idem_key and (j.queue, j.idem_key) in self.host.keys.tentative:
                 # The importer takes an exported job's key as done (it was queued here),
@@ -112,7 +111,7 @@ class Federation:
             j.queued_at = node  # queued at the importer now (dead_peers.py)
             q.jobs_out += 1
             j.deliver_to(node)
-            jobs.append(job_data(j, now_ms))
+            records.append(self.host._copy_record(j, now_ms))
             if j.retry_s == 0:
                 # An at-most-once job must exist in one place only: it moves.
                 self.host._log_del(j.id)
@@ -123,9 +122,9 @@ class Federation:
                 self.host._postpone(j, now_ms)
         for j in kept:
             q.skiplist.add(j)
-        if jobs:
-            self.host.stats["jobs_exported"] += len(jobs)
-            self.host._send(node, YourJobs(jobs))
+        if records:
+            self.host.stats["jobs_exported"] += len(records)
+            self.host._send(node, YourJobs(records))
 
     def push_wanted(self, q: DQueue, now_ms: int) -> None:
         for node, until in list(q.wanted_by.items()):
@@ -164,21 +163,23 @@ class Federation:
 
     def on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:
         imported = 0
-        for d in msg.jobs:
-            j = self.host.jobs.get(d.id)
+        host = self.host
+        for record in msg.records:
+            d = host.replication.read_copy(record, now_ms)
+            j = host.jobs.get(d.id)
             if j is None:
-                if self.host.gone.tombstoned(d.id, now_ms):
+                if host.gone.tombstoned(d.id, now_ms):
                     continue
                 # Queued there: its add is done.
-                j = self.host.replication.job_from_data(d, now_ms, key_done=True)
+                j = host.replication.activate(d, now_ms, key_done=True)
                 j.deliver_to(sender)
-                self.host._register(j)
-                self.host._log_job(j, now_ms)
+                host._register(j)
+                host._log_job(j, now_ms, record)  # as it arrived, as a REPLJOB's
             else:
-                j.deliver_to(*d.nodes_delivered)
+                j.deliver_to(*d.delivered)
                 # This node's copy may have missed QUEUEDs the exporter saw (it was not in
                 # every holder's delivered set): the exporter's counters are at least as new.
-                self.host.requeue.merge_counters(j, d.nacks, d.additional_deliveries, now_ms)
+                host.requeue.merge_counters(j, d.nacks, d.add_deliveries, now_ms)
             if j.state == ACTIVE:
                 # Imported jobs are queued without a QUEUED broadcast: the sender already
                 # knows where they went.

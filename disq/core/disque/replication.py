@@ -48,7 +48,7 @@ from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.requeue import Requeue
 from disq.core.disque.state import KV_ADD
 from disq.core.job_record import ttl_left_ms
-from disq.core.messages import Enqueue, GotJob, JobData, ReplJob, record_of
+from disq.core.messages import Enqueue, GotJob, ReplJob
 
 _NAMES_MAX = 4096  # queue names interned for the copies; past that, start again
 
@@ -176,10 +176,7 @@ class Replication:
         if host.memory.warning > 0 or host.view.leaving:
             return  # no copy: the sender will pick another node
         record = msg.record
-        names = self._names
-        if len(names) > _NAMES_MAX:
-            names.clear()
-        copy = deserialize(record, 0, len(record), now_ms + ttl_left_ms(record), names, b"")
+        copy = self.read_copy(record, now_ms)
         q = host.queues.get(copy.queue)
         if q is not None and q.paused_in:
             return
@@ -198,14 +195,13 @@ class Replication:
             host.events.add(ev.REPLICATED, now_ms, j.queue, j.id, 0, len(j.body))
         host._send(sender, GotJob(copy.id))
 
-    def job_from_data(self, d: JobData, now_ms: int, key_done: bool = False) -> DJob:
-        """A job a peer sent as JobData (YOURJOBS), made active as ``activate`` does; its
-        beanstalk alias, the sender's, is not kept."""
-        record = record_of(d)
-        ttl_ms = d.ttl_remaining_s * 1000
-        j = deserialize(record, 0, len(record), now_ms + ttl_ms, self._names, b"")
-        j.bid = 0
-        return self.activate(j, now_ms, key_done)
+    def read_copy(self, record: bytes, now_ms: int) -> DJob:
+        """deserializeJob: a peer's copy (REPLJOB, YOURJOBS), not yet made active here.
+        Raises JobRecordError for a record that does not add up (the message is refused)."""
+        names = self._names
+        if len(names) > _NAMES_MAX:
+            names.clear()
+        return deserialize(record, 0, len(record), now_ms + ttl_left_ms(record), names, b"")
 
     def activate(self, j: DJob, now_ms: int, key_done: bool = False) -> DJob:
         """deserializeJob's end: a peer's copy becomes active here, to be requeued after
