@@ -1,9 +1,11 @@
 """Celery on disq beside Celery on Redis: the same app, the same no-op task, one worker process.
 
 redis-server (Debian's; scripts/ensure_redis_server.sh installs it) with an AOF fsynced every
-second, and 3 disq nodes (cluster/lab.py: AOF, fsync everysec), then for each broker row:
+second, rabbitmq-server (Debian's, one node; scripts/ensure_rabbitmq_server.sh), and 3 disq
+nodes (cluster/lab.py: AOF, fsync everysec), then for each broker row:
 
   redis        redis://127.0.0.1:PORT/0 (always run: every ratio is to it)
+  rabbitmq     amqp://guest:guest@127.0.0.1:PORT// (Celery's durable queues, persistent messages)
   disq-repl1   disq://node0?replicate=1&discover=0
   disq-repl2   disq://node0?replicate=2&discover=0 (the majority of 3: the integrations' default)
   disq-repl3   disq://node0?replicate=3&discover=0 (a copy on every node)
@@ -23,6 +25,7 @@ interleaved round by round, ``--repeat`` rounds, medians; the nodes run this tre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -35,10 +38,11 @@ from pathlib import Path
 
 from bench.common import HOST, ROOT, log, median
 from bench.report import Report, fmt_int, ratio
-from bench.servers import RedisServer
+from bench.servers import RabbitServer, RedisServer
 from cluster.lab import Lab
 
-HELP = "Celery on disq (REPLICATE 1, 2, 3) beside Celery on Redis: publish and consume"
+HELP = "Celery on disq (REPLICATE 1, 2, 3) beside Celery on Redis and RabbitMQ: publish, consume"
+ROWS = ("rabbitmq", "disq-repl1", "disq-repl2", "disq-repl3")
 
 APP = """
 import os
@@ -133,24 +137,33 @@ def consume(url: str, queue: str, tasks: int, workdir: Path) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", type=int, default=5000, help="per row and round")
     p.add_argument("--repeat", type=int, default=3, help="rounds (medians)")
-    p.add_argument("--rows", default="disq-repl1,disq-repl2,disq-repl3", help="the disq rows")
+    p.add_argument("--rows", default=",".join(ROWS), help="the rows beside Redis's")
     p.add_argument("--quick", action="store_true", help="500 tasks, one round, disq-repl1")
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
     tasks, repeat = (500, 1) if args.quick else (args.tasks, args.repeat)
     wanted = ["disq-repl1"] if args.quick else [r.strip() for r in args.rows.split(",") if r]
-    unknown = set(wanted) - {f"disq-repl{r}" for r in (1, 2, 3)}
+    unknown = set(wanted) - set(ROWS)
     if unknown:
-        raise SystemExit(f"unknown rows {sorted(unknown)}: disq-repl1, disq-repl2, disq-repl3")
+        raise SystemExit(f"unknown rows {sorted(unknown)}: {', '.join(ROWS)}")
     results: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-celery-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "benchapp.py").write_text(APP)
-        with RedisServer(tmp / "redis") as redis, Lab(3, tmp / "lab", node_timeout_ms=2000) as lab:
+        with contextlib.ExitStack() as stack:
+            redis = stack.enter_context(RedisServer(tmp / "redis"))
+            lab = stack.enter_context(Lab(3, tmp / "lab", node_timeout_ms=2000))
             node0 = f"{HOST}:{lab.node(0).bus_port}"
             rows = {"redis": f"redis://{HOST}:{redis.port}/0"}
-            rows.update((w, f"disq://{node0}?replicate={w[-1]}&discover=0") for w in wanted)
+            if "rabbitmq" in wanted:
+                rabbit = stack.enter_context(RabbitServer())
+                rows["rabbitmq"] = f"amqp://guest:guest@{HOST}:{rabbit.port}//"
+            rows.update(
+                (w, f"disq://{node0}?replicate={w[-1]}&discover=0")
+                for w in wanted
+                if w.startswith("disq")
+            )
             for r in range(repeat):
                 for name, url in rows.items():
                     queue = f"bench-{name}-{r}"

@@ -17,12 +17,19 @@ Reported: the RSS before and after, per job after (RSS / jobs) and per job added
 
   python -m bench memory --jobs 1000000 --beanstalk
   python -m bench memory --objects --jobs 200000
+
+- ``--imports``: where an idle node's RSS goes: a fresh interpreter imports what a node
+  imports, in its order, and reports its RSS after each step
+
+  python -m bench memory --imports
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import servers
-from bench.common import ADDJOB_Q, BODY_BYTES, PUT, Build, fill, log, rss_bytes
+from bench.common import ADDJOB_Q, BODY_BYTES, PUT, ROOT, Build, fill, log, rss_bytes
 from bench.report import Report, ratio
 from cluster.lab import Lab, find_base_port
 
@@ -85,10 +92,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     servers.add_disque_options(p)
     p.add_argument("--objects", action="store_true", help="in process: what a queued job holds")
     p.add_argument("--quick", action="store_true", help="50,000 jobs")
+    p.add_argument("--imports", action="store_true", help="an idle node's RSS, import by import")
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
     jobs = 50_000 if args.quick else args.jobs
+    if args.imports:
+        imports(report)
+        return
     if args.objects:
         objects(jobs, report)
         return
@@ -207,3 +218,50 @@ def objects(jobs: int, report: Report) -> None:
         table.add(name, str(size))
     table.add("sum", str(sum(s for _, s in items)))
     table.add("tracemalloc, per job added", f"{(after - before) / jobs:.0f}")
+
+
+# What a node imports, in the order it does (node_main, then the runtime's parts).
+IMPORT_STEPS = (
+    ("asyncio (and ssl)", "asyncio"),
+    ("uvloop", "uvloop"),
+    ("structlog", "structlog"),
+    ("grpc", "grpc.aio"),
+    ("generated protobuf", "disq.proto_gen.api_pb2_grpc"),
+    ("prometheus_client", "prometheus_client"),
+    ("the cores (compiled library)", "disq.core.disque.core"),
+    ("runtime, peer links, gRPC services", "disq.server.api_service"),
+    ("aiohttp", "aiohttp"),
+    ("admin port, dashboard (Jinja2)", "disq.dashboard.app"),
+    ("node_main", "disq.node_main"),
+)
+
+_IMPORTS_SCRIPT = """
+import importlib, json, sys
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+out = [["interpreter", rss()]]
+for name, mod in json.loads(sys.argv[1]):
+    importlib.import_module(mod)
+    out.append([name, rss()])
+print(json.dumps(out))
+"""
+
+
+def imports(report: Report) -> None:
+    """RSS (MiB) of a fresh interpreter after each of a node's imports."""
+    got = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_SCRIPT, json.dumps(IMPORT_STEPS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    steps = json.loads(got.stdout)
+    table = report.table("An idle node's RSS, import by import", ["step", "+ MiB", "RSS MiB"])
+    prev = 0.0
+    for name, rss in steps:
+        table.add(name, f"{rss - prev:+.1f}", f"{rss:.1f}")
+        prev = rss
+    report.raw["imports"] = steps

@@ -1,5 +1,6 @@
 """The reference servers disq runs beside: beanstalkd (Debian's 1.12), Disque 1.0-rc1 (built
-under /tmp from antirez/disque's source, never committed) and redis-server (Debian's).
+under /tmp from antirez/disque's source, never committed), redis-server and rabbitmq-server
+(Debian's).
 
 beanstalkd starts as a :class:`cluster.lab.FlagServer`, as a standalone disq node does; Disque
 nodes start under :class:`cluster.lab.Lab` with ``node_cmd`` (they read the same config
@@ -9,7 +10,11 @@ lines); redis-server has flags of its own.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from bench.common import HOST, ROOT, BenchError, answers, free_port, log, wait_until
@@ -124,6 +129,75 @@ class RedisServer:
             self.proc.wait(10)
 
     def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RabbitServer:
+    """rabbitmq-server (Debian's, one node) on free ports, no plugins, its data and logs in a
+    directory of its own under /tmp: Debian's start script runs the broker as the ``rabbitmq``
+    user, who must reach it (a caller's private temporary directory it could not). Stopped
+    with its process group; the directory goes with it."""
+
+    def __init__(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="bench-rabbitmq-"))
+        self.port = free_port()
+        self.node = f"bench{self.port}@localhost"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        _ensure("ensure_rabbitmq_server.sh", "rabbitmq-server")
+        plugins = self.workdir / "enabled_plugins"
+        plugins.write_text("[].\n")
+        if os.geteuid() == 0:
+            for path in (self.workdir, plugins):
+                shutil.chown(path, "rabbitmq", "rabbitmq")
+        env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": HOST,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(self.workdir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.workdir / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(plugins),
+        }
+        self.proc = subprocess.Popen(
+            ["rabbitmq-server"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        # The AMQP 0-9-1 header: a broker that is up answers with Connection.Start.
+        wait_until(
+            lambda: answers(self.port, b"AMQP\x00\x00\x09\x01", b"\xce", timeout=0.5),
+            60,
+            "rabbitmq-server",
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            # The broker (beam, under su) leaves the script's process group: ask it to stop.
+            subprocess.run(
+                ["rabbitmqctl", "-n", self.node, "stop"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
+            )
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RabbitServer:
         self.start()
         return self
 
