@@ -235,14 +235,16 @@ def consumer(pods: list[Pod], t: Traffic, stop: threading.Event) -> None:
             if not got:
                 continue
             ids = [j[1].decode() if isinstance(j[1], bytes) else str(j[1]) for j in got]
+            # Delivered once GETJOB answered: an ACKJOB whose answer a draining node cut off
+            # may still have acked them there (so they never come back).
+            with t.lock:
+                t.delivered.update(ids)
             c.call("ACKJOB", *ids)
         except (OSError, RespError) as exc:
             c.close()
             with t.lock:
                 t.errors.append(f"get/ack: {exc}")
             continue
-        with t.lock:
-            t.delivered.update(ids)
     for c in clients:
         c.close()
 

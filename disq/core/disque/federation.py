@@ -164,8 +164,10 @@ class Federation:
     def on_yourjobs(self, now_ms: int, sender: str, msg: YourJobs) -> None:
         imported = 0
         host = self.host
+        queue = ""
         for record in msg.records:
             d = host.replication.read_copy(record, now_ms)
+            queue = d.queue
             j = host.jobs.get(d.id)
             if j is None:
                 if host.gone.tombstoned(d.id, now_ms):
@@ -186,8 +188,8 @@ class Federation:
                 j.flags &= ~BCAST_QUEUED
                 if self.host._enqueue(j, now_ms):
                     imported += 1
-        if msg.jobs:
-            q = self.host._queue(msg.jobs[0].queue, now_ms)
+        if msg.records:
+            q = self.host._queue(queue, now_ms)
             q.responders[sender] = now_ms
             if imported:
                 q.record_import(now_ms, imported)
