@@ -36,7 +36,11 @@ pytestmark = pytest.mark.slow  # about 10 s: three fresh nodes, a second or two 
 NODES = 3  # fresh nodes, each measured from its first second
 RUNS = 8  # runs of each kind per node
 STAGGER_S = 0.037  # between run starts: runs never share a millisecond of timer firing
-LATE_MS = 20.0
+# How late a timer may be, in its median and in 3 runs of 4: a timer armed for its deadline is
+# late only by the loop's scheduling, a few ms on a quiet box and 21 ms in the median under
+# make test's load on 2 cores (2026-12-07); one left to a 100 ms cron or a 1 s tick would be
+# 50 ms or 500 ms late in its median. The bound sits between the two.
+LATE_MS = 50.0
 
 
 def _ttr(c: greenstalk.Client, other: greenstalk.Client) -> float:
@@ -146,7 +150,7 @@ def test_ttr_delay_and_reserve_timeout_are_never_early_and_not_late(
         assert len(v) == NODES * RUNS, kind
         # Never early, on the client's clock: every run.
         assert v[0] >= 0.0, f"{kind} fired early: {report}"
-        # Not late: the median and most runs within 20 ms (robust to a loaded box).
+        # Not late: the median and most runs within LATE_MS (robust to a loaded box).
         assert statistics.median(v) <= LATE_MS, f"{kind} late: {report}"
         within = sum(1 for x in v if x <= LATE_MS)
         assert within >= 0.75 * len(v), f"{kind} late: {report}"
