@@ -27,6 +27,7 @@ from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACK_LOGGED, ACKED, BEANSTALK_OWNED, WAIT_REPL
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
+from disq.core.disque.results import Results
 
 
 class FlushHost(CoreHost, Protocol):
@@ -39,6 +40,7 @@ class FlushHost(CoreHost, Protocol):
     counts: QueueCounts
     memory: MemoryLevels
     gone: GoneJobs
+    results: Results
 
     def _clear_timers(self) -> None: ...
 
@@ -87,3 +89,4 @@ class Flush:
         host.gone.clear()
         host.keys.reset()
         host.votes.reset()
+        host.results.reset(log)
