@@ -84,6 +84,10 @@ class Results:
         self.waits_by_job: dict[str, list[int]] = {}
         self.timers: list[tuple[int, int]] = []  # (ms, token): deadlines and resends, lazy
 
+    def count(self) -> int:
+        """Clients blocked here: sets waiting for copies, waiters (INFO's blocked_clients)."""
+        return len(self.sets) + len(self.waits)
+
     # ------------------------------------------------------------------ commands
     def set(
         self,
