@@ -13,6 +13,7 @@ from disq.core.disque.api import NOREPL_NODES, NOREPL_TIMEOUT, PENDING, DisqueEr
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.results import RESULT_OVERHEAD_BYTES
 from disq.core.messages import GotResult, Message, Result
+from disq.doors.resp_door import RespDoor
 from disq.persistence.cluster_records import (
     REC_RESULT,
     REC_RESULTDEL,
@@ -21,6 +22,7 @@ from disq.persistence.cluster_records import (
     encode_result,
 )
 from disq.persistence.framing import iter_frames
+from disq.protocol.resp import RespParser
 from disq.testing.mesh import Mesh
 from tests.unit.test_disque_commands import PEER, FakeNode, StaticView, cmd, err, make_door, route
 
@@ -328,6 +330,16 @@ def test_resp_errors_keep_the_connection_serving(
     assert d.feed(cmd("RESULT")) == err("ERR wrong number of arguments for 'result' command")
     assert d.feed(cmd("PING")) == b"+PONG\r\n"
     assert node.core.results.table == {}
+
+
+def test_a_value_over_the_bulk_limit_is_refused_as_a_job_body_is(tokens: Iterator[int]) -> None:
+    node = FakeNode()
+    refusals = []
+    for request in (cmd("ADDJOB", "q", b"x" * 17, 0), cmd("RESULT", "SET", JOB_ID, b"x" * 17)):
+        d = RespDoor(node, tokens.__next__, parser=RespParser(max_bulk_bytes=16))  # type: ignore[arg-type]
+        refusals.append((d.feed(request), d.client.closing))
+    assert refusals == [(err("ERR Protocol error: invalid bulk length"), True)] * 2
+    assert node.core.results.table == {} and node.core.jobs == {}
 
 
 def test_resp_oom(tokens: Iterator[int]) -> None:
