@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from disq.core.disque.api import NOREPL_NODES, NOREPL_TIMEOUT, PENDING, DisqueError
+from disq.core.disque.api import NOREPL_EXPIRED, NOREPL_NODES, NOREPL_TIMEOUT, PENDING, DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.disque.results import RESULT_OVERHEAD_BYTES
 from disq.core.messages import GotResult, Message, Result
@@ -210,6 +210,19 @@ def test_each_node_drops_it_at_its_ttl() -> None:
     # The timer ran (the mesh ticks a node only at its next_deadline_ms): the entry is gone.
     assert all(m.disque(i).results.table == {} for i in range(3))
     assert all(m.disque(i).memory.used_bytes == 0 for i in range(3))
+
+
+def test_flushall_drops_the_results_and_answers_their_clients() -> None:
+    m = Mesh(3)
+    m.cut = {m.ids[1], m.ids[2]}
+    core = m.disque(0)
+    assert core.results.set(m.now, 1, JOB_ID, b"v") is PENDING
+    assert core.results.wait(m.now, 2, OTHER_ID, 0) is PENDING
+    core.flush.flushall(log_deletes=True)
+    m.pump()
+    assert _replies(m, 0) == [(1, DisqueError("NOREPL", NOREPL_EXPIRED)), (2, None)]
+    assert core.results.table == {} and core.results.count() == 0
+    assert _result_records(m, 0) == [REC_RESULT, REC_RESULTDEL]  # a restart finds none
 
 
 # ------------------------------------------------------------------ refusals

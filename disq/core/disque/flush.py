@@ -4,9 +4,10 @@ CLUSTER RESET.
 Disque frees every job (a client still waiting for a job's copies is answered -NOREPL by
 unregisterJob), answers every blocked GETJOB with its timeout reply, then destroys every
 queue. So does this, and it also lets go of what the jobs had the peers doing: idempotency
-keys and their announcements, key votes, adds held for a key. Nothing of it can come back
-by a timer: the job timers go with their jobs, and the replication and client timers find
-no waiter.
+keys and their announcements, key votes, adds held for a key; and of the results kept here
+(results.py: a RESULT SET waiting is answered NOREPL, a RESULT WAIT its timeout's null).
+Nothing of it can come back by a timer: the job timers go with their jobs, and the
+replication and client timers find no waiter.
 
 The AOF: Disque logs nothing, so a reset node restarted on its AOF loads its jobs again. A
 reset (``log_deletes``) logs a DELJOB for every job the file may hold, so a restart finds
