@@ -516,6 +516,30 @@ class Pause(_Message):
 FIELDS[Pause] = ("queue", "flags")
 
 
+class Result(_Message):
+    """A job's result kept by every node (results.py): store it (or, ``deleted``, drop it);
+    answered by GotResult once stored. ``ttl_ms`` is the time it has left, as a job's TTL
+    travels: relative, each node expires it on its own clock."""
+
+    __slots__ = ("deleted", "job_id", "ttl_ms", "value")
+
+    def __init__(self, job_id: str, value: bytes, ttl_ms: int, deleted: bool = False) -> None:
+        self.job_id = job_id
+        self.value = value
+        self.ttl_ms = ttl_ms
+        self.deleted = deleted
+
+
+FIELDS[Result] = ("job_id", "value", "ttl_ms", "deleted")
+
+
+class GotResult(_JobRef):  # "I hold the result", answering Result
+    __slots__ = ()
+
+
+FIELDS[GotResult] = ("job_id",)
+
+
 MISFIRE_CATCHUP = 0
 MISFIRE_SKIP = 1
 
@@ -737,6 +761,8 @@ JobMessage = (
     | KeyVotes
     | SchedSync
     | RouteSync
+    | Result
+    | GotResult
 )
 Message = MembershipMessage | JobMessage
 

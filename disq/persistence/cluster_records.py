@@ -24,6 +24,9 @@ KEYVOTE  n u32 | n * (until_ms u64 | promised u64 | accepted u64 | pnode_len u8 
          queue | key): an acceptor's state in the vote on a key (keyvote.py), written before
          its PROMISE or ACCEPTED leaves; a later record of the same key wins, an IDEMKEY
          (the key decided) ends it
+RESULT   expire_ms u64 (wall clock) | id_len u8 | id | value: a job's result kept here
+         (disq/core/disque/results.py); a later one of the same id replaces it
+RESULTDEL id: the result deleted (RESULT DEL); expiry needs none, the replay skips it
 """
 
 from __future__ import annotations
@@ -39,7 +42,18 @@ REC_IDEMKEY = 18
 REC_KEYVOTE = 19
 REC_ACKJOB = 23
 REC_JOB = 24
-CLUSTER_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_IDEMKEY, REC_KEYVOTE, REC_ACKJOB, REC_JOB)
+REC_RESULT = 25
+REC_RESULTDEL = 26
+CLUSTER_RECORD_TYPES = (
+    REC_LOADJOB,
+    REC_DELJOB,
+    REC_IDEMKEY,
+    REC_KEYVOTE,
+    REC_ACKJOB,
+    REC_JOB,
+    REC_RESULT,
+    REC_RESULTDEL,
+)
 # The records of jobs: many, so a restart leaves them in the file's buffer and the core
 # decodes them in place (aof_reader's ``by_offset``, disq/core/disque/aof.py).
 JOB_RECORD_TYPES = (REC_LOADJOB, REC_DELJOB, REC_ACKJOB, REC_JOB)
@@ -59,6 +73,7 @@ ACKJOB_SIZE = _ACK.size
 _IDEM_N = struct.Struct("<I")
 _IDEM = struct.Struct("<QBIH")
 _VOTE = struct.Struct("<QQQBBBIH")
+_RESULT = struct.Struct("<QB")
 
 
 class ClusterRecordError(ValueError):
@@ -115,6 +130,35 @@ def decode_deljob(payload: bytes | memoryview) -> str:
     if len(payload) != _DEL.size:
         raise ClusterRecordError("DELJOB record has the wrong length")
     return bytes(_DEL.unpack_from(payload, 0)[0]).decode()
+
+
+def encode_result(job_id: str, expire_wall_ms: int, value: bytes) -> bytes:
+    i = job_id.encode()
+    return _RESULT.pack(expire_wall_ms, len(i)) + i + value
+
+
+def decode_result(payload: bytes | memoryview) -> tuple[str, int, bytes]:
+    """(job id, expiry in wall-clock ms, value)."""
+    raw = bytes(payload)
+    try:
+        expire_ms, ilen = _RESULT.unpack_from(raw, 0)
+        start = _RESULT.size
+        if start + ilen > len(raw):
+            raise ClusterRecordError("RESULT record shorter than its id")
+        return raw[start : start + ilen].decode(), expire_ms, raw[start + ilen :]
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ClusterRecordError(f"bad RESULT record: {exc}") from exc
+
+
+def encode_resultdel(job_id: str) -> bytes:
+    return job_id.encode()
+
+
+def decode_resultdel(payload: bytes | memoryview) -> str:
+    try:
+        return bytes(payload).decode()
+    except UnicodeDecodeError as exc:
+        raise ClusterRecordError(f"bad RESULTDEL record: {exc}") from exc
 
 
 def encode_idemkeys(entries: list[IdemKeyEntry]) -> bytes:

@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync", "job_records")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync", "job_records", "result", "got_result")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,8 @@ class Message(_message.Message):
     SCHED_SYNC_FIELD_NUMBER: _ClassVar[int]
     ROUTE_SYNC_FIELD_NUMBER: _ClassVar[int]
     JOB_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    GOT_RESULT_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -84,7 +86,9 @@ class Message(_message.Message):
     sched_sync: SchedSync
     route_sync: RouteSync
     job_records: JobRecords
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ..., job_records: _Optional[_Union[JobRecords, _Mapping]] = ...) -> None: ...
+    result: Result
+    got_result: GotResult
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ..., job_records: _Optional[_Union[JobRecords, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., got_result: _Optional[_Union[GotResult, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -423,3 +427,21 @@ class Pause(_message.Message):
     queue: str
     flags: int
     def __init__(self, queue: _Optional[str] = ..., flags: _Optional[int] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ("job_id", "value", "ttl_ms", "deleted")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    value: bytes
+    ttl_ms: int
+    deleted: bool
+    def __init__(self, job_id: _Optional[str] = ..., value: _Optional[bytes] = ..., ttl_ms: _Optional[int] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
+class GotResult(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
-from disq.core.messages import Message, ReplJob, SchedSync, YourJobs
+from disq.core.messages import Message, ReplJob, Result, SchedSync, YourJobs
 
 __all__ = ["MESSAGE_OVERHEAD_BYTES", "STREAM_MAX_FRAME_BYTES", "encode_within", "size_hint"]
 
@@ -28,7 +28,7 @@ MESSAGE_OVERHEAD_BYTES = 256
 STREAM_MAX_FRAME_BYTES = (2 << 30) - 1
 
 
-_BODY_TYPES = frozenset((ReplJob, YourJobs, SchedSync))
+_BODY_TYPES = frozenset((ReplJob, YourJobs, SchedSync, Result))
 _RECORD = attrgetter("record")
 
 
@@ -44,6 +44,8 @@ def size_hint(msg: Message) -> int:
         return sum(len(e.body) + len(e.spec) for e in entries) + MESSAGE_OVERHEAD_BYTES * (
             1 + len(entries) + len(msg.tick_names)
         )
+    if type(msg) is Result:
+        return len(msg.value) + MESSAGE_OVERHEAD_BYTES
     return MESSAGE_OVERHEAD_BYTES
 
 

@@ -133,7 +133,7 @@ class NodeServices:
         if section == "clients":
             return [
                 ("connected_clients", rt.hub.connected_clients),
-                ("blocked_clients", self.core.blocked.count()),
+                ("blocked_clients", self.core.blocked.count() + self.core.results.count()),
             ]
         if section == "memory":
             rss = _current_rss()

@@ -541,6 +541,8 @@ ONEOF_CLASSES: dict[str, type] = {
     "key_votes": m.KeyVotes,
     "sched_sync": m.SchedSync,
     "route_sync": m.RouteSync,
+    "result": m.Result,
+    "got_result": m.GotResult,
 }
 """Field of ``Message.body`` -> the core's class; the drift test holds it to the proto."""
 

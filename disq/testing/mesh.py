@@ -20,6 +20,7 @@ from disq.core.disque.api import DeferredResult
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import Message
 from disq.core.node_core import NodeCore, apply_ready
+from disq.persistence.framing import iter_frames
 
 T0_MS = 1_000_000
 # Drop rule: (source index, destination index, message) -> True to lose the message.
@@ -91,6 +92,17 @@ class Mesh:
 
     def beanstalk(self, i: int) -> BeanstalkCore:
         return self.nodes[i].beanstalk
+
+    def restart_disque(self, i: int, records: bytes, seed: int) -> DisqueCore:
+        """Node ``i``'s Disque core restarted: a fresh core replays ``records`` (framed, as
+        its AOF holds them) and takes the old one's place."""
+        nid = self.ids[i]
+        fresh = DisqueCore(self.views[nid], random.Random(seed), self.now)
+        fresh.restore(self.now, list(iter_frames(records)))
+        cluster = self.nodes[i].cluster_cores
+        assert cluster is not None
+        cluster.replace_disque(fresh)
+        return fresh
 
     def pump(self, drop: DropRule | None = None) -> int:
         """Apply every node's Ready and deliver its messages at once, until all is quiet.

@@ -203,6 +203,34 @@ def test_readme_redis_cli_block_runs(readme_node: ReadmeNode) -> None:
         assert c.call("SHOW", delayed) is not None
 
 
+def test_readme_results_block_runs(readme_node: ReadmeNode) -> None:
+    """The README's "Results" block line by line through redis-cli, on a job's id: SET answers
+    OK (one node: REPLICATE's default is 1 here), WAIT and GET the value, DEL 1; a GET after
+    the DEL finds none."""
+    cli = _redis_cli()
+    text = README.read_text()
+    block = re.search(r"```sh\n(.*?)```", text[text.index("### Results") :], re.S)
+    assert block is not None
+    with RespClient("127.0.0.1", readme_node.resp_port) as c:
+        job_id = c.call("ADDJOB", "results", "work", 5000)
+        assert isinstance(job_id, str)
+        lines = [
+            ln.partition("#")[0]
+            .replace("7711", str(readme_node.resp_port))
+            .replace("D-1f2e3d4c-...", job_id)
+            for ln in block.group(1).splitlines()
+            if ln.strip()
+        ]
+        outs = [
+            subprocess.run(
+                [cli, *shlex.split(ln)[1:]], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.split()
+            for ln in lines
+        ]
+        assert outs == [["OK"], ["42"], ["42"], ["1"]]
+        assert c.call("RESULT", "GET", job_id) is None
+
+
 def test_readme_a_node_started_like_beanstalkd_keeps_nothing(server: ServerProcess) -> None:
     """`disq-node -l 127.0.0.1 -p 11300`: "started like beanstalkd: in memory" (the fixture
     starts every node so): a job put, the node restarted, the job is gone, as a fresh

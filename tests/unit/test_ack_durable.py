@@ -9,12 +9,9 @@ which would otherwise come back active and be queued again by their RETRY.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from disq.core.disque.api import AddOptions
-from disq.core.disque.core import DisqueCore
 from disq.core.disque.job import ACKED, ACTIVE, QUEUED
 from disq.persistence.cluster_records import REC_ACKJOB, REC_DELJOB, REC_JOB
 from disq.persistence.framing import iter_frames
@@ -48,11 +45,7 @@ def _power_cut(m: Mesh, rewritten: int | None = None) -> None:
             records = b"".join(m.disque(i).aof.snapshot_records(m.now))
         else:
             records = b"".join(m.aof[nid])
-        fresh = DisqueCore(m.views[nid], random.Random(50 + i), m.now)
-        fresh.restore(m.now, list(iter_frames(records)))
-        cluster = m.nodes[i].cluster_cores
-        assert cluster is not None
-        cluster.replace_disque(fresh)
+        m.restart_disque(i, records, 50 + i)
 
 
 def _never_queued_again(m: Mesh, job_id: str, ms: int) -> None:

@@ -158,6 +158,9 @@ ONE_OF_EACH: list[m.Message] = [
     m.Working("D-9"),
     m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
     m.BeanstalkUpdate("D-10", 3, 7),
+    m.Result("D-11", b"\x00value\r\n", 86_400_000),
+    m.Result("D-11", b"", 0, deleted=True),
+    m.GotResult("D-11"),
     m.ReplJob.of(m.JobData("D-11", "t", b"b", 2, 5, 0, 1, 60, beanstalk=True, bstate=3)),
     m.RouteSync(
         [
@@ -227,6 +230,8 @@ ALL_DEFAULTS: list[m.Message] = [
     m.Working(""),
     m.Pause("", 0),
     m.BeanstalkUpdate("", 0, 0),
+    m.Result("", b"", 0),
+    m.GotResult(""),
     m.SchedSync(),
     m.RouteSync(),
 ]

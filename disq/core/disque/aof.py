@@ -36,6 +36,7 @@ from disq.core.disque.job import (
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
+from disq.core.disque.results import Results
 from disq.core.job_record import AT_TTL, ID_LEN, RECORD, JobRecordError, u32, u64
 from disq.persistence.cluster_records import (
     ACKJOB_SIZE,
@@ -64,6 +65,7 @@ class AofHost(CoreHost, Protocol):
     vote_keys: bool
     bridge: BeanstalkBridge
     memory: MemoryLevels
+    results: Results
     aof_enqueue_once: bool
     _prev_ctime: int
     _awake: list[AwakeEntry]
@@ -123,6 +125,7 @@ class JobLog:
         host.keys.restore_keys(now_ms, keys)
         host.votes.restore(now_ms, votes)
         host.votes.after_restore()
+        host.results.restore(now_ms, records)
         for j in requeue:
             if j.idem_key and host.vote_keys:
                 hit = host.keys.taken.get((j.queue, j.idem_key))
@@ -215,8 +218,8 @@ class JobLog:
 
     def snapshot_records(self, now_ms: int) -> list[bytes]:
         """What a rewritten AOF holds: every active or queued job (and a beanstalk put still
-        waiting for its copies), the acks this node logged whose GC is not over, and the
-        idempotency keys in their window (their jobs may be gone)."""
+        waiting for its copies), the acks this node logged whose GC is not over, the results
+        kept here, and the idempotency keys in their window (their jobs may be gone)."""
         host = self.host
         records = []
         for j in host.jobs.values():
@@ -230,6 +233,7 @@ class JobLog:
                 # A replicated beanstalk put is logged before its copies confirm (bridge.py):
                 # the engine's snapshot has its job, this links the copies to it.
                 records.append(self.job_record(j, now_ms))
+        records += host.results.records(now_ms)
         return records + host.keys.records() + host.votes.records(now_ms)
 
 

@@ -96,9 +96,10 @@ class Pending:
 
 PENDING = Pending()
 
-# What a deferred reply carries: a job id (ADDJOB done), a list of jobs (GETJOB served),
-# None (GETJOB timed out: null multibulk) or an error (NOREPL, LEAVING, ...).
-DeferredResult = str | list[DJob] | None | DisqueError
+# What a deferred reply carries: a job id (ADDJOB done; "OK": RESULT SET done), a list of
+# jobs (GETJOB served), a result's value (RESULT WAIT), None (GETJOB or RESULT WAIT timed
+# out: a null reply) or an error (NOREPL, LEAVING, ...).
+DeferredResult = str | list[DJob] | bytes | None | DisqueError
 
 
 class ClusterView(Protocol):

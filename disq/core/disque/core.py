@@ -79,6 +79,7 @@ from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.queue import DQueue
 from disq.core.disque.replication import Replication
 from disq.core.disque.requeue import Requeue
+from disq.core.disque.results import Results
 from disq.core.disque.state import IDEM_TIMER, KV_AT_ONCE
 from disq.core.messages import (
     BeanstalkUpdate,
@@ -86,6 +87,7 @@ from disq.core.messages import (
     Enqueue,
     GotAck,
     GotJob,
+    GotResult,
     IdemKeys,
     KeyVote,
     KeyVotes,
@@ -94,6 +96,7 @@ from disq.core.messages import (
     Pause,
     Queued,
     ReplJob,
+    Result,
     SetAck,
     WillQueue,
     Working,
@@ -161,6 +164,7 @@ class DisqueCore:
         self.aof: JobLog = JobLog(self)  # aof.py: the replay, a rewrite's records
         self.flush: Flush = Flush(self)  # flush.py: FLUSHALL, CLUSTER RESET
         self.acks: Acks = Acks(self)  # ack.py: ACKJOB, FASTACK, QPURGE, the ack GC
+        self.results: Results = Results(self)  # results.py: jobs' results, on every node
         # Counters for INFO / stats.
         self.stats: dict[str, int] = {
             "jobs_added": 0,
@@ -197,6 +201,8 @@ class DisqueCore:
             Working: self.requeue.on_working,
             Pause: self.inspect.on_pause,
             BeanstalkUpdate: self.bridge.on_update,
+            Result: self.results.on_result,
+            GotResult: self.results.on_gotresult,
         }
 
     # ================================================================== helpers
@@ -680,6 +686,7 @@ class DisqueCore:
 
     def cancel(self, token: int) -> None:
         """The client of ``token`` went away: its blocked command is dropped."""
+        self.results.cancel(token)
         if self.keys.cancel(token):  # a keyed add held (idempotency.py)
             return
         if self.votes.prop and self.votes.cancel(token):  # waiting for its key's vote
@@ -778,7 +785,7 @@ class DisqueCore:
             nxt = self._awake[0].at_ms + 1
         if self._awake_acked and self._awake_acked[0].at_ms < nxt:
             nxt = self._awake_acked[0].at_ms + 1
-        nxt = self.blocked.next_deadline_ms(nxt)
+        nxt = self.results.next_deadline_ms(self.blocked.next_deadline_ms(nxt))
         dead = self.dead_peers
         if dead.sweep_ids and dead.sweep_due_ms < nxt:
             nxt = dead.sweep_due_ms  # a death's sweep: at once, a batch per tick
@@ -790,6 +797,7 @@ class DisqueCore:
         self.keys.expire_keys(now_ms)
         self._process_jobs(now_ms)
         self.blocked.process(now_ms)
+        self.results.tick(now_ms)
         if now_ms >= self._next_cron_ms:
             self._cron(now_ms)
 

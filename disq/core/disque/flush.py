@@ -4,9 +4,10 @@ CLUSTER RESET.
 Disque frees every job (a client still waiting for a job's copies is answered -NOREPL by
 unregisterJob), answers every blocked GETJOB with its timeout reply, then destroys every
 queue. So does this, and it also lets go of what the jobs had the peers doing: idempotency
-keys and their announcements, key votes, adds held for a key. Nothing of it can come back
-by a timer: the job timers go with their jobs, and the replication and client timers find
-no waiter.
+keys and their announcements, key votes, adds held for a key; and of the results kept here
+(results.py: a RESULT SET waiting is answered NOREPL, a RESULT WAIT its timeout's null).
+Nothing of it can come back by a timer: the job timers go with their jobs, and the
+replication and client timers find no waiter.
 
 The AOF: Disque logs nothing, so a reset node restarted on its AOF loads its jobs again. A
 reset (``log_deletes``) logs a DELJOB for every job the file may hold, so a restart finds
@@ -27,6 +28,7 @@ from disq.core.disque.idempotency import KeyTable
 from disq.core.disque.job import ACK_LOGGED, ACKED, BEANSTALK_OWNED, WAIT_REPL
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.memory import MemoryLevels
+from disq.core.disque.results import Results
 
 
 class FlushHost(CoreHost, Protocol):
@@ -39,6 +41,7 @@ class FlushHost(CoreHost, Protocol):
     counts: QueueCounts
     memory: MemoryLevels
     gone: GoneJobs
+    results: Results
 
     def _clear_timers(self) -> None: ...
 
@@ -87,3 +90,4 @@ class Flush:
         host.gone.clear()
         host.keys.reset()
         host.votes.reset()
+        host.results.reset(log)

@@ -41,6 +41,7 @@ from disq.doors.disque.replies import (
     _err,
     _err_arg,
 )
+from disq.doors.disque.results import _result
 from disq.doors.disque.schedules import _schedule
 from disq.doors.disque.server import (
     _auth,
@@ -212,6 +213,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("pause", _pause, -3, "rF"),
         CommandSpec("schedule", _schedule, -2, "w"),  # disq's: recurring jobs
         CommandSpec("qpurge", _qpurge, 2, "wF"),  # disq's: empty a queue on this node
+        CommandSpec("result", _result, -3, "w"),  # disq's: jobs' results, on every node
         # Not in Disque: Redis commands that Redis clients send.
         CommandSpec("echo", _echo, 2, "rF"),
         CommandSpec("select", _select, 2, "rlF"),

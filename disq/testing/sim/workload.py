@@ -206,7 +206,9 @@ class Workload:
         op = nd.pending.pop(token, None)
         if op is None:
             raise InvariantViolation(
-                self.w.seed, "client protocol", f"{nd.name}: reply for unknown token {token}: {res}"
+                self.w.seed,
+                "client protocol",
+                f"{nd.name}: reply for unknown token {token}: {res!r}",
             )
         if op.kind == "add":
             rec = op.add

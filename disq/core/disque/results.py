@@ -1,0 +1,333 @@
+"""Jobs' results, kept by every node: RESULT SET, GET, WAIT and DEL (disq's addition to
+Disque's commands; the RESP door's grammar is in disq/doors/disque/results.py).
+
+A result is small, read anywhere, and must outlive the node that set it: so every node keeps
+every result (where a job's copies live on a few nodes). A set is stored here (its RESULT
+record logged before any answer) and sent to every reachable peer as a RESULT message; each
+peer stores and logs it, then answers GOTRESULT (the Ready's rule, records before messages,
+makes the answer mean "on disk"). The set is answered OK once ``repl`` nodes hold it, this
+one included, or NOREPL at its timeout; like an ADDJOB that timed out, the result stays
+where it landed. Peers that have not answered are sent it again every ``RESEND_MS`` while
+the set waits (a link that was down dropped the first).
+
+A waiter (RESULT WAIT) blocks until the result arrives here, by a local set or a peer's
+RESULT, or its timeout passes (answered None). Each node drops a result at its own clock's
+TTL: the TTL travels as the time left, as a job's does; a DEL travels as a RESULT with
+``deleted`` set, to every peer.
+
+A component of the core (``core.results``) owning its table, its waiters and their timers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Protocol
+
+from disq.core.constants import TICK_BATCH
+from disq.core.disque.api import (
+    NOREPL_EXPIRED,
+    NOREPL_NODES,
+    NOREPL_TIMEOUT,
+    PENDING,
+    DisqueError,
+    Pending,
+)
+from disq.core.disque.host import CoreHost
+from disq.core.disque.memory import MemoryLevels
+from disq.core.messages import GotResult, Result
+from disq.persistence.cluster_records import (
+    REC_RESULT,
+    REC_RESULTDEL,
+    decode_result,
+    decode_resultdel,
+    encode_result,
+    encode_resultdel,
+)
+from disq.persistence.framing import frame
+
+DEFAULT_RESULT_TTL_S = 86400  # Celery's result_expires
+DEFAULT_RESULT_TIMEOUT_MS = 5000
+RESEND_MS = 500  # silent peers of a waiting set are sent the result again this often
+# What a result costs besides its value (its table entry, id, tuple and heap entry), for the
+# memory levels: the order of a job's overhead, less the queue and timer entries.
+RESULT_OVERHEAD_BYTES = 200
+OOM_MSG = "command not allowed when used memory > 'maxmemory'."
+
+
+class ResultsHost(CoreHost, Protocol):
+    """What the results need of the core beyond its outboxes: its memory estimate."""
+
+    memory: MemoryLevels
+
+
+class SetWait:
+    """A RESULT SET waiting for its copies."""
+
+    def __init__(self, job_id: str, needed: int, me: str, deadline_ms: int, now_ms: int) -> None:
+        self.job_id: str = job_id
+        self.needed: int = needed
+        self.holders: set[str] = {me}
+        self.deadline_ms: int = deadline_ms  # 0: forever
+        self.resend_ms: int = now_ms + RESEND_MS
+
+
+class Results:
+    """The results this node keeps, the sets waiting for copies, the waiters."""
+
+    def __init__(self, host: ResultsHost) -> None:
+        self.host: ResultsHost = host
+        self.table: dict[str, tuple[bytes, int]] = {}  # job id -> (value, expiry node ms)
+        self.expiry: list[tuple[int, str]] = []  # (expiry ms, job id), lazy deletion
+        self.sets: dict[int, SetWait] = {}  # token -> a set waiting for copies
+        self.sets_by_job: dict[str, list[int]] = {}
+        self.waits: dict[int, tuple[str, int]] = {}  # token -> (job id, deadline ms; 0 none)
+        self.waits_by_job: dict[str, list[int]] = {}
+        self.timers: list[tuple[int, int]] = []  # (ms, token): deadlines and resends, lazy
+
+    def count(self) -> int:
+        """Clients blocked here: sets waiting for copies, waiters (INFO's blocked_clients)."""
+        return len(self.sets) + len(self.waits)
+
+    # ------------------------------------------------------------------ commands
+    def set(
+        self,
+        now_ms: int,
+        token: int,
+        job_id: str,
+        value: bytes,
+        ttl_s: int = DEFAULT_RESULT_TTL_S,
+        repl: int | None = None,
+        timeout_ms: int = DEFAULT_RESULT_TIMEOUT_MS,
+    ) -> str | Pending:
+        """RESULT SET: "OK" when this node alone suffices, else PENDING (OK or NOREPL in
+        ``replies``). Raises OOM over maxmemory, NOREPL when too few peers are reachable
+        (as ADDJOB: nothing is stored then)."""
+        host = self.host
+        if host.memory.warning >= 3:
+            raise DisqueError("OOM", OOM_MSG)
+        if repl is None:
+            repl = min(3, host.view.cluster_size())
+        peers = host.view.reachable_peers()
+        if repl - 1 > len(peers):
+            raise DisqueError("NOREPL", NOREPL_NODES)
+        ttl_ms = ttl_s * 1000
+        self._store(job_id, value, now_ms + ttl_ms)
+        msg = Result(job_id, value, ttl_ms)
+        for node in peers:
+            host._send(node, msg)
+        if repl <= 1:
+            return "OK"
+        deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+        w = SetWait(job_id, repl, host.my_id, deadline, now_ms)
+        self.sets[token] = w
+        self.sets_by_job.setdefault(job_id, []).append(token)
+        if deadline:
+            heapq.heappush(self.timers, (deadline, token))
+        heapq.heappush(self.timers, (w.resend_ms, token))
+        return PENDING
+
+    def get(self, now_ms: int, job_id: str) -> bytes | None:
+        """RESULT GET: the value, or None (none here, or its TTL passed)."""
+        got = self.table.get(job_id)
+        if got is None or got[1] < now_ms:
+            return None
+        return got[0]
+
+    def wait(self, now_ms: int, token: int, job_id: str, timeout_ms: int) -> bytes | Pending:
+        """RESULT WAIT: the value if here, else PENDING until it arrives (the value in
+        ``replies``) or ``timeout_ms`` passes (None; 0: wait forever)."""
+        value = self.get(now_ms, job_id)
+        if value is not None:
+            return value
+        deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
+        self.waits[token] = (job_id, deadline)
+        self.waits_by_job.setdefault(job_id, []).append(token)
+        if deadline:
+            heapq.heappush(self.timers, (deadline, token))
+        return PENDING
+
+    def delete(self, now_ms: int, job_id: str) -> int:
+        """RESULT DEL: dropped here (1, or 0 when not here) and on every peer."""
+        host = self.host
+        n = self._drop(job_id, log=True)
+        msg = Result(job_id, b"", 0, True)
+        for node in host.view.all_peers():
+            host._send(node, msg)
+        return n
+
+    def cancel(self, token: int) -> None:
+        """The client of ``token`` went away: it stops waiting (a set's result stays)."""
+        w = self.waits.pop(token, None)
+        if w is not None:
+            _unlist(self.waits_by_job, w[0], token)
+        s = self.sets.pop(token, None)
+        if s is not None:
+            _unlist(self.sets_by_job, s.job_id, token)
+
+    def reset(self, log: bool) -> None:
+        """FLUSHALL (flush.py, which zeroes the memory estimate): every result gone, a set
+        waiting is answered NOREPL, a waiter its timeout's None."""
+        replies = self.host.replies
+        for token in self.sets:
+            replies.append((token, DisqueError("NOREPL", NOREPL_EXPIRED)))
+        for token in self.waits:
+            replies.append((token, None))
+        if log:
+            for job_id in self.table:
+                self._log_del(job_id)
+        self.table.clear()
+        self.expiry.clear()
+        self.sets.clear()
+        self.sets_by_job.clear()
+        self.waits.clear()
+        self.waits_by_job.clear()
+        self.timers.clear()
+
+    # ------------------------------------------------------------------ messages
+    def on_result(self, now_ms: int, sender: str, msg: Result) -> None:
+        """A peer's set (stored, then GOTRESULT) or delete. A node over maxmemory keeps no
+        copy and says nothing: the setter counts the copies that exist."""
+        if msg.deleted:
+            self._drop(msg.job_id, log=True)
+            return
+        if msg.ttl_ms <= 0 or self.host.memory.warning >= 3:
+            return
+        self._store(msg.job_id, msg.value, now_ms + msg.ttl_ms)
+        self.host._send(sender, GotResult(msg.job_id))
+
+    def on_gotresult(self, now_ms: int, sender: str, msg: GotResult) -> None:
+        tokens = self.sets_by_job.get(msg.job_id)
+        if not tokens:
+            return
+        for token in list(tokens):
+            w = self.sets[token]
+            w.holders.add(sender)
+            if len(w.holders) >= w.needed:
+                self._answer_set(token, "OK")
+
+    # ------------------------------------------------------------------ time
+    def next_deadline_ms(self, nxt: int) -> int:
+        """The earlier of ``nxt`` and when :meth:`tick` must run: a timer once passed."""
+        if self.expiry and self.expiry[0][0] < nxt:
+            nxt = self.expiry[0][0] + 1
+        if self.timers and self.timers[0][0] < nxt:
+            nxt = self.timers[0][0] + 1
+        return nxt
+
+    def tick(self, now_ms: int) -> None:
+        table, expiry = self.table, self.expiry
+        budget = TICK_BATCH
+        while budget and expiry and expiry[0][0] < now_ms:
+            at, job_id = heapq.heappop(expiry)
+            got = table.get(job_id)
+            if got is not None and got[1] == at:
+                budget -= 1
+                self._drop(job_id, log=False)  # the replay skips it by its expiry
+        timers = self.timers
+        while timers and timers[0][0] < now_ms:
+            at, token = heapq.heappop(timers)
+            w = self.waits.get(token)
+            if w is not None and w[1] == at:
+                del self.waits[token]
+                _unlist(self.waits_by_job, w[0], token)
+                self.host.replies.append((token, None))
+                continue
+            s = self.sets.get(token)
+            if s is None:
+                continue
+            if s.deadline_ms == at:
+                self.host.stats["noreply_timeouts"] += 1
+                self._answer_set(token, DisqueError("NOREPL", NOREPL_TIMEOUT))
+            elif s.resend_ms == at:
+                self._resend(s, now_ms)
+                s.resend_ms = now_ms + RESEND_MS
+                heapq.heappush(timers, (s.resend_ms, token))
+
+    # ------------------------------------------------------------------ the AOF
+    def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
+        """The RESULT and RESULTDEL records of a replayed file, in file order (last wins);
+        those whose TTL passed are skipped."""
+        off = self.host.wall_offset_ms
+        kept: dict[str, tuple[bytes, int]] = {}
+        for rtype, payload in records:
+            if rtype == REC_RESULT:
+                job_id, expire_wall_ms, value = decode_result(payload)
+                kept[job_id] = (value, expire_wall_ms - off)
+            elif rtype == REC_RESULTDEL:
+                kept.pop(decode_resultdel(payload), None)
+        for job_id, (value, at_ms) in kept.items():
+            if at_ms >= now_ms:
+                self._store(job_id, value, at_ms)
+
+    def records(self, now_ms: int) -> list[bytes]:
+        """What a rewritten AOF keeps: every result whose TTL has not passed."""
+        off = self.host.wall_offset_ms
+        return [
+            frame(REC_RESULT, encode_result(job_id, at_ms + off, value))
+            for job_id, (value, at_ms) in self.table.items()
+            if at_ms >= now_ms
+        ]
+
+    # ------------------------------------------------------------------ helpers
+    def _store(self, job_id: str, value: bytes, at_ms: int) -> None:
+        """Keep ``value`` until ``at_ms`` (node clock), log it, wake its waiters."""
+        host = self.host
+        table = self.table
+        old = table.get(job_id)
+        if old is not None:
+            host.memory.used_bytes -= len(old[0]) + RESULT_OVERHEAD_BYTES
+        table[job_id] = (value, at_ms)
+        host.memory.used_bytes += len(value) + RESULT_OVERHEAD_BYTES
+        expiry = self.expiry
+        heapq.heappush(expiry, (at_ms, job_id))
+        if len(expiry) > 2 * len(table) + 64:  # replaced results left stale entries
+            self.expiry = [(at, i) for i, (_, at) in table.items()]
+            heapq.heapify(self.expiry)
+        if host.persist:
+            host.aof_out.append(
+                frame(REC_RESULT, encode_result(job_id, at_ms + host.wall_offset_ms, value))
+            )
+        tokens = self.waits_by_job.pop(job_id, None)
+        if tokens:
+            for token in tokens:
+                del self.waits[token]
+                host.replies.append((token, value))
+
+    def _drop(self, job_id: str, log: bool) -> int:
+        old = self.table.pop(job_id, None)
+        if old is None:
+            return 0
+        self.host.memory.used_bytes -= len(old[0]) + RESULT_OVERHEAD_BYTES
+        if log:
+            self._log_del(job_id)
+        return 1
+
+    def _log_del(self, job_id: str) -> None:
+        if self.host.persist:
+            self.host.aof_out.append(frame(REC_RESULTDEL, encode_resultdel(job_id)))
+
+    def _answer_set(self, token: int, result: str | DisqueError) -> None:
+        s = self.sets.pop(token)
+        _unlist(self.sets_by_job, s.job_id, token)
+        self.host.replies.append((token, result))
+
+    def _resend(self, s: SetWait, now_ms: int) -> None:
+        """The result again to the reachable peers that have not answered (a link that was
+        down dropped it), with the time it has left; nothing once it is gone here."""
+        got = self.table.get(s.job_id)
+        if got is None or got[1] < now_ms:
+            return
+        msg = Result(s.job_id, got[0], got[1] - now_ms)
+        host = self.host
+        for node in host.view.reachable_peers():
+            if node not in s.holders:
+                host._send(node, msg)
+
+
+def _unlist(by_job: dict[str, list[int]], job_id: str, token: int) -> None:
+    tokens = by_job.get(job_id)
+    if tokens is not None:
+        if token in tokens:
+            tokens.remove(token)
+        if not tokens:
+            del by_job[job_id]

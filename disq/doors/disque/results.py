@@ -1,0 +1,135 @@
+"""RESULT: jobs' results the cluster keeps (disq's addition; disq/core/disque/results.py).
+
+    RESULT SET <job-id> <value> [TTL <s>] [REPLICATE <n>] [TIMEOUT <ms>]
+                            +OK once n nodes hold it (default min(3, nodes known), TTL one
+                            day, TIMEOUT 5000 ms, 0: forever), else -NOREPL
+    RESULT GET <job-id>     the value, or a null
+    RESULT WAIT <job-id> <timeout-ms>
+                            the value once it is here, or a null at the timeout (0: forever)
+    RESULT DEL <job-id>     :1 (deleted here; every peer deletes it too) or :0
+
+Errors are Disque's for its own commands: a bad id BADID, options as ADDJOB's, over
+maxmemory OOM; the value is bounded as a job's body is (the RESP parser's bulk limit).
+"""
+
+from __future__ import annotations
+
+from disq.core.disque.api import DeferredResult, DisqueError, Pending
+from disq.core.disque.results import DEFAULT_RESULT_TIMEOUT_MS, DEFAULT_RESULT_TTL_S
+from disq.doors.disque.client import Client, Deferred
+from disq.doors.disque.jobs import _ADDJOB_NUMBERS, _timeout
+from disq.doors.disque.numbers import parse_ll
+from disq.doors.disque.replies import (
+    BADID_ERR,
+    NULL3,
+    NULL_BULK,
+    OK,
+    SYNTAX_ERR,
+    _bulk,
+    _disque_error,
+    _err,
+    _err_arg,
+    _valid_id,
+)
+
+_SUBCOMMANDS = b"SET, GET, WAIT, DEL"
+# A TTL in seconds, bounded so its expiry in ms fits the record's 64 bits with room.
+_TTL_MAX_S = 2**32 - 1
+_TTL_ERR = b"-ERR TTL must be between 1 and %d\r\n" % _TTL_MAX_S
+_ARITY = {b"set": 4, b"get": 3, b"wait": 4, b"del": 3}  # the fewest arguments, name included
+
+
+def _result(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    sub = argv[1].lower()
+    least = _ARITY.get(sub)
+    if least is None:
+        return _err_arg(b"ERR unknown RESULT subcommand '", argv[1], b"'. Try " + _SUBCOMMANDS)
+    n = len(argv)
+    if n < least or (sub != b"set" and n != least):
+        return b"-ERR wrong number of arguments for 'result %s' command\r\n" % sub
+    if not _valid_id(argv[2]):
+        return BADID_ERR
+    job_id = argv[2].decode("latin-1")
+    results = c.node.core.results
+    if sub == b"get":
+        value = results.get(now_ms, job_id)
+        return _null(c) if value is None else _bulk(value)
+    if sub == b"del":
+        return b":%d\r\n" % results.delete(now_ms, job_id)
+    if sub == b"wait":
+        timeout = _timeout(argv[3])
+        if isinstance(timeout, bytes):
+            return timeout
+        token = c.new_token()
+        got = results.wait(now_ms, token, job_id, timeout)
+        if isinstance(got, Pending):
+            return c.block(token, _WAIT3 if c.protocol == 3 else _WAIT)
+        return _bulk(got)
+    return _set(c, argv, now_ms, job_id)
+
+
+def _set(c: Client, argv: list[bytes], now_ms: int, job_id: str) -> bytes | Pending:
+    ttl_s = DEFAULT_RESULT_TTL_S
+    repl: int | None = None
+    timeout_ms = DEFAULT_RESULT_TIMEOUT_MS
+    n = len(argv)
+    j = 4
+    while j < n:
+        opt = argv[j].lower()
+        if j == n - 1:
+            return SYNTAX_ERR
+        arg = argv[j + 1]
+        if opt == b"ttl":
+            v = parse_ll(arg)
+            if v is None or v < 1 or v > _TTL_MAX_S:
+                return _TTL_ERR
+            ttl_s = v
+        elif opt == b"replicate":
+            low, high, error = _ADDJOB_NUMBERS[b"replicate"]
+            v = parse_ll(arg)
+            if v is None or v < low or v > high:
+                return error
+            repl = v
+        elif opt == b"timeout":
+            t = _timeout(arg)
+            if isinstance(t, bytes):
+                return t
+            timeout_ms = t
+        else:
+            return SYNTAX_ERR
+        j += 2
+    full = c.node.disk_full
+    if full is not None:
+        return _err("OOM " + full)  # as ADDJOB: nothing stored, no room to log it
+    token = c.new_token()
+    r = c.node.core.results.set(now_ms, token, job_id, argv[3], ttl_s, repl, timeout_ms)
+    if isinstance(r, Pending):
+        return c.block(token, _set_deferred)
+    return OK
+
+
+def _null(c: Client) -> bytes:
+    return NULL3 if c.protocol == 3 else NULL_BULK
+
+
+def _set_deferred(result: DeferredResult) -> bytes:
+    if isinstance(result, str):
+        return OK
+    if isinstance(result, DisqueError):
+        return _disque_error(result)
+    return _err(f"ERR internal error: unexpected RESULT SET result {type(result).__name__}")
+
+
+def _wait_deferred(null: bytes) -> Deferred:
+    def deferred(result: DeferredResult) -> bytes:
+        if isinstance(result, bytes):
+            return _bulk(result)
+        if isinstance(result, DisqueError):
+            return _disque_error(result)
+        return null  # timed out (or every result flushed)
+
+    return deferred
+
+
+_WAIT = _wait_deferred(NULL_BULK)
+_WAIT3 = _wait_deferred(NULL3)
