@@ -86,7 +86,9 @@ def test_stale_namespaces_of_a_dead_lab_are_removed() -> None:
         net.create()
         assert {net.netns(0), net.netns(1)} <= _netns_names()
         removed = netns.remove_stale()
-        assert net.netns(0) in removed and net.bridge in removed
+        # What it removed is a dead lab's; ours may have gone to another test's lab starting
+        # meanwhile (each start removes stale ones), so what counts is that it is gone.
+        assert all(name.startswith(netns.PREFIX) for name in removed)
         assert not {net.netns(0), net.netns(1)} & _netns_names()
         assert net.bridge not in _links()
     finally:
