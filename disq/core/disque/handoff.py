@@ -38,7 +38,6 @@ job table (dequeue, enqueue, forget) and the messages it sends go through the co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Protocol
 
 from disq.core.disque.host import CoreHost
@@ -54,7 +53,7 @@ from disq.core.disque.job import (
 )
 from disq.core.disque.keyvote import KeyVoting
 from disq.core.disque.state import Handoff
-from disq.core.messages import Enqueue, GotJob, JobData, ReplJob, data_of
+from disq.core.messages import Enqueue, GotJob, ReplJob
 
 HANDOFF_RETRY_MS = 1000  # a peer silent this long is replaced by the next one
 
@@ -153,13 +152,9 @@ class Handoffs:
         h.tried.append(target)
         h.until = now_ms + HANDOFF_RETRY_MS
         j.deliver_to(target)
-        data = job_data(j, now_ms)
-        me = host.view.my_id
         # Without this node (it leaves) and its beanstalk alias (it names this node's job).
-        data = replace(
-            data, nodes_delivered=[n for n in data.nodes_delivered if n != me], beanstalk_id=0
-        )
-        host._send(target, ReplJob.of(data))
+        holders = sorted(j.delivered - {host.view.my_id})
+        host._send(target, ReplJob(serialize(j, max(1000, j.etime_ms - now_ms), 0, holders)))
         if h.enqueue:
             host._send(target, Enqueue(j.id))
 
@@ -188,8 +183,3 @@ class Handoffs:
                 self.host._log_del(j.id)
                 self.host._unregister(j, now_ms)
         return True
-
-
-def job_data(j: DJob, now_ms: int) -> JobData:
-    """The job as YOURJOBS and a drain's handoff carry it (TTL in seconds left)."""
-    return data_of(serialize(j, max(1000, j.etime_ms - now_ms), j.bid))

@@ -290,9 +290,10 @@ class DJob:
         return f"DJob({self.id}, {self.queue!r}, {STATE_NAMES[self.state]})"
 
 
-def serialize(j: DJob, ttl_ms: int, bid: int) -> bytes:
+def serialize(j: DJob, ttl_ms: int, bid: int, nodes: list[str] | None = None) -> bytes:
     """serializeJob: the job's record (disq/core/job_record.py) with ``ttl_ms`` left and the
-    beanstalk alias ``bid`` (0 in a peer's copy), what a REPLJOB carries and the AOF keeps."""
+    beanstalk alias ``bid`` (0 in a peer's copy), what a REPLJOB carries and the AOF keeps;
+    ``nodes``: the holders it names (None: every node it was delivered to)."""
     return pack_record(
         j.id,
         j.queue,
@@ -308,7 +309,7 @@ def serialize(j: DJob, ttl_ms: int, bid: int) -> bytes:
         bool(j.flags & BEANSTALK_ORIGIN),
         j.bstate,
         bid,
-        sorted(j.delivered),
+        sorted(j.delivered) if nodes is None else nodes,
         j.idem_key,
     )
 
