@@ -44,6 +44,20 @@ def _wait_until_draining(node: Any) -> None:
     eventually(refused, "the node to be draining", timeout=5)
 
 
+def _links_up(node: Any, nodes: int) -> None:
+    """Until ``node`` replicates to every other node: its peer links are up.
+
+    The drain hands jobs only to peers whose link is up (a node whose links are still
+    connecting has nobody to hand to, and stops at once), so a test that pauses a peer to
+    hold the drain open must first see the link up.
+    """
+    eventually(
+        lambda: node.call("ADDJOB", "probe", "p", 5000, "REPLICATE", nodes, "RETRY", 300),
+        "the peer links to be up",
+        timeout=10,
+    )
+
+
 def test_sigterm_hands_jobs_off_exits_0_and_restart_clears_leaving(tmp_path: Path) -> None:
     with Lab(
         3, tmp_path / "lab", node_timeout_ms=1500, extra_conf=[f"drain-timeout {DRAIN_S}"]
@@ -139,6 +153,7 @@ def test_second_sigterm_stops_at_once(tmp_path: Path) -> None:
     # handoff waits for an answer that does not come, until a second SIGTERM.
     with Lab(2, tmp_path / "lab", node_timeout_ms=10_000) as lab:
         n0 = lab.node(0)
+        _links_up(n0, 2)
         n0.call("ADDJOB", "dq", "x", 5000, "REPLICATE", 1, "RETRY", 300)
         lab.pause(1)
         try:
@@ -164,6 +179,7 @@ def test_the_sdk_moves_an_add_refused_with_leaving_to_another_node(tmp_path: Pat
     # seconds, while the client still reaches node 2.
     with Lab(3, tmp_path / "lab", node_timeout_ms=10_000) as lab:
         n0, n2 = lab.node(0), lab.node(2)
+        _links_up(n0, 3)
         n0.call("ADDJOB", "dq", "x", 5000, "REPLICATE", 1, "RETRY", 300)
         n2_id = _text(n2.call("HELLO")[1])  # type: ignore[index]
         assert n0.call("DEBUG", "DROP-PEERS", n2_id) == "OK"
