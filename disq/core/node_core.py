@@ -39,7 +39,7 @@ from mypy_extensions import mypyc_attr
 
 from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.beanstalk.model import ReplicaLink
-from disq.core.disque.api import DeferredResult, DisqueError
+from disq.core.disque.api import AddOptions, DeferredResult, DisqueError, Pending
 from disq.core.events import EventBuffer
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     # where a Disque core arrives, importing node_cluster there, which loads them.
     from disq.core.beanstalk.model import Session
     from disq.core.disque.core import DisqueCore
+    from disq.core.disque.job import DJob
     from disq.core.membership import Membership
     from disq.core.messages import Message
     from disq.core.node_cluster import ClusterCores
@@ -269,6 +270,137 @@ class NodeCore:
         self.beanstalk.persist = on
         if self.cluster_cores is not None:
             self.cluster_cores.set_persist(on)
+
+    # ------------------------------------------------------------------ Disque commands
+    # The commands of the RESP and gRPC doors come in here, as proposals come into raft's
+    # RawNode: every door, the simulator and the tests give them to this one API, and what
+    # they cause (records, peer messages, a deferred answer for ``token``) leaves in the
+    # next Ready. Each is the Disque core's component call, unchanged: ``now_ms`` first,
+    # DisqueError for a refusal (its code and text are the reply). A node without its
+    # cluster half has no RESP or gRPC door; a call then is a bug, answered ERR.
+    def _jobs(self) -> DisqueCore:
+        cluster = self.cluster_cores
+        if cluster is None:
+            raise DisqueError("ERR", "this node has no cluster core")
+        return cluster.disque
+
+    @property
+    def my_id(self) -> str:
+        """This node's id (HELLO, CLUSTER MYID)."""
+        return self._jobs().view.my_id
+
+    def add_job(
+        self, now_ms: int, token: int, queue: str, body: bytes, opts: AddOptions
+    ) -> str | Pending:
+        """ADDJOB: the id, or PENDING (the id or NOREPL arrives for ``token``)."""
+        return self._jobs().add_job(now_ms, token, queue, body, opts)
+
+    # fmt: off
+    def get_job(
+        self, now_ms: int, token: int, queues: list[str], *, nohang: bool = False,
+        timeout_ms: int = 0, count: int = 1, in_order: bool = False,
+    ) -> list[DJob] | Pending | None:
+        """GETJOB: the jobs, None (NOHANG, none), or PENDING (they arrive for ``token``)."""
+        return self._jobs().get_job(
+            now_ms, token, queues, nohang=nohang, timeout_ms=timeout_ms, count=count,
+            in_order=in_order,
+        )
+    # fmt: on
+
+    def ack_job(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().acks.ack_job(now_ms, job_ids)
+
+    def fast_ack(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().acks.fast_ack(now_ms, job_ids)
+
+    def nack(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().nack(now_ms, job_ids)
+
+    def enqueue(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().enqueue(now_ms, job_ids)
+
+    def dequeue(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().dequeue(now_ms, job_ids)
+
+    def del_job(self, now_ms: int, job_ids: list[str]) -> int:
+        return self._jobs().del_job(now_ms, job_ids)
+
+    def working(self, now_ms: int, job_id: str) -> int:
+        """WORKING: the seconds until the next requeue (NOJOB, TOOLATE)."""
+        return self._jobs().working(now_ms, job_id)
+
+    def qlen(self, queue: str) -> int:
+        return self._jobs().qlen(queue)
+
+    def qpurge(self, now_ms: int, queue: str) -> int:
+        return self._jobs().acks.purge_queue(now_ms, queue)
+
+    def show(self, now_ms: int, job_id: str) -> list[tuple[str, object]] | None:
+        """SHOW: the job's fields as pairs, or None."""
+        return self._jobs().inspect.show(now_ms, job_id)
+
+    def qstat(self, now_ms: int, queue: str) -> list[tuple[str, object]] | None:
+        return self._jobs().inspect.qstat(now_ms, queue)
+
+    def qpeek(self, queue: str, count: int) -> list[DJob]:
+        return self._jobs().inspect.qpeek(queue, count)
+
+    # fmt: off
+    def qscan(
+        self, now_ms: int, cursor: int, count: int, *, busyloop: bool = False,
+        minlen: int | None = None, maxlen: int | None = None, importrate: int | None = None,
+    ) -> tuple[int, list[str]]:
+        return self._jobs().inspect.qscan(
+            now_ms, cursor, count, busyloop=busyloop, minlen=minlen, maxlen=maxlen,
+            importrate=importrate,
+        )
+
+    def jscan(
+        self, cursor: int, count: int, *, busyloop: bool = False, queue: str | None = None,
+        states: set[int] | None = None,
+    ) -> tuple[int, list[DJob]]:
+        return self._jobs().inspect.jscan(
+            cursor, count, busyloop=busyloop, queue=queue, states=states
+        )
+    # fmt: on
+
+    def pause(self, now_ms: int, queue: str, flags: int | None, bcast: bool) -> int:
+        """PAUSE: the queue's pause flags after the change (``flags`` None: read them)."""
+        return self._jobs().inspect.pause(now_ms, queue, flags, bcast)
+
+    def flushall(self) -> None:
+        """FLUSHALL (DEBUG FLUSHALL): every job, queue and result goes, on this node only."""
+        self._jobs().flush.flushall()
+
+    def job_count(self) -> int:
+        return len(self._jobs().jobs)
+
+    def queue_count(self) -> int:
+        return len(self._jobs().queues)
+
+    def result_set(
+        self,
+        now_ms: int,
+        token: int,
+        job_id: str,
+        value: bytes,
+        ttl_s: int,
+        repl: int | None,
+        timeout_ms: int,
+    ) -> str | Pending:
+        """RESULT SET: "OK", or PENDING (OK or NOREPL arrives for ``token``)."""
+        return self._jobs().results.set(now_ms, token, job_id, value, ttl_s, repl, timeout_ms)
+
+    def result_get(self, now_ms: int, job_id: str) -> bytes | None:
+        return self._jobs().results.get(now_ms, job_id)
+
+    def result_wait(self, now_ms: int, token: int, job_id: str, timeout_ms: int) -> bytes | Pending:
+        """RESULT WAIT: the value, or PENDING (the value, or None at the timeout, arrives
+        for ``token``)."""
+        return self._jobs().results.wait(now_ms, token, job_id, timeout_ms)
+
+    def result_del(self, now_ms: int, job_id: str) -> int:
+        return self._jobs().results.delete(now_ms, job_id)
 
     # ------------------------------------------------------------------ the bridge
     def beanstalk_put(self, s: Session, job_id: int, now_ms: int) -> int:

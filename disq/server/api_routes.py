@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from disq.core.disque.core import DEFAULT_TTL_S
+from disq.core.disque.api import DEFAULT_TTL_S
 from disq.core.routes.table import (
     LIMIT,
     NAME_MAX_BYTES,
@@ -188,7 +188,7 @@ class RoutesQueueApi(QueueApi):
 
     async def PurgeQueue(self, request: api_pb2.QueueName, context: Any) -> Any:
         async def body() -> api_pb2.Count:
-            n = self.node.core.acks.purge_queue(self._now(), _queue(request.queue))
+            n = self.node.core.qpurge(self._now(), _queue(request.queue))
             self._done()  # the acks' DELJOB records, then their SETACKs
             return api_pb2.Count(count=n)
 

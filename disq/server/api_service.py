@@ -602,10 +602,10 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         return handler
 
     async def Ack(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.node.core.acks.ack_job)(request, context)
+        return await self._ids_call(self.node.core.ack_job)(request, context)
 
     async def FastAck(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.node.core.acks.fast_ack)(request, context)
+        return await self._ids_call(self.node.core.fast_ack)(request, context)
 
     async def Nack(self, request: api_pb2.JobIds, context: Any) -> Any:
         return await self._ids_call(self.node.core.nack)(request, context)
@@ -623,7 +623,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     async def Show(self, request: api_pb2.JobId, context: Any) -> Any:
         async def body() -> api_pb2.JobInfo:
             (job_id,) = _ids([request.id])
-            pairs = self.node.core.inspect.show(self._now(), job_id)
+            pairs = self.node.core.show(self._now(), job_id)
             return api_pb2.JobInfo(found=False) if pairs is None else _job_info(pairs)
 
         return await self._call(context, body)
@@ -636,7 +636,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
     async def QStat(self, request: api_pb2.QueueName, context: Any) -> Any:
         async def body() -> api_pb2.QueueStats:
-            pairs = self.node.core.inspect.qstat(self._now(), _queue(request.queue))
+            pairs = self.node.core.qstat(self._now(), _queue(request.queue))
             if pairs is None:
                 return api_pb2.QueueStats(found=False)
             d: dict[str, Any] = dict(pairs)
@@ -663,7 +663,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
         async def body() -> api_pb2.Jobs:
             if abs(request.count) > MAX_GET_COUNT:
                 raise syntax(f"count must be at most {MAX_GET_COUNT} either way")
-            jobs = self.node.core.inspect.qpeek(_queue(request.queue), request.count)
+            jobs = self.node.core.qpeek(_queue(request.queue), request.count)
             response = api_pb2.Jobs()
             _add_jobs(response.jobs, jobs, False)
             return response
@@ -672,7 +672,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
 
     async def QScan(self, request: api_pb2.QScanRequest, context: Any) -> Any:
         async def body() -> api_pb2.QScanResponse:
-            nxt, names = self.node.core.inspect.qscan(
+            nxt, names = self.node.core.qscan(
                 self._now(),
                 request.cursor,
                 request.count or 100,
@@ -694,7 +694,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                     raise syntax("Invalid job state name")
                 states.add(st)
             core = self.node.core
-            nxt, jobs = core.inspect.jscan(
+            nxt, jobs = core.jscan(
                 request.cursor,
                 request.count or 100,
                 busyloop=request.busyloop,
@@ -706,7 +706,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
             for j in jobs:
                 if not j.delivered:
                     continue
-                pairs = core.inspect.show(now, j.id)
+                pairs = core.show(now, j.id)
                 if pairs is not None:
                     infos.append(_job_info(pairs))
             return api_pb2.JScanResponse(cursor=nxt, jobs=infos)
@@ -720,9 +720,7 @@ class QueueApi(api_pb2_grpc.QueueServicer):
                 flags = _PAUSE_FLAGS.get(request.state.lower())
                 if flags is None:
                     raise syntax("state must be one of none, in, out, all")
-            r = self.node.core.inspect.pause(
-                self._now(), _queue(request.queue), flags, request.bcast
-            )
+            r = self.node.core.pause(self._now(), _queue(request.queue), flags, request.bcast)
             self._done()
             return api_pb2.PauseResponse(state=_PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)])
 

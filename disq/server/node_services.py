@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from disq import __version__
 from disq.core.disque.api import DisqueError
-from disq.core.disque.core import DisqueCore
 from disq.core.messages import LEFT, MEMBER_STATE_NAMES
 from disq.doors.disque import DISQUE_VERSION, NodeEntry, RespStats
 
 if TYPE_CHECKING:
+    from disq.core.node_core import NodeCore
     from disq.core.routes.table import Routes
     from disq.core.schedule.scheduler import Scheduler
     from disq.persistence.event_log import EventLog
@@ -40,8 +40,8 @@ class NodeServices:
 
     # ------------------------------------------------------------------ basics
     @property
-    def core(self) -> DisqueCore:
-        return self.cluster.disque
+    def core(self) -> NodeCore:
+        return self.runtime.core
 
     @property
     def scheduler(self) -> Scheduler | None:
@@ -133,7 +133,10 @@ class NodeServices:
         if section == "clients":
             return [
                 ("connected_clients", rt.hub.connected_clients),
-                ("blocked_clients", self.core.blocked.count() + self.core.results.count()),
+                (
+                    "blocked_clients",
+                    self.cluster.disque.blocked.count() + self.cluster.disque.results.count(),
+                ),
             ]
         if section == "memory":
             rss = _current_rss()
@@ -143,7 +146,7 @@ class NodeServices:
                 ("used_memory_human", _human(used)),
                 ("used_memory_rss", rss),
                 ("maxmemory", node.config.limits.max_memory_bytes),
-                ("mem_warning_level", self.core.memory.warning),
+                ("mem_warning_level", self.cluster.disque.memory.warning),
             ]
         if section == "persistence":
             aof = node.aof.writer
@@ -163,7 +166,7 @@ class NodeServices:
                 ("aof_disk_reserve_bytes", node.aof.reserve_bytes),
             ]
         if section == "stats":
-            s = self.core.stats
+            s = self.cluster.disque.stats
             links = rt.links.stats() if rt.links is not None else {}  # None: the bus loads
             api = rt.api
             return [
@@ -303,7 +306,7 @@ class NodeServices:
         if canonical == "requirepass":
             self._requirepass = value or None
         elif canonical == "aof-enqueue-jobs-once":
-            self.core.aof_enqueue_once = value.lower() == "yes"
+            self.cluster.disque.aof_enqueue_once = value.lower() == "yes"
 
     def config_rewrite(self) -> None:
         from disq.config import ConfigCommandError
@@ -318,8 +321,8 @@ class NodeServices:
             raise DisqueError(code, msg) from exc
 
     def config_resetstat(self) -> None:
-        for k in self.core.stats:
-            self.core.stats[k] = 0
+        for k in self.cluster.disque.stats:
+            self.cluster.disque.stats[k] = 0
 
     # ------------------------------------------------------------------ admin
     def shutdown(self, mode: str) -> None:

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
+from disq.core.beanstalk.core import BeanstalkCore
 from disq.core.disque.api import DisqueError
 from disq.core.disque.core import DisqueCore
 from disq.core.messages import GotJob, ReplJob
+from disq.core.node_core import NodeCore
 from disq.doors import disque as dc
 from disq.doors.disque import NodeEntry, RespStats, parse_cursor, parse_ll
 from disq.doors.resp_door import RespDoor
@@ -62,7 +64,9 @@ class FakeNode:
         self.view = view or StaticView()
         self.clock = T0
         self.wall_offset_ms = 0  # wall minus node clock, as the runtime's (server/clock.py)
-        self.core = DisqueCore(self.view, random.Random(7), T0)
+        # The doors drive the node core, as on a node; the tests read the Disque core in it.
+        self.disque = DisqueCore(self.view, random.Random(7), T0)
+        self.core = NodeCore(BeanstalkCore(), self.disque)
         self.requirepass: str | None = None
         self.aof_error: str | None = None
         self.disk_full: str | None = None
@@ -191,9 +195,9 @@ def route(node: FakeNode, *doors: RespDoor) -> dict[int, bytes]:
     blocked command's, or a run-ahead ADDJOB's). A door appears in the result when its
     blocked command was answered, or when a held run-ahead reply was released."""
     out: dict[int, bytes] = {}
-    while node.core.replies:
-        replies = node.core.replies
-        node.core.replies = []
+    while node.disque.replies:
+        replies = node.disque.replies
+        node.disque.replies = []
         for token, result in replies:
             for i, d in enumerate(doors):
                 if token in d.pending_tokens:
@@ -343,14 +347,14 @@ def test_addjob_replies_the_id_as_a_status(door: RespDoor, node: FakeNode) -> No
     job_id = r[1:-2]
     assert r == b"+" + job_id + b"\r\n"
     assert ID_RE.match(job_id)
-    job = node.core.jobs[job_id.decode()]
+    job = node.disque.jobs[job_id.decode()]
     assert (job.queue, job.body, job.repl, job.retry_s) == ("q", b"body", 1, 300)
     assert int(job_id[-4:], 16) & 1 == 1  # retry > 0: odd TTL field
 
 
 def test_addjob_options(door: RespDoor, node: FakeNode) -> None:
     job_id = add(door, "q", b"x", "ttl", 600, "retry", 0, "replicate", 1, "delay", 5, "async")
-    job = node.core.jobs[job_id.decode()]
+    job = node.disque.jobs[job_id.decode()]
     assert (job.retry_s, job.delay_s, job.etime_ms) == (0, 5, T0 + 600_000)
     assert int(job_id[-4:], 16) == 10  # 600 s = 10 minutes, even: at-most-once
     assert door.feed(cmd("QLEN", "q")) == b":0\r\n"  # delayed jobs are not queued
@@ -361,12 +365,12 @@ def test_addjob_delayms_queues_the_job_to_the_millisecond(door: RespDoor, node: 
     delay in whole seconds rounded up, for the copies and the AOF, which never queue it
     early)."""
     job_id = add(door, "q", b"x", "DELAYMS", 300).decode()
-    job = node.core.jobs[job_id]
+    job = node.disque.jobs[job_id]
     assert (job.delay_s, job.qtime_ms) == (1, T0 + 300)
-    node.core.tick(T0 + 300)  # due once passed (core/timers.py)
-    assert node.core.qlen("q") == 0
-    node.core.tick(T0 + 301)
-    assert node.core.qlen("q") == 1
+    node.disque.tick(T0 + 300)  # due once passed (core/timers.py)
+    assert node.disque.qlen("q") == 0
+    node.disque.tick(T0 + 301)
+    assert node.disque.qlen("q") == 1
     assert door.feed(cmd("ADDJOB", "q", "b", 0, "DELAY", 1, "DELAYMS", 5)) == err(
         "ERR DELAY and DELAYMS exclude each other"
     )
@@ -419,7 +423,7 @@ def test_addjob_idempotency_key_answers_the_first_id(door: RespDoor, node: FakeN
     first = add(door, "q", b"x", "IDEMPOTENCY-KEY", "order-42")
     assert add(door, "q", b"x", "idempotency-key", "order-42") == first
     assert door.feed(cmd("QLEN", "q")) == b":1\r\n"
-    assert node.core.jobs[first.decode()].idem_key == "order-42"
+    assert node.disque.jobs[first.decode()].idem_key == "order-42"
     assert add(door, "q", b"x", "IDEMPOTENCY-KEY", "order-43") != first
 
 
@@ -446,9 +450,9 @@ def test_sync_addjob_blocks_until_the_copy_is_confirmed(tokens: Iterator[int]) -
     d = make_door(node, tokens)
     assert d.feed(cmd("ADDJOB", "q", "b", 0, "REPLICATE", 2) + cmd("PING")) == b""
     assert d.blocked
-    repl = [m for dest, m in node.core.outbox if dest == PEER and isinstance(m, ReplJob)]
+    repl = [m for dest, m in node.disque.outbox if dest == PEER and isinstance(m, ReplJob)]
     job_id = repl[0].job.id
-    node.core.on_message(T0 + 1, PEER, GotJob(job_id))
+    node.disque.on_message(T0 + 1, PEER, GotJob(job_id))
     assert route(node, d) == {0: b"+" + job_id.encode() + b"\r\n+PONG\r\n"}
     assert not d.blocked
 
@@ -457,7 +461,7 @@ def test_sync_addjob_timeout_is_norepl(tokens: Iterator[int]) -> None:
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     assert d.feed(cmd("ADDJOB", "q", "b", 100, "REPLICATE", 2)) == b""
-    node.core.tick(T0 + 101)
+    node.disque.tick(T0 + 101)
     assert route(node, d) == {
         0: err("NOREPL Timeout reached before replicating to the requested number of nodes")
     }
@@ -467,10 +471,10 @@ def test_closing_a_blocked_sync_addjob_cancels_it(tokens: Iterator[int]) -> None
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     d.feed(cmd("ADDJOB", "q", "b", 0, "REPLICATE", 2))
-    assert len(node.core.jobs) == 1
+    assert len(node.disque.jobs) == 1
     d.close()
-    assert node.core.jobs == {}
-    assert node.core.blocked.count() == 0
+    assert node.disque.jobs == {}
+    assert node.disque.blocked.count() == 0
 
 
 # ------------------------------------------------------------------ GETJOB
@@ -548,7 +552,7 @@ def test_getjob_options_after_from_are_queue_names(door: RespDoor, node: FakeNod
     # "NOHANG" after FROM is a queue: the call blocks on queues "q" and "NOHANG".
     assert door.feed(cmd("GETJOB", "FROM", "q", "NOHANG")) == b""
     assert door.blocked
-    assert set(node.core.queues) == {"q", "NOHANG"}
+    assert set(node.disque.queues) == {"q", "NOHANG"}
 
 
 def test_blocked_getjob_holds_later_commands_until_another_door_adds(
@@ -579,9 +583,9 @@ def test_blocked_getjob_withcounters_keeps_its_flag(node: FakeNode, tokens: Iter
 
 def test_blocked_getjob_times_out_with_null(door: RespDoor, node: FakeNode) -> None:
     assert door.feed(cmd("GETJOB", "TIMEOUT", 100, "FROM", "q") + cmd("PING")) == b""
-    node.core.tick(T0 + 100)  # the timeout is over once passed (disq/core/timers.py)
+    node.disque.tick(T0 + 100)  # the timeout is over once passed (disq/core/timers.py)
     assert route(node, door) == {}
-    node.core.tick(T0 + 101)
+    node.disque.tick(T0 + 101)
     assert route(node, door) == {0: b"*-1\r\n+PONG\r\n"}
 
 
@@ -590,7 +594,7 @@ def test_closed_door_cancels_its_getjob(node: FakeNode, tokens: Iterator[int]) -
     other = make_door(node, tokens)
     gone.feed(cmd("GETJOB", "FROM", "q"))
     gone.close()
-    assert node.core.blocked.count() == 0
+    assert node.disque.blocked.count() == 0
     job_id = add(other, "q", b"x")
     assert route(node, gone, other) == {}
     assert other.feed(cmd("GETJOB", "NOHANG", "FROM", "q")) == resp.encode([[b"q", job_id, b"x"]])
@@ -649,7 +653,7 @@ def test_ids_commands_validate_every_id_first(door: RespDoor, node: FakeNode, na
     bad = b"D-12345678-" + b"x" * 23 + b"-0001"  # 39 chars
     assert door.feed(cmd(name, job_id, bad)) == err("BADID Invalid Job ID format.")
     assert door.feed(cmd(name, b"X" + job_id[1:])) == err("BADID Invalid Job ID format.")
-    assert job_id.decode() in node.core.jobs  # nothing done
+    assert job_id.decode() in node.disque.jobs  # nothing done
     assert door.feed(cmd(name)) == b":0\r\n"  # arity -1: no ids is fine
 
 
@@ -660,7 +664,7 @@ def test_ackjob_fastack_deljob(door: RespDoor, node: FakeNode) -> None:
     assert door.feed(cmd("ACKJOB", j1)) == b":0\r\n"  # already acked (or gone)
     assert door.feed(cmd("FASTACK", j2, unknown)) == b":1\r\n"
     assert door.feed(cmd("DELJOB", j3, j3)) == b":1\r\n"
-    assert node.core.jobs == {}
+    assert node.disque.jobs == {}
 
 
 def test_dequeue_enqueue_nack(door: RespDoor) -> None:
@@ -693,7 +697,7 @@ def test_working(door: RespDoor, node: FakeNode) -> None:
 # ------------------------------------------------------------------ SHOW, queues
 def test_show_byte_exact(door: RespDoor, node: FakeNode) -> None:
     job_id = add(door, "q", b"body")
-    job = node.core.jobs[job_id.decode()]
+    job = node.disque.jobs[job_id.decode()]
     node.clock = T0 + 1500
     assert door.feed(cmd("SHOW", job_id)) == resp.encode(
         [
@@ -903,7 +907,7 @@ def test_jscan_skips_dummy_acks(tokens: Iterator[int]) -> None:
     d = make_door(node, tokens)
     unknown = b"D-12345678-" + b"D" * 24 + b"-0001"
     assert d.feed(cmd("ACKJOB", unknown)) == b":0\r\n"
-    assert unknown.decode() in node.core.jobs  # a dummy ACK is held
+    assert unknown.decode() in node.disque.jobs  # a dummy ACK is held
     assert d.feed(cmd("JSCAN")) == b"*2\r\n$1\r\n0\r\n*0\r\n"
 
 
@@ -1071,7 +1075,7 @@ def test_config(door: RespDoor, node: FakeNode) -> None:
 def test_debug(door: RespDoor, node: FakeNode) -> None:
     add(door)
     assert door.feed(cmd("DEBUG", "FLUSHALL")) == b"+OK\r\n"
-    assert node.core.jobs == {}
+    assert node.disque.jobs == {}
     assert door.feed(cmd("DEBUG", "SLEEP", "0.25")) == b"+OK\r\n"
     assert door.feed(cmd("DEBUG", "drop-peers", PEER, "b" * 40)) == b"+OK\r\n"
     assert door.feed(cmd("DEBUG", "DROP-PEERS")) == b"+OK\r\n"
@@ -1181,7 +1185,7 @@ class FakeRespNode(FakeNode):
 
     def cancel(self, token: int) -> None:
         self.router.forget(token)
-        self.core.cancel(token)
+        self.disque.cancel(token)
 
     def mark_dirty(self, conn: Any) -> None:
         self.dirty.append(conn)
@@ -1189,15 +1193,15 @@ class FakeRespNode(FakeNode):
     def after_commands(self, conn: Any = None) -> None:
         if conn is not None:
             self.dirty.append(conn)
-        while self.core.replies:
-            replies, self.core.replies = self.core.replies, []
+        while self.disque.replies:
+            replies, self.disque.replies = self.disque.replies, []
             for token, result in replies:
                 self.router.route(token, result)
         dirty, self.dirty = self.dirty, []
         for p in dirty:
             p.flush()
-        self.core.outbox.clear()
-        self.core.aof_out.clear()
+        self.disque.outbox.clear()
+        self.disque.aof_out.clear()
 
 
 @pytest.fixture
@@ -1281,8 +1285,8 @@ def test_redis_py_and_pydisque_connect(live_port: tuple[int, FakeRespNode]) -> N
 
 # ------------------------------------------------------------------ ADDJOB run-ahead
 def _repl_ids(node: FakeNode) -> list[str]:
-    ids = [m.job.id for dest, m in node.core.outbox if isinstance(m, ReplJob)]
-    node.core.outbox.clear()
+    ids = [m.job.id for dest, m in node.disque.outbox if isinstance(m, ReplJob)]
+    node.disque.outbox.clear()
     return ids
 
 
@@ -1301,16 +1305,16 @@ def test_pipelined_sync_addjobs_replicate_together_and_answer_in_order(
     assert d.feed(pipeline) == b""
     a, b = _repl_ids(node)  # both copies asked for at once
     assert len(d.pending_tokens) == 2
-    node.core.on_message(T0 + 1, PEER, GotJob(b))
+    node.disque.on_message(T0 + 1, PEER, GotJob(b))
     assert route(node, d) == {}  # b is ready, but a is first
-    node.core.on_message(T0 + 2, PEER, GotJob(a))
+    node.disque.on_message(T0 + 2, PEER, GotJob(a))
     assert route(node, d) == {
         0: b"+%s\r\n+%s\r\n" % (a.encode(), b.encode())
         + err("NOREPL Not enough reachable nodes for the requested replication level")
         + b"+PONG\r\n"
     }
     [dd] = _repl_ids(node)  # only now, after PING, the last ADDJOB ran
-    node.core.on_message(T0 + 3, PEER, GotJob(dd))
+    node.disque.on_message(T0 + 3, PEER, GotJob(dd))
     assert route(node, d) == {0: b"+%s\r\n" % dd.encode()}
     assert not d.blocked and not d.pending_tokens
 
@@ -1319,13 +1323,13 @@ def test_no_run_ahead_behind_a_blocked_getjob(tokens: Iterator[int]) -> None:
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     assert d.feed(cmd("GETJOB", "FROM", "q") + cmd("ADDJOB", "q", "x", 0)) == b""
-    assert node.core.jobs == {}  # the ADDJOB waits: it must not serve its own GETJOB
+    assert node.disque.jobs == {}  # the ADDJOB waits: it must not serve its own GETJOB
 
 
 def test_closing_cancels_every_run_ahead_addjob(tokens: Iterator[int]) -> None:
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     d.feed(b"".join(cmd("ADDJOB", "q", str(i), 0, "REPLICATE", 2) for i in range(5)))
-    assert len(node.core.jobs) == 5 and len(d.pending_tokens) == 5
+    assert len(node.disque.jobs) == 5 and len(d.pending_tokens) == 5
     d.close()
-    assert node.core.jobs == {}  # nobody will learn those ids: every copy is withdrawn
+    assert node.disque.jobs == {}  # nobody will learn those ids: every copy is withdrawn

@@ -285,3 +285,39 @@ def test_norepl_is_the_disque_error() -> None:
     mesh = Mesh(2)
     with pytest.raises(DisqueError):
         mesh.disque(0).add_job(mesh.now, 1, "q", b"x", AddOptions(timeout_ms=10, repl=3))
+
+
+def test_the_doors_commands_go_in_through_the_node_core() -> None:
+    # A job's life, every step a NodeCore call as a door makes it: the add's id arrives in a
+    # Ready for its token, GETJOB/SHOW/QSTAT/WORKING/NACK/ACKJOB answer from the one API.
+    mesh = Mesh(3)
+    node = mesh.nodes[0]
+    token = node.new_token()
+    assert (
+        node.add_job(mesh.now, token, "q", b"body", AddOptions(timeout_ms=5000, repl=3)) is PENDING
+    )
+    mesh.pump()
+    [(answered, job_id)] = mesh.replies[mesh.ids[0]]
+    assert answered == token and isinstance(job_id, str)
+    assert job_id.startswith("D-" + node.my_id[:8])
+    assert node.qlen("q") == 1 and node.job_count() == 1 and node.queue_count() == 1
+    shown = dict(node.show(mesh.now, job_id) or [])
+    assert shown["state"] == "queued" and shown["queue"] == "q"
+    [job] = node.get_job(mesh.now, node.new_token(), ["q"], nohang=True)  # type: ignore[misc]
+    assert job.id == job_id and job.body == b"body"
+    assert node.working(mesh.now, job_id) > 0
+    assert node.nack(mesh.now, [job_id]) == 1 and node.qlen("q") == 1
+    assert dict(node.qstat(mesh.now, "q") or [])["len"] == 1
+    assert node.ack_job(mesh.now, [job_id]) == 1 and node.qlen("q") == 0
+    mesh.pump()
+    assert all(mesh.disque(i).jobs == {} for i in range(3))  # the ack was collected everywhere
+
+
+def test_a_node_without_its_cluster_half_answers_commands_with_err() -> None:
+    from disq.core.beanstalk.core import BeanstalkCore
+    from disq.core.node_core import NodeCore
+
+    node = NodeCore(BeanstalkCore())
+    with pytest.raises(DisqueError) as exc:
+        node.qlen("q")
+    assert exc.value.code == "ERR"

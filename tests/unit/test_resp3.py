@@ -261,7 +261,7 @@ def test_blocked_getjob_times_out_with_null(node: FakeNode) -> None:
     d = resp3_door(node)
     assert d.feed(cmd("GETJOB", "TIMEOUT", 100, "WITHCOUNTERS", "FROM", "q")) == b""
     node.clock += 200
-    node.core.tick(node.clock)
+    node.disque.tick(node.clock)
     assert route(node, d) == {0: b"_\r\n"}
 
 

@@ -282,8 +282,8 @@ def test_resp_set_blocks_until_a_peer_holds_it(tokens: Iterator[int]) -> None:
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     assert d.feed(cmd("RESULT", "SET", JOB_ID, "v") + cmd("PING")) == b""
-    assert [(dest, type(msg)) for dest, msg in node.core.outbox] == [(PEER, Result)]
-    node.core.on_message(node.clock + 1, PEER, GotResult(JOB_ID))
+    assert [(dest, type(msg)) for dest, msg in node.disque.outbox] == [(PEER, Result)]
+    node.disque.on_message(node.clock + 1, PEER, GotResult(JOB_ID))
     assert route(node, d) == {0: b"+OK\r\n+PONG\r\n"}
 
 
@@ -291,7 +291,7 @@ def test_resp_set_timeout_is_norepl(tokens: Iterator[int]) -> None:
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     assert d.feed(cmd("RESULT", "SET", JOB_ID, "v", "REPLICATE", 2, "TIMEOUT", 100)) == b""
-    node.core.tick(node.clock + 101)
+    node.disque.tick(node.clock + 101)
     assert route(node, d) == {0: err("NOREPL " + NOREPL_TIMEOUT)}
 
 
@@ -301,16 +301,16 @@ def test_resp_wait_blocks_wakes_times_out_and_is_cancelled_by_a_close(
     node = FakeNode(StaticView(peers=[PEER]))
     d = make_door(node, tokens)
     assert d.feed(cmd("RESULT", "WAIT", JOB_ID, 0)) == b""
-    node.core.on_message(node.clock + 1, PEER, Result(JOB_ID, b"val", 60_000))
+    node.disque.on_message(node.clock + 1, PEER, Result(JOB_ID, b"val", 60_000))
     assert route(node, d) == {0: b"$3\r\nval\r\n"}
     assert d.feed(cmd("RESULT", "WAIT", JOB_ID, 10)) == b"$3\r\nval\r\n"  # here: at once
     assert d.feed(cmd("RESULT", "WAIT", OTHER_ID, 10)) == b""
-    node.core.tick(node.clock + 11)
+    node.disque.tick(node.clock + 11)
     assert route(node, d) == {0: b"$-1\r\n"}
     d2 = make_door(node, tokens)
     assert d2.feed(cmd("RESULT", "WAIT", OTHER_ID, 0)) == b""
     d2.close()
-    assert node.core.results.waits == {}
+    assert node.disque.results.waits == {}
 
 
 @pytest.mark.parametrize(
@@ -342,7 +342,7 @@ def test_resp_errors_keep_the_connection_serving(
     assert d.feed(cmd("RESULT", *args)) == err(error)
     assert d.feed(cmd("RESULT")) == err("ERR wrong number of arguments for 'result' command")
     assert d.feed(cmd("PING")) == b"+PONG\r\n"
-    assert node.core.results.table == {}
+    assert node.disque.results.table == {}
 
 
 def test_a_value_over_the_bulk_limit_is_refused_as_a_job_body_is(tokens: Iterator[int]) -> None:
@@ -352,17 +352,17 @@ def test_a_value_over_the_bulk_limit_is_refused_as_a_job_body_is(tokens: Iterato
         d = RespDoor(node, tokens.__next__, parser=RespParser(max_bulk_bytes=16))  # type: ignore[arg-type]
         refusals.append((d.feed(request), d.client.closing))
     assert refusals == [(err("ERR Protocol error: invalid bulk length"), True)] * 2
-    assert node.core.results.table == {} and node.core.jobs == {}
+    assert node.disque.results.table == {} and node.disque.jobs == {}
 
 
 def test_resp_oom(tokens: Iterator[int]) -> None:
     node = FakeNode()
     d = make_door(node, tokens)
-    node.core.memory.warning = 3
+    node.disque.memory.warning = 3
     assert d.feed(cmd("RESULT", "SET", JOB_ID, "v")) == err(
         "OOM command not allowed when used memory > 'maxmemory'."
     )
-    node.core.memory.warning = 0
+    node.disque.memory.warning = 0
     node.disk_full = "no space left on the AOF's disk"
     assert d.feed(cmd("RESULT", "SET", JOB_ID, "v")) == err("OOM no space left on the AOF's disk")
-    assert node.core.results.table == {}
+    assert node.disque.results.table == {}

@@ -440,7 +440,7 @@ def _reply(raw: bytes) -> Any:
 class _Node(FakeNode):
     def __init__(self) -> None:
         super().__init__()
-        self.scheduler = Scheduler(self.view, self.core, itertools.count(1000).__next__)
+        self.scheduler = Scheduler(self.view, self.disque, itertools.count(1000).__next__)
 
 
 @pytest.fixture

@@ -34,6 +34,9 @@ class DisqueError(Exception):
         return hash((self.code, self.message))
 
 
+DEFAULT_TTL_S = 86400  # a job's TTL when the add gives none (Disque's: one day)
+
+
 class AddOptions(NamedTuple):
     """An add's options, as every door hands them to the core (``DisqueCore.add_job``): RESP's
     ADDJOB arguments, gRPC's AddJobRequest, a schedule's tick, a held keyed retry. Immutable

@@ -36,6 +36,7 @@ from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANC
 from disq.core.disque.ack import Acks
 from disq.core.disque.aof import JobLog
 from disq.core.disque.api import (
+    DEFAULT_TTL_S,
     LEAVING_MSG,
     NOREPL_EXPIRED,
     NOREPL_NODES,
@@ -112,7 +113,6 @@ MAX_QUEUES = 100_000  # like the beanstalk door's tube limit: every queue costs 
 # Requeue jitter, so copies do not all requeue at once. Disque's -250..+250 ms could requeue
 # before RETRY (Celery's visibility timeout here); disq's 0..+250 ms is never early.
 REQUEUE_JITTER_MS = 250
-DEFAULT_TTL_S = 86400
 DEFAULT_RETRY_MAX_S = 300
 CRON_BLOCKED_MS = 100  # Disque's clientsCron period for queues with blocked consumers
 CRON_IDLE_MS = 1000

@@ -1,11 +1,12 @@
 """Disque's command set on the RESP port: argument parsing, checks and reply formatting.
 
 Sans-IO like the door that drives it (:mod:`disq.doors.resp_door`): a handler takes the
-per-connection :class:`Client`, the command's arguments and the clock reading, calls the job
-core (:class:`~disq.core.disque.core.DisqueCore`) or the node (:class:`NodeApi`), and returns the
-encoded reply, or :data:`~disq.core.disque.api.PENDING` when the command blocks (GETJOB
-without jobs, synchronous ADDJOB): the answer then comes through ``core.replies`` and
-:meth:`Client.take_deferred` formats it.
+per-connection :class:`Client`, the command's arguments and the clock reading, gives the
+command to the node core (``NodeApi.core``, :class:`~disq.core.node_core.NodeCore`: the one
+API of every door, the simulator and the tests) or asks the node (:class:`NodeApi`), and
+returns the encoded reply, or :data:`~disq.core.disque.api.PENDING` when the command blocks
+(GETJOB without jobs, synchronous ADDJOB): the answer then comes in the node core's next
+Ready and :meth:`Client.take_deferred` formats it.
 
 Everything a client can observe follows Disque 1.0 (``server.c`` command table and
 ``processCommand``, ``job.c``, ``queue.c``, ``ack.c``, ``cluster.c``, ``config.c``,

@@ -39,7 +39,7 @@ def _disque_hello(c: Client) -> bytes:
     """``[1, myid, [id, ip, port, priority]...]``; port and priority are bulk strings."""
     node = c.node
     nodes = node.cluster_nodes()
-    out = [b"*%d\r\n:1\r\n" % (2 + len(nodes)), _bulk(node.core.view.my_id.encode())]
+    out = [b"*%d\r\n:1\r\n" % (2 + len(nodes)), _bulk(node.core.my_id.encode())]
     for e in nodes:
         out.append(b"*4\r\n")
         out.append(_bulk(e.node_id.encode()))
@@ -148,12 +148,12 @@ def _cluster(c: Client, argv: list[bytes], now_ms: int) -> bytes:
             return _err_arg(b"ERR Invalid node address specified: ", argv[2] + b":" + argv[3])
         return OK
     if sub == b"nodes" and argc == 2:
-        my_id = node.core.view.my_id
+        my_id = node.core.my_id
         text = b"".join(_node_line(e, my_id) for e in node.cluster_nodes())
         # Redis 6+ sends this text as a verbatim string in RESP3, as INFO's.
         return resp.verbatim(text) if c.protocol == 3 else _bulk(text)
     if sub == b"myid" and argc == 2:
-        return _bulk(node.core.view.my_id.encode())
+        return _bulk(node.core.my_id.encode())
     if sub == b"info" and argc == 2:
         text = "".join(f"{k}:{v}\r\n" for k, v in node.cluster_info()).encode()
         return resp.verbatim(text) if c.protocol == 3 else _bulk(text)
@@ -164,7 +164,7 @@ def _cluster(c: Client, argv: list[bytes], now_ms: int) -> bytes:
         if len(argv[2]) != 40:
             return b"-ERR Invalid node identifier\r\n"
         target = argv[2].decode("latin-1")
-        if target == node.core.view.my_id:
+        if target == node.core.my_id:
             return b"-ERR I tried hard but I can't forget myself...\r\n"
         if all(e.node_id != target for e in node.cluster_nodes()):
             return _err_arg(b"ERR Unknown node ", argv[2])

@@ -28,7 +28,7 @@ from disq.doors.disque.replies import (
 )
 
 if TYPE_CHECKING:
-    from disq.core.disque.core import DisqueCore
+    from disq.core.node_core import NodeCore
 
 
 def _timeout(arg: bytes) -> int | bytes:
@@ -230,7 +230,7 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     return _jobs_reply(r, withcounters)
 
 
-def _ids_command(method: Callable[[DisqueCore, int, list[str]], int]) -> Handler:
+def _ids_command(method: Callable[[NodeCore, int, list[str]], int]) -> Handler:
     """ACKJOB, FASTACK, DELJOB, ENQUEUE, NACK, DEQUEUE: all ids valid, then an integer."""
 
     def handler(c: Client, argv: list[bytes], now_ms: int) -> bytes:
@@ -242,9 +242,8 @@ def _ids_command(method: Callable[[DisqueCore, int, list[str]], int]) -> Handler
     return handler
 
 
-# The acks are the core's component (core.acks), not methods of DisqueCore.
-_ackjob = _ids_command(lambda core, now_ms, ids: core.acks.ack_job(now_ms, ids))
-_fastack = _ids_command(lambda core, now_ms, ids: core.acks.fast_ack(now_ms, ids))
+_ackjob = _ids_command(lambda core, now_ms, ids: core.ack_job(now_ms, ids))
+_fastack = _ids_command(lambda core, now_ms, ids: core.fast_ack(now_ms, ids))
 
 
 def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
@@ -256,6 +255,4 @@ def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
 def _show(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):
         return BADID_ERR
-    return _pairs_reply(
-        c.node.core.inspect.show(now_ms, argv[1].decode("latin-1")), c.protocol == 3
-    )
+    return _pairs_reply(c.node.core.show(now_ms, argv[1].decode("latin-1")), c.protocol == 3)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from disq.core.disque.core import DisqueCore
+    from disq.core.node_core import NodeCore
     from disq.core.schedule.scheduler import Scheduler
 
 DISQUE_VERSION = "1.0-rc1"  # the Disque release whose protocol the RESP port speaks
@@ -125,8 +125,8 @@ class NodeApi(Protocol):
     message become the reply (``-ERR <message>`` for code ``ERR``)."""
 
     @property
-    def core(self) -> DisqueCore:
-        """The job core. Its ``view`` gives this node's id (HELLO, CLUSTER MYID)."""
+    def core(self) -> NodeCore:
+        """The node core: every Disque command is its input (``add_job``, ``get_job``...)."""
         ...
 
     @property
@@ -277,9 +277,11 @@ def info_text(node: NodeApi, section: str) -> str:
         if not every and section != key:
             continue
         if key == "jobs":
-            fields: list[tuple[str, str | int | float]] = [("registered_jobs", len(node.core.jobs))]
+            fields: list[tuple[str, str | int | float]] = [
+                ("registered_jobs", node.core.job_count())
+            ]
         elif key == "queues":
-            fields = [("registered_queues", len(node.core.queues))]
+            fields = [("registered_queues", node.core.queue_count())]
         else:
             fields = node.info_fields(key)
         lines = "".join(f"{k}:{_info_value(v)}\r\n" for k, v in fields)

@@ -35,11 +35,11 @@ def _qpurge(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     """QPURGE queue (a disq extension): ack every job queued on this node in the queue, as
     ACKJOB would (the copies elsewhere are collected); the number acked. Queues are per
     node: emptying one everywhere is a QPURGE on each node."""
-    return b":%d\r\n" % c.node.core.acks.purge_queue(now_ms, queue_name(argv[1]))
+    return b":%d\r\n" % c.node.core.qpurge(now_ms, queue_name(argv[1]))
 
 
 def _qstat(c: Client, argv: list[bytes], now_ms: int) -> bytes:
-    pairs = c.node.core.inspect.qstat(now_ms, queue_name(argv[1]))
+    pairs = c.node.core.qstat(now_ms, queue_name(argv[1]))
     return _pairs_reply(pairs, c.protocol == 3, NULL_ARRAY)
 
 
@@ -48,7 +48,7 @@ def _qpeek(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     count = parse_ll(argv[2])
     if count is None:
         return NOT_AN_INT_ERR
-    jobs = c.node.core.inspect.qpeek(queue_name(argv[1]), count)
+    jobs = c.node.core.qpeek(queue_name(argv[1]), count)
     if not jobs:
         return EMPTY_ARRAY
     return _jobs_reply(jobs, False)
@@ -112,7 +112,7 @@ def _qscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if isinstance(args, bytes):
         return args
     cursor, busyloop = args
-    nxt, names = c.node.core.inspect.qscan(
+    nxt, names = c.node.core.qscan(
         now_ms,
         cursor,
         numbers.get(b"count", 100),
@@ -161,15 +161,13 @@ def _jscan(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     cursor, busyloop = args
     core = c.node.core
     resp3 = c.protocol == 3
-    nxt, jobs = core.inspect.jscan(
-        cursor, count, busyloop=busyloop, queue=queue, states=states or None
-    )
+    nxt, jobs = core.jscan(cursor, count, busyloop=busyloop, queue=queue, states=states or None)
     items: list[bytes] = []
     for job in jobs:
         if not job.delivered:
             continue  # jscanCallback skips the dummy jobs that only hold an ACK
         if reply_all:
-            pairs = core.inspect.show(now_ms, job.id)
+            pairs = core.show(now_ms, job.id)
             if pairs is None:
                 items.append(NULL3 if resp3 else NULL_BULK)
                 continue
@@ -211,5 +209,5 @@ def _pause(c: Client, argv: list[bytes], now_ms: int) -> bytes:
             bcast = True
         else:
             return SYNTAX_ERR
-    r = c.node.core.inspect.pause(now_ms, queue_name(argv[1]), flags if update else None, bcast)
+    r = c.node.core.pause(now_ms, queue_name(argv[1]), flags if update else None, bcast)
     return _PAUSE_NAMES[r & (PAUSE_IN | PAUSE_OUT)]

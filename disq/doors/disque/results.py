@@ -50,18 +50,18 @@ def _result(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     if not _valid_id(argv[2]):
         return BADID_ERR
     job_id = argv[2].decode("latin-1")
-    results = c.node.core.results
+    core = c.node.core
     if sub == b"get":
-        value = results.get(now_ms, job_id)
+        value = core.result_get(now_ms, job_id)
         return _null(c) if value is None else _bulk(value)
     if sub == b"del":
-        return b":%d\r\n" % results.delete(now_ms, job_id)
+        return b":%d\r\n" % core.result_del(now_ms, job_id)
     if sub == b"wait":
         timeout = _timeout(argv[3])
         if isinstance(timeout, bytes):
             return timeout
         token = c.new_token()
-        got = results.wait(now_ms, token, job_id, timeout)
+        got = core.result_wait(now_ms, token, job_id, timeout)
         if isinstance(got, Pending):
             return c.block(token, _WAIT3 if c.protocol == 3 else _WAIT)
         return _bulk(got)
@@ -102,7 +102,7 @@ def _set(c: Client, argv: list[bytes], now_ms: int, job_id: str) -> bytes | Pend
     if full is not None:
         return _err("OOM " + full)  # as ADDJOB: nothing stored, no room to log it
     token = c.new_token()
-    r = c.node.core.results.set(now_ms, token, job_id, argv[3], ttl_s, repl, timeout_ms)
+    r = c.node.core.result_set(now_ms, token, job_id, argv[3], ttl_s, repl, timeout_ms)
     if isinstance(r, Pending):
         return c.block(token, _set_deferred)
     return OK

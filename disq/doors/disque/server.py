@@ -84,7 +84,7 @@ def _debug(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     sub = argv[1].lower()
     argc = len(argv)
     if sub == b"flushall":
-        node.core.flush.flushall()
+        node.core.flushall()
         return OK
     if sub == b"sleep" and argc == 3:
         node.debug_sleep(parse_strtod(argv[2]))

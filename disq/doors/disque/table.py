@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from disq.core.disque.api import DisqueError, Pending
-from disq.core.disque.core import DisqueCore
 from disq.doors.disque.admin import DEFAULT_COMMANDS
 from disq.doors.disque.client import Client, Handler
 from disq.doors.disque.cluster import _cluster, _hello
@@ -198,7 +197,9 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("getjob", _getjob, -2, "wF"),
         CommandSpec("ackjob", _ackjob, -1, "wF"),
         CommandSpec("fastack", _fastack, -1, "wF"),
-        CommandSpec("deljob", _ids_command(DisqueCore.del_job), -1, "wF"),
+        CommandSpec(
+            "deljob", _ids_command(lambda core, now_ms, ids: core.del_job(now_ms, ids)), -1, "wF"
+        ),
         CommandSpec("show", _show, 2, "rF"),
         CommandSpec("bgrewriteaof", _bgrewriteaof, 1, "ar"),
         CommandSpec("qlen", _qlen, 2, "rF"),
@@ -206,9 +207,15 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("qstat", _qstat, 2, "rF"),
         CommandSpec("qscan", _qscan, -1, "r"),
         CommandSpec("jscan", _jscan, -1, "r"),
-        CommandSpec("enqueue", _ids_command(DisqueCore.enqueue), -1, "mwF"),
-        CommandSpec("nack", _ids_command(DisqueCore.nack), -1, "mwF"),
-        CommandSpec("dequeue", _ids_command(DisqueCore.dequeue), -1, "wF"),
+        CommandSpec(
+            "enqueue", _ids_command(lambda core, now_ms, ids: core.enqueue(now_ms, ids)), -1, "mwF"
+        ),
+        CommandSpec(
+            "nack", _ids_command(lambda core, now_ms, ids: core.nack(now_ms, ids)), -1, "mwF"
+        ),
+        CommandSpec(
+            "dequeue", _ids_command(lambda core, now_ms, ids: core.dequeue(now_ms, ids)), -1, "wF"
+        ),
         CommandSpec("working", _working, 2, "wF"),
         CommandSpec("pause", _pause, -3, "rF"),
         CommandSpec("schedule", _schedule, -2, "w"),  # disq's: recurring jobs

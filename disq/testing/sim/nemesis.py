@@ -312,8 +312,8 @@ class Nemesis:
 
     def _pause(self, nd: SimNode, queue: str, flags: int, bcast: bool) -> None:
         self.w.stats["pauses"] += bool(flags)
-        core = self.w.core(nd)
-        self.w.guard(nd, core.inspect.pause, self.w.now + nd.skew, queue, flags, bcast)
+        nc = self.w.node_core(nd)
+        self.w.guard(nd, nc.pause, self.w.now + nd.skew, queue, flags, bcast)
         if self.w.tr:
             self.w.t(f"NEMESIS pause {nd.name} {queue} {flags}{' bcast' if bcast else ''}")
         self.stepper.flush(nd)

@@ -251,8 +251,8 @@ class Simulation:
                 for _ in range(50):
                     token = w.new_token()
                     now = w.now + nd.skew
-                    core = w.core(nd)
-                    res = w.guard(nd, core.get_job, now, token, queues, nohang=True, count=10)
+                    nc = w.node_core(nd)
+                    res = w.guard(nd, nc.get_job, now, token, queues, nohang=True, count=10)
                     if not isinstance(res, list):
                         break
                     if w.tr:

@@ -99,7 +99,7 @@ class Workload:
         self.w.adds[body] = rec
         token = self.w.new_token()
         now = self.w.now + nd.skew
-        core = self.w.core(nd)
+        core, nc = self.w.core(nd), self.w.node_core(nd)
         try:
             opts = AddOptions(
                 timeout,
@@ -110,7 +110,7 @@ class Workload:
                 async_=async_,
                 idem_key=rec.idem_key,
             )
-            res = self.w.guard(nd, core.add_job, now, token, queue, body, opts)
+            res = self.w.guard(nd, nc.add_job, now, token, queue, body, opts)
         except DisqueError as e:
             # Refused before anything was created: a delivery of it would be a phantom.
             self._add_done(rec, "failed", why=f"{e.code} {e.message}")
@@ -155,8 +155,7 @@ class Workload:
         op = nd.pending.pop(token, None)
         if op is None:
             return
-        core = self.w.core(nd)
-        self.w.guard(nd, core.cancel, token)
+        self.w.guard(nd, self.w.node_core(nd).cancel, token)
         if self.w.tr:
             self.w.t(f"hangup {nd.name} {op.kind} token {token}")
         if op.add is not None:
@@ -268,10 +267,10 @@ class Workload:
             return
         token = self.w.new_token()
         now = self.w.now + nd.skew
-        core = self.w.core(nd)
+        nc = self.w.node_core(nd)
         try:
             res = self.w.guard(
-                nd, core.get_job, now, token, queues, nohang=nohang, timeout_ms=timeout, count=count
+                nd, nc.get_job, now, token, queues, nohang=nohang, timeout_ms=timeout, count=count
             )
         except DisqueError as e:
             if e.code != "LEAVING":
@@ -366,29 +365,29 @@ class Workload:
             seen = len(self.w.delivered.get(job_id, ()))
             self.w.ack_cover[job_id] = max(self.w.ack_cover.get(job_id, 0), seen)
         now = self.w.now + nd.skew
-        core = self.w.core(nd)
+        nc = self.w.node_core(nd)
         res: object
         try:
             if cmd == "ack":
-                res = self.w.guard(nd, core.acks.ack_job, now, [job_id])
+                res = self.w.guard(nd, nc.ack_job, now, [job_id])
                 self.w.stats["acks"] += 1
                 if res == 0:
                     self.w.stats["dummy_acks"] += 1
                 self.w.client_acks.setdefault(job_id, self.w.now)
             elif cmd == "fastack":
-                res = self.w.guard(nd, core.acks.fast_ack, now, [job_id])
+                res = self.w.guard(nd, nc.fast_ack, now, [job_id])
                 self.w.stats["fastacks"] += 1
                 self.w.client_acks.setdefault(job_id, self.w.now)
             elif cmd == "nack":
-                res = self.w.guard(nd, core.nack, now, [job_id])
+                res = self.w.guard(nd, nc.nack, now, [job_id])
                 self.w.stats["nacks"] += 1
             elif cmd == "enqueue":
-                res = self.w.guard(nd, core.enqueue, now, [job_id])
+                res = self.w.guard(nd, nc.enqueue, now, [job_id])
                 self.w.stats["enqueues"] += 1
                 if res:
                     self.w.admin_enqueued.add(job_id)
             else:
-                res = self.w.guard(nd, core.working, now, job_id)
+                res = self.w.guard(nd, nc.working, now, job_id)
                 self.w.stats["workings"] += 1
         except DisqueError as e:
             res = f"-{e.code}"  # NOJOB / TOOLATE: normal answers for WORKING

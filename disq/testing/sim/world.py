@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from disq.core.disque.api import DisqueError
+from disq.core.node_core import NodeCore
 from disq.testing.sim.config import SCHED_SKIP_QUEUE, T0_MS, SimConfig
 from disq.testing.sim.model import (
     AddRec,
@@ -204,8 +205,15 @@ class World:
     # ------------------------------------------------------------------ nodes
     @staticmethod
     def core(nd: SimNode) -> SimDisqueCore:
+        """The node's Disque core: what the invariants and the nemesis read and bend."""
         assert nd.core is not None
         return nd.core
+
+    @staticmethod
+    def node_core(nd: SimNode) -> NodeCore:
+        """The node's node core: the one API clients' commands go in by, as on a node."""
+        assert nd.nc is not None
+        return nd.nc
 
     def up_nodes(
         self, allowed: tuple[int, ...] | None = None, frozen: bool = False
