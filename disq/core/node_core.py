@@ -387,9 +387,12 @@ class NodeCore:
         ttl_s: int,
         repl: int | None,
         timeout_ms: int,
+        ack: bool = False,
     ) -> str | Pending:
-        """RESULT SET: "OK", or PENDING (OK or NOREPL arrives for ``token``)."""
-        return self._jobs().results.set(now_ms, token, job_id, value, ttl_s, repl, timeout_ms)
+        """RESULT SET: "OK", or PENDING (OK or NOREPL arrives for ``token``); ``ack``: the
+        job ``job_id`` is acked once the result is held."""
+        results = self._jobs().results
+        return results.set(now_ms, token, job_id, value, ttl_s, repl, timeout_ms, ack)
 
     def result_get(self, now_ms: int, job_id: str) -> bytes | None:
         return self._jobs().results.get(now_ms, job_id)

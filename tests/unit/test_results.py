@@ -9,8 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from disq.core.disque.api import NOREPL_EXPIRED, NOREPL_NODES, NOREPL_TIMEOUT, PENDING, DisqueError
+from disq.core.disque.api import (
+    NOREPL_EXPIRED,
+    NOREPL_NODES,
+    NOREPL_TIMEOUT,
+    PENDING,
+    AddOptions,
+    DisqueError,
+)
 from disq.core.disque.core import DisqueCore
+from disq.core.disque.job import ACKED
 from disq.core.disque.results import RESULT_OVERHEAD_BYTES
 from disq.core.messages import GotResult, Message, Result
 from disq.doors.resp_door import RespDoor
@@ -184,7 +192,7 @@ def test_a_waiter_that_went_away_is_not_answered() -> None:
     m.disque(0).results.set(m.now, 1, JOB_ID, b"v")
     m.pump()
     assert _replies(m, 1) == []
-    assert m.disque(1).results.waits_by_job == {}
+    assert m.disque(1).results.waits_by_key == {}
 
 
 # ------------------------------------------------------------------ DEL and expiry
@@ -313,6 +321,9 @@ def test_resp_wait_blocks_wakes_times_out_and_is_cancelled_by_a_close(
     assert node.disque.results.waits == {}
 
 
+KEY_ERR = "ERR a result key is 1 to 255 printable ASCII bytes, no space"
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [
@@ -321,8 +332,11 @@ def test_resp_wait_blocks_wakes_times_out_and_is_cancelled_by_a_close(
         (("WAIT", JOB_ID), "ERR wrong number of arguments for 'result wait' command"),
         (("DEL",), "ERR wrong number of arguments for 'result' command"),
         (("PUT", JOB_ID), "ERR unknown RESULT subcommand 'PUT'. Try SET, GET, WAIT, DEL"),
-        (("GET", "D-nope"), "BADID Invalid Job ID format."),
-        (("SET", "x" * 40, "v"), "BADID Invalid Job ID format."),
+        (("GET", "has space"), KEY_ERR),
+        (("GET", "k" * 256), KEY_ERR),
+        (("SET", "", "v"), KEY_ERR),
+        (("WAIT", "\u00e9", 10), KEY_ERR),
+        (("SET", "task-1", "v", "ACK"), "BADID Invalid Job ID format."),
         (("SET", JOB_ID, "v", "TTL", 0), "ERR TTL must be between 1 and 4294967295"),
         (("SET", JOB_ID, "v", "TTL", "x"), "ERR TTL must be between 1 and 4294967295"),
         (("SET", JOB_ID, "v", "REPLICATE", 0), "ERR REPLICATE must be between 1 and 65535"),
@@ -366,3 +380,50 @@ def test_resp_oom(tokens: Iterator[int]) -> None:
     node.disk_full = "no space left on the AOF's disk"
     assert d.feed(cmd("RESULT", "SET", JOB_ID, "v")) == err("OOM no space left on the AOF's disk")
     assert node.disque.results.table == {}
+
+
+def test_any_printable_key_is_a_result_key_on_every_node() -> None:
+    # A Celery task's id keys its result: no job behind it.
+    m = Mesh(3)
+    key = "celery-task-meta-2f1c0e9a-5b7d-4c3e-9a61-0d2b8f4e7a10"
+    assert m.disque(0).results.set(m.now, 1, key, b"42", repl=3) is PENDING
+    m.pump()
+    assert _replies(m, 0) == [(1, "OK")]
+    assert [m.disque(i).results.get(m.now, key) for i in range(3)] == [b"42"] * 3
+
+
+def test_set_with_ack_acks_the_job_once_the_copies_hold_the_result() -> None:
+    m = Mesh(3)
+    d0 = m.disque(0)
+    assert d0.add_job(m.now, 1, "q", b"work", AddOptions(timeout_ms=0, repl=3, async_=True))
+    m.pump()
+    [job_id] = list(d0.jobs)
+    assert d0.results.set(m.now, 2, job_id, b"done", repl=3, ack=True) is PENDING
+    assert d0.jobs[job_id].state != ACKED  # not before the copies hold the result
+    m.pump()
+    assert (2, "OK") in _replies(m, 0)
+    assert all(job_id not in m.disque(i).jobs for i in range(3))  # acked and collected
+    assert _values(m, job_id) == [b"done"] * 3
+
+
+def test_set_with_ack_answered_norepl_leaves_the_job_to_run_again() -> None:
+    m = Mesh(3)
+    d0 = m.disque(0)
+    d0.add_job(m.now, 1, "q", b"work", AddOptions(timeout_ms=0, repl=1, async_=True))
+    [job_id] = list(d0.jobs)
+    m.pump()
+    m.cut = {m.ids[1], m.ids[2]}
+    assert d0.results.set(m.now, 2, job_id, b"v", repl=3, timeout_ms=100, ack=True) is PENDING
+    m.advance(200)
+    assert (2, DisqueError("NOREPL", NOREPL_TIMEOUT)) in _replies(m, 0)
+    assert d0.jobs[job_id].state != ACKED
+
+
+def test_resp_set_with_ack(tokens: Iterator[int]) -> None:
+    node = FakeNode()
+    d = make_door(node, tokens)
+    job_id = d.feed(cmd("ADDJOB", "q", "work", 0))[1:-2].decode()
+    assert d.feed(cmd("GETJOB", "FROM", "q"))[:1] == b"*"
+    assert d.feed(cmd("RESULT", "SET", job_id, "7", "ACK")) == b"+OK\r\n"
+    assert d.feed(cmd("RESULT", "GET", job_id)) == b"$1\r\n7\r\n"
+    assert node.disque.jobs.get(job_id) is None or node.disque.jobs[job_id].state == ACKED

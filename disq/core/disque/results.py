@@ -15,13 +15,19 @@ RESULT, or its timeout passes (answered None). Each node drops a result at its o
 TTL: the TTL travels as the time left, as a job's does; a DEL travels as a RESULT with
 ``deleted`` set, to every peer.
 
+A result's key is a job's id, or any key of 1 to ``RESULT_KEY_MAX_BYTES`` printable ASCII
+bytes (Celery's and Dramatiq's backends key results by task and message ids). A set with
+``ack`` acks its job once the result is held by ``repl`` nodes (a worker's "done, and here
+is the value"): never before, so a worker that dies in between leaves the job to run again,
+and its result is never lost behind an ack. A set answered NOREPL acks nothing.
+
 A component of the core (``core.results``) owning its table, its waiters and their timers.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from disq.core.constants import TICK_BATCH
 from disq.core.disque.api import (
@@ -45,6 +51,9 @@ from disq.persistence.cluster_records import (
 )
 from disq.persistence.framing import frame
 
+if TYPE_CHECKING:
+    from disq.core.disque.ack import Acks
+
 DEFAULT_RESULT_TTL_S = 86400  # Celery's result_expires
 DEFAULT_RESULT_TIMEOUT_MS = 5000
 RESEND_MS = 500  # silent peers of a waiting set are sent the result again this often
@@ -52,19 +61,30 @@ RESEND_MS = 500  # silent peers of a waiting set are sent the result again this 
 # memory levels: the order of a job's overhead, less the queue and timer entries.
 RESULT_OVERHEAD_BYTES = 200
 OOM_MSG = "command not allowed when used memory > 'maxmemory'."
+RESULT_KEY_MAX_BYTES = 255  # the AOF record keeps the key's length in one byte
+
+
+def valid_result_key(key: bytes) -> bool:
+    """1 to RESULT_KEY_MAX_BYTES printable ASCII bytes, no space: a job id, a task id."""
+    return 0 < len(key) <= RESULT_KEY_MAX_BYTES and all(0x21 <= c <= 0x7E for c in key)
 
 
 class ResultsHost(CoreHost, Protocol):
-    """What the results need of the core beyond its outboxes: its memory estimate."""
+    """What the results need of the core beyond its outboxes: its memory estimate, and its
+    acks (a set with ``ack``)."""
 
     memory: MemoryLevels
+    acks: Acks
 
 
 class SetWait:
     """A RESULT SET waiting for its copies."""
 
-    def __init__(self, job_id: str, needed: int, me: str, deadline_ms: int, now_ms: int) -> None:
-        self.job_id: str = job_id
+    def __init__(
+        self, key: str, needed: int, me: str, deadline_ms: int, now_ms: int, ack: bool
+    ) -> None:
+        self.key: str = key
+        self.ack: bool = ack  # ack the job whose id is ``key`` once held
         self.needed: int = needed
         self.holders: set[str] = {me}
         self.deadline_ms: int = deadline_ms  # 0: forever
@@ -76,12 +96,12 @@ class Results:
 
     def __init__(self, host: ResultsHost) -> None:
         self.host: ResultsHost = host
-        self.table: dict[str, tuple[bytes, int]] = {}  # job id -> (value, expiry node ms)
-        self.expiry: list[tuple[int, str]] = []  # (expiry ms, job id), lazy deletion
+        self.table: dict[str, tuple[bytes, int]] = {}  # key -> (value, expiry node ms)
+        self.expiry: list[tuple[int, str]] = []  # (expiry ms, key), lazy deletion
         self.sets: dict[int, SetWait] = {}  # token -> a set waiting for copies
-        self.sets_by_job: dict[str, list[int]] = {}
-        self.waits: dict[int, tuple[str, int]] = {}  # token -> (job id, deadline ms; 0 none)
-        self.waits_by_job: dict[str, list[int]] = {}
+        self.sets_by_key: dict[str, list[int]] = {}
+        self.waits: dict[int, tuple[str, int]] = {}  # token -> (key, deadline ms; 0 none)
+        self.waits_by_key: dict[str, list[int]] = {}
         self.timers: list[tuple[int, int]] = []  # (ms, token): deadlines and resends, lazy
 
     def count(self) -> int:
@@ -93,15 +113,16 @@ class Results:
         self,
         now_ms: int,
         token: int,
-        job_id: str,
+        key: str,
         value: bytes,
         ttl_s: int = DEFAULT_RESULT_TTL_S,
         repl: int | None = None,
         timeout_ms: int = DEFAULT_RESULT_TIMEOUT_MS,
+        ack: bool = False,
     ) -> str | Pending:
         """RESULT SET: "OK" when this node alone suffices, else PENDING (OK or NOREPL in
         ``replies``). Raises OOM over maxmemory, NOREPL when too few peers are reachable
-        (as ADDJOB: nothing is stored then)."""
+        (as ADDJOB: nothing is stored then). ``ack``: ACKJOB ``key`` (a job id) once OK."""
         host = self.host
         if host.memory.warning >= 3:
             raise DisqueError("OOM", OOM_MSG)
@@ -111,46 +132,48 @@ class Results:
         if repl - 1 > len(peers):
             raise DisqueError("NOREPL", NOREPL_NODES)
         ttl_ms = ttl_s * 1000
-        self._store(job_id, value, now_ms + ttl_ms)
-        msg = Result(job_id, value, ttl_ms)
+        self._store(key, value, now_ms + ttl_ms)
+        msg = Result(key, value, ttl_ms)
         for node in peers:
             host._send(node, msg)
         if repl <= 1:
+            if ack:
+                host.acks.ack_job(now_ms, [key])
             return "OK"
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-        w = SetWait(job_id, repl, host.my_id, deadline, now_ms)
+        w = SetWait(key, repl, host.my_id, deadline, now_ms, ack)
         self.sets[token] = w
-        self.sets_by_job.setdefault(job_id, []).append(token)
+        self.sets_by_key.setdefault(key, []).append(token)
         if deadline:
             heapq.heappush(self.timers, (deadline, token))
         heapq.heappush(self.timers, (w.resend_ms, token))
         return PENDING
 
-    def get(self, now_ms: int, job_id: str) -> bytes | None:
+    def get(self, now_ms: int, key: str) -> bytes | None:
         """RESULT GET: the value, or None (none here, or its TTL passed)."""
-        got = self.table.get(job_id)
+        got = self.table.get(key)
         if got is None or got[1] < now_ms:
             return None
         return got[0]
 
-    def wait(self, now_ms: int, token: int, job_id: str, timeout_ms: int) -> bytes | Pending:
+    def wait(self, now_ms: int, token: int, key: str, timeout_ms: int) -> bytes | Pending:
         """RESULT WAIT: the value if here, else PENDING until it arrives (the value in
         ``replies``) or ``timeout_ms`` passes (None; 0: wait forever)."""
-        value = self.get(now_ms, job_id)
+        value = self.get(now_ms, key)
         if value is not None:
             return value
         deadline = now_ms + timeout_ms if timeout_ms > 0 else 0
-        self.waits[token] = (job_id, deadline)
-        self.waits_by_job.setdefault(job_id, []).append(token)
+        self.waits[token] = (key, deadline)
+        self.waits_by_key.setdefault(key, []).append(token)
         if deadline:
             heapq.heappush(self.timers, (deadline, token))
         return PENDING
 
-    def delete(self, now_ms: int, job_id: str) -> int:
+    def delete(self, now_ms: int, key: str) -> int:
         """RESULT DEL: dropped here (1, or 0 when not here) and on every peer."""
         host = self.host
-        n = self._drop(job_id, log=True)
-        msg = Result(job_id, b"", 0, True)
+        n = self._drop(key, log=True)
+        msg = Result(key, b"", 0, True)
         for node in host.view.all_peers():
             host._send(node, msg)
         return n
@@ -159,10 +182,10 @@ class Results:
         """The client of ``token`` went away: it stops waiting (a set's result stays)."""
         w = self.waits.pop(token, None)
         if w is not None:
-            _unlist(self.waits_by_job, w[0], token)
+            _unlist(self.waits_by_key, w[0], token)
         s = self.sets.pop(token, None)
         if s is not None:
-            _unlist(self.sets_by_job, s.job_id, token)
+            _unlist(self.sets_by_key, s.key, token)
 
     def reset(self, log: bool) -> None:
         """FLUSHALL (flush.py, which zeroes the memory estimate): every result gone, a set
@@ -173,14 +196,14 @@ class Results:
         for token in self.waits:
             replies.append((token, None))
         if log:
-            for job_id in self.table:
-                self._log_del(job_id)
+            for key in self.table:
+                self._log_del(key)
         self.table.clear()
         self.expiry.clear()
         self.sets.clear()
-        self.sets_by_job.clear()
+        self.sets_by_key.clear()
         self.waits.clear()
-        self.waits_by_job.clear()
+        self.waits_by_key.clear()
         self.timers.clear()
 
     # ------------------------------------------------------------------ messages
@@ -196,7 +219,7 @@ class Results:
         self.host._send(sender, GotResult(msg.job_id))
 
     def on_gotresult(self, now_ms: int, sender: str, msg: GotResult) -> None:
-        tokens = self.sets_by_job.get(msg.job_id)
+        tokens = self.sets_by_key.get(msg.job_id)
         if not tokens:
             return
         for token in list(tokens):
@@ -204,6 +227,8 @@ class Results:
             w.holders.add(sender)
             if len(w.holders) >= w.needed:
                 self._answer_set(token, "OK")
+                if w.ack:
+                    self.host.acks.ack_job(now_ms, [w.key])
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self, nxt: int) -> int:
@@ -218,18 +243,18 @@ class Results:
         table, expiry = self.table, self.expiry
         budget = TICK_BATCH
         while budget and expiry and expiry[0][0] < now_ms:
-            at, job_id = heapq.heappop(expiry)
-            got = table.get(job_id)
+            at, key = heapq.heappop(expiry)
+            got = table.get(key)
             if got is not None and got[1] == at:
                 budget -= 1
-                self._drop(job_id, log=False)  # the replay skips it by its expiry
+                self._drop(key, log=False)  # the replay skips it by its expiry
         timers = self.timers
         while timers and timers[0][0] < now_ms:
             at, token = heapq.heappop(timers)
             w = self.waits.get(token)
             if w is not None and w[1] == at:
                 del self.waits[token]
-                _unlist(self.waits_by_job, w[0], token)
+                _unlist(self.waits_by_key, w[0], token)
                 self.host.replies.append((token, None))
                 continue
             s = self.sets.get(token)
@@ -251,83 +276,83 @@ class Results:
         kept: dict[str, tuple[bytes, int]] = {}
         for rtype, payload in records:
             if rtype == REC_RESULT:
-                job_id, expire_wall_ms, value = decode_result(payload)
-                kept[job_id] = (value, expire_wall_ms - off)
+                key, expire_wall_ms, value = decode_result(payload)
+                kept[key] = (value, expire_wall_ms - off)
             elif rtype == REC_RESULTDEL:
                 kept.pop(decode_resultdel(payload), None)
-        for job_id, (value, at_ms) in kept.items():
+        for key, (value, at_ms) in kept.items():
             if at_ms >= now_ms:
-                self._store(job_id, value, at_ms)
+                self._store(key, value, at_ms)
 
     def records(self, now_ms: int) -> list[bytes]:
         """What a rewritten AOF keeps: every result whose TTL has not passed."""
         off = self.host.wall_offset_ms
         return [
-            frame(REC_RESULT, encode_result(job_id, at_ms + off, value))
-            for job_id, (value, at_ms) in self.table.items()
+            frame(REC_RESULT, encode_result(key, at_ms + off, value))
+            for key, (value, at_ms) in self.table.items()
             if at_ms >= now_ms
         ]
 
     # ------------------------------------------------------------------ helpers
-    def _store(self, job_id: str, value: bytes, at_ms: int) -> None:
+    def _store(self, key: str, value: bytes, at_ms: int) -> None:
         """Keep ``value`` until ``at_ms`` (node clock), log it, wake its waiters."""
         host = self.host
         table = self.table
-        old = table.get(job_id)
+        old = table.get(key)
         if old is not None:
             host.memory.used_bytes -= len(old[0]) + RESULT_OVERHEAD_BYTES
-        table[job_id] = (value, at_ms)
+        table[key] = (value, at_ms)
         host.memory.used_bytes += len(value) + RESULT_OVERHEAD_BYTES
         expiry = self.expiry
-        heapq.heappush(expiry, (at_ms, job_id))
+        heapq.heappush(expiry, (at_ms, key))
         if len(expiry) > 2 * len(table) + 64:  # replaced results left stale entries
             self.expiry = [(at, i) for i, (_, at) in table.items()]
             heapq.heapify(self.expiry)
         if host.persist:
             host.aof_out.append(
-                frame(REC_RESULT, encode_result(job_id, at_ms + host.wall_offset_ms, value))
+                frame(REC_RESULT, encode_result(key, at_ms + host.wall_offset_ms, value))
             )
-        tokens = self.waits_by_job.pop(job_id, None)
+        tokens = self.waits_by_key.pop(key, None)
         if tokens:
             for token in tokens:
                 del self.waits[token]
                 host.replies.append((token, value))
 
-    def _drop(self, job_id: str, log: bool) -> int:
-        old = self.table.pop(job_id, None)
+    def _drop(self, key: str, log: bool) -> int:
+        old = self.table.pop(key, None)
         if old is None:
             return 0
         self.host.memory.used_bytes -= len(old[0]) + RESULT_OVERHEAD_BYTES
         if log:
-            self._log_del(job_id)
+            self._log_del(key)
         return 1
 
-    def _log_del(self, job_id: str) -> None:
+    def _log_del(self, key: str) -> None:
         if self.host.persist:
-            self.host.aof_out.append(frame(REC_RESULTDEL, encode_resultdel(job_id)))
+            self.host.aof_out.append(frame(REC_RESULTDEL, encode_resultdel(key)))
 
     def _answer_set(self, token: int, result: str | DisqueError) -> None:
         s = self.sets.pop(token)
-        _unlist(self.sets_by_job, s.job_id, token)
+        _unlist(self.sets_by_key, s.key, token)
         self.host.replies.append((token, result))
 
     def _resend(self, s: SetWait, now_ms: int) -> None:
         """The result again to the reachable peers that have not answered (a link that was
         down dropped it), with the time it has left; nothing once it is gone here."""
-        got = self.table.get(s.job_id)
+        got = self.table.get(s.key)
         if got is None or got[1] < now_ms:
             return
-        msg = Result(s.job_id, got[0], got[1] - now_ms)
+        msg = Result(s.key, got[0], got[1] - now_ms)
         host = self.host
         for node in host.view.reachable_peers():
             if node not in s.holders:
                 host._send(node, msg)
 
 
-def _unlist(by_job: dict[str, list[int]], job_id: str, token: int) -> None:
-    tokens = by_job.get(job_id)
+def _unlist(by_job: dict[str, list[int]], key: str, token: int) -> None:
+    tokens = by_job.get(key)
     if tokens is not None:
         if token in tokens:
             tokens.remove(token)
         if not tokens:
-            del by_job[job_id]
+            del by_job[key]

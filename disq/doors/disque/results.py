@@ -1,21 +1,28 @@
 """RESULT: jobs' results the cluster keeps (disq's addition; disq/core/disque/results.py).
 
-    RESULT SET <job-id> <value> [TTL <s>] [REPLICATE <n>] [TIMEOUT <ms>]
+    RESULT SET <key> <value> [TTL <s>] [REPLICATE <n>] [TIMEOUT <ms>] [ACK]
                             +OK once n nodes hold it (default min(3, nodes known), TTL one
-                            day, TIMEOUT 5000 ms, 0: forever), else -NOREPL
-    RESULT GET <job-id>     the value, or a null
-    RESULT WAIT <job-id> <timeout-ms>
+                            day, TIMEOUT 5000 ms, 0: forever), else -NOREPL; ACK: the key
+                            is a job's id, and the job is acked once the result is held
+    RESULT GET <key>        the value, or a null
+    RESULT WAIT <key> <timeout-ms>
                             the value once it is here, or a null at the timeout (0: forever)
-    RESULT DEL <job-id>     :1 (deleted here; every peer deletes it too) or :0
+    RESULT DEL <key>        :1 (deleted here; every peer deletes it too) or :0
 
-Errors are Disque's for its own commands: a bad id BADID, options as ADDJOB's, over
-maxmemory OOM; the value is bounded as a job's body is (the RESP parser's bulk limit).
+A key is a job's id or any 1 to 255 printable ASCII bytes (a Celery task's id). Errors are
+Disque's for its own commands: a bad key ``-ERR``, ACK with a key that is no job id BADID,
+options as ADDJOB's, over maxmemory OOM; the value is bounded as a job's body is (the RESP
+parser's bulk limit).
 """
 
 from __future__ import annotations
 
 from disq.core.disque.api import DeferredResult, DisqueError, Pending
-from disq.core.disque.results import DEFAULT_RESULT_TIMEOUT_MS, DEFAULT_RESULT_TTL_S
+from disq.core.disque.results import (
+    DEFAULT_RESULT_TIMEOUT_MS,
+    DEFAULT_RESULT_TTL_S,
+    valid_result_key,
+)
 from disq.doors.disque.client import Client, Deferred
 from disq.doors.disque.jobs import _ADDJOB_NUMBERS, _timeout
 from disq.doors.disque.numbers import parse_ll
@@ -37,6 +44,7 @@ _SUBCOMMANDS = b"SET, GET, WAIT, DEL"
 _TTL_MAX_S = 2**32 - 1
 _TTL_ERR = b"-ERR TTL must be between 1 and %d\r\n" % _TTL_MAX_S
 _ARITY = {b"set": 4, b"get": 3, b"wait": 4, b"del": 3}  # the fewest arguments, name included
+_KEY_ERR = b"-ERR a result key is 1 to 255 printable ASCII bytes, no space\r\n"
 
 
 def _result(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
@@ -47,8 +55,8 @@ def _result(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     n = len(argv)
     if n < least or (sub != b"set" and n != least):
         return b"-ERR wrong number of arguments for 'result %s' command\r\n" % sub
-    if not _valid_id(argv[2]):
-        return BADID_ERR
+    if not valid_result_key(argv[2]):
+        return _KEY_ERR
     job_id = argv[2].decode("latin-1")
     core = c.node.core
     if sub == b"get":
@@ -72,10 +80,17 @@ def _set(c: Client, argv: list[bytes], now_ms: int, job_id: str) -> bytes | Pend
     ttl_s = DEFAULT_RESULT_TTL_S
     repl: int | None = None
     timeout_ms = DEFAULT_RESULT_TIMEOUT_MS
+    ack = False
     n = len(argv)
     j = 4
     while j < n:
         opt = argv[j].lower()
+        if opt == b"ack":
+            if not _valid_id(argv[2]):
+                return BADID_ERR
+            ack = True
+            j += 1
+            continue
         if j == n - 1:
             return SYNTAX_ERR
         arg = argv[j + 1]
@@ -102,7 +117,7 @@ def _set(c: Client, argv: list[bytes], now_ms: int, job_id: str) -> bytes | Pend
     if full is not None:
         return _err("OOM " + full)  # as ADDJOB: nothing stored, no room to log it
     token = c.new_token()
-    r = c.node.core.result_set(now_ms, token, job_id, argv[3], ttl_s, repl, timeout_ms)
+    r = c.node.core.result_set(now_ms, token, job_id, argv[3], ttl_s, repl, timeout_ms, ack)
     if isinstance(r, Pending):
         return c.block(token, _set_deferred)
     return OK
