@@ -16,6 +16,11 @@
   With ``max_deliveries = k``, the first delivery that finds ``additional_deliveries >= k``
   (k re-queues by RETRY, i.e. k deliveries never acked in time; NACKs count apart, against
   ``max_nacks``) is dead-lettered.
+- Results (``store_results=True``): a handler's return value (bytes, or a str as UTF-8;
+  None stores nothing) is stored as the job's result, and the job is acked by that same
+  call once the result is held (``RESULT SET ... ACK``): a client waits for it with
+  ``client.result(job_id, timeout_s)``. A store that fails (NOREPL) nacks the job, so it
+  runs again; a value of another type is a handler error (nacked).
 - Shutdown (``stop()``, SIGTERM or SIGINT under ``run_forever``): no more fetching; running
   handlers get ``shutdown_grace_s`` to finish; what is still running then is nacked (async
   handlers are cancelled; a thread cannot be, its late result is ignored). Queued acks are
@@ -50,6 +55,7 @@ FETCH_RETRY_MAX_S = 5.0
 class WorkerStats:
     fetched: int = 0
     acked: int = 0
+    results_stored: int = 0
     nacked: int = 0
     dead_lettered: int = 0
     heartbeats: int = 0
@@ -71,6 +77,8 @@ class Worker:
         shutdown_grace_s: float = 30.0,
         fetch_timeout_s: float = 1.0,
         client_options: dict[str, Any] | None = None,
+        store_results: bool = False,
+        result_ttl_s: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -89,6 +97,8 @@ class Worker:
         self.heartbeat = heartbeat
         self.shutdown_grace_s = shutdown_grace_s
         self.fetch_timeout_s = fetch_timeout_s
+        self.store_results = store_results
+        self.result_ttl_s = result_ttl_s  # None: the node's default, one day
         self.stats = WorkerStats()
         self.log = structlog.get_logger("disq.worker")
         self._is_async = inspect.iscoroutinefunction(handler)
@@ -211,10 +221,12 @@ class Worker:
             beat = asyncio.ensure_future(self._heartbeat(job))
         try:
             if self._is_async:
-                await self.handler(job)
+                value = await self.handler(job)
             else:
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._pool, self.handler, job)
+                value = await loop.run_in_executor(self._pool, self.handler, job)
+            if self.store_results and value is not None and not isinstance(value, bytes | str):
+                raise TypeError(f"a stored result is bytes or str, not {type(value).__name__}")
         except asyncio.CancelledError:
             raise  # shutdown: the job is nacked there
         except Exception as exc:
@@ -228,7 +240,16 @@ class Worker:
                 beat.cancel()
         if job.id in self._abandoned:
             return  # shutdown already nacked it; a late success must not ack a requeued job
-        self.client.ack_nowait(job.id)
+        if self.store_results and value is not None:
+            try:
+                await self.client.set_result(job.id, value, ttl_s=self.result_ttl_s, ack=True)
+            except DisqError as exc:
+                self.log.warning("result_not_stored", job=job.id, error=str(exc))
+                await self._nack(job)
+                return
+            self.stats.results_stored += 1
+        else:
+            self.client.ack_nowait(job.id)
         self.stats.acked += 1
 
     async def _nack(self, job: Job) -> None:

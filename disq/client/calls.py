@@ -22,9 +22,18 @@ class NodeCalls(Protocol):
         """The nodes the client knows (failover.py)."""
         ...
 
-    async def _call(self, method: str, request: Any, *, prefer: str | None = None) -> Any:
+    timeout_s: float
+
+    async def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        prefer: str | None = None,
+    ) -> Any:
         """A call safe to repeat: tried on each node until one answers (``prefer``: the
-        node to try first; AsyncClient's own ``timeout_s`` the mixins leave at default)."""
+        node to try first; ``timeout_s``: its deadline, default AsyncClient's own)."""
         ...
 
     async def _call_node(self, node: str, method: str, request: Any) -> Any:
@@ -36,7 +45,6 @@ class PublishCalls(NodeCalls, Protocol):
     """What the routes mixin's publish and purge need beyond :class:`NodeCalls`: a send to
     one node chosen by the failover rule (failover.py), on the client's channels."""
 
-    timeout_s: float
     _closed: bool
 
     @property

@@ -433,6 +433,91 @@ class RespCalls:
             return False  # LEAVING, OOM, a lost answer: the gRPC path finds another node
         return True
 
+    # -- results --------------------------------------------------------------------------
+    # Every node keeps every result (disq/core/disque/results.py): any node serves a get or
+    # a wait, so each call asks the node the failover loop picks and moves on when it does
+    # not answer. A set repeated after a lost answer stores the same value again: harmless.
+    def set_result(
+        self,
+        key: str,
+        value: bytes | str,
+        *,
+        ttl_s: int | None = None,
+        replicate: int | None = None,
+        repl_timeout_ms: int = REPL_TIMEOUT_MS,
+        ack: bool = False,
+    ) -> None:
+        """RESULT SET: returns once ``replicate`` nodes hold it (the node's default: min(3,
+        nodes)); ``ack``: ``key`` is a job's id, acked once the result is held. Raises
+        NoReplError, OutOfMemoryError, InvalidArgumentError (a bad key), BadIdError."""
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        args = [b"RESULT", b"SET", key.encode(), data, b"TIMEOUT", b"%d" % repl_timeout_ms]
+        if ttl_s is not None:
+            args += [b"TTL", b"%d" % ttl_s]
+        if replicate is not None:
+            args += [b"REPLICATE", b"%d" % replicate]
+        if ack:
+            args.append(b"ACK")
+        cmd = command(*args)
+        reply_s = repl_timeout_ms / 1000 + self._timeout_s
+        grpc_kwargs: dict[str, Any] = {
+            "ttl_s": ttl_s,
+            "replicate": replicate,
+            "repl_timeout_ms": repl_timeout_ms,
+            "ack": ack,
+        }
+        if not self._on():
+            self._client.set_result(key, data, **grpc_kwargs)
+            return
+
+        def send(n: NodeAddr) -> None:
+            self._call_on(n, cmd, reply_s)
+
+        try:
+            self._client.send_with_failover(send, what="SetResult", repeatable=True)
+        except _OverGrpc:
+            self._client.set_result(key, data, **grpc_kwargs)
+
+    def result(self, key: str, timeout_s: float | None = 0.0) -> bytes | None:
+        """The result of ``key``, or None: at once (``timeout_s`` 0, RESULT GET), else once
+        it is set, waiting up to ``timeout_s`` (None: forever) on the node (RESULT WAIT)."""
+        if not self._on():
+            return self._client.result(key, timeout_s)
+        k = key.encode()
+        if timeout_s is not None and timeout_s <= 0:
+            cmd = command(b"RESULT", b"GET", k)
+            reply_s = self._timeout_s
+        else:
+            wait_ms = 0 if timeout_s is None else max(1, int(timeout_s * 1000))
+            cmd = command(b"RESULT", b"WAIT", k, b"%d" % wait_ms)
+            reply_s = 365 * 86400.0 if timeout_s is None else timeout_s + self._timeout_s
+
+        def send(n: NodeAddr) -> bytes | None:
+            reply = self._call_on(n, cmd, reply_s, MAX_JOBS_REPLY_BYTES)
+            if reply is not None and not isinstance(reply, bytes):
+                self._drop(n.addr)
+                raise NoAnswer(f"RESP: not a RESULT reply: {reply!r:.200}")
+            return reply
+
+        try:
+            return self._client.send_with_failover(send, what="GetResult", repeatable=True)
+        except _OverGrpc:
+            return self._client.result(key, timeout_s)
+
+    def delete_result(self, key: str) -> bool:
+        """RESULT DEL, on every node; whether the node asked held it."""
+        if not self._on():
+            return self._client.delete_result(key)
+        cmd = command(b"RESULT", b"DEL", key.encode())
+
+        def send(n: NodeAddr) -> bool:
+            return bool(self._call_on(n, cmd, self._timeout_s))
+
+        try:
+            return self._client.send_with_failover(send, what="DeleteResult", repeatable=True)
+        except _OverGrpc:
+            return self._client.delete_result(key)
+
     def _learn_ports(self) -> None:
         """One HELLO when the client has not asked for the RESP ports (discovery off, and
         no HELLO yet in this process: a forked child's new client): it sets them."""

@@ -167,6 +167,48 @@ class WorkingResponse(_message.Message):
     retry_s: int
     def __init__(self, retry_s: _Optional[int] = ...) -> None: ...
 
+class SetResultRequest(_message.Message):
+    __slots__ = ("key", "value", "ttl_s", "replicate", "repl_timeout_ms", "ack")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    REPL_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    ttl_s: int
+    replicate: int
+    repl_timeout_ms: int
+    ack: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., ttl_s: _Optional[int] = ..., replicate: _Optional[int] = ..., repl_timeout_ms: _Optional[int] = ..., ack: _Optional[bool] = ...) -> None: ...
+
+class SetResultResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetResultRequest(_message.Message):
+    __slots__ = ("key", "wait_ms")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    wait_ms: int
+    def __init__(self, key: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class GetResultResponse(_message.Message):
+    __slots__ = ("found", "value")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class ResultKey(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
 class JobInfo(_message.Message):
     __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key")
     FOUND_FIELD_NUMBER: _ClassVar[int]

@@ -199,6 +199,21 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
                 _registered_method=True)
+        self.SetResult = channel.unary_unary(
+                '/disq.v1.Queue/SetResult',
+                request_serializer=disq_dot_v1_dot_api__pb2.SetResultRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.SetResultResponse.FromString,
+                _registered_method=True)
+        self.GetResult = channel.unary_unary(
+                '/disq.v1.Queue/GetResult',
+                request_serializer=disq_dot_v1_dot_api__pb2.GetResultRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.GetResultResponse.FromString,
+                _registered_method=True)
+        self.DeleteResult = channel.unary_unary(
+                '/disq.v1.Queue/DeleteResult',
+                request_serializer=disq_dot_v1_dot_api__pb2.ResultKey.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -420,6 +435,31 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetResult(self, request, context):
+        """Results the cluster keeps (RESULT over RESP): every node keeps every result, so any node
+        serves a get or a wait. A key is a job's id or 1 to 255 printable ASCII bytes.
+        OK once `replicate` nodes hold it (default min(3, nodes)), else NOREPL; ack: the key is
+        a job's id, acked once the result is held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetResult(self, request, context):
+        """The value, at once (wait_ms absent) or once it is set (wait_ms 0: forever); found false
+        when there is none (or the wait ran out).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteResult(self, request, context):
+        """Deleted on every node. count: 1 when this node held it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -586,6 +626,21 @@ def add_QueueServicer_to_server(servicer, server):
             'PurgeQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.PurgeQueue,
                     request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
+            ),
+            'SetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetResult,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.SetResultRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.SetResultResponse.SerializeToString,
+            ),
+            'GetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResult,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.GetResultRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.GetResultResponse.SerializeToString,
+            ),
+            'DeleteResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteResult,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ResultKey.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
             ),
     }
@@ -1479,6 +1534,87 @@ class Queue:
             target,
             '/disq.v1.Queue/PurgeQueue',
             disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.Count.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/SetResult',
+            disq_dot_v1_dot_api__pb2.SetResultRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.SetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/GetResult',
+            disq_dot_v1_dot_api__pb2.GetResultRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.GetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeleteResult',
+            disq_dot_v1_dot_api__pb2.ResultKey.SerializeToString,
             disq_dot_v1_dot_api__pb2.Count.FromString,
             options,
             channel_credentials,

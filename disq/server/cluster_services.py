@@ -198,10 +198,10 @@ class ClusterServices:
         with the bus's server before it starts, or on its late-services handler after."""
         if self.api is not None:
             return
-        from disq.server.api_routes import RoutesQueueApi
+        from disq.server.api_results import ResultsQueueApi
 
         assert self.links is not None  # load_links first
-        api = RoutesQueueApi(self.services)
+        api = ResultsQueueApi(self.services)
         late = self._late_api
         if late is not None:
             api.register(late)
@@ -471,7 +471,7 @@ def import_api() -> None:
     servicer, health and reflection): safe in a thread, as import_bus."""
     import importlib
 
-    importlib.import_module("disq.server.api_routes")
+    importlib.import_module("disq.server.api_results")
     importlib.import_module("grpc_health.v1.health")
     importlib.import_module("grpc_reflection.v1alpha.reflection")
 
