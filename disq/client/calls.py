@@ -24,14 +24,12 @@ class NodeCalls(Protocol):
 
     timeout_s: float
 
+    # fmt: off
     async def _call(
-        self,
-        method: str,
-        request: Any,
-        *,
-        timeout_s: float | None = None,
+        self, method: str, request: Any, *, timeout_s: float | None = None,
         prefer: str | None = None,
     ) -> Any:
+        # fmt: on
         """A call safe to repeat: tried on each node until one answers (``prefer``: the
         node to try first; ``timeout_s``: its deadline, default AsyncClient's own)."""
         ...

@@ -42,6 +42,8 @@ class AsyncInspectionMixin:
             "body": r.body,
             # A keyed job's key; a schedule's tick job: schedule:<name>:<tick>.
             "idempotency_key": r.idempotency_key if r.HasField("idempotency_key") else None,
+            # The result kept under the job's id (RESULT SET), if any.
+            "result": r.result if r.HasField("result") else None,
         }
         return d
 

@@ -8,11 +8,22 @@ and :class:`~disq.client.Client` as mixins (calls.py says how a mixin reaches th
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 from disq.client.calls import NodeCalls, OnLoop
 from disq.proto_gen import api_pb2
 
 RESULT_TIMEOUT_MS = 5000  # the node's wait for the result's copies (RESULT SET's TIMEOUT)
 FOREVER_S = 365 * 86400.0  # the deadline of a wait asked to last until the result comes
+
+
+class SetResultOptions(TypedDict, total=False):
+    """A result set's options, as the SDK and the integrations' RESP path take them."""
+
+    ttl_s: int | None  # default one day
+    replicate: int | None  # default min(3, nodes)
+    repl_timeout_ms: int  # the node's wait for the copies, RESULT_TIMEOUT_MS
+    ack: bool  # the key is a job's id, acked once the result is held
 
 
 def _value(value: bytes | str) -> bytes:
@@ -23,26 +34,23 @@ class AsyncResultsMixin:
     """The results methods of AsyncClient."""
 
     async def set_result(
-        self: NodeCalls,
-        key: str,
-        value: bytes | str,
-        *,
-        ttl_s: int | None = None,
-        replicate: int | None = None,
-        repl_timeout_ms: int = RESULT_TIMEOUT_MS,
-        ack: bool = False,
+        self: NodeCalls, key: str, value: bytes | str, **options: Unpack[SetResultOptions]
     ) -> None:
         """Store ``value`` under ``key`` (a job's id, or any printable ASCII key up to 255
         bytes); returns once ``replicate`` nodes hold it (default min(3, nodes)), else
         raises NoReplError. ``ack``: ``key`` is a job's id, acked once the result is held
         (never before: a worker that dies in between leaves the job to run again).
         ``ttl_s``: default one day."""
+        repl_timeout_ms = options.get("repl_timeout_ms", RESULT_TIMEOUT_MS)
         req = api_pb2.SetResultRequest(
-            key=key, value=_value(value), repl_timeout_ms=repl_timeout_ms, ack=ack
+            key=key,
+            value=_value(value),
+            repl_timeout_ms=repl_timeout_ms,
+            ack=options.get("ack", False),
         )
-        if ttl_s is not None:
+        if (ttl_s := options.get("ttl_s")) is not None:
             req.ttl_s = ttl_s
-        if replicate is not None:
+        if (replicate := options.get("replicate")) is not None:
             req.replicate = replicate
         deadline = repl_timeout_ms / 1000 + self.timeout_s
         await self._call("SetResult", req, timeout_s=deadline)
@@ -71,21 +79,9 @@ class SyncResultsMixin:
     """The results methods of the blocking Client (the AsyncClient's, on its loop)."""
 
     def set_result(
-        self: OnLoop,
-        key: str,
-        value: bytes | str,
-        *,
-        ttl_s: int | None = None,
-        replicate: int | None = None,
-        repl_timeout_ms: int = RESULT_TIMEOUT_MS,
-        ack: bool = False,
+        self: OnLoop, key: str, value: bytes | str, **options: Unpack[SetResultOptions]
     ) -> None:
-        self._run(
-            AsyncResultsMixin.set_result(
-                self._aio, key, value, ttl_s=ttl_s, replicate=replicate,
-                repl_timeout_ms=repl_timeout_ms, ack=ack,
-            )
-        )  # fmt: skip
+        self._run(AsyncResultsMixin.set_result(self._aio, key, value, **options))
 
     def result(self: OnLoop, key: str, timeout_s: float | None = 0.0) -> bytes | None:
         return self._run(AsyncResultsMixin.result(self._aio, key, timeout_s))

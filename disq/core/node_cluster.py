@@ -132,6 +132,7 @@ class ClusterCores:
         if membership is not None:
             membership.on_link_up(now_ms, node_id)
         self.disque.blocked.peer_link_up(now_ms, node_id)
+        self.disque.results.on_link_up(now_ms, node_id)
         self.scheduler.on_link_up(now_ms, node_id)
         self.routes.on_link_up(now_ms, node_id)
 

@@ -314,10 +314,11 @@ class Dashboard:
         if not story.found:
             return self._error(request, 404, f"job {job_id} is not known to any node", s)
         body = render_body(story.body) if story.body is not None else None
+        result = render_body(story.result) if story.result is not None else None
         queue = next((c.info["queue"] for c in story.copies if c.info), "")
         return self._render(
             request, "job.html", session=s, page="job", story=story, body=body, queue=queue,
-            origin=dead_letter_origin(queue) if queue else None,
+            origin=dead_letter_origin(queue) if queue else None, result=result,
         )  # fmt: skip
 
     async def _dead(self, request: web.Request) -> web.Response:

@@ -99,10 +99,15 @@ class JobStory:
     timeline: list[TimelineEvent]
     scanned: dict[str, int]  # node short id -> events read for the timeline
     body: bytes | None  # from the first copy that has it
+    result: bytes | None = None  # its result, when one is kept (RESULT SET)
 
     @property
     def found(self) -> bool:
-        return any(c.info is not None for c in self.copies) or bool(self.timeline)
+        return (
+            any(c.info is not None for c in self.copies)
+            or bool(self.timeline)
+            or self.result is not None
+        )
 
 
 class Gatherer:
@@ -392,6 +397,9 @@ class Gatherer:
                     body = s["body"]
                 since_ms = int(ctime_s(int(s["ctime"])) * 1000) - 60_000  # clock skew margin
         logs = await self._each(nodes, lambda n: self._job_events(n, job_id, max(0, since_ms)))
+        # Every node keeps every result: the first that answers tells.
+        results = await self._each(nodes, lambda n: self.client(n.addr).result(job_id))
+        result = next((r for r in results if isinstance(r, bytes)), None)
         per_node: dict[str, list[Any]] = {}
         scanned: dict[str, int] = {}
         for n, got in zip(nodes, logs, strict=True):
@@ -399,7 +407,8 @@ class Gatherer:
                 scanned[n.short] = -1
                 continue
             per_node[n.node_id], scanned[n.short] = got
-        return JobStory(job_id, copies, merge_timeline(per_node, job_id), scanned, body)
+        timeline = merge_timeline(per_node, job_id)
+        return JobStory(job_id, copies, timeline, scanned, body, result)
 
     async def _job_events(
         self, node: NodeView, job_id: str, since_ms: int

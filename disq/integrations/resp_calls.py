@@ -79,6 +79,7 @@ from disq.client import (
 )
 from disq.client.adds import REPL_TIMEOUT_MS, AddOptions, check_add_options
 from disq.client.failover import NoAnswer
+from disq.client.results import SetResultOptions
 from disq.integrations.common import Settings
 
 log = structlog.get_logger("disq.resp_calls")
@@ -437,37 +438,23 @@ class RespCalls:
     # Every node keeps every result (disq/core/disque/results.py): any node serves a get or
     # a wait, so each call asks the node the failover loop picks and moves on when it does
     # not answer. A set repeated after a lost answer stores the same value again: harmless.
-    def set_result(
-        self,
-        key: str,
-        value: bytes | str,
-        *,
-        ttl_s: int | None = None,
-        replicate: int | None = None,
-        repl_timeout_ms: int = REPL_TIMEOUT_MS,
-        ack: bool = False,
-    ) -> None:
+    def set_result(self, key: str, value: bytes | str, **options: Unpack[SetResultOptions]) -> None:
         """RESULT SET: returns once ``replicate`` nodes hold it (the node's default: min(3,
         nodes)); ``ack``: ``key`` is a job's id, acked once the result is held. Raises
         NoReplError, OutOfMemoryError, InvalidArgumentError (a bad key), BadIdError."""
         data = value.encode() if isinstance(value, str) else bytes(value)
+        repl_timeout_ms = options.get("repl_timeout_ms", REPL_TIMEOUT_MS)
         args = [b"RESULT", b"SET", key.encode(), data, b"TIMEOUT", b"%d" % repl_timeout_ms]
-        if ttl_s is not None:
+        if (ttl_s := options.get("ttl_s")) is not None:
             args += [b"TTL", b"%d" % ttl_s]
-        if replicate is not None:
+        if (replicate := options.get("replicate")) is not None:
             args += [b"REPLICATE", b"%d" % replicate]
-        if ack:
+        if options.get("ack"):
             args.append(b"ACK")
         cmd = command(*args)
         reply_s = repl_timeout_ms / 1000 + self._timeout_s
-        grpc_kwargs: dict[str, Any] = {
-            "ttl_s": ttl_s,
-            "replicate": replicate,
-            "repl_timeout_ms": repl_timeout_ms,
-            "ack": ack,
-        }
         if not self._on():
-            self._client.set_result(key, data, **grpc_kwargs)
+            self._client.set_result(key, data, **options)
             return
 
         def send(n: NodeAddr) -> None:
@@ -476,7 +463,7 @@ class RespCalls:
         try:
             self._client.send_with_failover(send, what="SetResult", repeatable=True)
         except _OverGrpc:
-            self._client.set_result(key, data, **grpc_kwargs)
+            self._client.set_result(key, data, **options)
 
     def result(self, key: str, timeout_s: float | None = 0.0) -> bytes | None:
         """The result of ``key``, or None: at once (``timeout_s`` 0, RESULT GET), else once

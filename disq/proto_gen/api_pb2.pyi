@@ -210,7 +210,7 @@ class ResultKey(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key")
+    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key", "result")
     FOUND_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +228,7 @@ class JobInfo(_message.Message):
     NEXT_AWAKE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     found: bool
     id: str
     queue: str
@@ -245,7 +246,8 @@ class JobInfo(_message.Message):
     next_awake_within_ms: int
     body: bytes
     idempotency_key: str
-    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    result: bytes
+    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., result: _Optional[bytes] = ...) -> None: ...
 
 class QueueName(_message.Message):
     __slots__ = ("queue",)

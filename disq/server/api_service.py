@@ -251,6 +251,9 @@ def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
     key = d.get("idempotency-key")
     if key:
         info.idempotency_key = _api_queue(str(key))
+    result = d.get("result")
+    if isinstance(result, bytes):
+        info.result = result
     return info
 
 

@@ -199,6 +199,11 @@ def test_dashboard_in_a_browser(server_factory: ServerFactory, driver: Any) -> N
         ]
         assert {"enqueued", "replicated"} <= set(kinds)
         assert driver.find_element(By.ID, "job-body").text == "order 0"
+        assert not driver.find_elements(By.ID, "job-result")  # none kept yet
+        client.set_result(ids[0], "shipped", replicate=3)
+        driver.refresh()
+        wait(driver, lambda d: d.find_elements(By.ID, "job-result"), "the job's result")
+        assert driver.find_element(By.ID, "job-result").text == "shipped"
         shot(driver, "job")
 
         # -- the worker dead-letters a failing job; requeue it from the page

@@ -49,3 +49,18 @@ def test_a_result_wakes_a_waiter_elsewhere_and_outlives_its_setter(tmp_path: Pat
         # A killed node comes back with what its AOF logged.
         lab.restart(0)
         assert lab.node(0).call("RESULT", "GET", job_id) == VALUE
+
+
+def test_a_node_down_during_a_set_learns_the_result_when_it_is_back(tmp_path: Path) -> None:
+    with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
+        lab.kill9(2)
+        # Two copies suffice for the OK; node 2 is owed the set and the delete.
+        assert lab.node(0).call("RESULT", "SET", "task-7", VALUE, "REPLICATE", 2) == "OK"
+        assert lab.node(0).call("RESULT", "SET", "task-8", b"x", "REPLICATE", 2) == "OK"
+        assert lab.node(1).call("RESULT", "DEL", "task-8") == 1
+        lab.restart(2)
+        eventually(
+            lambda: lab.node(2).call("RESULT", "GET", "task-7") == VALUE,
+            "node 2 to learn the result set while it was down",
+        )
+        assert lab.node(2).call("RESULT", "GET", "task-8") is None

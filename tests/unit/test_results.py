@@ -427,3 +427,48 @@ def test_resp_set_with_ack(tokens: Iterator[int]) -> None:
     assert d.feed(cmd("RESULT", "SET", job_id, "7", "ACK")) == b"+OK\r\n"
     assert d.feed(cmd("RESULT", "GET", job_id)) == b"$1\r\n7\r\n"
     assert node.disque.jobs.get(job_id) is None or node.disque.jobs[job_id].state == ACKED
+
+
+def test_show_tells_the_result_kept_under_the_jobs_id(tokens: Iterator[int]) -> None:
+    node = FakeNode()
+    d = make_door(node, tokens)
+    job_id = d.feed(cmd("ADDJOB", "q", "work", 0))[1:-2].decode()
+    assert b"result" not in d.feed(cmd("SHOW", job_id))
+    assert d.feed(cmd("RESULT", "SET", job_id, "the-value")) == b"+OK\r\n"
+    shown = d.feed(cmd("SHOW", job_id))
+    assert shown.endswith(b"$6\r\nresult\r\n$9\r\nthe-value\r\n")
+
+
+def test_a_peer_cut_off_during_a_set_learns_it_when_its_link_comes_up() -> None:
+    m = Mesh(3)
+    m.cut = {m.ids[2]}
+    assert m.disque(0).results.set(m.now, 1, "k-set", b"v", repl=2) is PENDING
+    m.pump()
+    assert _replies(m, 0) == [(1, "OK")]
+    assert m.disque(0).results.set(m.now, 2, "k-gone", b"x", repl=1) == "OK"
+    m.pump()
+    assert m.disque(0).results.delete(m.now, "k-gone") == 1
+    m.pump()
+    assert m.disque(2).results.get(m.now, "k-set") is None  # it missed both
+    assert m.disque(0).results.owed[m.ids[1]] == {}  # node 1 confirmed the set
+    m.cut = set()
+    m.nodes[0].on_link_up(m.now, m.ids[2])
+    m.pump()
+    assert m.disque(2).results.get(m.now, "k-set") == b"v"
+    assert m.disque(2).results.get(m.now, "k-gone") is None
+    assert m.disque(0).results.owed[m.ids[2]] == {}  # confirmed now: owed no more
+
+
+def test_what_a_peer_is_owed_is_bounded() -> None:
+    from disq.core.disque import results as results_mod
+
+    m = Mesh(2)
+    m.cut = {m.ids[1]}
+    r = m.disque(0).results
+    old, results_mod.OWED_MAX = results_mod.OWED_MAX, 3
+    try:
+        for i in range(5):
+            r.set(m.now, 10 + i, f"k{i}", b"v", repl=1)
+    finally:
+        results_mod.OWED_MAX = old
+    assert list(r.owed[m.ids[1]]) == ["k2", "k3", "k4"]  # the newest kept

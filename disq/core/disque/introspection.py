@@ -15,6 +15,7 @@ from disq.core.disque.counts import QueueCounts
 from disq.core.disque.host import CoreHost
 from disq.core.disque.job import ACKED, BEANSTALK_ORIGIN, STATE_NAMES, WAIT_REPL, DJob
 from disq.core.disque.queue import DQueue
+from disq.core.disque.results import Results
 from disq.core.messages import BSTATE_BURIED, PAUSE_IN, PAUSE_OUT, Pause
 
 T = TypeVar("T")
@@ -25,6 +26,7 @@ class IntrospectHost(CoreHost, Protocol):
 
     counts: QueueCounts
     blocked: BlockedClients
+    results: Results
 
     def _check_new_queue(self, name: str) -> None: ...
     def _queue(self, name: str, now_ms: int) -> DQueue: ...
@@ -65,6 +67,10 @@ class Introspection:
             # disq's addition, only for a keyed job: its key (a schedule's tick job carries
             # schedule:<name>:<tick>, which tells the ticks apart).
             pairs.append(("idempotency-key", j.idem_key))
+        result = self.host.results.get(now_ms, j.id)
+        if result is not None:
+            # disq's addition, only when a result is kept under the job's id (RESULT SET).
+            pairs.append(("result", result))
         if j.flags & BEANSTALK_ORIGIN:
             # disq's addition, only for jobs put through a beanstalk door: the state the
             # owner last reported, which a takeover restores.

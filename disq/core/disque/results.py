@@ -15,6 +15,15 @@ RESULT, or its timeout passes (answered None). Each node drops a result at its o
 TTL: the TTL travels as the time left, as a job's does; a DEL travels as a RESULT with
 ``deleted`` set, to every peer.
 
+A peer that has not confirmed a set (unreachable then, down, or its answer not back yet) is
+owed it: each peer's ``owed`` keys, dropped at its GOTRESULT, are sent again when its link
+comes up (a node that was down or cut off during a set learns it when it is back), as are
+deletes it may have missed. Bounded per peer (``OWED_MAX``, the oldest forgotten first): a
+peer away for that many sets learns only the newest. A node that joins later, or loses its
+AOF, learns nothing older than its join (no anti-entropy over the whole table). Deletes keep
+no tombstone: a DEL that races another node's resend of the same key to a returning peer can
+leave that peer a copy until its TTL.
+
 A result's key is a job's id, or any key of 1 to ``RESULT_KEY_MAX_BYTES`` printable ASCII
 bytes (Celery's and Dramatiq's backends key results by task and message ids). A set with
 ``ack`` acks its job once the result is held by ``repl`` nodes (a worker's "done, and here
@@ -61,6 +70,7 @@ RESEND_MS = 500  # silent peers of a waiting set are sent the result again this 
 # memory levels: the order of a job's overhead, less the queue and timer entries.
 RESULT_OVERHEAD_BYTES = 200
 OOM_MSG = "command not allowed when used memory > 'maxmemory'."
+OWED_MAX = 100_000  # keys owed to one peer before the oldest are forgotten
 RESULT_KEY_MAX_BYTES = 255  # the AOF record keeps the key's length in one byte
 
 
@@ -103,6 +113,7 @@ class Results:
         self.waits: dict[int, tuple[str, int]] = {}  # token -> (key, deadline ms; 0 none)
         self.waits_by_key: dict[str, list[int]] = {}
         self.timers: list[tuple[int, int]] = []  # (ms, token): deadlines and resends, lazy
+        self.owed: dict[str, dict[str, None]] = {}  # peer -> keys it has not confirmed
 
     def count(self) -> int:
         """Clients blocked here: sets waiting for copies, waiters (INFO's blocked_clients)."""
@@ -136,6 +147,7 @@ class Results:
         msg = Result(key, value, ttl_ms)
         for node in peers:
             host._send(node, msg)
+        self._owe(host.view.all_peers(), key)
         if repl <= 1:
             if ack:
                 host.acks.ack_job(now_ms, [key])
@@ -174,8 +186,12 @@ class Results:
         host = self.host
         n = self._drop(key, log=True)
         msg = Result(key, b"", 0, True)
-        for node in host.view.all_peers():
+        reachable = set(host.view.reachable_peers())
+        peers = host.view.all_peers()
+        for node in peers:
             host._send(node, msg)
+        # Deletes are not confirmed: a peer out of reach now hears it at its link's next up.
+        self._owe([p for p in peers if p not in reachable], key)
         return n
 
     def cancel(self, token: int) -> None:
@@ -205,6 +221,7 @@ class Results:
         self.waits.clear()
         self.waits_by_key.clear()
         self.timers.clear()
+        self.owed.clear()
 
     # ------------------------------------------------------------------ messages
     def on_result(self, now_ms: int, sender: str, msg: Result) -> None:
@@ -219,6 +236,9 @@ class Results:
         self.host._send(sender, GotResult(msg.job_id))
 
     def on_gotresult(self, now_ms: int, sender: str, msg: GotResult) -> None:
+        owed = self.owed.get(sender)
+        if owed:
+            owed.pop(msg.job_id, None)
         tokens = self.sets_by_key.get(msg.job_id)
         if not tokens:
             return
@@ -229,6 +249,34 @@ class Results:
                 self._answer_set(token, "OK")
                 if w.ack:
                     self.host.acks.ack_job(now_ms, [w.key])
+
+    def on_link_up(self, now_ms: int, peer: str) -> None:
+        """``peer``'s link came up: what it is owed, set or deleted since. A set stays owed
+        until its GOTRESULT; a delete, owed only to the peers out of reach when it was made,
+        is sent once (a lost one leaves the copy to its TTL)."""
+        owed = self.owed.get(peer)
+        if not owed:
+            return
+        host = self.host
+        table = self.table
+        for key in list(owed):
+            got = table.get(key)
+            if got is None or got[1] < now_ms:
+                host._send(peer, Result(key, b"", 0, True))
+                del owed[key]
+            else:
+                host._send(peer, Result(key, got[0], got[1] - now_ms))
+
+    def _owe(self, peers: list[str], key: str) -> None:
+        owed_by = self.owed
+        for node in peers:
+            owed = owed_by.get(node)
+            if owed is None:
+                owed = owed_by[node] = {}
+            owed.pop(key, None)
+            owed[key] = None  # the newest last: the oldest go first when over the bound
+            if len(owed) > OWED_MAX:
+                del owed[next(iter(owed))]
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self, nxt: int) -> int:
