@@ -13,6 +13,8 @@ REQUIRED_RPCS = {
     # issue 29: exchanges, bindings, transient queues, publish, purge
     "DeclareExchange", "DeleteExchange", "DeclareQueue", "DeleteQueue", "BindQueue",
     "UnbindQueue", "ListRoutes", "Publish", "PurgeQueue",
+    # results kept by the cluster
+    "SetResult", "GetResult", "DeleteResult",
 }  # fmt: skip
 REQUIRED_REASONS = {
     "NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING",

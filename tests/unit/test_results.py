@@ -472,3 +472,17 @@ def test_what_a_peer_is_owed_is_bounded() -> None:
     finally:
         results_mod.OWED_MAX = old
     assert list(r.owed[m.ids[1]]) == ["k2", "k3", "k4"]  # the newest kept
+
+
+def test_a_jobs_result_is_kept_as_widely_as_its_job_by_default() -> None:
+    m = Mesh(3)
+    d0 = m.disque(0)
+    d0.add_job(m.now, 1, "q", b"work", AddOptions(timeout_ms=0, repl=2, async_=True))
+    m.pump()
+    [job_id] = list(d0.jobs)
+    m.cut = {m.ids[2]}
+    assert d0.results.set(m.now, 2, "no-job-key", b"v", timeout_ms=1000) is PENDING
+    assert d0.results.set(m.now, 3, job_id, b"v") is PENDING
+    m.advance(1100)
+    assert (2, DisqueError("NOREPL", NOREPL_TIMEOUT)) in _replies(m, 0)  # wanted 3
+    assert (3, "OK") in _replies(m, 0)  # two holders were enough

@@ -132,13 +132,16 @@ class Results:
         ack: bool = False,
     ) -> str | Pending:
         """RESULT SET: "OK" when this node alone suffices, else PENDING (OK or NOREPL in
-        ``replies``). Raises OOM over maxmemory, NOREPL when too few peers are reachable
+        ``replies``); ``repl`` None: a job's own level for its id, else min(3, nodes). Raises
+        OOM over maxmemory, NOREPL when too few peers are reachable
         (as ADDJOB: nothing is stored then). ``ack``: ACKJOB ``key`` (a job id) once OK."""
         host = self.host
         if host.memory.warning >= 3:
             raise DisqueError("OOM", OOM_MSG)
         if repl is None:
-            repl = min(3, host.view.cluster_size())
+            # A job's result is kept as widely as its job; any other key on min(3, nodes).
+            job = host.jobs.get(key)
+            repl = job.repl if job is not None else min(3, host.view.cluster_size())
         peers = host.view.reachable_peers()
         if repl - 1 > len(peers):
             raise DisqueError("NOREPL", NOREPL_NODES)
