@@ -51,7 +51,7 @@ def test_readme_sdk_producer_and_worker_run(server_factory: ServerFactory) -> No
     grpc_port = free_port()
     server_factory.new("--grpc-port", str(grpc_port))
     producer = _sdk_block("add_jobs")
-    worker = _sdk_block("disq.Worker")
+    worker = _sdk_block("dead_letter=")
     assert len(producer.strip().splitlines()) <= 10 and len(worker.strip().splitlines()) <= 10
     out = subprocess.run(
         [sys.executable, "-c", producer.replace("7710", str(grpc_port))],
@@ -621,3 +621,27 @@ def test_readme_the_advertised_address_travels_and_is_dialled(
         assert isinstance(job_id, str) and job_id.startswith("D-")
     with Client(f"127.0.0.1:{grpc_b}") as sdk:
         assert "localhost" in {n.host for n in sdk.hello().nodes}
+
+
+def test_readme_sdk_results_blocks_run(server_factory: ServerFactory) -> None:
+    """The README's Results > The SDK: the worker block stores its handler's value, the
+    producer block prints it once the worker has run the job."""
+    if server_factory.kind != "disq":
+        pytest.skip("the gRPC SDK is disq's")
+    grpc_port = free_port()
+    server_factory.new("--grpc-port", str(grpc_port))
+    worker = _sdk_block("store_results=True").replace("7710", str(grpc_port))
+    producer = _sdk_block("c.result(job_id").replace("7710", str(grpc_port))
+    proc = subprocess.Popen([sys.executable, "-c", worker])
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", producer],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert out.stdout.strip() == "b'thumb of cat.jpg'"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
