@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "compare": "compare",
     "sdk": "sdk",
     "celery": "celery_brokers",
+    "results": "celery_results",
     "restart": "restart",
     "startup": "startup",
     "memory": "memory",

@@ -521,17 +521,21 @@ class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin, A
     async def fast_ack(self, *ids: str) -> int:
         return await self._by_origin("FastAck", ids)
 
-    async def nack(self, *ids: str) -> int:
-        """NACK: queue the jobs again at once, counting a failed attempt."""
-        return await self._by_origin("Nack", ids)
+    async def nack(self, *ids: str, delay_s: float = 0) -> int:
+        """NACK: queue the jobs again, counting a failed attempt: at once, or once
+        ``delay_s`` has passed (on every node that holds them; no new delivery counted)."""
+        return await self._by_origin("Nack", ids, delay_ms=max(0, round(delay_s * 1000)))
 
-    async def _by_origin(self, method: str, ids: Sequence[str]) -> int:
+    async def _by_origin(self, method: str, ids: Sequence[str], delay_ms: int = 0) -> int:
         groups: dict[str, list[str]] = {}
         for job_id in ids:
             groups.setdefault(job_id[2:10], []).append(job_id)
         total = 0
         for prefix, group in groups.items():
-            r = await self._call(method, api_pb2.JobIds(ids=group), prefer=prefix)
+            req: Any = api_pb2.JobIds(ids=group)
+            if delay_ms:
+                req = api_pb2.NackRequest(ids=group, delay_ms=delay_ms)
+            r = await self._call(method, req, prefer=prefix)
             total += r.count
         return total
 

@@ -272,8 +272,8 @@ class Client(SyncRoutesMixin, SyncResultsMixin):
     def fast_ack(self, *ids: str) -> int:
         return self._run(self._aio.fast_ack(*ids))
 
-    def nack(self, *ids: str) -> int:
-        return self._run(self._aio.nack(*ids))
+    def nack(self, *ids: str, delay_s: float = 0) -> int:
+        return self._run(self._aio.nack(*ids, delay_s=delay_s))
 
     def ack_nowait(self, *ids: str) -> None:
         with self._gate.call():

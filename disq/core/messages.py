@@ -249,12 +249,22 @@ class WillQueue(_JobRef):  # sent 500 ms before a requeue
     __slots__ = ()
 
 
-class Working(_JobRef):  # postpone the requeue, dequeue if queued
-    __slots__ = ()
+class Working(_Message):
+    """Postpone the requeue (dequeue if queued). disq's ``delay_ms`` (a NACK with a DELAY):
+    requeue at the receiver's now plus that, not after RETRY, and not as a new delivery;
+    ``nacks``: the sender's nack counter, counted by that NACK."""
+
+    __slots__ = ("delay_ms", "job_id", "nacks")
+
+    def __init__(self, job_id: str, delay_ms: int = 0, nacks: int = 0) -> None:
+        self.job_id = job_id
+        self.delay_ms = delay_ms
+        self.nacks = nacks
 
 
-for _cls in (GotJob, Enqueue, WillQueue, Working):
+for _cls in (GotJob, Enqueue, WillQueue):
     FIELDS[_cls] = ("job_id",)
+FIELDS[Working] = ("job_id", "delay_ms", "nacks")
 
 
 class Queued(_Message):

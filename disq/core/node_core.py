@@ -313,8 +313,9 @@ class NodeCore:
     def fast_ack(self, now_ms: int, job_ids: list[str]) -> int:
         return self._jobs().acks.fast_ack(now_ms, job_ids)
 
-    def nack(self, now_ms: int, job_ids: list[str]) -> int:
-        return self._jobs().nack(now_ms, job_ids)
+    def nack(self, now_ms: int, job_ids: list[str], delay_ms: int = 0) -> int:
+        """NACK: queued again at once, or after ``delay_ms`` (on every holder)."""
+        return self._jobs().nack(now_ms, job_ids, delay_ms)
 
     def enqueue(self, now_ms: int, job_ids: list[str]) -> int:
         return self._jobs().enqueue(now_ms, job_ids)

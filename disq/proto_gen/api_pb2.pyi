@@ -155,6 +155,14 @@ class JobIds(_message.Message):
     ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class NackRequest(_message.Message):
+    __slots__ = ("ids", "delay_ms")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    delay_ms: int
+    def __init__(self, ids: _Optional[_Iterable[str]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
 class Count(_message.Message):
     __slots__ = ("count",)
     COUNT_FIELD_NUMBER: _ClassVar[int]

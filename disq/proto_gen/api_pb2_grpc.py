@@ -66,7 +66,7 @@ class QueueStub:
                 _registered_method=True)
         self.Nack = channel.unary_unary(
                 '/disq.v1.Queue/Nack',
-                request_serializer=disq_dot_v1_dot_api__pb2.JobIds.SerializeToString,
+                request_serializer=disq_dot_v1_dot_api__pb2.NackRequest.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
                 _registered_method=True)
         self.Working = channel.unary_unary(
@@ -258,7 +258,8 @@ class QueueServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Nack(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """JobIds on the wire, plus an optional delay
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -495,7 +496,7 @@ def add_QueueServicer_to_server(servicer, server):
             ),
             'Nack': grpc.unary_unary_rpc_method_handler(
                     servicer.Nack,
-                    request_deserializer=disq_dot_v1_dot_api__pb2.JobIds.FromString,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.NackRequest.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
             ),
             'Working': grpc.unary_unary_rpc_method_handler(
@@ -831,7 +832,7 @@ class Queue:
             request,
             target,
             '/disq.v1.Queue/Nack',
-            disq_dot_v1_dot_api__pb2.JobIds.SerializeToString,
+            disq_dot_v1_dot_api__pb2.NackRequest.SerializeToString,
             disq_dot_v1_dot_api__pb2.Count.FromString,
             options,
             channel_credentials,

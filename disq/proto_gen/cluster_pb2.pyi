@@ -405,10 +405,14 @@ class YourJobs(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Working(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "delay_ms", "nacks")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    delay_ms: int
+    nacks: int
+    def __init__(self, job_id: _Optional[str] = ..., delay_ms: _Optional[int] = ..., nacks: _Optional[int] = ...) -> None: ...
 
 class BeanstalkUpdate(_message.Message):
     __slots__ = ("job_id", "bstate", "priority")

@@ -31,6 +31,7 @@ from disq.core.ids import BadJobId, validate_job_id
 from disq.core.messages import MISFIRE_CATCHUP, MISFIRE_SKIP, PAUSE_IN, PAUSE_OUT, ScheduleDef
 from disq.core.schedule.scheduler import ScheduleError
 from disq.doors.disque import NodeApi, info_dict, queue_bytes, queue_name
+from disq.doors.disque.jobs import NACK_DELAY_MAX_S
 from disq.logging import get_logger
 from disq.proto_gen import api_pb2, api_pb2_grpc
 
@@ -610,8 +611,16 @@ class QueueApi(api_pb2_grpc.QueueServicer):
     async def FastAck(self, request: api_pb2.JobIds, context: Any) -> Any:
         return await self._ids_call(self.node.core.fast_ack)(request, context)
 
-    async def Nack(self, request: api_pb2.JobIds, context: Any) -> Any:
-        return await self._ids_call(self.node.core.nack)(request, context)
+    async def Nack(self, request: api_pb2.NackRequest, context: Any) -> Any:
+        async def body() -> api_pb2.Count:
+            delay_ms = request.delay_ms
+            if delay_ms > NACK_DELAY_MAX_S * 1000:
+                raise syntax(f"DELAY must be between 0 and {NACK_DELAY_MAX_S} seconds")
+            n = self.node.core.nack(self._now(), _ids(request.ids), delay_ms)
+            await self.node.durable()  # the nacks' records first, as the RESP door's
+            return api_pb2.Count(count=n)
+
+        return await self._call(context, body)
 
     async def Working(self, request: api_pb2.JobId, context: Any) -> Any:
         async def body() -> api_pb2.WorkingResponse:

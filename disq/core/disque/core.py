@@ -68,6 +68,7 @@ from disq.core.disque.job import (
     BEANSTALK_OWNED,
     DELIVERED,
     LOGGED_AT_ADD,
+    NACK_WAIT,
     NO_NODES,
     QUEUED,
     WAIT_REPL,
@@ -387,6 +388,7 @@ class DisqueCore:
             return False  # lives in a beanstalk engine, never in a Disque queue
         if j.retry_s == 0 and j.flags & DELIVERED:
             return False  # at-most-once: never queue again once delivered
+        j.flags &= ~NACK_WAIT
         if nack or (j.flags & BCAST_QUEUED and not moved):
             if nack:
                 j.nacks += 1
@@ -726,7 +728,10 @@ class DisqueCore:
         j.qtime_ms = now_ms + j.retry_s * 1000 + self._jitter()
         self._update_awake(j)
 
-    def nack(self, now_ms: int, job_ids: list[str]) -> int:
+    def nack(self, now_ms: int, job_ids: list[str], delay_ms: int = 0) -> int:
+        """NACK: queued again at once, or after ``delay_ms`` on every holder (requeue.py)."""
+        if delay_ms > 0:
+            return self.requeue.nack_later(now_ms, job_ids, delay_ms)
         return self._enqueue_many(now_ms, job_ids, nack=True)
 
     def enqueue(self, now_ms: int, job_ids: list[str]) -> int:
@@ -851,7 +856,7 @@ class DisqueCore:
                 # Its key is being voted on: queued (or deleted) by the decision.
                 if j.id in self.jobs:
                     j.qtime_ms = now_ms + max(1, j.retry_s) * 1000 + self._jitter()
-            elif self._enqueue(j, now_ms):
+            elif self._enqueue(j, now_ms, moved=bool(j.flags & NACK_WAIT)):
                 self.stats["jobs_requeued"] += 1
                 self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))
         if j.state == QUEUED and j.qtime_ms and j.qtime_ms < now_ms and j.retry_s:

@@ -1,12 +1,21 @@
 """Requeue between the holders of a job's copies (Disque's job.c: ENQUEUE, QUEUED,
 WILLQUEUE, WORKING): who queues a copy, who pushes its timer, whose copy stays when two were
 queued at once, and the counters the copies share.
+
+A NACK with a DELAY (disq's; Disque's NACK requeues at once) is a WORKING for the delay
+rather than the RETRY: every holder sets its requeue timer to the delay's end, so no node
+queues the job meanwhile (a holder whose timer ran early would: WILLQUEUE only asks, it does
+not forbid). The NACK counts one nack, carried by the WORKING; the requeue at the delay's end
+is no new delivery (``NACK_WAIT``), so additional deliveries count RETRYs run out only.
+Never early: each holder counts the delay from when it hears it, after the NACK.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from disq.core import events as ev
+from disq.core.disque.api import DisqueError
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.gone import GoneJobs
 from disq.core.disque.host import CoreHost
@@ -15,11 +24,16 @@ from disq.core.disque.job import (
     ACTIVE,
     BCAST_QUEUED,
     BCAST_WILLQUEUE,
+    BEANSTALK_ORIGIN,
     BEANSTALK_OWNED,
+    DELIVERED,
+    NACK_WAIT,
     QUEUED,
     DJob,
 )
+from disq.core.disque.memory import MemoryLevels
 from disq.core.disque.state import GONE_ACKED, GONE_DELETED
+from disq.core.events import EventBuffer
 from disq.core.messages import DelJob, Enqueue, Queued, SetAck, WillQueue, Working
 
 
@@ -37,9 +51,13 @@ class RequeueHost(CoreHost, Protocol):
 
     counts: QueueCounts
     gone: GoneJobs
+    memory: MemoryLevels
+    events: EventBuffer
 
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
+    def _update_awake(self, j: DJob, at: int = 0) -> None: ...
+    def _jitter(self) -> int: ...
 
 
 class Requeue:
@@ -48,6 +66,36 @@ class Requeue:
 
     def __init__(self, host: RequeueHost) -> None:
         self.host = host
+
+    def nack_later(self, now_ms: int, job_ids: list[str], delay_ms: int) -> int:
+        """NACK ... DELAY: the jobs delivered from here wait ``delay_ms`` on every holder,
+        then are queued again; how many were taken."""
+        host = self.host
+        if host.memory.warning >= 3:
+            raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
+        n = 0
+        for job_id in job_ids:
+            j = host.jobs.get(job_id)
+            if j is None or j.state != ACTIVE or j.flags & BEANSTALK_ORIGIN:
+                continue
+            if j.retry_s == 0 and j.flags & DELIVERED:
+                continue  # at-most-once: never queued again (as a NACK without DELAY)
+            j.nacks += 1
+            self._hold(j, now_ms, delay_ms)
+            msg = Working(j.id, delay_ms, j.nacks)
+            for node in j.delivered:
+                host._send(node, msg)
+            host._log_job(j, now_ms)
+            host.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+            n += 1
+        return n
+
+    def _hold(self, j: DJob, now_ms: int, delay_ms: int) -> None:
+        """Requeue ``j`` once ``delay_ms`` has passed here, as no new delivery; WILLQUEUE
+        first, as a RETRY's requeue asks."""
+        j.flags |= NACK_WAIT | BCAST_WILLQUEUE
+        j.qtime_ms = now_ms + delay_ms + self.host._jitter()
+        self.host._update_awake(j)
 
     def on_enqueue(self, now_ms: int, sender: str, msg: Enqueue) -> None:
         j = self.host.jobs.get(msg.job_id)
@@ -124,4 +172,8 @@ class Requeue:
         if j.state == QUEUED:
             self.host._dequeue(j)
         j.queued_at = sender  # a worker of the sender's has it (dead_peers.py)
+        if msg.delay_ms and j.state == ACTIVE and (j.retry_s or not j.flags & DELIVERED):
+            self.merge_counters(j, msg.nacks, j.add_deliveries, now_ms)
+            self._hold(j, now_ms, msg.delay_ms)
+            return
         self.host._postpone(j, now_ms)

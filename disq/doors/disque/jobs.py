@@ -245,6 +245,27 @@ def _ids_command(method: Callable[[NodeCore, int, list[str]], int]) -> Handler:
 _ackjob = _ids_command(lambda core, now_ms, ids: core.ack_job(now_ms, ids))
 _fastack = _ids_command(lambda core, now_ms, ids: core.fast_ack(now_ms, ids))
 
+# NACK's DELAY (disq's): the longest a NACK may hold a job back, 30 days.
+NACK_DELAY_MAX_S = 30 * 86400
+_NACK_DELAY_ERR = b"-ERR DELAY must be between 0 and %d\r\n" % NACK_DELAY_MAX_S
+
+
+def _nack(c: Client, argv: list[bytes], now_ms: int) -> bytes:
+    """NACK <id> ... [DELAY <seconds>]: without DELAY (or DELAY 0) Disque's, queued again
+    at once; with it, queued again on every holder once the delay has passed."""
+    delay_s = 0
+    args = argv[1:]
+    if len(args) >= 2 and args[-2].lower() == b"delay":
+        v = parse_ll(args[-1])
+        if v is None or v < 0 or v > NACK_DELAY_MAX_S:
+            return _NACK_DELAY_ERR
+        delay_s = v
+        args = args[:-2]
+    ids = _job_ids(args)  # none: :0, as Disque's NACK with no ids
+    if ids is None:
+        return BADID_ERR
+    return b":%d\r\n" % c.node.core.nack(now_ms, ids, delay_s * 1000)
+
 
 def _working(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     if not _valid_id(argv[1]):

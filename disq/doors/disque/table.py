@@ -26,6 +26,7 @@ from disq.doors.disque.jobs import (
     _fastack,
     _getjob,
     _ids_command,
+    _nack,
     _show,
     _working,
 )
@@ -210,9 +211,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec(
             "enqueue", _ids_command(lambda core, now_ms, ids: core.enqueue(now_ms, ids)), -1, "mwF"
         ),
-        CommandSpec(
-            "nack", _ids_command(lambda core, now_ms, ids: core.nack(now_ms, ids)), -1, "mwF"
-        ),
+        CommandSpec("nack", _nack, -1, "mwF"),  # disq's DELAY: after the ids
         CommandSpec(
             "dequeue", _ids_command(lambda core, now_ms, ids: core.dequeue(now_ms, ids)), -1, "wF"
         ),
