@@ -180,7 +180,7 @@ class DisqBackend(KeyValueStoreBackend):
         except OptionError as exc:
             raise ImproperlyConfigured(f"disq result backend: {exc}") from exc
         # Whole seconds, rounded up (a TTL of 0.5 s is 1 s, not "never").
-        self.expires = _seconds(self.expires)
+        self.expires: int | None = _seconds(getattr(self, "expires", None))
         failure_expires = conf.get("result_failure_expires")
         self.failure_expires = (
             self.expires
@@ -265,7 +265,7 @@ class DisqBackend(KeyValueStoreBackend):
 
     # -- a task's keys ----------------------------------------------------------------------
     def get_key_for_progress(self, task_id: Any) -> str:
-        return self._get_key_for(self.progress_keyprefix, task_id)
+        return str(self._get_key_for(self.progress_keyprefix, task_id))
 
     def _final(self, task_id: Any, *, everywhere: bool = False) -> bytes | None:
         key = _fit(self.get_key_for_task(task_id))
@@ -307,7 +307,7 @@ class DisqBackend(KeyValueStoreBackend):
         return meta
 
     def task_result_exists(self, task_id: Any) -> bool:
-        return self._get_task_meta_for(task_id)["status"] != states.PENDING
+        return bool(self._get_task_meta_for(task_id)["status"] != states.PENDING)
 
     def _forget(self, task_id: Any) -> None:
         self.delete(self.get_key_for_task(task_id))
@@ -398,7 +398,7 @@ class DisqBackend(KeyValueStoreBackend):
             expires=expires,
         )
 
-    def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> None:
+    def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> Any:
         """After this part's result is held: publish the callback if every result of the
         group is final (see the module docstring)."""
         gid, tid = request.group, request.id
@@ -431,9 +431,7 @@ class DisqBackend(KeyValueStoreBackend):
             else:  # pragma: no cover - Celery before 5.7
                 callback.delay(values)
         except Exception as exc:
-            return self.chord_error_from_stack(
-                callback, ChordError(f"Callback error: {exc!r}")
-            )
+            return self.chord_error_from_stack(callback, ChordError(f"Callback error: {exc!r}"))
         finally:
             _CHORD_PUBLISH.reset(token)
         return None
