@@ -22,10 +22,9 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
   queues this connection declared) become the job's TTL, whole seconds rounded up; not a
   Celery task's ``expires`` (the worker revokes it, as on Redis).
-* idempotency: a message's ``disq_idempotency_key`` property (kombu's
-  ``publish(..., disq_idempotency_key=k)``, Celery's ``apply_async(..., disq_idempotency_key=k)``)
-  is the add's IDEMPOTENCY-KEY: a publish repeated with it on the same queue within the
-  node's window adds nothing (the Celery result backend publishes a chord's callback so).
+* idempotency: a message's ``disq_idempotency_key`` property (Celery's ``apply_async(...,
+  disq_idempotency_key=k)``) is the add's IDEMPOTENCY-KEY: repeated on the queue within the
+  node's window, it adds nothing (so the result backend publishes a chord's callback once).
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
   highest first, taken in that order with INORDER; the queues take turns at the head of the
   list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
