@@ -122,9 +122,9 @@ def _key_chord_callbacks(
     so that however many parts publish it, one job exists. One key per message: a callback
     that is a group publishes several, each its own."""
     gid = _CHORD_PUBLISH.get()
-    if gid is None or properties is None:
-        return
-    task_id = (headers or {}).get("id") or ""
+    task_id = (headers or {}).get("id")
+    if gid is None or properties is None or not task_id:
+        return  # not a callback, or Celery's task protocol 1 (no id in the headers): no key
     properties[IDEMPOTENCY_PROPERTY] = _fit(f"chord:{gid}:{task_id}")
 
 
@@ -192,6 +192,9 @@ class DisqBackend(KeyValueStoreBackend):
         self._lock = threading.Lock()
         self._conn: tuple[Client, RespCalls] | None = None
         self._conn_pid = 0
+
+    def __reduce__(self, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        return super().__reduce__(args, dict(kwargs or {}, url=self.url))
 
     # -- the nodes ------------------------------------------------------------------------
     def _calls(self) -> RespCalls:

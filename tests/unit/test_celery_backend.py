@@ -61,8 +61,11 @@ def test_ttls_are_result_expires_in_whole_seconds() -> None:
     assert _backend(result_expires=None)._ttl_s(None) == MAX_TTL_S  # no expiry: the longest
 
 
-def test_the_password_is_masked_in_the_uri() -> None:
+def test_the_password_is_masked_in_the_uri_and_a_pickled_backend_keeps_its_url() -> None:
+    import pickle
+
     b = _backend()
+    assert pickle.loads(pickle.dumps(b)).url == b.url
     assert b.as_uri() == "disq://:**@127.0.0.1:7710,127.0.0.1:7720"
     assert b.as_uri(include_password=True) == "disq://:secret@127.0.0.1:7710,127.0.0.1:7720"
 
@@ -98,4 +101,11 @@ def test_chord_callbacks_are_published_with_a_key_per_chord_and_task() -> None:
         celery_backend._CHORD_PUBLISH.reset(token)
     assert props == {IDEMPOTENCY_PROPERTY: "chord:g-1:cb-1"}
     assert idempotency_key({"properties": props}) == "chord:g-1:cb-1"
+    token = celery_backend._CHORD_PUBLISH.set("g-1")
+    try:
+        bare: dict[str, object] = {}
+        _key_chord_callbacks(headers={}, properties=bare)  # task protocol 1: no id, no key
+        assert bare == {}
+    finally:
+        celery_backend._CHORD_PUBLISH.reset(token)
     assert idempotency_key({"properties": {}}) is None
