@@ -20,8 +20,9 @@ so a result outlives its worker and the node it was set on. What is stored where
   whole seconds; none (0 or None) is the longest TTL a node takes.
 
 ``AsyncResult.get()`` waits on the node (RESULT WAIT on the final key), not by polling: in
-slices of :data:`WAIT_SLICE_S`, each followed by a GET on every node (a node that was
-unreachable when the result was set never learns it, and a wait there would never end).
+slices of :data:`WAIT_SLICE_S`, each followed by a GET on every node (a node cut off when the
+result was set learns it only when its link comes back, and one that joined later never: a
+wait there alone could last that long, or for ever).
 Its ``timeout`` is honoured (``celery.exceptions.TimeoutError``), and ``join_native`` waits
 for each result the same way.
 
