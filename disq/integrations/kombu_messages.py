@@ -1,5 +1,6 @@
 """What the kombu transport reads in a message before it adds the job: a Celery ETA's
-delay (the node's DELAYMS) and the job's TTL (kombu's ``expiration``, not a Celery task's)."""
+delay (the node's DELAYMS), the job's TTL (kombu's ``expiration``, not a Celery task's) and
+its idempotency key (the message property ``disq_idempotency_key``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from disq.integrations.common import delay_ms_from_seconds, ttl_from_ms
+
+# A message property (kombu's ``Producer.publish(..., disq_idempotency_key=...)``, Celery's
+# ``apply_async(..., disq_idempotency_key=...)``, which passes unknown options on as
+# properties): the add carries it as its IDEMPOTENCY-KEY, so a repeated publish with the same
+# key on the same queue within the node's window adds nothing. A property, not a header: a
+# Celery task's headers travel on to its retries, which must not be swallowed as repeats.
+IDEMPOTENCY_PROPERTY = "disq_idempotency_key"
 
 
 def eta_delay_ms(headers: dict[str, Any] | None, now_s: float | None = None) -> int:
@@ -38,3 +46,9 @@ def message_ttl_s(message: dict[str, Any]) -> int | None:
     if headers.get("task") and headers.get("expires"):
         return None
     return ttl_from_ms((message.get("properties") or {}).get("expiration"))
+
+
+def idempotency_key(message: dict[str, Any]) -> str | None:
+    """The message's ``disq_idempotency_key`` property, or None (absent or empty)."""
+    key = (message.get("properties") or {}).get(IDEMPOTENCY_PROPERTY)
+    return str(key) if key else None

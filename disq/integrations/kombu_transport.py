@@ -22,6 +22,9 @@ SDK's blocking ``disq.client.Client``, which already fails over between the URL'
 * TTL: kombu's ``expiration`` and a queue's ``message_ttl`` (``x-message-ttl``, for the
   queues this connection declared) become the job's TTL, whole seconds rounded up; not a
   Celery task's ``expires`` (the worker revokes it, as on Redis).
+* idempotency: a message's ``disq_idempotency_key`` property (Celery's ``apply_async(...,
+  disq_idempotency_key=k)``) is the add's IDEMPOTENCY-KEY: repeated on the queue within the
+  node's window, it adds nothing (so the result backend publishes a chord's callback once).
 * consume: one blocking GETJOB over the channel's queues (each queue's priority steps,
   highest first, taken in that order with INORDER; the queues take turns at the head of the
   list) for as many messages as the QoS prefetch leaves room for; the wait is on the node,
@@ -95,8 +98,8 @@ from disq.integrations.common import (
     ttl_from_ms,
 )
 from disq.integrations.kombu_loop import Fetcher, reset_after_fork
-from disq.integrations.kombu_messages import eta_delay_ms, message_ttl_s
-from disq.integrations.resp_calls import RespCalls, resp_calls_for
+from disq.integrations.kombu_messages import eta_delay_ms, idempotency_key, message_ttl_s
+from disq.integrations.resp_calls import RespCalls, connect
 from disq.integrations.transient import QueueArgumentError, TransientQueues, queue_lease
 
 log = structlog.get_logger("disq.kombu")
@@ -377,6 +380,8 @@ class Channel(virtual.Channel):
         opts = self._settings.add_options(
             delay_ms, ttl_s=min(ttls) if ttls else None, cluster_size=self._client.cluster_size()
         )
+        if key := idempotency_key(message):
+            opts["idempotency_key"] = key
         with _kombu_errors(f"publish to {queue!r}"):
             self.connection.disq_resp().add_job(target, body, **opts)
 
@@ -415,6 +420,8 @@ class Channel(virtual.Channel):
             ttl_s=message_ttl_s(message),
             cluster_size=self._client.cluster_size(),
         )
+        if key := idempotency_key(message):
+            opts["idempotency_key"] = key
         with _kombu_errors(f"publish to exchange {exchange!r}"):
             # [] when nothing matched: dropped without a word, as RabbitMQ drops it (a
             # worker's heartbeats with no receiver bound, every 2 s: no log line each).
@@ -711,8 +718,7 @@ class Transport(virtual.Transport):
     def _client_and_resp(self) -> tuple[Client, RespCalls]:
         with self._lock:
             if self._disq is None or self._resp is None or self._disq_pid != os.getpid():
-                self._disq = Client(self.settings.addresses, **self.settings.client_options)
-                self._resp = resp_calls_for(self._disq, self.settings)
+                self._disq, self._resp = connect(self.settings)
                 self._disq_pid = os.getpid()
             return self._disq, self._resp
 

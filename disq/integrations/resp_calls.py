@@ -505,6 +505,26 @@ class RespCalls:
         except _OverGrpc:
             return self._client.delete_result(key)
 
+    def result_anywhere(self, key: str) -> bytes | None:
+        """RESULT GET of ``key`` on every node the client knows, until one holds it: its
+        value, or None when no node that answered holds it. A set is answered once REPLICATE
+        nodes hold it (a majority), the others getting it a moment later: one node's GET may
+        not see a set that has been answered yet, every node's does. Over gRPC (RESP off, or
+        no node's RESP port usable) one ``result(key)``, as the failover loop asks it."""
+        if not self._on():
+            return self._client.result(key)
+        cmd = command(b"RESULT", b"GET", key.encode())
+        asked = False
+        for n in self._client.add_candidates():
+            try:
+                reply = self._call_on(n, cmd, self._timeout_s, MAX_JOBS_REPLY_BYTES)
+            except (_OverGrpc, NoAnswer, DisqError):
+                continue  # this node cannot say; the others may
+            asked = True
+            if isinstance(reply, bytes):
+                return reply
+        return None if asked else self.result(key)
+
     def _learn_ports(self) -> None:
         """One HELLO when the client has not asked for the RESP ports (discovery off, and
         no HELLO yet in this process: a forked child's new client): it sets them."""
@@ -624,3 +644,10 @@ def resp_calls_for(client: Client, settings: Settings) -> RespCalls:
     return RespCalls(
         client, password=settings.client_options.get("password"), enabled=settings.over_resp
     )
+
+
+def connect(settings: Settings) -> tuple[Client, RespCalls]:
+    """An integration's SDK client for ``settings`` (its URL's nodes and client options) and
+    its RESP calls: the kombu transport's, the Celery result backend's."""
+    client = Client(settings.addresses, **settings.client_options)
+    return client, resp_calls_for(client, settings)

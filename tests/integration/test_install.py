@@ -156,6 +156,19 @@ def test_the_installed_wheel_runs_compiled_and_serves_every_client_port(
         cwd=tmp_path,
     )
     assert said.strip() == "disq", said
+    # Celery finds the result backend through the package's entry point.
+    said = run(
+        [
+            python,
+            "-I",
+            "-c",
+            "from celery import Celery; "
+            "print(type(Celery('a', backend='disq://127.0.0.1:1').backend).__name__)",
+        ],
+        env=user_env(),
+        cwd=tmp_path,
+    )
+    assert said.strip() == "DisqBackend", said
 
 
 def test_without_a_c_compiler_the_sdist_installs_pure_and_serves(

@@ -411,6 +411,30 @@ def test_direct_with_two_keys_and_no_match_dropped(conn: kombu.Connection, grpc_
         assert c.qlen("green") == 0 and c.qlen("red") == 0
 
 
+def test_a_publish_repeated_with_its_idempotency_key_adds_one_job(
+    conn: kombu.Connection, grpc_addr: str
+) -> None:
+    """The ``disq_idempotency_key`` property is the add's IDEMPOTENCY-KEY, on the default
+    exchange and through a named one; messages without it are added every time."""
+    with conn.Producer() as producer:
+        for _ in range(3):
+            producer.publish("once", routing_key="kq-idem", disq_idempotency_key="order-42")
+        producer.publish("other", routing_key="kq-idem", disq_idempotency_key="order-43")
+        for _ in range(2):
+            producer.publish("plain", routing_key="kq-idem")
+    ex = kombu.Exchange("kx-idem", "direct")
+    _declare(conn, "kq-idem-ex", (ex, "k"))
+    with conn.Producer() as producer:
+        for _ in range(2):
+            producer.publish("routed", exchange=ex, routing_key="k", disq_idempotency_key="r-1")
+    with Client(grpc_addr) as c:
+        [job] = c.get_jobs(["kq-idem-ex"], count=10, timeout_s=1)
+        shown = c.show(job.id)
+        assert shown is not None and shown["idempotency_key"] == "r-1"
+        c.ack(job.id)
+    assert _bodies(conn, "kq-idem") == ["once", "other", "plain", "plain"]
+
+
 def test_an_unsupported_exchange_type_fails_at_declare(conn: kombu.Connection) -> None:
     with pytest.raises(ChannelError, match=r"'x-consistent-hash' is not supported.*direct"):
         kombu.Exchange("kx-hash", "x-consistent-hash")(conn.default_channel).declare()
