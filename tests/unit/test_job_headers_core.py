@@ -262,3 +262,31 @@ def test_a_job_taken_by_federation_keeps_the_headers() -> None:
     served = [r for t, r in m.replies[m.ids[0]] if t == 9]
     assert served and isinstance(served[0], list)
     assert served[0][0].id == job_id and served[0][0].headers == HEADERS
+
+
+# ------------------------------------------------------------------ toward peers of older builds
+@pytest.mark.parametrize("columnar", [False, True])
+def test_a_peer_without_the_headers_feature_gets_the_job_without_them(columnar: bool) -> None:
+    from disq.core.messages import ReplJob, YourJobs
+    from disq.server.peer_wire import decode_frame, encode_frame
+
+    plain_record = record_of(_data(idempotency_key="k"))
+    msgs = [ReplJob(record_of(_data(idempotency_key="k", headers=HEADERS))) for _ in range(2)]
+    msgs += [YourJobs([msgs[0].record])]
+    # A build that reads records but announced no headers: they are cut, the rest kept.
+    _, _, older = decode_frame(
+        encode_frame("n", 1, msgs, columnar=columnar, records=True, headers=False)
+    )
+    assert [x.job.headers for x in older[:2]] == [None, None]
+    assert isinstance(older[2], YourJobs) and older[2].records == [plain_record]
+    if columnar:
+        assert [x.record for x in older[:2]] == [plain_record] * 2
+    # A build of the oldest forms (pb Job, ReplJobs' columns) never gets them.
+    _, _, oldest = decode_frame(encode_frame("n", 1, msgs, columnar=columnar))
+    assert [x.job.headers for x in oldest[:2]] == [None, None]
+    assert oldest[2].jobs[0].headers is None  # type: ignore[union-attr]
+    # A build with headers gets them, record for record (REPLJOBs travel as records only on
+    # a columnar link: a build announces records with columnar).
+    _, _, same = decode_frame(encode_frame("n", 1, msgs, columnar=columnar, records=True))
+    assert [x.job.headers for x in same[:2]] == [HEADERS if columnar else None] * 2
+    assert same[2].records == [msgs[0].record]  # type: ignore[union-attr]
