@@ -11,7 +11,7 @@ from test_disque_commands import FakeNode, add, cmd, err, make_door, route
 
 from disq.core.disque.api import AddOptions, DisqueError
 from disq.core.disque.core import DisqueCore
-from disq.core.disque.job import DJob, deserialize, serialize
+from disq.core.disque.job import DJob, DJobRare, deserialize, serialize
 from disq.core.job_record import (
     HEADER_KEY_MAX_BYTES,
     HEADERS_MAX,
@@ -226,6 +226,16 @@ def test_a_djob_without_headers_costs_what_it_did() -> None:
     assert type(j._rare).__name__ == "DJobRare"
     j.headers = HEADERS
     assert j.headers == HEADERS and j.delay_s == 5  # what the plain one held is kept
+
+
+def test_every_rare_field_survives_the_move_to_the_headers_part() -> None:
+    # A slot added to DJobRare must be copied by DJob.headers' setter too.
+    j = DJob("D-x", "q", b"b", 1, 1, 0, 60, 1000)
+    values = {name: (f"v-{name}" if name == "idem_key" else 7) for name in DJobRare.__slots__}
+    for name, v in values.items():
+        setattr(j, name, v)
+    j.headers = HEADERS
+    assert {name: getattr(j, name) for name in values} == values
 
 
 # ------------------------------------------------------------------ copies, federation, AOF
