@@ -115,6 +115,9 @@ def cmd_show(args: argparse.Namespace, c: Client, out: Out) -> int:
     human_fields = {**fields, "body": body_text(fields["body"])}
     if human_fields.get("idempotency_key") is None:
         human_fields.pop("idempotency_key", None)  # shown for keyed jobs only, as SHOW does
+    headers = human_fields.pop("headers", None)
+    if headers:  # shown for jobs with headers only, as SHOW does
+        human_fields["headers"] = [f"{k}={body_text(v)}" for k, v in headers.items()]
     out.emit(show_json(fields), key_values(human_fields))
     return 0
 

@@ -91,6 +91,12 @@ def show_json(fields: dict[str, Any]) -> dict[str, Any]:
     """SHOW's fields with the body made JSON-safe."""
     out = {k: v for k, v in fields.items() if k != "body"}
     out.update(body_json(fields.get("body", b"")))
+    headers = out.pop("headers", None)
+    if headers:  # as the body: UTF-8 values as text, the others in headers_b64
+        parts = [(k, body_json(v)) for k, v in headers.items()]
+        out["headers"] = {k: j["body"] for k, j in parts if "body" in j}
+        if binary := {k: j["body_b64"] for k, j in parts if "body_b64" in j}:
+            out["headers_b64"] = binary
     return out
 
 

@@ -8,6 +8,7 @@ unknown name, ValueError for a bad value, before anything is sent.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypedDict
 
 from disq.proto_gen import api_pb2
@@ -27,6 +28,9 @@ class AddOptions(TypedDict, total=False):
     - ``async_`` [ASYNC]: answered once one copy exists, the others made after.
     - ``idempotency_key`` (disq's IDEMPOTENCY-KEY): a repeat within the window adds nothing
       and answers the first job's id.
+    - ``headers`` (disq's HEADERS): ``{key: value}`` the job carries (``Job.headers``,
+      ``show()``), values str (sent as UTF-8) or bytes; the node's bounds: at most 64, a
+      key 1..256 bytes, 16 KiB in all (else InvalidArgument).
     """
 
     replicate: int | None
@@ -38,6 +42,7 @@ class AddOptions(TypedDict, total=False):
     maxlen: int | None
     async_: bool
     idempotency_key: str | None
+    headers: Mapping[str, str | bytes] | None
 
 
 ADD_OPTION_NAMES = frozenset(AddOptions.__annotations__)
@@ -60,6 +65,18 @@ def check_add_options(options: AddOptions) -> None:
         raise ValueError(f"replicate must be between 1 and 65535, not {replicate!r}")
     if options.get("delay_s") and options.get("delay_ms"):
         raise ValueError("add_job: delay_s or delay_ms, not both")
+    headers = options.get("headers")
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            raise TypeError(f"add_job headers: a mapping, got {type(headers).__name__}")
+        for k, v in headers.items():
+            if not isinstance(k, str) or not isinstance(v, str | bytes):
+                raise TypeError(f"add_job headers: str keys, str or bytes values: {k!r}")
+
+
+def header_items(headers: Mapping[str, str | bytes]) -> list[tuple[str, bytes]]:
+    """An add's headers as they travel: values as bytes (a str as UTF-8)."""
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in headers.items()]
 
 
 def fill_add(
@@ -87,3 +104,5 @@ def fill_add(
         req.ttl_s = ttl_s
     if idempotency_key := options.get("idempotency_key"):
         req.idempotency_key = idempotency_key
+    if headers := options.get("headers"):
+        req.headers.update(header_items(headers))

@@ -79,6 +79,8 @@ class Job:
     # A keyed job's idempotency key, None for one added without: a schedule's tick job
     # carries schedule:<name>:<tick as Unix seconds>, which tells the ticks apart.
     idempotency_key: str | None = None
+    # The add's headers ({} if none): the same dict type whatever the door that added it.
+    headers: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def node_prefix(self) -> str:
@@ -104,6 +106,7 @@ def _job(j: api_pb2.QueuedJob) -> Job:
         j.additional_deliveries,
         j.retry_s,
         j.idempotency_key or None,
+        dict(j.headers) if j.headers else {},
     )
 
 

@@ -44,6 +44,7 @@ class AsyncInspectionMixin:
             "idempotency_key": r.idempotency_key if r.HasField("idempotency_key") else None,
             # The result kept under the job's id (RESULT SET), if any.
             "result": r.result if r.HasField("result") else None,
+            "headers": dict(r.headers),  # the add's headers ({}: none)
         }
         return d
 

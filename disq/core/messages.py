@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from disq.core.job_record import ID_LEN, RECORD, body_end, decode_key_trailer, pack_record
+from disq.core.job_record import ID_LEN, RECORD, Headers, body_end, decode_trailer, pack_record
 
 # Member states (SWIM). Ints for cheap comparison, same numbers as the proto enum.
 ALIVE = 1
@@ -144,6 +144,9 @@ class JobData:
     bstate: int = BSTATE_READY  # the owner's last reported beanstalk state
     beanstalk_id: int = 0  # the owner's numeric alias
     idempotency_key: str = ""  # the ADDJOB's idempotency key: every copy answers a retried add
+    # The add's headers (None: none). Only in the record: the older wire forms (pb Job,
+    # ReplJobs' columns) are frozen, so a peer of an older build never gets them.
+    headers: Headers | None = None
     expire_ms: int = 0  # in an AOF record: the absolute expiry (one clock); 0 on the wire
 
 
@@ -193,6 +196,7 @@ def record_of(d: JobData) -> bytes:
         d.beanstalk_id,
         d.nodes_delivered,
         d.idempotency_key,
+        d.headers,
     )
 
 
@@ -207,6 +211,7 @@ def data_of(record: bytes, at: int = 0, expire_ms: int = -1) -> JobData:
     queue_at = nodes_at + ID_LEN * f[12]
     body_at = queue_at + f[13]
     raw_nodes = record[nodes_at:queue_at].decode()
+    key, headers = decode_trailer(record[stop:]) if stop < end else ("", None)
     return JobData(
         id=f[0].rstrip(b"\0").decode(),  # a test's short id comes back
         queue=record[queue_at:body_at].decode("utf-8", "surrogateescape"),
@@ -223,7 +228,8 @@ def data_of(record: bytes, at: int = 0, expire_ms: int = -1) -> JobData:
         beanstalk=f[9] != 0,
         bstate=f[10],
         beanstalk_id=f[11],
-        idempotency_key=decode_key_trailer(record[stop:]) if stop < end else "",
+        idempotency_key=key,
+        headers=headers,
         expire_ms=max(expire_ms, 0),
     )
 

@@ -77,7 +77,7 @@ from disq.client import (
     PausedError,
     TooLateError,
 )
-from disq.client.adds import REPL_TIMEOUT_MS, AddOptions, check_add_options
+from disq.client.adds import REPL_TIMEOUT_MS, AddOptions, check_add_options, header_items
 from disq.client.failover import NoAnswer
 from disq.client.results import SetResultOptions
 from disq.integrations.common import Settings
@@ -232,6 +232,10 @@ def addjob_options(**options: Unpack[AddOptions]) -> tuple[int, bytes]:
         args.append(b"ASYNC")
     if idempotency_key := options.get("idempotency_key"):
         args += [b"IDEMPOTENCY-KEY", idempotency_key.encode()]
+    if headers := options.get("headers"):
+        pairs = header_items(headers)
+        args += [b"HEADERS", b"%d" % len(pairs)]
+        args += [x for k, v in pairs for x in (k.encode(), v)]
     return len(args) + 3, b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 

@@ -47,7 +47,14 @@ class ErrorInfo(_message.Message):
     def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AddJobRequest(_message.Message):
-    __slots__ = ("queue", "body", "timeout_ms", "replicate", "delay_s", "retry_s", "ttl_s", "maxlen", "idempotency_key", "delay_ms")
+    __slots__ = ("queue", "body", "timeout_ms", "replicate", "delay_s", "retry_s", "ttl_s", "maxlen", "idempotency_key", "delay_ms", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +66,7 @@ class AddJobRequest(_message.Message):
     ASYNC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     queue: str
     body: bytes
     timeout_ms: int
@@ -69,7 +77,8 @@ class AddJobRequest(_message.Message):
     maxlen: int
     idempotency_key: str
     delay_ms: int
-    def __init__(self, queue: _Optional[str] = ..., body: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., replicate: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., maxlen: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., delay_ms: _Optional[int] = ..., **kwargs) -> None: ...
+    headers: _containers.ScalarMap[str, bytes]
+    def __init__(self, queue: _Optional[str] = ..., body: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., replicate: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., ttl_s: _Optional[int] = ..., maxlen: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., delay_ms: _Optional[int] = ..., headers: _Optional[_Mapping[str, bytes]] = ..., **kwargs) -> None: ...
 
 class AddJobResponse(_message.Message):
     __slots__ = ("id",)
@@ -114,7 +123,14 @@ class GetJobsRequest(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[str]] = ..., count: _Optional[int] = ..., nohang: _Optional[bool] = ..., timeout_ms: _Optional[int] = ..., with_counters: _Optional[bool] = ..., in_order: _Optional[bool] = ...) -> None: ...
 
 class QueuedJob(_message.Message):
-    __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s", "idempotency_key")
+    __slots__ = ("id", "queue", "body", "nacks", "additional_deliveries", "retry_s", "idempotency_key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +138,7 @@ class QueuedJob(_message.Message):
     ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     RETRY_S_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     id: str
     queue: str
     body: bytes
@@ -129,7 +146,8 @@ class QueuedJob(_message.Message):
     additional_deliveries: int
     retry_s: int
     idempotency_key: str
-    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., retry_s: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, bytes]
+    def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., body: _Optional[bytes] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., retry_s: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., headers: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class GetJobsResponse(_message.Message):
     __slots__ = ("jobs",)
@@ -218,7 +236,14 @@ class ResultKey(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key", "result")
+    __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key", "result", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     FOUND_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +262,7 @@ class JobInfo(_message.Message):
     BODY_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     found: bool
     id: str
     queue: str
@@ -255,7 +281,8 @@ class JobInfo(_message.Message):
     body: bytes
     idempotency_key: str
     result: bytes
-    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., result: _Optional[bytes] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, bytes]
+    def __init__(self, found: _Optional[bool] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[str] = ..., repl: _Optional[int] = ..., ttl_s: _Optional[int] = ..., ctime: _Optional[int] = ..., delay_s: _Optional[int] = ..., retry_s: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ..., nodes_delivered: _Optional[_Iterable[str]] = ..., nodes_confirmed: _Optional[_Iterable[str]] = ..., next_requeue_within_ms: _Optional[int] = ..., next_awake_within_ms: _Optional[int] = ..., body: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., result: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class QueueName(_message.Message):
     __slots__ = ("queue",)

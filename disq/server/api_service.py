@@ -185,6 +185,7 @@ def _start_add(
         getattr(req, "async"),  # a Python keyword
         req.idempotency_key,
         req.delay_ms,
+        tuple(req.headers.items()) if req.headers else None,  # bounds: the core's
     )
     r = add_job(now, token, queue, req.body, opts)
     return token, (None if r is PENDING else str(r))
@@ -225,6 +226,9 @@ def _add_jobs(out: Any, jobs: list[DJob], with_counters: bool) -> None:
             q = add(id=j.id, queue=_api_queue(j.queue), body=j.body, retry_s=j.retry_s)
         if j.idem_key:  # rare: a keyed job (a schedule's tick, a Spark row)
             q.idempotency_key = j.idem_key
+        headers = j.headers
+        if headers:  # rare too: most jobs have none
+            q.headers.update(headers)
 
 
 def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
@@ -255,6 +259,9 @@ def _job_info(pairs: list[tuple[str, object]]) -> api_pb2.JobInfo:
     result = d.get("result")
     if isinstance(result, bytes):
         info.result = result
+    headers = d.get("headers")
+    if isinstance(headers, list):  # SHOW's flat [k1, v1, ...]
+        info.headers.update(zip(headers[::2], headers[1::2], strict=True))
     return info
 
 

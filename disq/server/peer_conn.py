@@ -76,6 +76,7 @@ class OutboundPeer:
 
     __slots__ = (
         "columnar",
+        "headers",
         "held",
         "host",
         "lane",
@@ -102,6 +103,7 @@ class OutboundPeer:
         self.up = False
         self.columnar = False  # this connection's handshake said the peer reads batch forms
         self.records = False  # ... and JobRecords (peer_wire.py)
+        self.headers = False  # ... and records with job headers (job_record.py)
         self.up_event = asyncio.Event()
         # Set once the first connection attempt ended (up, refused, timed out): the node
         # has contacted this peer, which is what its readiness waits for.

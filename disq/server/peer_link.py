@@ -28,8 +28,9 @@ Handshake
     for one node must not be taken by another. Until a link is up its frames are dropped, as
     above. The metadata also lists the wire features the server's build reads
     (``disq-wire-features``, comma-separated): ``columnar``, the batch forms ReplJobs,
-    GotJobs, SetAcks and GotAcks, and ``records``, JobRecords (a REPLJOB as the job's
-    record, disq/core/job_record.py, which the receiver's AOF keeps as it is). The sender
+    GotJobs, SetAcks and GotAcks, ``records``, JobRecords (a REPLJOB as the job's
+    record, disq/core/job_record.py, which the receiver's AOF keeps as it is), and
+    ``headers``, records with a job's headers (a build without it gets them cut). The sender
     uses a feature on a connection only if that connection's handshake announced it, so in
     a rolling restart a node of an older build keeps getting the forms it reads (one message
     per job from a build that announces nothing), and a peer restarted
@@ -112,7 +113,8 @@ _NODE_ID_KEY = "disq-node-id"  # initial metadata of the server side: who accept
 _FEATURES_KEY = "disq-wire-features"  # ... and which wire features its build reads
 WIRE_COLUMNAR = "columnar"  # ReplJobs, GotJobs, SetAcks, GotAcks (peer_wire.py)
 WIRE_RECORDS = "records"  # JobRecords (peer_wire.py)
-WIRE_FEATURES = (WIRE_COLUMNAR, WIRE_RECORDS)
+WIRE_HEADERS = "headers"  # records with a headers section (job_record.py)
+WIRE_FEATURES = (WIRE_COLUMNAR, WIRE_RECORDS, WIRE_HEADERS)
 
 
 class PeerLinks:
@@ -457,7 +459,9 @@ class PeerLinks:
     def _encoder(self, peer: OutboundPeer, columnar: bool) -> Callable[[list[Message]], bytes]:
         def encode(msgs: list[Message]) -> bytes:
             peer.seq += 1
-            return encode_frame(self.my_id, peer.seq, msgs, self._wire, columnar, peer.records)
+            return encode_frame(
+                self.my_id, peer.seq, msgs, self._wire, columnar, peer.records, peer.headers
+            )
 
         return encode
 
@@ -557,6 +561,7 @@ class PeerLinks:
             announced = features.split(",") if isinstance(features, str) else []
             peer.columnar = WIRE_COLUMNAR in announced
             peer.records = WIRE_RECORDS in announced
+            peer.headers = WIRE_HEADERS in announced
             if self._lane is not None:
                 lane_at = parse_announcement(metadata.get(LANE_KEY))
                 if lane_at is not None:

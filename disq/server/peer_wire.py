@@ -32,6 +32,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from disq.core import messages as m
+from disq.core.job_record import without_headers
 from disq.persistence.route_records import RouteRecordError, decode_entry, encode_entry
 from disq.persistence.schedule_records import ScheduleRecordError, decode_def, encode_def
 from disq.proto_gen import cluster_pb2 as pb
@@ -200,14 +201,16 @@ def _enc_repl_jobs(t: pb.Message, run: list[m.ReplJob]) -> None:
         s.beanstalk_id.extend([j.beanstalk_id for j in jobs])
 
 
-def _batched(msgs: Sequence[m.Message], records: bool) -> Iterable[tuple[Any, Any]]:
+def _batched(
+    msgs: Sequence[m.Message], records: bool, headers: bool = True
+) -> Iterable[tuple[Any, Any]]:
     """``(encoder, payload)`` per message to write, runs of the batchable classes merged: a
     batch's payload is the list of its messages. With ``records``, every run of ReplJob
-    (one job too) goes as JobRecords."""
-    get = (_RECORD_ENCODERS if records else _ENCODERS).get
+    (one job too) goes as JobRecords (without their headers unless ``headers``)."""
+    get = _encoders(records, headers).get
     for cls, group in groupby(msgs, type):
         if records and cls is m.ReplJob:
-            yield _enc_job_records, list(group)
+            yield (_enc_job_records if headers else _enc_job_records_bare), list(group)
             continue
         batch = _BATCH_ENCODERS.get(cls)
         if batch is not None:
@@ -228,21 +231,25 @@ def encode_frame(
     counters: WireCounters = COUNTERS,
     columnar: bool = False,
     records: bool = False,
+    headers: bool = True,
 ) -> bytes:
     """Serialize one Frame carrying ``msgs`` in order. Never raises for a bad message.
 
     ``columnar``: the receiver reads the batch forms (ReplJobs, GotJobs, SetAcks, GotAcks);
     runs of ReplJob, GotJob, SetAck and GotAck are sent that way. An older peer gets one
     message per job. ``records`` (with ``columnar``): the receiver reads JobRecords, which
-    carry the REPLJOBs' records as they are.
+    carry the REPLJOBs' records as they are. Not ``headers`` (a build before job headers,
+    which refuses a record with them): the records go without their headers section
+    (job_record.py's ``without_headers``), the job without its headers; the older forms
+    (pb Job, ReplJobs' columns) never carry them.
     """
     frame = pb.Frame(from_node=from_node, seq=seq)
     messages = frame.messages
     add = messages.add
-    get = (_RECORD_ENCODERS if records else _ENCODERS).get
+    get = _encoders(records, headers).get
     bad: list[str] = []
     todo: Iterable[tuple[Any, Any]] = (
-        _batched(msgs, records) if columnar else ((get(type(x)), x) for x in msgs)
+        _batched(msgs, records, headers) if columnar else ((get(type(x)), x) for x in msgs)
     )
     for enc, msg in todo:
         if enc is None:
@@ -399,6 +406,16 @@ def _copy(d: m.JobData) -> m.JobData:
 
 def _enc_job_records(t: pb.Message, run: list[m.ReplJob]) -> None:
     t.job_records.record.extend([x.record for x in run])
+
+
+def _enc_job_records_bare(t: pb.Message, run: list[m.ReplJob]) -> None:
+    t.job_records.record.extend([without_headers(x.record) for x in run])
+
+
+def _enc_your_records_bare(t: pb.Message, x: m.YourJobs) -> None:
+    s = t.your_jobs
+    s.SetInParent()
+    s.records.extend([without_headers(r) for r in x.records])
 
 
 def _dec_job_records(t: pb.Message) -> list[m.ReplJob]:
@@ -577,6 +594,13 @@ _BATCH_ENCODERS, _BATCH_DECODERS = _codecs(
 _BATCH_DECODERS["job_records"] = _dec_job_records
 # For a peer that reads records: YOURJOBS as the jobs' records too.
 _RECORD_ENCODERS = {**_ENCODERS, m.YourJobs: _enc_your_records}
+_BARE_RECORD_ENCODERS = {**_ENCODERS, m.YourJobs: _enc_your_records_bare}
+
+
+def _encoders(records: bool, headers: bool) -> dict[type, Encoder]:
+    if not records:
+        return _ENCODERS
+    return _RECORD_ENCODERS if headers else _BARE_RECORD_ENCODERS
 
 
 def decode_frame(

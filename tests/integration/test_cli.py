@@ -135,6 +135,15 @@ def test_show_and_peek(node: str) -> None:
     assert ok(node, "qlen", "sp") == "1\n"  # peek and show took nothing
 
 
+def test_show_lists_a_jobs_headers(node: str) -> None:
+    with Client(node, discover=False) as c:
+        job_id = c.add_job("sh", "x", headers={"tenant": "acme", "raw": b"\xff"})
+    shown = dict(line.split(None, 1) for line in ok(node, "show", job_id).splitlines())
+    assert shown["headers"] in ("tenant=acme,raw=b'\\xff'", "raw=b'\\xff',tenant=acme")
+    doc = ok_json(node, "show", job_id)
+    assert doc["headers"] == {"tenant": "acme"} and doc["headers_b64"] == {"raw": "/w=="}
+
+
 def test_show_of_an_unknown_job_is_an_error(node: str) -> None:
     job_id = ok(node, "put", "gone", "x").strip()
     assert ok(node, "ack", job_id) == "1\n"

@@ -520,6 +520,34 @@ def test_batch_forms_go_only_to_a_peer_whose_handshake_announced_them(
     run(main)
 
 
+@pytest.mark.parametrize("features", ["columnar,records", "columnar,records,headers"])
+def test_job_headers_go_only_to_a_peer_whose_handshake_announced_them(features: str) -> None:
+    """A build before job headers refuses a record with them (job_record.py): it gets the
+    record without them, the job otherwise whole."""
+    headers = (("traceparent", b"00-ab-cd-01"),)
+
+    async def main() -> None:
+        a = await Node(A).start()
+        peer = await OldBuild(B, features).start()
+        try:
+            a.links.set_address(B, "127.0.0.1", peer.port)
+            assert await a.links.wait_link_up(B, timeout=10.0)
+            data = JobData("D-00000000-" + "1" * 24 + "-0e10", "q", b"b", 2, 1, 0, 300, 3600)
+            data.headers = headers
+            a.links.send(B, ReplJob.of(data))
+            async with asyncio.timeout(10):
+                await peer.arrived.wait()
+            [got] = [msg for raw in peer.frames for msg in decode_frame(raw)[2]]
+            assert isinstance(got, ReplJob)
+            assert got.job.headers == (headers if features.endswith("headers") else None)
+            assert got.job.body == b"b" and got.job.id == data.id
+        finally:
+            await peer.server.stop(None)
+            await a.links.close()
+
+    run(main)
+
+
 def test_nodes_of_this_build_use_batch_forms_both_ways() -> None:
     async def main() -> None:
         a, b = await Node(A).start(), await Node(B).start()
@@ -697,4 +725,3 @@ def test_port_clash_is_an_error() -> None:
         await a.links.close()
 
     run(main)
-

@@ -43,6 +43,7 @@ def test_every_option_is_sent_as_the_grpc_request_sets_it() -> None:
         maxlen=10,
         async_=True,
         idempotency_key="k1",
+        headers={"traceparent": "00-ab-cd-01", "bin": b"\x00\r\n"},
     )
     assert parse(cmd) == [
         b"ADDJOB",
@@ -62,7 +63,19 @@ def test_every_option_is_sent_as_the_grpc_request_sets_it() -> None:
         b"ASYNC",
         b"IDEMPOTENCY-KEY",
         b"k1",
+        b"HEADERS",
+        b"2",
+        b"traceparent",
+        b"00-ab-cd-01",
+        b"bin",
+        b"\x00\r\n",
     ]
+
+
+@pytest.mark.parametrize("headers", [["k", "v"], {1: "v"}, {"k": 1}])
+def test_headers_of_the_wrong_type_are_refused_before_anything_is_sent(headers: object) -> None:
+    with pytest.raises(TypeError, match="headers"):
+        addjob_command("q", b"x", headers=headers)  # type: ignore[typeddict-item]
 
 
 def test_a_body_with_crlf_and_binary_bytes_is_one_bulk_string() -> None:

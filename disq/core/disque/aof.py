@@ -201,7 +201,7 @@ class JobLog:
             j.flags = flags
             if j.ctime > prev_ctime and j.id[2:10] == mine:  # ids.node_prefix
                 prev_ctime = j.ctime
-            used += len(j.body)
+            used += j.mem_bytes() - JOB_OVERHEAD_BYTES  # the body, and headers if any
             at = host._awake_time(j)
             if at:  # as _update_awake: 0 is the "no entry" a new DJob has
                 j.awake_ms = at

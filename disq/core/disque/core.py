@@ -32,7 +32,7 @@ from mypy_extensions import mypyc_attr
 
 from disq.core import events as ev
 from disq.core import ids
-from disq.core.constants import JOB_OVERHEAD_BYTES, TICK_BATCH, WILLQUEUE_ADVANCE_MS
+from disq.core.constants import TICK_BATCH, WILLQUEUE_ADVANCE_MS
 from disq.core.disque.ack import Acks
 from disq.core.disque.aof import JobLog
 from disq.core.disque.api import (
@@ -83,6 +83,7 @@ from disq.core.disque.replication import Replication
 from disq.core.disque.requeue import Requeue
 from disq.core.disque.results import Results
 from disq.core.disque.state import IDEM_TIMER, KV_AT_ONCE
+from disq.core.job_record import headers_error
 from disq.core.messages import (
     BeanstalkUpdate,
     DelJob,
@@ -309,7 +310,7 @@ class DisqueCore:
     # ================================================================== job lifecycle
     def _register(self, j: DJob, awake: bool = True) -> None:
         self.jobs[j.id] = j
-        self.memory.used_bytes += len(j.body) + JOB_OVERHEAD_BYTES
+        self.memory.used_bytes += j.mem_bytes()
         self.counts.add(j, 1)
         if awake:
             self._update_awake(j)
@@ -319,7 +320,7 @@ class DisqueCore:
         self.counts.add(j, -1)
         if self._one_copy:
             self._one_copy.discard(j.id)
-        self.memory.used_bytes -= len(j.body) + JOB_OVERHEAD_BYTES
+        self.memory.used_bytes -= j.mem_bytes()
         j.awake_ms = -1
 
     def _unregister(self, j: DJob, now_ms: int) -> None:
@@ -497,7 +498,9 @@ class DisqueCore:
         here; the record keeps whole seconds rounded up (copies and AOF never queue early)."""
         timeout_ms, repl, retry_s, ttl_s = opts.timeout_ms, opts.repl, opts.retry_s, opts.ttl_s
         delay_s, delay_ms, idem_key = opts.delay_s, opts.delay_ms, opts.idem_key
-        async_, maxlen = opts.async_, opts.maxlen
+        async_, maxlen, headers = opts.async_, opts.maxlen, opts.headers
+        if headers is not None and (why := headers_error(headers)):
+            raise DisqueError("ERR", why)
         if delay_ms:
             delay_s = -(-delay_ms // 1000)
         if self.handoff.draining:  # handoff.py: no new jobs, go elsewhere
@@ -526,7 +529,7 @@ class DisqueCore:
             # The first job's id, PENDING (wait with the first add, or for the key's add to
             # be decided: idempotency.py), or None: a new job.
             args = AddOptions(
-                timeout_ms, repl, delay_s, retry_s, ttl, maxlen, async_, idem_key, delay_ms
+                timeout_ms, repl, delay_s, retry_s, ttl, maxlen, async_, idem_key, delay_ms, headers
             )
             first = self.keys.keyed_add(now_ms, token, queue, idem_key, body, timeout_ms, args)
             if first is not None:
@@ -552,6 +555,7 @@ class DisqueCore:
         ctime = self._new_ctime(now_ms)
         job_id = ids.make_job_id(self.my_id, self.rng, ttl, retry_s)
         j = DJob(job_id, queue, body, repl, ctime, delay_s, retry_s, now_ms + ttl * 1000)
+        j.headers = headers  # before _register: they count in the job's memory
         if idem_key:
             j.idem_key = idem_key
             self.keys.remember_key(j, now_ms)

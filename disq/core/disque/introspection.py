@@ -67,6 +67,11 @@ class Introspection:
             # disq's addition, only for a keyed job: its key (a schedule's tick job carries
             # schedule:<name>:<tick>, which tells the ticks apart).
             pairs.append(("idempotency-key", j.idem_key))
+        headers = j.headers
+        if headers:
+            # disq's addition, only for a job with headers: a flat [k1, v1, ...] list, as
+            # GETJOB WITHHEADERS gives them.
+            pairs.append(("headers", [x for pair in headers for x in pair]))
         result = self.host.results.get(now_ms, j.id)
         if result is not None:
             # disq's addition, only when a result is kept under the job's id (RESULT SET).

@@ -7,7 +7,7 @@ integer. The fields mirror Disque's ``job.h`` so its design notes apply line by 
 
 from __future__ import annotations
 
-from disq.core.constants import DEFAULT_PRIORITY
+from disq.core.constants import DEFAULT_PRIORITY, JOB_OVERHEAD_BYTES
 from disq.core.job_record import (
     AT_ADD_DELIVERIES,
     AT_BEANSTALK,
@@ -23,8 +23,10 @@ from disq.core.job_record import (
     AT_RETRY,
     ID_LEN,
     RECORD,
+    Headers,
     body_end,
-    decode_key_trailer,
+    decode_trailer,
+    headers_bytes,
     pack_record,
     u16,
     u32,
@@ -114,6 +116,19 @@ class DJobRare:
         self.bstate = 0
         self.bid = 0
         self.idem_key = ""
+
+
+class DJobRareHeaders(DJobRare):
+    """A DJobRare with the job's headers: a job gets one only if its add gave headers, so the
+    slot costs nothing to the many jobs without (nor to those with only a DELAY or a key).
+    ``headers_size``: their share of the memory estimate, computed once."""
+
+    __slots__ = ("headers", "headers_size")
+
+    def __init__(self, headers: Headers) -> None:
+        super().__init__()
+        self.headers = headers
+        self.headers_size = headers_bytes(headers)
 
 
 class DJob:
@@ -263,6 +278,35 @@ class DJob:
         if value or self._rare is not None:
             self._more().idem_key = value
 
+    @property
+    def headers(self) -> Headers | None:
+        """The add's headers, in its order (None: none)."""
+        r = self._rare
+        return (r.headers or None) if isinstance(r, DJobRareHeaders) else None
+
+    @headers.setter
+    def headers(self, value: Headers | None) -> None:
+        r = self._rare
+        if isinstance(r, DJobRareHeaders):
+            if value:
+                r.headers = value
+                r.headers_size = headers_bytes(value)
+            else:
+                r.headers = ()
+                r.headers_size = 0
+        elif value:
+            h = self._rare = DJobRareHeaders(value)
+            if r is not None:  # keep what the job's plain DJobRare held
+                h.delay_s, h.nacks, h.add_deliveries = r.delay_s, r.nacks, r.add_deliveries
+                h.gc_retry, h.priority, h.bstate = r.gc_retry, r.priority, r.bstate
+                h.bid, h.idem_key = r.bid, r.idem_key
+
+    def mem_bytes(self) -> int:
+        """The job's share of the memory estimate (maxmemory): body, overhead, headers."""
+        r = self._rare
+        extra = r.headers_size if isinstance(r, DJobRareHeaders) else 0
+        return len(self.body) + JOB_OVERHEAD_BYTES + extra
+
     def deliver_to(self, *nodes: str) -> None:
         """Add ``nodes`` to those that may have a copy (the set is made on the first)."""
         d = self.delivered
@@ -312,6 +356,7 @@ def serialize(j: DJob, ttl_ms: int, bid: int, nodes: list[str] | None = None) ->
         bid,
         sorted(j.delivered) if nodes is None else nodes,
         j.idem_key,
+        j.headers,
     )
 
 
@@ -348,7 +393,9 @@ def deserialize(
         j.delivered = {buf[a : a + ID_LEN].decode() for a in range(pos, qpos, ID_LEN)}
     j.priority = u32(buf, p + AT_PRIORITY)
     if stop < end:
-        j.idem_key = decode_key_trailer(buf[stop:end])
+        key, headers = decode_trailer(buf[stop:end])
+        j.idem_key = key
+        j.headers = headers
     if buf[p + AT_BEANSTALK]:
         j.flags |= BEANSTALK_ORIGIN
         j.bstate = buf[p + AT_BSTATE]

@@ -1,6 +1,6 @@
 """Memory (Disque's getMemoryWarningLevel and what its levels trigger), from this core's
-estimate of its jobs' size (``used_bytes``: bodies plus JOB_OVERHEAD_BYTES each) and the
-beanstalk engine's.
+estimate of its jobs' size (``used_bytes``: each job's ``mem_bytes``, its body, headers and
+JOB_OVERHEAD_BYTES) and the beanstalk engine's.
 
 A component of the core: it owns the accounting (the core adds and subtracts a job's bytes
 as it registers and forgets it) and the level; the core hands it the job table and its way
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from disq.core.constants import JOB_OVERHEAD_BYTES
 from disq.core.disque.job import ACKED, DJob
 
 # What an empty queue record costs (DQueue, its SortedList and dicts, the name, the entry in
@@ -33,7 +32,7 @@ class MemoryLevels:
     def __init__(self) -> None:
         self.warning = 0  # 0 ok, 1 >75%, 2 >95%, 3 full
         self.max_bytes = 0  # maxmemory; 0: no limit
-        self.used_bytes = 0  # bodies + JOB_OVERHEAD_BYTES each
+        self.used_bytes = 0  # DJob.mem_bytes() of each job
 
     def update(
         self,
@@ -91,5 +90,5 @@ def _evict_acked(
     for j in [j for j in jobs.values() if j.state == ACKED]:
         if freed >= want_bytes:
             break
-        freed += len(j.body) + JOB_OVERHEAD_BYTES
+        freed += j.mem_bytes()
         unregister(j, now_ms)

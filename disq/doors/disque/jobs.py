@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from disq.core.disque.api import AddOptions, DeferredResult, DisqueError, Pending
+from disq.core.job_record import HEADERS_MAX, Headers, headers_error
 from disq.doors.disque.client import Client, Deferred, Handler
 from disq.doors.disque.numbers import _LLONG_MAX, parse_ll
 from disq.doors.disque.replies import (
@@ -65,10 +66,12 @@ def _add_options(argv: list[bytes]) -> tuple[AddOptions | bytes, bool]:
     """ADDJOB's options and ms-timeout, or the error reply; and whether the answer may be
     kept (no idempotency key). Options are checked before the timeout, as in addjobCommand;
     the checks that combine options (RETRY 0 with REPLICATE > 1, DELAY >= TTL) and the
-    defaults are the core's, since they depend on the cluster size."""
+    defaults are the core's, since they depend on the cluster size. Nor is an add with
+    HEADERS kept: a trace id makes every add's arguments unique, as a key does."""
     numbers: dict[bytes, int] = {}  # REPLICATE, TTL, RETRY, DELAY, MAXLEN
     async_ = False
     idem_key = ""
+    headers: Headers | None = None
     n = len(argv)
     j = 4
     while j < n:
@@ -84,6 +87,14 @@ def _add_options(argv: list[bytes]) -> tuple[AddOptions | bytes, bool]:
             j += 1
         elif opt == b"async":
             async_ = True
+        elif opt == b"headers" and more:
+            # disq's addition: HEADERS n k1 v1 ... kn vn, pairs the job carries (GETJOB
+            # WITHHEADERS, SHOW), bounded as job_record.py says.
+            parsed = _headers(argv, j + 1)
+            if isinstance(parsed, bytes):
+                return parsed, False
+            headers = parsed or None
+            j += 1 + 2 * len(parsed)
         elif opt == b"idempotency-key" and more:
             # disq's addition: a retried add with the same key (same queue, within the
             # node's window) answers the first job's id instead of adding another.
@@ -92,13 +103,13 @@ def _add_options(argv: list[bytes]) -> tuple[AddOptions | bytes, bool]:
             idem_key = queue_name(argv[j + 1])
             j += 1
         else:
-            return SYNTAX_ERR, not idem_key
+            return SYNTAX_ERR, not idem_key and headers is None
         j += 1
     if b"delay" in numbers and b"delayms" in numbers:
-        return _DELAY_EXCLUSIVE, not idem_key
+        return _DELAY_EXCLUSIVE, not idem_key and headers is None
     timeout = _timeout(argv[3])
     if isinstance(timeout, bytes):
-        return timeout, not idem_key
+        return timeout, not idem_key and headers is None
     options = AddOptions(
         timeout,
         numbers.get(b"replicate"),
@@ -109,13 +120,34 @@ def _add_options(argv: list[bytes]) -> tuple[AddOptions | bytes, bool]:
         async_,
         idem_key,
         numbers.get(b"delayms", 0),
+        headers,
     )
-    return options, not idem_key
+    return options, not idem_key and headers is None
+
+
+def _headers(argv: list[bytes], at: int) -> Headers | bytes:
+    """HEADERS' count at ``argv[at]`` and the pairs after it, or the error reply: a count
+    out of 0..HEADERS_MAX, fewer arguments than it names, or pairs job_record.py refuses."""
+    n = parse_ll(argv[at])
+    if n is None or n < 0 or n > HEADERS_MAX:
+        return b"-ERR HEADERS count must be between 0 and %d\r\n" % HEADERS_MAX
+    if at + 1 + 2 * n > len(argv):
+        return b"-ERR HEADERS needs %d key/value pairs\r\n" % n
+    pairs: list[tuple[str, bytes]] = []
+    for i in range(at + 1, at + 1 + 2 * n, 2):
+        try:
+            key = argv[i].decode("utf-8")
+        except UnicodeDecodeError:
+            return b"-ERR HEADERS key is not valid UTF-8\r\n"
+        pairs.append((key, argv[i + 1]))
+    headers = tuple(pairs)
+    why = headers_error(headers)
+    return _err("ERR " + why) if why else headers
 
 
 def _addjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s | DELAYMS ms] [RETRY s] [TTL s]
-    [MAXLEN n] [ASYNC] [IDEMPOTENCY-KEY key]."""
+    [MAXLEN n] [ASYNC] [IDEMPOTENCY-KEY key] [HEADERS n k1 v1 ... kn vn]."""
     key = tuple(argv[3:])
     options = _ADD_OPTIONS.get(key)
     if options is None:
@@ -146,14 +178,14 @@ def _addjob_deferred(result: DeferredResult) -> bytes:
     return _err(f"ERR internal error: unexpected ADDJOB result {type(result).__name__}")
 
 
-def _getjob_deferred(withcounters: bool, null: bytes) -> Deferred:
+def _getjob_deferred(withcounters: bool, withheaders: bool, null: bytes) -> Deferred:
     """The blocked GETJOB's reply; ``null`` is the timeout's (``*-1``, or ``_`` in RESP3)."""
 
     def deferred(result: DeferredResult) -> bytes:
         if result is None:
             return null  # timed out
         if isinstance(result, list):
-            return _jobs_reply(result, withcounters)
+            return _jobs_reply(result, withcounters, withheaders)
         if isinstance(result, DisqueError):
             return _disque_error(result)  # LEAVING for clients already blocked
         return _err(f"ERR internal error: unexpected GETJOB result {type(result).__name__}")
@@ -161,14 +193,17 @@ def _getjob_deferred(withcounters: bool, null: bytes) -> Deferred:
     return deferred
 
 
-_GETJOB_PLAIN = _getjob_deferred(False, NULL_ARRAY)
-_GETJOB_COUNTERS = _getjob_deferred(True, NULL_ARRAY)
-_GETJOB_PLAIN3 = _getjob_deferred(False, NULL3)
-_GETJOB_COUNTERS3 = _getjob_deferred(True, NULL3)
+# The blocked GETJOB's replies, made once: by (WITHCOUNTERS, WITHHEADERS, RESP3).
+_GETJOB_DEFERRED = {
+    (counters, headers, resp3): _getjob_deferred(counters, headers, NULL3 if resp3 else NULL_ARRAY)
+    for counters in (False, True)
+    for headers in (False, True)
+    for resp3 in (False, True)
+}
 
 
 def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [INORDER] FROM q1 ... qN:
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [WITHHEADERS] [INORDER] FROM q1 ... qN:
     options only before FROM, everything after FROM is a queue name. INORDER is disq's (the
     gRPC API's ``in_order``): a queue's jobs before the next queue's, where Disque takes one
     per queue per pass; the integrations' priority steps, highest first."""
@@ -176,6 +211,7 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     count = 1
     nohang = False
     withcounters = False
+    withheaders = False
     in_order = False
     queues: list[bytes] | None = None
     n = len(argv)
@@ -187,6 +223,8 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
             nohang = True
         elif opt == b"withcounters":
             withcounters = True
+        elif opt == b"withheaders":
+            withheaders = True
         elif opt == b"inorder":
             in_order = True
         elif opt == b"timeout" and more:
@@ -222,12 +260,11 @@ def _getjob(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
     if r is None:
         return NULL3 if c.protocol == 3 else NULL_ARRAY
     if isinstance(r, Pending):
-        if c.protocol == 3:
-            return c.block(token, _GETJOB_COUNTERS3 if withcounters else _GETJOB_PLAIN3)
-        return c.block(token, _GETJOB_COUNTERS if withcounters else _GETJOB_PLAIN)
+        return c.block(token, _GETJOB_DEFERRED[withcounters, withheaders, c.protocol == 3])
     # The jobs are arrays in both protocols: the WITHCOUNTERS pairs stay in the job's flat
-    # array (Disque's shape, which clients index), so RESP3 changes nothing here.
-    return _jobs_reply(r, withcounters)
+    # array (Disque's shape, which clients index), and WITHHEADERS' array after them, so
+    # RESP3 changes nothing here.
+    return _jobs_reply(r, withcounters, withheaders)
 
 
 def _ids_command(method: Callable[[NodeCore, int, list[str]], int]) -> Handler:

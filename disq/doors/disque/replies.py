@@ -87,25 +87,32 @@ def _job_ids(args: list[bytes]) -> list[str] | None:
 _COUNTERS = b"$5\r\nnacks\r\n:%d\r\n$21\r\nadditional-deliveries\r\n:%d\r\n"
 
 
-def _job_entry(j: DJob, withcounters: bool, out: list[bytes]) -> None:
-    """addReplyJob: ``[queue, id, body]``, plus the counters as key/value pairs."""
+def _job_entry(j: DJob, withcounters: bool, out: list[bytes], withheaders: bool = False) -> None:
+    """addReplyJob: ``[queue, id, body]``, plus the counters as key/value pairs, plus (disq's
+    WITHHEADERS) the job's headers as one flat array ``[k1, v1, ...]``, last, empty if none."""
     q = queue_bytes(j.queue)
     jid = _id_bytes(j.id)
     body = j.body
+    n = (7 if withcounters else 3) + (1 if withheaders else 0)
     out.append(
-        b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n"
-        % (b"*7\r\n" if withcounters else b"*3\r\n", len(q), q, len(jid), jid, len(body))
+        b"*%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n" % (n, len(q), q, len(jid), jid, len(body))
     )
     out.append(body)
     out.append(_CRLF)
     if withcounters:
         out.append(_COUNTERS % (j.nacks, j.add_deliveries))
+    if withheaders:
+        headers = j.headers or ()
+        out.append(b"*%d\r\n" % (2 * len(headers)))
+        for k, v in headers:
+            out.append(_bulk(k.encode("utf-8", "surrogateescape")))
+            out.append(_bulk(v))
 
 
-def _jobs_reply(jobs: list[DJob], withcounters: bool) -> bytes:
+def _jobs_reply(jobs: list[DJob], withcounters: bool, withheaders: bool = False) -> bytes:
     out = [b"*%d\r\n" % len(jobs)]
     for j in jobs:
-        _job_entry(j, withcounters, out)
+        _job_entry(j, withcounters, out, withheaders)
     return b"".join(out)
 
 
@@ -122,8 +129,8 @@ def _value(key: str, v: object, out: list[bytes], resp3: bool) -> None:
     elif isinstance(v, list | tuple | set | frozenset):
         items = sorted(v) if isinstance(v, set | frozenset) else v
         out.append(b"*%d\r\n" % len(items))
-        for item in items:
-            out.append(_bulk(str(item).encode()))
+        for item in items:  # bytes as they are: a job's header values
+            out.append(_bulk(item if isinstance(item, bytes) else str(item).encode()))
     else:
         raise TypeError(f"cannot send {type(v).__name__} in a key/value reply")
 
