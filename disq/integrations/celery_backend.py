@@ -292,10 +292,15 @@ class DisqBackend(KeyValueStoreBackend):
         meta["task_id"] = bytes_to_str(task_id)
         if state in states.READY_STATES:
             # A task whose SUCCESS is stored keeps it: a copy run again after a lost worker
-            # or a partition does not overwrite it (KeyValueStoreBackend's rule).
-            current = self._final(task_id)
-            if current is not None and self.decode_result(current)["status"] == states.SUCCESS:
-                return result
+            # or a partition does not overwrite it with a FAILURE or a REVOKED
+            # (KeyValueStoreBackend's rule). A SUCCESS is stored without that look: replacing
+            # a SUCCESS with another is harmless, and it saves a round trip per task.
+            if state != states.SUCCESS:
+                current = self._final(task_id)
+                if current is not None and (
+                    self.decode_result(current)["status"] == states.SUCCESS
+                ):
+                    return result
             self._set_with_state(self.get_key_for_task(task_id), self.encode(meta), state)
         else:
             self.set(self.get_key_for_progress(task_id), self.encode(meta))
