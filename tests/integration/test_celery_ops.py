@@ -48,6 +48,11 @@ from kombu.common import Broadcast
 
 app.conf.task_queues = [Queue("ops"), Broadcast("ops_bcast")]
 app.conf.result_backend = os.environ.get("RESULT_BACKEND") or None
+
+
+@app.task
+def mul(x, y):
+    return x * y
 """
 )
 HOST = socket.gethostname()
@@ -245,6 +250,34 @@ def test_flower_lists_the_worker_and_ten_successful_tasks(
             lambda: not [q for q in control_queues(client) if q.startswith("celeryev.")],
             "Flower's event queue deleted",
         )
+    finally:
+        flower.stop()
+        w.stop()
+
+
+def test_flower_shows_a_result_the_disq_backend_keeps(
+    lab3: Lab, tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app_dir = write_app(tmp_path, "capp", OPS_APP)
+    broker = disq_url(lab3)
+    monkeypatch.setenv("RESULT_BACKEND", broker)  # the worker's (its env is this one's)
+    port = free_port()
+    w = celery_worker(app_dir, broker, "ops", "wr1", concurrency=1)
+    flower = WorkerProcess(
+        app_dir,
+        [str(BIN / "celery"), "-A", "capp", "flower", f"--port={port}", "--address=127.0.0.1"],
+        {"BROKER_URL": broker, "RESULT_BACKEND": broker, "FLOWER_UNAUTHENTICATED_API": "true"},
+        "flower",
+    )
+    try:
+        w.wait_for_log("ready.")
+        flower.wait_for_log("Visit me at")
+        app = Celery("producer", broker=broker, backend=broker)
+        r = app.send_task("capp.mul", args=(6, 7), queue="ops")
+        assert r.get(timeout=30) == 42
+        # Flower reads it through the app's backend: disq's.
+        got = _get_json(f"http://127.0.0.1:{port}/api/task/result/{r.id}")
+        assert got == {"task-id": r.id, "state": "SUCCESS", "result": 42}
     finally:
         flower.stop()
         w.stop()
