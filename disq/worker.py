@@ -98,7 +98,7 @@ class Worker:
         self.shutdown_grace_s = shutdown_grace_s
         self.fetch_timeout_s = fetch_timeout_s
         self.store_results = store_results
-        self.result_ttl_s = result_ttl_s  # None: the node's default, one day
+        self.result_ttl_s = result_ttl_s  # None: the job's own TTL (the node's default)
         self.stats = WorkerStats()
         self.log = structlog.get_logger("disq.worker")
         self._is_async = inspect.iscoroutinefunction(handler)

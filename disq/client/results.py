@@ -20,7 +20,7 @@ FOREVER_S = 365 * 86400.0  # the deadline of a wait asked to last until the resu
 class SetResultOptions(TypedDict, total=False):
     """A result set's options, as the SDK and the integrations' RESP path take them."""
 
-    ttl_s: int | None  # default one day
+    ttl_s: int | None  # default: a job's result, its job's TTL; any other key's, one day
     replicate: int | None  # default min(3, nodes)
     repl_timeout_ms: int  # the node's wait for the copies, RESULT_TIMEOUT_MS
     ack: bool  # the key is a job's id, acked once the result is held
@@ -40,7 +40,8 @@ class AsyncResultsMixin:
         bytes); returns once ``replicate`` nodes hold it (default min(3, nodes)), else
         raises NoReplError. ``ack``: ``key`` is a job's id, acked once the result is held
         (never before: a worker that dies in between leaves the job to run again).
-        ``ttl_s``: default one day."""
+        ``ttl_s``: default a job's TTL for a job's result (it goes with its job), else one
+        day."""
         repl_timeout_ms = options.get("repl_timeout_ms", RESULT_TIMEOUT_MS)
         req = api_pb2.SetResultRequest(
             key=key,

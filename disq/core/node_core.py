@@ -385,7 +385,7 @@ class NodeCore:
         token: int,
         job_id: str,
         value: bytes,
-        ttl_s: int,
+        ttl_s: int | None,
         repl: int | None,
         timeout_ms: int,
         ack: bool = False,

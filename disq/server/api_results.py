@@ -15,7 +15,6 @@ from typing import Any
 from disq.core.disque.api import DisqueError, Pending
 from disq.core.disque.results import (
     DEFAULT_RESULT_TIMEOUT_MS,
-    DEFAULT_RESULT_TTL_S,
     valid_result_key,
 )
 from disq.proto_gen import api_pb2
@@ -37,8 +36,8 @@ class ResultsQueueApi(RoutesQueueApi):
             key = _key(request.key)
             if request.ack:
                 _ids([key])  # BADID: only a job's id can be acked
-            ttl_s = request.ttl_s if request.HasField("ttl_s") else DEFAULT_RESULT_TTL_S
-            if ttl_s < 1:
+            ttl_s = request.ttl_s if request.HasField("ttl_s") else None
+            if ttl_s is not None and ttl_s < 1:
                 raise syntax("TTL must be at least 1")
             repl = request.replicate if request.HasField("replicate") else None
             if repl is not None and repl < 1:

@@ -486,3 +486,20 @@ def test_a_jobs_result_is_kept_as_widely_as_its_job_by_default() -> None:
     m.advance(1100)
     assert (2, DisqueError("NOREPL", NOREPL_TIMEOUT)) in _replies(m, 0)  # wanted 3
     assert (3, "OK") in _replies(m, 0)  # two holders were enough
+
+
+def test_a_jobs_result_goes_with_its_job_at_its_ttl_on_every_node() -> None:
+    m = Mesh(3)
+    d0 = m.disque(0)
+    d0.add_job(m.now, 1, "q", b"work", AddOptions(timeout_ms=0, repl=3, ttl_s=10, async_=True))
+    m.pump()
+    [job_id] = list(d0.jobs)
+    assert d0.results.set(m.now, 2, job_id, b"v", ack=True) is PENDING  # no TTL given
+    assert d0.results.set(m.now, 3, "task-9", b"w", repl=1) == "OK"  # not a job: one day
+    m.pump()
+    assert all(job_id not in m.disque(i).jobs for i in range(3))  # acked and collected
+    m.advance(9_000)
+    assert _values(m, job_id) == [b"v"] * 3  # outlives the ack, read after it
+    m.advance(1_500)
+    assert _values(m, job_id) == [None] * 3  # gone at the job's TTL, on every node
+    assert m.disque(0).results.get(m.now, "task-9") == b"w"

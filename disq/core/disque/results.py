@@ -126,7 +126,7 @@ class Results:
         token: int,
         key: str,
         value: bytes,
-        ttl_s: int = DEFAULT_RESULT_TTL_S,
+        ttl_s: int | None = None,
         repl: int | None = None,
         timeout_ms: int = DEFAULT_RESULT_TIMEOUT_MS,
         ack: bool = False,
@@ -134,18 +134,26 @@ class Results:
         """RESULT SET: "OK" when this node alone suffices, else PENDING (OK or NOREPL in
         ``replies``); ``repl`` None: a job's own level for its id, else min(3, nodes). Raises
         OOM over maxmemory, NOREPL when too few peers are reachable
-        (as ADDJOB: nothing is stored then). ``ack``: ACKJOB ``key`` (a job id) once OK."""
+        (as ADDJOB: nothing is stored then). ``ack``: ACKJOB ``key`` (a job id) once OK.
+        ``ttl_s`` None: a job's result goes when its job's TTL ends (garbage-collected with
+        the job, on every node, whether the job was acked before or not); any other key's
+        after one day (Celery's ``result_expires``)."""
         host = self.host
         if host.memory.warning >= 3:
             raise DisqueError("OOM", OOM_MSG)
+        job = host.jobs.get(key)
         if repl is None:
             # A job's result is kept as widely as its job; any other key on min(3, nodes).
-            job = host.jobs.get(key)
             repl = job.repl if job is not None else min(3, host.view.cluster_size())
         peers = host.view.reachable_peers()
         if repl - 1 > len(peers):
             raise DisqueError("NOREPL", NOREPL_NODES)
-        ttl_ms = ttl_s * 1000
+        if ttl_s is not None:
+            ttl_ms = ttl_s * 1000
+        elif job is not None:
+            ttl_ms = max(1000, job.etime_ms - now_ms)
+        else:
+            ttl_ms = DEFAULT_RESULT_TTL_S * 1000
         self._store(key, value, now_ms + ttl_ms)
         msg = Result(key, value, ttl_ms)
         for node in peers:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from disq.core.disque.api import DeferredResult, DisqueError, Pending
 from disq.core.disque.results import (
     DEFAULT_RESULT_TIMEOUT_MS,
-    DEFAULT_RESULT_TTL_S,
     valid_result_key,
 )
 from disq.doors.disque.client import Client, Deferred
@@ -77,7 +76,7 @@ def _result(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
 
 
 def _set(c: Client, argv: list[bytes], now_ms: int, job_id: str) -> bytes | Pending:
-    ttl_s = DEFAULT_RESULT_TTL_S
+    ttl_s: int | None = None  # a job's: its job's TTL; any other key's: one day
     repl: int | None = None
     timeout_ms = DEFAULT_RESULT_TIMEOUT_MS
     ack = False
