@@ -62,8 +62,10 @@ EVENTS_WRITE_DELAY_S = 0.005
 # in it (each link up, its greeting Ping queued, or refused), so that a peer that had it as
 # failed hears of the restart before any client is answered: a client that restarts a node,
 # waits for PING and kills it again must not leave the others believing it never came back.
-# On one host or a LAN the dials take milliseconds; a silent peer costs at most this.
-CONTACT_BEFORE_SERVING_S = 0.1
+# On one host or a LAN the dials take milliseconds, and a peer that is down refuses at once;
+# only a silent peer (its packets dropped) costs this bound, which is wide enough for a dial
+# on a loaded machine (100 ms was not, on 2 busy cores: the node served first).
+CONTACT_BEFORE_SERVING_S = 1.0
 # Lifecycle events kept for the metrics while the admin port starts (its modules load in a
 # thread after the client ports serve); past this, counters started late miss the rest.
 METRICS_BACKLOG_MAX = 10_000
