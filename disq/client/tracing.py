@@ -49,39 +49,45 @@ TRACER_NAME = "disq"
 class _Otel:
     """The few OpenTelemetry calls used, bound once it is imported."""
 
-    __slots__ = ("extract", "inject", "start_span")
+    __slots__ = ("current", "extract", "propagator", "start_span")
 
     def __init__(
         self,
-        inject: Callable[[dict[str, str]], None],
+        current: Callable[[], Mapping[str, object]],
+        propagator: Callable[[], Any],
         extract: Callable[[Mapping[str, bytes]], Any],
         start_span: Callable[[Job, Any], contextlib.AbstractContextManager[Any]],
     ) -> None:
-        self.inject = inject
+        self.current = current
+        self.propagator = propagator
         self.extract = extract
         self.start_span = start_span
 
 
 _otel: _Otel | None = None
-_absent = False  # opentelemetry-api is not installed: nothing to look for again
-_installed: bool | None = None  # None: not looked for yet
+# None: not looked for yet; True: opentelemetry-api is not installed, nothing to look for again.
+_absent: bool | None = None
+_modules = sys.modules
+# The last context injected, the propagator that did and what it wrote: adds made in one span
+# (a batch, a loop) inject once. A Context is immutable, and held here it is not freed, so
+# the same object is the same context.
+_last: tuple[object, object, dict[str, str]] = (None, None, {})
 
 
 def _load() -> _Otel | None:
     """The bound calls, or None: not installed (kept) or not imported by the app (yet)."""
-    global _otel, _absent, _installed
-    if _installed is None:
+    global _otel, _absent
+    if _absent is None:
         import importlib.util
 
         try:
-            _installed = importlib.util.find_spec("opentelemetry") is not None
+            _absent = importlib.util.find_spec("opentelemetry") is None
         except (ImportError, ValueError):  # ValueError: None in sys.modules (import blocked)
-            _installed = False
-        _absent = not _installed
-    if _absent or sys.modules.get("opentelemetry.context") is None:
+            _absent = True
+    if _absent or _modules.get("opentelemetry.context") is None:
         return None
     try:
-        from opentelemetry import propagate, trace
+        from opentelemetry import context, propagate, trace
         from opentelemetry.propagators.textmap import Getter
     except ImportError:
         _absent = True
@@ -120,21 +126,30 @@ def _load() -> _Otel | None:
             },
         )
 
-    _otel = _Otel(propagate.inject, extract, start_span)
+    _otel = _Otel(context.get_current, propagate.get_global_textmap, extract, start_span)
     return _otel
 
 
 def trace_headers() -> dict[str, str] | None:
     """The current context as headers (the global propagator's), None if there is none."""
+    global _last
     otel = _otel
     if otel is None:
-        if _absent:
+        # Not installed: one check. Installed, not imported by the app: no span can be current.
+        if _absent or (_absent is False and _modules.get("opentelemetry.context") is None):
             return None
         otel = _load()
         if otel is None:
             return None
-    carrier: dict[str, str] = {}
-    otel.inject(carrier)
+    ctx = otel.current()
+    if not ctx:
+        return None  # the root context: no span, no baggage, nothing to propagate
+    propagator = otel.propagator()
+    last_ctx, last_propagator, carrier = _last
+    if ctx is not last_ctx or propagator is not last_propagator:
+        carrier = {}
+        propagator.inject(carrier, ctx)
+        _last = (ctx, propagator, carrier)
     return carrier or None
 
 
@@ -142,7 +157,8 @@ def with_trace(
     headers: Mapping[str, str | bytes] | None,
 ) -> Mapping[str, str | bytes] | None:
     """An add's headers with the current trace context's, the caller's winning; the caller's
-    alone when the two would pass the node's bounds (the add must not fail for a trace)."""
+    alone when the two would pass the node's bounds (the add must not fail for a trace). What
+    it returns is read, never changed (the trace's dict is shared by the adds of a span)."""
     carrier = trace_headers()
     if carrier is None:
         return headers
@@ -171,6 +187,6 @@ def process_span(job: Job) -> contextlib.AbstractContextManager[Any]:
     the context in the job's headers; entered, it gives the span, or None when the app does
     not use OpenTelemetry."""
     otel = _otel
-    if otel is None and (_absent or (otel := _load()) is None):
+    if otel is None and (_absent is True or (otel := _load()) is None):
         return contextlib.nullcontext()
     return otel.start_span(job, otel.extract(job.headers))

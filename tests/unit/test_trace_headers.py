@@ -61,6 +61,9 @@ def test_an_add_in_a_span_carries_its_context_and_the_caller_s_headers_win(
         assert _headers(headers=full) == {k: b"v" for k in full}
         big = {"blob": b"x" * 16370}
         assert _headers(headers=big) == big
+    assert _headers() == {}  # the span ended: nothing (no stale context kept for later adds)
+    with trace.get_tracer("test").start_as_current_span("another") as other:
+        assert f"{other.get_span_context().span_id:016x}" in _headers()["traceparent"].decode()
 
 
 def test_the_worker_span_continues_the_job_s_context(spans: InMemorySpanExporter) -> None:
