@@ -1,5 +1,6 @@
 """Trace context through jobs on a real 3-node cluster (cluster/lab.py): adds made in a span
-(the blocking add, a batch of add_jobs on the client's loop thread, an AsyncClient's add)
+(the blocking add, a batch of add_jobs on the client's loop thread, an AsyncClient's add, a
+publish)
 carry it in their headers, and ``disq.Worker`` handles each job in a CONSUMER span of the
 same trace whose parent is the producer's span; without opentelemetry, in a fresh process,
 the same round trip adds no header and fails nothing."""
@@ -52,6 +53,8 @@ def test_a_worker_span_continues_the_producer_s_trace(
     queue = "traced"
     tracer = trace.get_tracer("test")
     with Client(addr(lab3, 0), discover=False) as c:
+        c.declare_exchange("traced-fan", "fanout")
+        c.bind_queue(queue, "traced-fan")
         with tracer.start_as_current_span("produce", kind=trace.SpanKind.PRODUCER) as producer:
             lone = c.add_job(queue, "lone", replicate=2)  # the blocking add, on this thread
             # A batch runs on the client's loop thread: the caller's context goes with it.
@@ -65,8 +68,9 @@ def test_a_worker_span_continues_the_producer_s_trace(
 
             # asyncio.run copies this thread's context into its task: the span is current.
             aio = asyncio.run(add_async())
-        assert all(isinstance(j, str) for j in batch)
-        ids = {lone, aio, *(j for j in batch if isinstance(j, str))}
+            published = c.publish("traced-fan", "", "published", replicate=2)
+        assert all(isinstance(j, str) for j in batch) and len(published) == 1
+        ids = {lone, aio, *published, *(j for j in batch if isinstance(j, str))}
         untraced = c.add_job(queue, "outside", replicate=2)  # no span: a trace of its own
 
         in_handler: dict[bytes, trace.SpanContext] = {}
@@ -83,12 +87,12 @@ def test_a_worker_span_continues_the_producer_s_trace(
 
         w = Worker(addr(lab3, 0), queue, handler, concurrency=2, fetch_timeout_s=0.2, **PINNED)
         with running(w) as errors:
-            eventually(lambda: w.stats.acked == 5, "five jobs acked")
+            eventually(lambda: w.stats.acked == 6, "six jobs acked")
 
             def processed() -> list[ReadableSpan]:
                 return [s for s in spans.get_finished_spans() if s.name == f"{queue} process"]
 
-            eventually(lambda: len(processed()) == 6, "six spans ended (one job ran twice)")
+            eventually(lambda: len(processed()) == 7, "seven spans ended (one job ran twice)")
         assert not errors
 
     ctx = producer.get_span_context()
@@ -113,7 +117,7 @@ def test_a_worker_span_continues_the_producer_s_trace(
     assert retried[1].status.status_code is trace.StatusCode.UNSET
     spans_by_body = {s.context.span_id for ss in by_id.values() for s in ss}
     assert {sc.span_id for sc in in_handler.values()} <= spans_by_body
-    assert len(in_handler) == 5
+    assert len(in_handler) == 6
 
 
 def test_without_opentelemetry_jobs_carry_no_trace_and_run(lab3: Lab) -> None:
