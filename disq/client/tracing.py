@@ -131,7 +131,8 @@ def _load() -> _Otel | None:
 
 
 def trace_headers() -> dict[str, str] | None:
-    """The current context as headers (the global propagator's), None if there is none."""
+    """The current context as headers (the global propagator's), None if there is none; the
+    dict is shared by the adds of one context: read it, never change it."""
     global _last
     otel = _otel
     if otel is None:
