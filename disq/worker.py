@@ -33,6 +33,7 @@ Sync handlers run in a thread pool of ``concurrency`` threads; async handlers on
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,6 +45,7 @@ import structlog
 
 from disq.client.aio import AsyncClient, Job
 from disq.client.errors import DisqError, NoJobError, TooLateError
+from disq.client.tracing import handler_failed, process_span
 
 Handler = Callable[[Job], Any] | Callable[[Job], Awaitable[Any]]
 
@@ -215,6 +217,12 @@ class Worker:
 
     # ------------------------------------------------------------------ handling
     async def _handle(self, job: Job) -> None:
+        # The job's span (disq/client/tracing.py) holds its handling, ack or nack included: a
+        # no-op unless the app uses OpenTelemetry.
+        with process_span(job) as span:
+            await self._handle_in_span(job, span)
+
+    async def _handle_in_span(self, job: Job, span: Any) -> None:
         assert self.client is not None
         beat = None
         if self.heartbeat and job.retry_s > 0:
@@ -224,7 +232,11 @@ class Worker:
                 value = await self.handler(job)
             else:
                 loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(self._pool, self.handler, job)
+                # The pool's threads do not get the task's context by themselves: the handler
+                # runs in a copy of it, so the job's span is current there (its own spans and
+                # adds continue the trace), as are the app's context variables.
+                run = contextvars.copy_context().run
+                value = await loop.run_in_executor(self._pool, run, self.handler, job)
             if self.store_results and value is not None and not isinstance(value, bytes | str):
                 raise TypeError(f"a stored result is bytes or str, not {type(value).__name__}")
         except asyncio.CancelledError:
@@ -233,6 +245,8 @@ class Worker:
             if job.id in self._abandoned:
                 return
             self.log.warning("handler_failed", job=job.id, queue=job.queue, error=repr(exc))
+            if span is not None:
+                handler_failed(span, exc)
             await self._nack(job)
             return
         finally:

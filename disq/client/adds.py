@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
+from disq.client.tracing import with_trace
 from disq.proto_gen import api_pb2
 
 REPL_TIMEOUT_MS = 5000  # how long a sync add waits for its copies, unless told
@@ -30,7 +31,8 @@ class AddOptions(TypedDict, total=False):
       and answers the first job's id.
     - ``headers`` (disq's HEADERS): ``{key: value}`` the job carries (``Job.headers``,
       ``show()``), values str (sent as UTF-8) or bytes; the node's bounds: at most 64, a
-      key 1..256 bytes, 16 KiB in all (else InvalidArgument).
+      key 1..256 bytes, 16 KiB in all (else InvalidArgument). With OpenTelemetry in use, the
+      current trace context is added (``traceparent``...; a key given here wins).
     """
 
     replicate: int | None
@@ -104,5 +106,6 @@ def fill_add(
         req.ttl_s = ttl_s
     if idempotency_key := options.get("idempotency_key"):
         req.idempotency_key = idempotency_key
-    if headers := options.get("headers"):
+    # The caller's trace context goes along when OpenTelemetry is in use (disq/client/tracing.py).
+    if headers := with_trace(options.get("headers")):
         req.headers.update(header_items(headers))

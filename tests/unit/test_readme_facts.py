@@ -181,7 +181,7 @@ def test_the_package_its_extras_and_commands_are_the_readme_s() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     project = pyproject["project"]
     assert project["name"] == "disq-server"
-    assert {"celery", "dramatiq", "spark"} <= set(project["optional-dependencies"])
+    assert {"celery", "dramatiq", "spark", "otel"} <= set(project["optional-dependencies"])
     assert project["scripts"] == {"disq-node": "disq.node_main:main", "disq": "disq.cli:main"}
     assert any(r.startswith("mypy") for r in pyproject["build-system"]["requires"])
 
