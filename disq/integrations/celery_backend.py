@@ -70,6 +70,7 @@ from disq.client import (
 )
 from disq.integrations.common import (
     DEFAULT_PORT,
+    KOMBU_OPTIONS,
     SCHEME,
     OptionError,
     Settings,
@@ -89,20 +90,6 @@ MAX_TTL_S = 2**32 - 1
 MAX_KEY_BYTES = 255
 # Options of result_backend_transport_options that Celery itself reads.
 _CELERY_OPTIONS = frozenset({"global_keyprefix", "result_chord_ordered"})
-# The broker's kombu-only options, which a shared options dict may hold.
-_KOMBU_OPTIONS = frozenset(
-    {
-        "polling_interval",
-        "body_encoding",
-        "deadletter_queue",
-        "max_retries",
-        "interval_start",
-        "interval_step",
-        "interval_max",
-        "confirm_publish",
-        "client_name",
-    }
-)
 # Failing to reach the cluster: safe to retry (Celery's result_backend_always_retry).
 _RETRYABLE = (UnavailableError, IndeterminateError, NoReplError, LeavingError)
 
@@ -150,7 +137,7 @@ def backend_settings(url: str | None, options: dict[str, Any] | None = None) -> 
         url = f"{SCHEME}://127.0.0.1:{DEFAULT_PORT}"
     addresses, raw = parse_url(url)
     raw.update(options or {})
-    return settings(addresses, raw, ignore=_CELERY_OPTIONS | _KOMBU_OPTIONS)
+    return settings(addresses, raw, ignore=_CELERY_OPTIONS | KOMBU_OPTIONS)
 
 
 def _seconds(value: Any) -> int | None:

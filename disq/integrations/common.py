@@ -327,3 +327,20 @@ def ack_queued(client: Client, queue: str) -> int:
     answer is skipped. The number acked. kombu's purge and Dramatiq's flush: the ready
     messages, not the ones delivered or waiting out a delay."""
     return client.purge_queue(queue)
+
+
+# kombu's own options, which reach every transport's transport_options through Celery (and a
+# backend's result_backend_transport_options when it shares the broker's dict): not disq's.
+KOMBU_OPTIONS = frozenset(
+    {
+        "polling_interval",
+        "body_encoding",
+        "deadletter_queue",
+        "max_retries",
+        "interval_start",
+        "interval_step",
+        "interval_max",
+        "confirm_publish",
+        "client_name",
+    }
+)

@@ -89,6 +89,7 @@ from disq.client import (
 )
 from disq.integrations.common import (
     DEFAULT_PORT,
+    KOMBU_OPTIONS,
     Settings,
     ack_queued,
     base_queue,
@@ -104,20 +105,6 @@ from disq.integrations.transient import QueueArgumentError, TransientQueues, que
 
 log = structlog.get_logger("disq.kombu")
 
-# kombu's own options, which reach every transport's transport_options through Celery.
-_KOMBU_OPTIONS = frozenset(
-    {
-        "polling_interval",
-        "body_encoding",
-        "deadletter_queue",
-        "max_retries",
-        "interval_start",
-        "interval_step",
-        "interval_max",
-        "confirm_publish",
-        "client_name",
-    }
-)
 _DEFAULT_PREFETCH = 100  # a consumer with no QoS limit asks for this many per GETJOB
 # Queues whose declared message TTL this connection remembers: a bound, not a cache (one
 # process declaring more queues than this with a TTL is refused, with a clear error).
@@ -893,4 +880,4 @@ def _settings_of(conn: Any) -> Settings:
     elif ssl:
         raw["tls"] = True
     raw.update(conn.transport_options or {})
-    return settings(addresses, raw, ignore=_KOMBU_OPTIONS)
+    return settings(addresses, raw, ignore=KOMBU_OPTIONS)
