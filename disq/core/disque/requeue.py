@@ -199,6 +199,9 @@ class Requeue:
         if j.state != QUEUED:
             j.queued_at = sender  # where the job is now (dead_peers.py)
         self.host.counts.undelay(j)  # queued there: its delay is over (counts.py)
+        # And so is a hold (a NACK DELAY, a BACKOFF): this copy's next requeue is a RETRY
+        # run out again, counted and backed off, not the hold's end.
+        j.flags &= ~NACK_WAIT
         j.flags |= BCAST_QUEUED
         if j.state in (ACTIVE, QUEUED) and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
