@@ -18,6 +18,7 @@ if str(ROOT) not in sys.path:
 from eventually import eventually  # noqa: E402
 
 from cluster.lab import Lab  # noqa: E402
+from disq.client import Client, InvalidArgumentError, QueuePolicy  # noqa: E402
 
 POLICY = [b"maxdeliveries", 5, b"deadletter", b"bq-dead", b"backoff-base", 2, b"backoff-max", 8]
 
@@ -77,3 +78,29 @@ def test_a_queue_policy_on_three_nodes(tmp_path: Path) -> None:
         assert lab.node(2).call("QPOLICY", "DEL", "bq") == 1
         for i in range(3):
             eventually(lambda i=i: _policy(lab, i) is None, "the delete spreads")
+
+
+def test_the_sdk_sets_gets_and_deletes_queue_policies(lab3: Lab) -> None:
+    c0 = Client(f"127.0.0.1:{lab3.node(0).bus_port}", discover=False)
+    c1 = Client(f"127.0.0.1:{lab3.node(1).bus_port}", discover=False)
+    with c0, c1:
+        c0.set_queue_policy("sdk-pq", max_deliveries=4, dead_letter="sdk-dead", backoff=(1, 30))
+        want = QueuePolicy("sdk-pq", 4, "sdk-dead", 1, 30)
+        eventually(lambda: c1.queue_policy("sdk-pq") == want, "the policy reaches node 1")
+        assert lab3.node(1).call("QPOLICY", "GET", "sdk-pq") == [
+            b"maxdeliveries", 4, b"deadletter", b"sdk-dead", b"backoff-base", 1,
+            b"backoff-max", 30,
+        ]  # fmt: skip
+        for bad in (
+            {"max_deliveries": 1_000_001},
+            {"backoff": (5, 4)},
+            {"backoff": (0, 30 * 86400 + 1)},
+            {"dead_letter": "sdk-pq"},
+            {},
+        ):
+            with pytest.raises(InvalidArgumentError):
+                c0.set_queue_policy("sdk-pq", **bad)  # type: ignore[arg-type]
+        assert c0.queue_policy("sdk-pq") == want  # nothing changed
+        assert c1.delete_queue_policy("sdk-pq") is True
+        assert c1.delete_queue_policy("sdk-pq") is False
+        eventually(lambda: c0.queue_policy("sdk-pq") is None, "the delete reaches node 0")
