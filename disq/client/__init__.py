@@ -22,6 +22,7 @@ from disq.client.errors import (
 )
 from disq.client.failover import NodeAddr
 from disq.client.forking import ForkError
+from disq.client.policies import QueuePolicy
 from disq.client.routes import Routes
 from disq.client.schedules import Schedule
 from disq.client.sync import Client
@@ -46,6 +47,7 @@ __all__ = [
     "OutOfMemoryError",
     "PausedError",
     "PreconditionFailedError",
+    "QueuePolicy",
     "Routes",
     "Schedule",
     "TooLateError",

@@ -51,6 +51,7 @@ from disq.client.failover import (
     send_with_failover,
 )
 from disq.client.inspection import AsyncInspectionMixin
+from disq.client.policies import AsyncPoliciesMixin
 from disq.client.results import AsyncResultsMixin
 from disq.client.routes import AsyncRoutesMixin
 from disq.client.schedules import AsyncSchedulesMixin
@@ -110,7 +111,13 @@ def _job(j: api_pb2.QueuedJob) -> Job:
     )
 
 
-class AsyncClient(AsyncRoutesMixin, AsyncSchedulesMixin, AsyncInspectionMixin, AsyncResultsMixin):
+class AsyncClient(
+    AsyncRoutesMixin,
+    AsyncSchedulesMixin,
+    AsyncInspectionMixin,
+    AsyncResultsMixin,
+    AsyncPoliciesMixin,
+):
     """The asyncio client. Use ``async with AsyncClient("host:7710") as c:``, or call
     :meth:`close`. Every call has a deadline (``timeout_s``); only a get with
     ``timeout_s=None`` blocks until jobs come. Exchanges, publish, purge: routes.py;

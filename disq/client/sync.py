@@ -25,6 +25,7 @@ from disq.client.aio import AsyncClient, Job
 from disq.client.blocking_add import BlockingAdder
 from disq.client.errors import DisqError, UnavailableError
 from disq.client.failover import DEFAULT_ADDR, NodeAddr, send_with_failover_sync
+from disq.client.policies import SyncPoliciesMixin
 from disq.client.results import SyncResultsMixin
 from disq.client.routes import SyncRoutesMixin
 from disq.client.schedules import Schedule
@@ -33,7 +34,7 @@ from disq.proto_gen import api_pb2
 T = TypeVar("T")
 
 
-class Client(SyncRoutesMixin, SyncResultsMixin):
+class Client(SyncRoutesMixin, SyncResultsMixin, SyncPoliciesMixin):
     def __init__(self, addresses: str | Sequence[str] = DEFAULT_ADDR, **options: Any) -> None:
         forking.check_usable()
         self._gate = forking.CallGate()

@@ -258,19 +258,24 @@ class WillQueue(_JobRef):  # sent 500 ms before a requeue
 class Working(_Message):
     """Postpone the requeue (dequeue if queued). disq's ``delay_ms`` (a NACK with a DELAY):
     requeue at the receiver's now plus that, not after RETRY, and not as a new delivery;
-    ``nacks``: the sender's nack counter, counted by that NACK."""
+    ``nacks``: the sender's nack counter, counted by that NACK; ``additional_deliveries``:
+    its delivery counter (a RETRY run out on a queue with a backoff counts one, then holds
+    the job for the backoff as a NACK DELAY does: disq/core/policy/)."""
 
-    __slots__ = ("delay_ms", "job_id", "nacks")
+    __slots__ = ("additional_deliveries", "delay_ms", "job_id", "nacks")
 
-    def __init__(self, job_id: str, delay_ms: int = 0, nacks: int = 0) -> None:
+    def __init__(
+        self, job_id: str, delay_ms: int = 0, nacks: int = 0, additional_deliveries: int = 0
+    ) -> None:
         self.job_id = job_id
         self.delay_ms = delay_ms
         self.nacks = nacks
+        self.additional_deliveries = additional_deliveries
 
 
 for _cls in (GotJob, Enqueue, WillQueue):
     FIELDS[_cls] = ("job_id",)
-FIELDS[Working] = ("job_id", "delay_ms", "nacks")
+FIELDS[Working] = ("job_id", "delay_ms", "nacks", "additional_deliveries")
 
 
 class Queued(_Message):
@@ -757,6 +762,78 @@ class RouteSync(_Message):
 FIELDS[RouteSync] = ("entries", "digest", "want", "whole")
 
 
+class PolicyEntry(_Message):
+    """One queue's policy (disq/core/policy/): ``max_deliveries`` (0: none),
+    ``dead_letter`` ("": none), a backoff of ``backoff_base_s`` doubling up to
+    ``backoff_max_s`` (max 0: none). The highest ``(version_ms, version_node)`` of one queue
+    wins on every node; ``deleted``: a tombstone."""
+
+    __slots__ = (
+        "backoff_base_s",
+        "backoff_max_s",
+        "dead_letter",
+        "deleted",
+        "max_deliveries",
+        "queue",
+        "version_ms",
+        "version_node",
+    )
+
+    def __init__(
+        self,
+        queue: str,
+        max_deliveries: int = 0,
+        dead_letter: str = "",
+        backoff_base_s: int = 0,
+        backoff_max_s: int = 0,
+        deleted: bool = False,
+        version_ms: int = 0,
+        version_node: str = "",
+    ) -> None:
+        self.queue = queue
+        self.max_deliveries = max_deliveries
+        self.dead_letter = dead_letter
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.deleted = deleted
+        self.version_ms = version_ms
+        self.version_node = version_node
+
+
+FIELDS[PolicyEntry] = (
+    "queue",
+    "max_deliveries",
+    "dead_letter",
+    "backoff_base_s",
+    "backoff_max_s",
+    "deleted",
+    "version_ms",
+    "version_node",
+)
+
+
+class PolicySync(_Message):
+    """Queue policies between nodes, as RouteSync: changed entries pushed at once, a digest
+    now and then, whole tables swapped on a mismatch; ``whole``: a whole table's last."""
+
+    __slots__ = ("digest", "entries", "want", "whole")
+
+    def __init__(
+        self,
+        entries: list[PolicyEntry] | None = None,
+        digest: int = 0,
+        want: bool = False,
+        whole: bool = False,
+    ) -> None:
+        self.entries = [] if entries is None else entries
+        self.digest = digest
+        self.want = want
+        self.whole = whole
+
+
+FIELDS[PolicySync] = ("entries", "digest", "want", "whole")
+
+
 MembershipMessage = Ping | Ack | PingReq
 JobMessage = (
     ReplJob
@@ -777,6 +854,7 @@ JobMessage = (
     | KeyVotes
     | SchedSync
     | RouteSync
+    | PolicySync
     | Result
     | GotResult
 )

@@ -31,11 +31,14 @@ from disq.core.messages import (
     KeyVote,
     KeyVotes,
     Message,
+    PolicySync,
     RouteSync,
     SchedSync,
 )
+from disq.core.policy.table import Policies
 from disq.core.routes.table import Routes
 from disq.core.schedule.scheduler import Scheduler
+from disq.persistence.policy_records import POLICY_RECORD_TYPES
 from disq.persistence.route_records import ROUTE_RECORD_TYPES
 from disq.persistence.schedule_records import SCHEDULE_RECORD_TYPES
 
@@ -50,7 +53,7 @@ _SETTLE_ROUNDS_MAX = 64  # the bridge settles in 1-3 rounds; more is a core bug
 
 class ClusterCores:
     """The Disque core, membership (None: a node with no failure detector, as some tests
-    build), and the scheduler and routes tables built on the Disque core."""
+    build), and the scheduler, routes and queue policy tables built on the Disque core."""
 
     def __init__(
         self,
@@ -67,9 +70,14 @@ class ClusterCores:
         self.scheduler = Scheduler(disque.view, disque, next_token)
         # Exchanges, bindings and queue declarations (disq/core/routes/).
         self.routes = Routes(disque.view, disque.acks)
+        # Queue policies (disq/core/policy/): the Disque core's requeues read the backoff.
+        self.policies = Policies(disque.view)
+        disque.requeue.backoff = self.policies
         if follow:
             self.scheduler.persist = self.routes.persist = disque.persist
+            self.policies.persist = disque.persist
             self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms
+            self.policies.wall_offset_ms = disque.wall_offset_ms
         self.dispatch: dict[type, Callable[[int, str, Any], None]] = self._dispatch_table()
 
     def _dispatch_table(self) -> dict[type, Callable[[int, str, Any], None]]:
@@ -78,6 +86,7 @@ class ClusterCores:
         dispatch = dict(self.disque.handlers)
         dispatch[SchedSync] = self.scheduler.on_message
         dispatch[RouteSync] = self.routes.on_message
+        dispatch[PolicySync] = self.policies.on_message
         membership = self.membership
         if membership is not None:
             read: Callable[[int, str, Any], None] = membership.on_message
@@ -88,6 +97,7 @@ class ClusterCores:
     def replace_disque(self, fresh: DisqueCore) -> None:
         """A restarted Disque core (the tests' crash and replay) takes the old one's place."""
         self.disque = fresh
+        fresh.requeue.backoff = self.policies
         self.dispatch = self._dispatch_table()
 
     # ------------------------------------------------------------------ inputs
@@ -135,6 +145,7 @@ class ClusterCores:
         self.disque.results.on_link_up(now_ms, node_id)
         self.scheduler.on_link_up(now_ms, node_id)
         self.routes.on_link_up(now_ms, node_id)
+        self.policies.on_link_up(now_ms, node_id)
 
     def reset(self, now_ms: int, new_id: str) -> None:
         """CLUSTER RESET: NodeCore.cluster_reset says what goes and what stays."""
@@ -144,6 +155,7 @@ class ClusterCores:
         self.disque.outbox.clear()
         self.scheduler.outbox.clear()
         self.routes.outbox.clear()
+        self.policies.outbox.clear()
 
     def tick(self, now_ms: int) -> None:
         membership, disque = self.membership, self.disque
@@ -157,6 +169,9 @@ class ClusterCores:
         routes = self.routes
         if 0 <= routes.next_deadline_ms() <= now_ms:
             routes.tick(now_ms)
+        policies = self.policies
+        if 0 <= policies.next_deadline_ms() <= now_ms:
+            policies.tick(now_ms)
 
     def next_deadline_ms(self) -> int:
         """The earliest time ``tick`` has work, or -1 when nothing is scheduled."""
@@ -167,6 +182,7 @@ class ClusterCores:
             membership.next_deadline_ms() if membership is not None else -1,
             self.scheduler.next_deadline_ms(),
             self.routes.next_deadline_ms(),
+            self.policies.next_deadline_ms(),
         ):
             if when >= 0 and (best < 0 or when < best):
                 best = when
@@ -175,10 +191,11 @@ class ClusterCores:
     def set_wall_offset(self, ms: int, now_ms: int) -> None:
         self.disque.set_wall_offset(ms, now_ms)
         self.scheduler.set_wall_offset(ms)
-        self.routes.wall_offset_ms = ms
+        self.routes.wall_offset_ms = self.policies.wall_offset_ms = ms
 
     def set_persist(self, on: bool) -> None:
         self.disque.persist = self.scheduler.persist = self.routes.persist = on
+        self.policies.persist = on
 
     # ------------------------------------------------------------------ the bridge
     def settle(self, now_ms: int, beanstalk: BeanstalkCore) -> None:
@@ -251,6 +268,8 @@ class ClusterCores:
             return True
         if self.scheduler.has_output() or self.routes.has_output():
             return True
+        if self.policies.has_output():
+            return True
         m = self.membership
         return m is not None and bool(m.outbox or m.events)
 
@@ -294,6 +313,8 @@ class ClusterCores:
         self.scheduler.restore(now_ms, [r for r in records if r[0] in kinds])
         route_kinds = ROUTE_RECORD_TYPES
         self.routes.restore(now_ms, [r for r in records if r[0] in route_kinds])
+        policy_kinds = POLICY_RECORD_TYPES
+        self.policies.restore(now_ms, [r for r in records if r[0] in policy_kinds])
         return len(self.disque.jobs)
 
 

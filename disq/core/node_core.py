@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from disq.core.membership import Membership
     from disq.core.messages import Message
     from disq.core.node_cluster import ClusterCores
+    from disq.core.policy.table import Policies
     from disq.core.routes.table import Routes
     from disq.core.schedule.scheduler import Scheduler
 
@@ -191,6 +192,12 @@ class NodeCore:
         """Exchanges, bindings and queue declarations, riding on the Disque core."""
         cluster = self.cluster_cores
         return cluster.routes if cluster is not None else None
+
+    @property
+    def policies(self) -> Policies | None:
+        """Queue policies (QPOLICY), riding on the Disque core."""
+        cluster = self.cluster_cores
+        return cluster.policies if cluster is not None else None
 
     def _next_token(self) -> int:
         return self.new_token()  # the simulator swaps ``new_token`` for its own counter
@@ -341,7 +348,43 @@ class NodeCore:
         return self._jobs().inspect.show(now_ms, job_id)
 
     def qstat(self, now_ms: int, queue: str) -> list[tuple[str, object]] | None:
-        return self._jobs().inspect.qstat(now_ms, queue)
+        """QSTAT: Disque's pairs and disq's, then the queue's policy when it has one."""
+        stat = self._jobs().inspect.qstat(now_ms, queue)
+        policy = self.qpolicy_get(queue)
+        if stat is not None and policy:
+            stat.extend(policy)
+        return stat
+
+    def qpolicy_set(
+        self,
+        now_ms: int,
+        queue: str,
+        max_deliveries: int = 0,
+        dead_letter: str = "",
+        backoff_base_s: int = 0,
+        backoff_max_s: int = 0,
+    ) -> None:
+        """QPOLICY SET: the queue's whole policy (disq/core/policy/); PolicyError."""
+        self._policies().set(
+            now_ms, queue, max_deliveries, dead_letter, backoff_base_s, backoff_max_s
+        )
+
+    def qpolicy_get(self, queue: str) -> list[tuple[str, object]] | None:
+        """QPOLICY GET: the policy's set fields as pairs, or None."""
+        from disq.core.policy.table import describe
+
+        e = self._policies().get(queue)
+        return None if e is None else describe(e)
+
+    def qpolicy_del(self, now_ms: int, queue: str) -> int:
+        """QPOLICY DEL: 1, or 0 when the queue had no policy."""
+        return 1 if self._policies().delete(now_ms, queue) else 0
+
+    def _policies(self) -> Policies:
+        cluster = self.cluster_cores
+        if cluster is None:
+            raise DisqueError("ERR", "queue policies need the node's cluster core")
+        return cluster.policies
 
     def qpeek(self, queue: str, count: int) -> list[DJob]:
         return self._jobs().inspect.qpeek(queue, count)
@@ -468,9 +511,10 @@ class NodeCore:
         membership: Membership | None = None
         sched: Scheduler | None = None
         routes: Routes | None = None
+        policies: Policies | None = None
         if cluster is not None:
             disque, membership = cluster.disque, cluster.membership
-            sched, routes = cluster.scheduler, cluster.routes
+            sched, routes, policies = cluster.scheduler, cluster.routes, cluster.policies
             if sched.tokens and disque.replies:
                 cluster.schedule_replies(now_ms)
         # Records: the beanstalk core's first. The Disque core's records of a replicated
@@ -486,6 +530,9 @@ class NodeCore:
         if routes is not None and routes.aof_out:
             rd.aof_records.extend(routes.aof_out)
             routes.aof_out.clear()
+        if policies is not None and policies.aof_out:
+            rd.aof_records.extend(policies.aof_out)
+            policies.aof_out.clear()
         if membership is not None:
             if membership.outbox:
                 self._add_messages(rd, membership.outbox)
@@ -513,6 +560,9 @@ class NodeCore:
         if routes is not None and routes.outbox:
             self._add_messages(rd, routes.outbox)
             routes.outbox.clear()
+        if policies is not None and policies.outbox:
+            self._add_messages(rd, policies.outbox)
+            policies.outbox.clear()
         if beanstalk.wakeups:
             rd.wakeups, beanstalk.wakeups = beanstalk.wakeups, []
         self._in_flight = rd

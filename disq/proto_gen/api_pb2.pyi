@@ -235,6 +235,32 @@ class ResultKey(_message.Message):
     key: str
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
+class QueuePolicy(_message.Message):
+    __slots__ = ("queue", "max_deliveries", "dead_letter", "backoff_base_s", "backoff_max_s")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_BASE_S_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MAX_S_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    max_deliveries: int
+    dead_letter: str
+    backoff_base_s: int
+    backoff_max_s: int
+    def __init__(self, queue: _Optional[str] = ..., max_deliveries: _Optional[int] = ..., dead_letter: _Optional[str] = ..., backoff_base_s: _Optional[int] = ..., backoff_max_s: _Optional[int] = ...) -> None: ...
+
+class SetQueuePolicyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetQueuePolicyResponse(_message.Message):
+    __slots__ = ("found", "policy")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    policy: QueuePolicy
+    def __init__(self, found: _Optional[bool] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
+
 class JobInfo(_message.Message):
     __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key", "result", "headers")
     class HeadersEntry(_message.Message):

@@ -214,6 +214,21 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.ResultKey.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
                 _registered_method=True)
+        self.SetQueuePolicy = channel.unary_unary(
+                '/disq.v1.Queue/SetQueuePolicy',
+                request_serializer=disq_dot_v1_dot_api__pb2.QueuePolicy.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.SetQueuePolicyResponse.FromString,
+                _registered_method=True)
+        self.GetQueuePolicy = channel.unary_unary(
+                '/disq.v1.Queue/GetQueuePolicy',
+                request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.GetQueuePolicyResponse.FromString,
+                _registered_method=True)
+        self.DeleteQueuePolicy = channel.unary_unary(
+                '/disq.v1.Queue/DeleteQueuePolicy',
+                request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -461,6 +476,28 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQueuePolicy(self, request, context):
+        """Queue policies the cluster keeps (QPOLICY over RESP): set on any node, known by every
+        node. A set replaces the queue's whole policy; a bad field is SYNTAX, a full table
+        (100,000 policies) LIMIT, and nothing changes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetQueuePolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQueuePolicy(self, request, context):
+        """count: 1, or 0 when the queue had no policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -642,6 +679,21 @@ def add_QueueServicer_to_server(servicer, server):
             'DeleteResult': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteResult,
                     request_deserializer=disq_dot_v1_dot_api__pb2.ResultKey.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
+            ),
+            'SetQueuePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueuePolicy,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.QueuePolicy.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.SetQueuePolicyResponse.SerializeToString,
+            ),
+            'GetQueuePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueuePolicy,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.GetQueuePolicyResponse.SerializeToString,
+            ),
+            'DeleteQueuePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQueuePolicy,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
             ),
     }
@@ -1616,6 +1668,87 @@ class Queue:
             target,
             '/disq.v1.Queue/DeleteResult',
             disq_dot_v1_dot_api__pb2.ResultKey.SerializeToString,
+            disq_dot_v1_dot_api__pb2.Count.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueuePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/SetQueuePolicy',
+            disq_dot_v1_dot_api__pb2.QueuePolicy.SerializeToString,
+            disq_dot_v1_dot_api__pb2.SetQueuePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueuePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/GetQueuePolicy',
+            disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.GetQueuePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQueuePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/DeleteQueuePolicy',
+            disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
             disq_dot_v1_dot_api__pb2.Count.FromString,
             options,
             channel_credentials,

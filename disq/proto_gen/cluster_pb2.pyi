@@ -31,7 +31,7 @@ class Frame(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync", "job_records", "result", "got_result")
+    __slots__ = ("ping", "ack", "ping_req", "repl_job", "got_job", "enqueue", "queued", "will_queue", "set_ack", "got_ack", "del_job", "need_jobs", "your_jobs", "working", "pause", "beanstalk_update", "idem_keys", "key_vote", "key_votes", "repl_jobs", "got_jobs", "set_acks", "got_acks", "sched_sync", "route_sync", "job_records", "result", "got_result", "policy_sync")
     PING_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PING_REQ_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class Message(_message.Message):
     JOB_RECORDS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     GOT_RESULT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_SYNC_FIELD_NUMBER: _ClassVar[int]
     ping: Ping
     ack: Ack
     ping_req: PingReq
@@ -88,7 +89,8 @@ class Message(_message.Message):
     job_records: JobRecords
     result: Result
     got_result: GotResult
-    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ..., job_records: _Optional[_Union[JobRecords, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., got_result: _Optional[_Union[GotResult, _Mapping]] = ...) -> None: ...
+    policy_sync: PolicySync
+    def __init__(self, ping: _Optional[_Union[Ping, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., ping_req: _Optional[_Union[PingReq, _Mapping]] = ..., repl_job: _Optional[_Union[ReplJob, _Mapping]] = ..., got_job: _Optional[_Union[GotJob, _Mapping]] = ..., enqueue: _Optional[_Union[Enqueue, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., will_queue: _Optional[_Union[WillQueue, _Mapping]] = ..., set_ack: _Optional[_Union[SetAck, _Mapping]] = ..., got_ack: _Optional[_Union[GotAck, _Mapping]] = ..., del_job: _Optional[_Union[DelJob, _Mapping]] = ..., need_jobs: _Optional[_Union[NeedJobs, _Mapping]] = ..., your_jobs: _Optional[_Union[YourJobs, _Mapping]] = ..., working: _Optional[_Union[Working, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., beanstalk_update: _Optional[_Union[BeanstalkUpdate, _Mapping]] = ..., idem_keys: _Optional[_Union[IdemKeys, _Mapping]] = ..., key_vote: _Optional[_Union[KeyVote, _Mapping]] = ..., key_votes: _Optional[_Union[KeyVotes, _Mapping]] = ..., repl_jobs: _Optional[_Union[ReplJobs, _Mapping]] = ..., got_jobs: _Optional[_Union[GotJobs, _Mapping]] = ..., set_acks: _Optional[_Union[SetAcks, _Mapping]] = ..., got_acks: _Optional[_Union[GotAcks, _Mapping]] = ..., sched_sync: _Optional[_Union[SchedSync, _Mapping]] = ..., route_sync: _Optional[_Union[RouteSync, _Mapping]] = ..., job_records: _Optional[_Union[JobRecords, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., got_result: _Optional[_Union[GotResult, _Mapping]] = ..., policy_sync: _Optional[_Union[PolicySync, _Mapping]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("node_id", "host", "grpc_port", "client_port", "incarnation", "state", "leaving")
@@ -388,6 +390,18 @@ class RouteSync(_message.Message):
     whole: bool
     def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., digest: _Optional[int] = ..., want: _Optional[bool] = ..., whole: _Optional[bool] = ...) -> None: ...
 
+class PolicySync(_message.Message):
+    __slots__ = ("entries", "digest", "want", "whole")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WANT_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedScalarFieldContainer[bytes]
+    digest: int
+    want: bool
+    whole: bool
+    def __init__(self, entries: _Optional[_Iterable[bytes]] = ..., digest: _Optional[int] = ..., want: _Optional[bool] = ..., whole: _Optional[bool] = ...) -> None: ...
+
 class NeedJobs(_message.Message):
     __slots__ = ("queue", "count")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
@@ -405,14 +419,16 @@ class YourJobs(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., records: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Working(_message.Message):
-    __slots__ = ("job_id", "delay_ms", "nacks")
+    __slots__ = ("job_id", "delay_ms", "nacks", "additional_deliveries")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     NACKS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     delay_ms: int
     nacks: int
-    def __init__(self, job_id: _Optional[str] = ..., delay_ms: _Optional[int] = ..., nacks: _Optional[int] = ...) -> None: ...
+    additional_deliveries: int
+    def __init__(self, job_id: _Optional[str] = ..., delay_ms: _Optional[int] = ..., nacks: _Optional[int] = ..., additional_deliveries: _Optional[int] = ...) -> None: ...
 
 class BeanstalkUpdate(_message.Message):
     __slots__ = ("job_id", "bstate", "priority")

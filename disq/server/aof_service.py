@@ -456,6 +456,8 @@ class AofService:
             records.extend(core.scheduler.snapshot_records())
         if core.routes is not None:
             records.extend(core.routes.snapshot_records())
+        if core.policies is not None:
+            records.extend(core.policies.snapshot_records())
         return b"".join(records)
 
     def _start_rewrite(self) -> None:

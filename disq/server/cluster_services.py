@@ -198,10 +198,10 @@ class ClusterServices:
         with the bus's server before it starts, or on its late-services handler after."""
         if self.api is not None:
             return
-        from disq.server.api_results import ResultsQueueApi
+        from disq.server.api_policies import PoliciesQueueApi
 
         assert self.links is not None  # load_links first
-        api = ResultsQueueApi(self.services)
+        api = PoliciesQueueApi(self.services)
         late = self._late_api
         if late is not None:
             api.register(late)

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from disq.core import messages as m
 from disq.core.job_record import without_headers
+from disq.persistence.policy_records import PolicyRecordError, decode_policy, encode_policy
 from disq.persistence.route_records import RouteRecordError, decode_entry, encode_entry
 from disq.persistence.schedule_records import ScheduleRecordError, decode_def, encode_def
 from disq.proto_gen import cluster_pb2 as pb
@@ -156,6 +157,15 @@ def _enc_sched_sync(t: pb.Message, x: m.SchedSync) -> None:
 def _enc_route_sync(t: pb.Message, x: m.RouteSync) -> None:
     s = t.route_sync
     s.entries.extend([encode_entry(e) for e in x.entries])
+    s.digest = x.digest
+    s.want = x.want
+    s.whole = x.whole
+
+
+def _enc_policy_sync(t: pb.Message, x: m.PolicySync) -> None:
+    s = t.policy_sync
+    s.SetInParent()  # an empty table still travels (it says "in sync")
+    s.entries.extend([encode_policy(e) for e in x.entries])
     s.digest = x.digest
     s.want = x.want
     s.whole = x.whole
@@ -461,6 +471,13 @@ def _dec_route_sync(t: pb.Message) -> m.RouteSync:
     )
 
 
+def _dec_policy_sync(t: pb.Message) -> m.PolicySync:
+    s = t.policy_sync
+    return m.PolicySync(
+        _entries(s.entries, decode_policy, PolicyRecordError), s.digest, s.want, s.whole
+    )
+
+
 # ---------------------------------------------------------------------------- the tables
 Encoder = Callable[[pb.Message, Any], None]  # fills a Message from a message (or a run)
 Decoder = Callable[[pb.Message], Any]  # a message (or a batch's list) from a Message
@@ -558,6 +575,7 @@ ONEOF_CLASSES: dict[str, type] = {
     "key_votes": m.KeyVotes,
     "sched_sync": m.SchedSync,
     "route_sync": m.RouteSync,
+    "policy_sync": m.PolicySync,
     "result": m.Result,
     "got_result": m.GotResult,
 }
@@ -585,6 +603,7 @@ _ENCODERS, _DECODERS = _codecs(
         "your_jobs": (_enc_your_jobs, _dec_your_jobs),
         "sched_sync": (_enc_sched_sync, _dec_sched_sync),
         "route_sync": (_enc_route_sync, _dec_route_sync),
+        "policy_sync": (_enc_policy_sync, _dec_policy_sync),
     },
     _field_codec,
 )

@@ -15,6 +15,8 @@ REQUIRED_RPCS = {
     "UnbindQueue", "ListRoutes", "Publish", "PurgeQueue",
     # results kept by the cluster
     "SetResult", "GetResult", "DeleteResult",
+    # queue policies kept by the cluster
+    "SetQueuePolicy", "GetQueuePolicy", "DeleteQueuePolicy",
 }  # fmt: skip
 REQUIRED_REASONS = {
     "NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING",

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from disq.core.messages import JobData
-from disq.persistence import cluster_records, records, route_records, schedule_records
+from disq.persistence import (
+    cluster_records,
+    policy_records,
+    records,
+    route_records,
+    schedule_records,
+)
 from disq.persistence.cluster_records import (
     REC_ACKJOB,
     REC_DELJOB,
@@ -123,7 +129,7 @@ def test_every_aof_record_type_is_its_own() -> None:
     """One AOF holds the beanstalk, job, schedule and route records: a type taken twice
     would have one module's replay decode another's records."""
     types: dict[int, str] = {}
-    for module in (records, cluster_records, schedule_records, route_records):
+    for module in (records, cluster_records, schedule_records, route_records, policy_records):
         for name, value in vars(module).items():
             if name.startswith("REC_") and isinstance(value, int):
                 assert value not in types, f"{name} = {value} is {types[value]} too"

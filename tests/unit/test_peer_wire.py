@@ -156,6 +156,16 @@ ONE_OF_EACH: list[m.Message] = [
     m.NeedJobs("q", 10),
     m.YourJobs.of([_job(1), _job(2)]),
     m.Working("D-9"),
+    m.Working("D-9", 30_000, 2, 3),  # a hold: a NACK DELAY or a queue's BACKOFF
+    m.PolicySync(
+        [
+            m.PolicyEntry("q\u00e9", 5, "dlq", 1, 60, False, 1_700_000_000_000, "b" * 40),
+            m.PolicyEntry("gone", deleted=True, version_ms=5, version_node="c" * 40),
+        ],
+        digest=0xFFFFFFFF,
+        want=True,
+        whole=True,
+    ),
     m.Pause("q", m.PAUSE_IN | m.PAUSE_OUT),
     m.BeanstalkUpdate("D-10", 3, 7),
     m.Result("D-11", b"\x00value\r\n", 86_400_000),
@@ -234,6 +244,7 @@ ALL_DEFAULTS: list[m.Message] = [
     m.GotResult(""),
     m.SchedSync(),
     m.RouteSync(),
+    m.PolicySync(),
 ]
 
 

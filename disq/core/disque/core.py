@@ -734,23 +734,16 @@ class DisqueCore:
 
     def nack(self, now_ms: int, job_ids: list[str], delay_ms: int = 0) -> int:
         """NACK: queued again at once, or after ``delay_ms`` on every holder (requeue.py)."""
-        if delay_ms > 0:
-            return self.requeue.nack_later(now_ms, job_ids, delay_ms)
-        return self._enqueue_many(now_ms, job_ids, nack=True)
+        return self.requeue.nack(now_ms, job_ids, delay_ms)  # a queue's BACKOFF too
 
     def enqueue(self, now_ms: int, job_ids: list[str]) -> int:
-        return self._enqueue_many(now_ms, job_ids, nack=False)
-
-    def _enqueue_many(self, now_ms: int, job_ids: list[str], nack: bool) -> int:
         if self.memory.warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         n = 0
         for job_id in job_ids:
             j = self.jobs.get(job_id)
-            if j is not None and j.state == ACTIVE and self._enqueue(j, now_ms, nack=nack):
+            if j is not None and j.state == ACTIVE and self._enqueue(j, now_ms):
                 n += 1
-                if nack:
-                    self.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
         return n
 
     def dequeue(self, now_ms: int, job_ids: list[str]) -> int:
@@ -860,6 +853,8 @@ class DisqueCore:
                 # Its key is being voted on: queued (or deleted) by the decision.
                 if j.id in self.jobs:
                     j.qtime_ms = now_ms + max(1, j.retry_s) * 1000 + self._jitter()
+            elif self.requeue.retry_backoff(j, now_ms):
+                pass  # held for its queue's BACKOFF first, counted as a delivery (requeue.py)
             elif self._enqueue(j, now_ms, moved=bool(j.flags & NACK_WAIT)):
                 self.stats["jobs_requeued"] += 1
                 self.events.add(ev.REQUEUED, now_ms, j.queue, j.id, j.add_deliveries, len(j.body))

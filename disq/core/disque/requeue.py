@@ -8,10 +8,16 @@ queues the job meanwhile (a holder whose timer ran early would: WILLQUEUE only a
 not forbid). The NACK counts one nack, carried by the WORKING; the requeue at the delay's end
 is no new delivery (``NACK_WAIT``), so additional deliveries count RETRYs run out only.
 Never early: each holder counts the delay from when it hears it, after the NACK.
+
+A queue's BACKOFF (QPOLICY, disq/core/policy/) is such a hold, its delay computed from the
+job's counters: a NACK without DELAY is a NACK DELAY of the backoff; a RETRY run out counts
+its additional delivery at once, then holds the job for the backoff (a WORKING with the
+delay and both counters) instead of queueing it. An explicit DELAY wins over the backoff.
 """
 
 from __future__ import annotations
 
+from random import Random
 from typing import Protocol
 
 from disq.core import events as ev
@@ -53,6 +59,7 @@ class RequeueHost(CoreHost, Protocol):
     gone: GoneJobs
     memory: MemoryLevels
     events: EventBuffer
+    rng: Random
 
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
@@ -60,35 +67,84 @@ class RequeueHost(CoreHost, Protocol):
     def _jitter(self) -> int: ...
 
 
+class BackoffTable(Protocol):
+    """The queue policies' backoff (disq/core/policy/table.py's ``Policies``)."""
+
+    def backoff_s(self, queue: str, deliveries: int) -> int: ...
+
+
 class Requeue:
-    """The requeue messages between holders (``core.requeue``): it keeps no state of its own;
-    the copies' fields and the job table are the core's."""
+    """The requeue messages between holders (``core.requeue``): it keeps no state of its own
+    (``backoff``: the cluster's queue policies, None on a core without them); the copies'
+    fields and the job table are the core's."""
 
     def __init__(self, host: RequeueHost) -> None:
         self.host = host
+        self.backoff: BackoffTable | None = None
 
-    def nack_later(self, now_ms: int, job_ids: list[str], delay_ms: int) -> int:
-        """NACK ... DELAY: the jobs delivered from here wait ``delay_ms`` on every holder,
-        then are queued again; how many were taken."""
+    def backoff_ms(self, j: DJob) -> int:
+        """The hold ``j``'s queue's BACKOFF owes the delivery that just failed, with a
+        jitter of up to a tenth of it added (never less); 0: none. Read before the requeue
+        counts: deliveries = nacks + additional deliveries + 1 (the add's own delivery)."""
+        table = self.backoff
+        if table is None:
+            return 0
+        s = table.backoff_s(j.queue, j.nacks + j.add_deliveries + 1)
+        if s <= 0:
+            return 0
+        ms = s * 1000
+        return ms + int(self.host.rng.random() * (ms // 10))
+
+    def nack(self, now_ms: int, job_ids: list[str], delay_ms: int) -> int:
+        """NACK: with a DELAY, or without one on a queue with a BACKOFF, the jobs delivered
+        from here wait on every holder, then are queued again; the others are queued at
+        once (Disque's NACK). How many were taken."""
         host = self.host
         if host.memory.warning >= 3:
             raise DisqueError("OOM", "command not allowed when used memory > 'maxmemory'.")
         n = 0
         for job_id in job_ids:
             j = host.jobs.get(job_id)
-            if j is None or j.state != ACTIVE or j.flags & BEANSTALK_ORIGIN:
+            if j is None or j.state != ACTIVE:
+                continue
+            wait = delay_ms if delay_ms > 0 else self.backoff_ms(j)
+            if wait <= 0:
+                if host._enqueue(j, now_ms, nack=True):
+                    host.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+                    n += 1
+                continue
+            if j.flags & BEANSTALK_ORIGIN:
                 continue
             if j.retry_s == 0 and j.flags & DELIVERED:
                 continue  # at-most-once: never queued again (as a NACK without DELAY)
             j.nacks += 1
-            self._hold(j, now_ms, delay_ms)
-            msg = Working(j.id, delay_ms, j.nacks)
-            for node in j.delivered:
-                host._send(node, msg)
-            host._log_job(j, now_ms)
+            self._hold_everywhere(j, now_ms, wait)
             host.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
             n += 1
         return n
+
+    def retry_backoff(self, j: DJob, now_ms: int) -> bool:
+        """``j``'s RETRY ran out here and no copy is queued: on a queue with a BACKOFF, count
+        the additional delivery now (the requeue at the hold's end is no new one) and hold
+        the job on every holder; False (nothing done): queue it as Disque does. Only a job
+        queued before (``BCAST_QUEUED``, as ``_enqueue`` counts): a DELAY's end is no retry."""
+        if not j.flags & BCAST_QUEUED or j.flags & (NACK_WAIT | BEANSTALK_ORIGIN):
+            return False
+        wait = self.backoff_ms(j)
+        if wait <= 0:
+            return False
+        j.add_deliveries += 1
+        self._hold_everywhere(j, now_ms, wait)
+        return True
+
+    def _hold_everywhere(self, j: DJob, now_ms: int, wait_ms: int) -> None:
+        """Hold ``j`` here and tell every holder to (a WORKING with the delay and the
+        counters); log the counters."""
+        self._hold(j, now_ms, wait_ms)
+        msg = Working(j.id, wait_ms, j.nacks, j.add_deliveries)
+        for node in j.delivered:
+            self.host._send(node, msg)
+        self.host._log_job(j, now_ms)
 
     def _hold(self, j: DJob, now_ms: int, delay_ms: int) -> None:
         """Requeue ``j`` once ``delay_ms`` has passed here, as no new delivery; WILLQUEUE
@@ -143,6 +199,9 @@ class Requeue:
         if j.state != QUEUED:
             j.queued_at = sender  # where the job is now (dead_peers.py)
         self.host.counts.undelay(j)  # queued there: its delay is over (counts.py)
+        # And so is a hold (a NACK DELAY, a BACKOFF): this copy's next requeue is a RETRY
+        # run out again, counted and backed off, not the hold's end.
+        j.flags &= ~NACK_WAIT
         j.flags |= BCAST_QUEUED
         if j.state in (ACTIVE, QUEUED) and j.retry_s:
             j.flags |= BCAST_WILLQUEUE
@@ -173,7 +232,8 @@ class Requeue:
             self.host._dequeue(j)
         j.queued_at = sender  # a worker of the sender's has it (dead_peers.py)
         if msg.delay_ms and j.state == ACTIVE and (j.retry_s or not j.flags & DELIVERED):
-            self.merge_counters(j, msg.nacks, j.add_deliveries, now_ms)
+            # An older build's WORKING has no delivery counter (0): the maximum keeps ours.
+            self.merge_counters(j, msg.nacks, msg.additional_deliveries, now_ms)
             self._hold(j, now_ms, msg.delay_ms)
             return
         self.host._postpone(j, now_ms)
