@@ -86,15 +86,21 @@ def _load() -> _Otel | None:
             _absent = True
     if _absent or _modules.get("opentelemetry.context") is None:
         return None
+    # Imported by name, untyped: the wheel's build type-checks this module (mypyc follows
+    # the compiled modules' imports) where opentelemetry is not installed, an optional extra.
+    import importlib
+
     try:
-        from opentelemetry import context, propagate, trace
-        from opentelemetry.propagators.textmap import Getter
+        context = importlib.import_module("opentelemetry.context")
+        propagate = importlib.import_module("opentelemetry.propagate")
+        trace = importlib.import_module("opentelemetry.trace")
     except ImportError:
         _absent = True
         return None
 
-    class BytesGetter(Getter[Mapping[str, bytes]]):
-        """A job's headers (values bytes, as GetJobs gives them) as text to a propagator."""
+    class BytesGetter:
+        """A job's headers (values bytes, as GetJobs gives them) as text to a propagator
+        (its Getter's two methods: propagators call them, whatever the class)."""
 
         def get(self, carrier: Mapping[str, bytes], key: str) -> list[str] | None:
             value = carrier.get(key)
@@ -112,7 +118,7 @@ def _load() -> _Otel | None:
         return propagate.extract(headers, getter=getter)
 
     def start_span(job: Job, parent: Any) -> contextlib.AbstractContextManager[Any]:
-        return tracer.start_as_current_span(
+        span: contextlib.AbstractContextManager[Any] = tracer.start_as_current_span(
             f"{job.queue} process",
             context=parent,
             kind=consumer,
@@ -125,6 +131,7 @@ def _load() -> _Otel | None:
                 "disq.job.deliveries": job.nacks + job.additional_deliveries + 1,
             },
         )
+        return span
 
     _otel = _Otel(context.get_current, propagate.get_global_textmap, extract, start_span)
     return _otel
@@ -177,10 +184,11 @@ def with_trace(
 def handler_failed(span: Any, exc: BaseException) -> None:
     """The span of a job whose handler raised (the worker nacks it, so the span's own exit
     never sees the exception): the exception recorded, the status ERROR."""
-    from opentelemetry.trace import Status, StatusCode
+    import importlib
 
+    trace = importlib.import_module("opentelemetry.trace")  # untyped: see _load
     span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, repr(exc)))
+    span.set_status(trace.Status(trace.StatusCode.ERROR, repr(exc)))
 
 
 def process_span(job: Job) -> contextlib.AbstractContextManager[Any]:
