@@ -10,7 +10,8 @@
   job's TTL has passed (TOOLATE); the heartbeat stops there and the retry takes its course.
 - Dead letters: a job delivered with ``nacks >= max_nacks`` or ``additional_deliveries >=
   max_deliveries`` (Disque's own counters, so the count survives worker crashes) is added
-  to the ``dead_letter`` queue with the same body and acked, instead of being handled again.
+  to the ``dead_letter`` queue with the same body and headers and acked, instead of being
+  handled again.
   The counters travel with the job (every copy keeps them, QUEUED, YOURJOBS and the AOF
   carry them), so redeliveries re-queued by any node count, wherever the worker fetches.
   With ``max_deliveries = k``, the first delivery that finds ``additional_deliveries >= k``
@@ -199,7 +200,8 @@ class Worker:
     async def _move_to_dead_letter(self, job: Job) -> None:
         assert self.client is not None and self.dead_letter is not None
         try:
-            await self.client.add_job(self.dead_letter, job.body)
+            # Its headers go along (a trace, a tenant): the dead letter is the same job.
+            await self.client.add_job(self.dead_letter, job.body, headers=job.headers or None)
         except DisqError as exc:
             # Not moved: leave the job where it is; it comes back after its retry time.
             self.log.warning("dead_letter_failed", job=job.id, error=str(exc))

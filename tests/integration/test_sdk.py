@@ -446,7 +446,7 @@ def test_worker_dead_letters_after_k_failures(lab3: Lab) -> None:
         raise ValueError("always fails")
 
     with Client(addr(lab3, 0), discover=False) as c:
-        c.add_job("poison", "bad", replicate=1)
+        c.add_job("poison", "bad", replicate=1, headers={"tenant": "acme"})
         w = Worker(
             addr(lab3, 0),
             "poison",
@@ -462,6 +462,7 @@ def test_worker_dead_letters_after_k_failures(lab3: Lab) -> None:
         assert attempts == [0, 1, 2]
         dead = c.get_jobs("poison-dead", nohang=True)
         assert [j.body for j in dead] == [b"bad"]
+        assert dead[0].headers == {"tenant": b"acme"}  # the dead letter keeps its headers
         c.ack(dead[0].id)
         assert c.qlen("poison") == 0
 
