@@ -27,6 +27,10 @@ DELETED = 10  # DELJOB / beanstalk delete
 TICK_FIRED = 11  # a schedule's tick added its job here
 TICK_LATE = 12  # ... more than 2 s after its time (a misfire caught up, or a slow cluster)
 TICK_SKIPPED = 13  # ticks dropped by the misfire policy (SKIP, or past CATCHUP n)
+# Queue policies (disq/core/policy/, disq/core/disque/deadletter.py), on the deciding node:
+# job id = the job given up on, queue = its queue, attempt = its deliveries, size = its body.
+DEADLETTERED = 14  # past its queue's MAXDELIVERIES: moved to the DEADLETTER queue, or dropped
+REDRIVEN = 15  # QREDRIVE moved it (a dead letter) back: job id = the dead letter's
 
 KIND_NAMES: dict[int, str] = {
     ENQUEUED: "enqueued",
@@ -42,6 +46,8 @@ KIND_NAMES: dict[int, str] = {
     TICK_FIRED: "tick-fired",
     TICK_LATE: "tick-late",
     TICK_SKIPPED: "tick-skipped",
+    DEADLETTERED: "deadlettered",
+    REDRIVEN: "redriven",
 }
 KIND_BY_NAME = {v: k for k, v in KIND_NAMES.items()}
 

@@ -376,6 +376,12 @@ class NodeCore:
         e = self._policies().get(queue)
         return None if e is None else describe(e)
 
+    def qpolicy_list(self) -> list[tuple[str, list[tuple[str, object]]]]:
+        """Every queue with a policy, by name, with its set fields (the dashboard)."""
+        from disq.core.policy.table import describe
+
+        return [(e.queue, describe(e)) for e in self._policies().live_entries()]
+
     def qpolicy_del(self, now_ms: int, queue: str) -> int:
         """QPOLICY DEL: 1, or 0 when the queue had no policy."""
         return 1 if self._policies().delete(now_ms, queue) else 0

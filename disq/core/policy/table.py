@@ -109,6 +109,10 @@ def describe(e: PolicyEntry) -> list[tuple[str, object]]:
     return out
 
 
+def _queue_of(e: PolicyEntry) -> str:
+    return e.queue
+
+
 class Policies:
     """The queue policies of the cluster, as this node holds them."""
 
@@ -184,6 +188,17 @@ class Policies:
             return False
         self._local_change(now_ms, PolicyEntry(queue, deleted=True))
         return True
+
+    def limit(self, queue: str) -> tuple[int, str]:
+        """``queue``'s MAXDELIVERIES (0: none) and DEADLETTER queue ("": none)."""
+        e = self.table.get(queue)
+        if e is None or e.deleted:
+            return 0, ""
+        return e.max_deliveries, e.dead_letter
+
+    def live_entries(self) -> list[PolicyEntry]:
+        """Every live policy, by queue name (the dashboard, QPOLICY LIST)."""
+        return sorted((e for e in self.table.values() if not e.deleted), key=_queue_of)
 
     def backoff_s(self, queue: str, deliveries: int) -> int:
         """Seconds a requeue of ``queue``'s job after its ``deliveries``-th delivery waits
