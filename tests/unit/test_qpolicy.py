@@ -113,7 +113,8 @@ def test_resp_set_get_del_and_qstat(tokens: Iterator[int]) -> None:
         (("SET", "x" * 1001, "MAXDELIVERIES", 3), "ERR queue name is longer than 1000 bytes"),
         (("GET", "q", "extra"), "ERR wrong number of arguments for 'qpolicy get' command"),
         (("DEL", ""), "ERR queue name must not be empty"),
-        (("LIST", "q"), "ERR unknown QPOLICY subcommand 'LIST'. Try SET, GET, DEL."),
+        (("LIST", "q"), "ERR wrong number of arguments for 'qpolicy list' command"),
+        (("LOST", "q"), "ERR unknown QPOLICY subcommand 'LOST'. Try SET, GET, DEL, LIST."),
     ],
 )
 def test_resp_errors_change_nothing(
@@ -128,6 +129,22 @@ def test_resp_errors_change_nothing(
     assert d.feed(cmd("QPOLICY", "GET", "")) == b"$-1\r\n"
     assert d.feed(cmd("QPOLICY", "GET")) == err(
         "ERR wrong number of arguments for 'qpolicy' command"
+    )
+
+
+def test_list_answers_every_policy_by_queue_name(tokens: Iterator[int]) -> None:
+    node = FakeNode()
+    d = make_door(node, tokens)
+    assert d.feed(cmd("QPOLICY", "LIST")) == b"*0\r\n"
+    assert d.feed(cmd("QPOLICY", "SET", "b", "MAXDELIVERIES", 2, "DEADLETTER", "b-dead")) == (
+        b"+OK\r\n"
+    )
+    assert d.feed(cmd("QPOLICY", "SET", "a", "BACKOFF", 1, 8)) == b"+OK\r\n"
+    assert d.feed(cmd("QPOLICY", "SET", "c", "MAXDELIVERIES", 1)) == b"+OK\r\n"
+    assert d.feed(cmd("QPOLICY", "DEL", "c")) == b":1\r\n"
+    assert d.feed(cmd("QPOLICY", "LIST")) == (
+        b"*4\r\n$1\r\na\r\n*4\r\n$12\r\nbackoff-base\r\n:1\r\n$11\r\nbackoff-max\r\n:8\r\n"
+        b"$1\r\nb\r\n*4\r\n$13\r\nmaxdeliveries\r\n:2\r\n$10\r\ndeadletter\r\n$6\r\nb-dead\r\n"
     )
 
 

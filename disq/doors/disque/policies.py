@@ -4,6 +4,8 @@
                         +OK: the queue's whole policy (a field not given is unset)
     QPOLICY GET <queue> its set fields as field/value pairs (a map in RESP3), or null
     QPOLICY DEL <queue> :1, or :0 (the queue had no policy)
+    QPOLICY LIST        every queue with a policy, by name: queue, then its fields as GET
+                        answers them (a flat array; a map of maps in RESP3)
 
 Bounds: MAXDELIVERIES 1 to 1,000,000; BACKOFF 0 <= base <= max, 0 < max <= 2592000 (30
 days); names as queues' elsewhere (1 to 1000 bytes); at most 100,000 policies. Every error
@@ -15,9 +17,10 @@ from __future__ import annotations
 from disq.core.policy.table import BACKOFF_MAX_S, MAX_DELIVERIES_MAX, PolicyError
 from disq.doors.disque.client import Client
 from disq.doors.disque.numbers import parse_ll
-from disq.doors.disque.replies import OK, _err, _pairs_reply, queue_name
+from disq.doors.disque.replies import OK, _bulk, _err, _pairs, _pairs_reply, queue_name
+from disq.protocol import resp
 
-_SUBCOMMANDS = "SET, GET, DEL"
+_SUBCOMMANDS = "SET, GET, DEL, LIST"
 
 
 def _shown(b: bytes) -> str:
@@ -31,6 +34,12 @@ def _qpolicy(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     sub = argv[1].lower()
     n = len(argv)
     try:
+        if sub == b"list":
+            if n != 2:
+                return _err("ERR wrong number of arguments for 'qpolicy list' command")
+            return _list_reply(core.qpolicy_list(), c.protocol == 3)
+        if n < 3:
+            return _err("ERR wrong number of arguments for 'qpolicy' command")
         if sub == b"set":
             max_deliveries, dead_letter, base, top = _parse_set(argv)
             core.qpolicy_set(now_ms, queue_name(argv[2]), max_deliveries, dead_letter, base, top)
@@ -44,6 +53,14 @@ def _qpolicy(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     except PolicyError as exc:
         return _err(f"{exc.code} {exc.message}")
     return _err(f"ERR unknown QPOLICY subcommand '{_shown(argv[1])}'. Try {_SUBCOMMANDS}.")
+
+
+def _list_reply(policies: list[tuple[str, list[tuple[str, object]]]], resp3: bool) -> bytes:
+    out = [resp.map_header(len(policies)) if resp3 else b"*%d\r\n" % (2 * len(policies))]
+    for queue, fields in policies:
+        out.append(_bulk(queue.encode()))
+        _pairs(fields, out, resp3)
+    return b"".join(out)
 
 
 def _number(argv: list[bytes], j: int, option: str, low: int, high: int) -> int:

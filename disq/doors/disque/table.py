@@ -221,7 +221,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("schedule", _schedule, -2, "w"),  # disq's: recurring jobs
         CommandSpec("qpurge", _qpurge, 2, "wF"),  # disq's: empty a queue on this node
         CommandSpec("result", _result, -3, "w"),  # disq's: jobs' results, on every node
-        CommandSpec("qpolicy", _qpolicy, -3, "w"),  # disq's: queue policies, on every node
+        CommandSpec("qpolicy", _qpolicy, -2, "w"),  # disq's: queue policies, on every node
         # Not in Disque: Redis commands that Redis clients send.
         CommandSpec("echo", _echo, 2, "rF"),
         CommandSpec("select", _select, 2, "rlF"),
