@@ -34,10 +34,12 @@ copy may requeue the job, so several would each move it):
 
 **What a dead letter keeps.** The body, the original's headers, and headers saying where it
 came from (``HEADER_*`` below: the source queue, the reason, the original id, its counters).
-A dead letter's copies follow the original's replication level; its TTL and RETRY are the
-defaults of an add (a day, five minutes): what a consumer of the dead letter queue expects
-of a job there. When the original's headers leave no room for those (``HEADERS_MAX`` pairs,
-``HEADERS_MAX_BYTES``), the original's last ones are dropped, never the move.
+A dead letter's copies follow the original's replication level (as many as the reachable
+nodes hold, when fewer: a node down does not stop a move that a majority can bind); its TTL
+and RETRY are the defaults of an add (a day, five minutes): what a consumer of the dead
+letter queue expects of a job there. When the original's headers leave no room for those
+(``HEADERS_MAX`` pairs, ``HEADERS_MAX_BYTES``), the original's last ones are dropped, never
+the move.
 
 **QREDRIVE** moves the dead letters queued on this node (as QLEN and QPEEK, a node's queue)
 back to their source queue, or to the queue it names: each becomes a new job there (fresh
@@ -176,7 +178,7 @@ class DeadLetters:
         token = self._token()
         opts = AddOptions(
             MOVE_TIMEOUT_MS,
-            repl=j.repl,
+            repl=self._repl(j),
             idem_key="deadletter:" + j.id,
             headers=dead_letter_headers(j),
         )
@@ -242,7 +244,7 @@ class DeadLetters:
             host.requeue._hold_everywhere(d, now_ms, MOVE_HOLD_MS)
             add_token = self._token()
             opts = AddOptions(
-                MOVE_TIMEOUT_MS, repl=d.repl, idem_key="redrive:" + d.id, headers=_kept(d)
+                MOVE_TIMEOUT_MS, repl=self._repl(d), idem_key="redrive:" + d.id, headers=_kept(d)
             )
             try:
                 res = host.add_job(now_ms, add_token, target, d.body, opts)
@@ -312,6 +314,11 @@ class DeadLetters:
                 host.replies = keep + host.replies
                 return
             host.replies = keep + host.replies
+
+    def _repl(self, j: DJob) -> int:
+        """The moved job's copies: ``j``'s, or as many as the reachable nodes hold (a peer
+        down does not stop the move; the key vote still needs a majority)."""
+        return max(1, min(j.repl, len(self.host.view.reachable_peers()) + 1))
 
     def _count(self, stat: str) -> None:
         stats = self.host.stats

@@ -96,8 +96,8 @@ def _qredrive(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
         got = c.node.core.qredrive(now_ms, token, queue, to, count)
     except PolicyError as exc:
         return _err(f"{exc.code} {exc.message}")
-    except DisqueError as exc:
-        return _disque_error(exc)
+    except DisqueError as refused:  # another name: compiled, ``exc`` is a PolicyError
+        return _disque_error(refused)
     if isinstance(got, Pending):
         return c.block(token, _redrive_deferred)
     return b":%d\r\n" % got
