@@ -72,13 +72,21 @@ class ClusterCores:
         self.routes = Routes(disque.view, disque.acks)
         # Queue policies (disq/core/policy/): the Disque core's requeues read the backoff.
         self.policies = Policies(disque.view)
-        disque.requeue.backoff = self.policies
+        self.next_token = next_token
+        self._apply_policies(disque)
         if follow:
             self.scheduler.persist = self.routes.persist = disque.persist
             self.policies.persist = disque.persist
             self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms
             self.policies.wall_offset_ms = disque.wall_offset_ms
         self.dispatch: dict[type, Callable[[int, str, Any], None]] = self._dispatch_table()
+
+    def _apply_policies(self, disque: DisqueCore) -> None:
+        """The Disque core's requeues read the policies: the backoff, the dead letters (whose
+        adds take tokens from the node's one counter)."""
+        disque.requeue.backoff = self.policies
+        disque.dead_letters.policies = self.policies
+        disque.dead_letters.new_token = self.next_token
 
     def _dispatch_table(self) -> dict[type, Callable[[int, str, Any], None]]:
         """The one dispatch of a peer message: its class to the handler that reads it (the
@@ -97,7 +105,7 @@ class ClusterCores:
     def replace_disque(self, fresh: DisqueCore) -> None:
         """A restarted Disque core (the tests' crash and replay) takes the old one's place."""
         self.disque = fresh
-        fresh.requeue.backoff = self.policies
+        self._apply_policies(fresh)
         self.dispatch = self._dispatch_table()
 
     # ------------------------------------------------------------------ inputs

@@ -386,6 +386,14 @@ class NodeCore:
         """QPOLICY DEL: 1, or 0 when the queue had no policy."""
         return 1 if self._policies().delete(now_ms, queue) else 0
 
+    def qredrive(
+        self, now_ms: int, token: int, queue: str, to: str = "", count: int = 0
+    ) -> int | Pending:
+        """QREDRIVE: the dead letters queued here in ``queue`` back to their source queue (or
+        ``to``); how many moved, or PENDING (the count arrives for ``token``)."""
+        self._policies()
+        return self._jobs().dead_letters.redrive(now_ms, token, queue, to, count)
+
     def _policies(self) -> Policies:
         cluster = self.cluster_cores
         if cluster is None:
@@ -521,6 +529,8 @@ class NodeCore:
         if cluster is not None:
             disque, membership = cluster.disque, cluster.membership
             sched, routes, policies = cluster.scheduler, cluster.routes, cluster.policies
+            if disque.replies and disque.dead_letters.has_adds():
+                disque.dead_letters.take_replies(now_ms)  # before the scheduler's: they loop
             if sched.tokens and disque.replies:
                 cluster.schedule_replies(now_ms)
         # Records: the beanstalk core's first. The Disque core's records of a replicated

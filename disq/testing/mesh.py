@@ -83,6 +83,7 @@ class Mesh:
         self.replies: dict[str, list[tuple[int, DeferredResult]]] = {i: [] for i in self.ids}
         self.wakeups: dict[str, list[tuple[Session, Any]]] = {i: [] for i in self.ids}
         self.aof: dict[str, list[bytes]] = {i: [] for i in self.ids}
+        self.events: dict[str, list[tuple[int, str]]] = {i: [] for i in self.ids}  # kind, id
         self.delivered = 0  # messages delivered so far
 
     def disque(self, i: int) -> DisqueCore:
@@ -117,6 +118,9 @@ class Mesh:
                     continue
                 nid = self.ids[i]
                 rd = node.ready(self.now)
+                for buf in rd.events:
+                    got = zip(buf.kinds, buf.job_ids, strict=True)
+                    self.events[nid] += [(k, str(j)) for k, j in got]
 
                 applied = apply_ready(
                     rd,

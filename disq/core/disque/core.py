@@ -52,6 +52,7 @@ from disq.core.disque.blocked import BlockedClients
 from disq.core.disque.bridge import BeanstalkBridge
 from disq.core.disque.counts import QueueCounts
 from disq.core.disque.dead_peers import DeadPeers
+from disq.core.disque.deadletter import DeadLetters
 from disq.core.disque.federation import Federation
 from disq.core.disque.flush import Flush
 from disq.core.disque.gone import GoneJobs
@@ -160,6 +161,7 @@ class DisqueCore:
         # The beanstalk bridge's outboxes, drained by the node (bridge.py says what for).
         self.bridge: BeanstalkBridge = BeanstalkBridge(self)
         self.requeue: Requeue = Requeue(self)  # requeue.py: ENQUEUE, QUEUED, WILLQUEUE, WORKING
+        self.dead_letters: DeadLetters = DeadLetters(self)  # MAXDELIVERIES, QREDRIVE
         self.replication: Replication = Replication(self)  # replication.py: REPLJOB, GOTJOB
         self.federation: Federation = Federation(self)  # federation.py: NEEDJOBS, YOURJOBS
         self.inspect: Introspection = Introspection(self)  # SHOW, QSTAT, ..., PAUSE
@@ -853,6 +855,8 @@ class DisqueCore:
                 # Its key is being voted on: queued (or deleted) by the decision.
                 if j.id in self.jobs:
                     j.qtime_ms = now_ms + max(1, j.retry_s) * 1000 + self._jitter()
+            elif self.dead_letters.spent(j, now_ms, False):
+                pass  # past its queue's MAXDELIVERIES: moved, not queued (deadletter.py)
             elif self.requeue.retry_backoff(j, now_ms):
                 pass  # held for its queue's BACKOFF first, counted as a delivery (requeue.py)
             elif self._enqueue(j, now_ms, moved=bool(j.flags & NACK_WAIT)):

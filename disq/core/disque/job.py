@@ -54,6 +54,7 @@ AWAITS_DELAY = 32  # made with a DELAY, not yet seen queued (counts.py's "delaye
 ACK_LOGGED = 64  # its ACKJOB record is in the AOF: a DELJOB is logged when the job goes
 LOGGED_AT_ADD = 128  # a sync add's own copy, logged as its REPLJOBs left (replication.py)
 NACK_WAIT = 256  # NACKed with a DELAY: its requeue at the delay's end is no new delivery
+DEAD_LETTERING = 512  # its move to a dead letter queue (or a QREDRIVE's) is out (deadletter.py)
 
 
 # The empty confirmation set every job starts with, shared: a set per job costs 216 bytes and

@@ -52,6 +52,12 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
     return (ka > kb) - (ka < kb)
 
 
+class DeadLetterCheck(Protocol):
+    """deadletter.py's ``DeadLetters``: whether a queue's MAXDELIVERIES takes a job."""
+
+    def spent(self, j: DJob, now_ms: int, nack: bool) -> bool: ...
+
+
 class RequeueHost(CoreHost, Protocol):
     """What the requeue exchange needs of the core beyond its job table."""
 
@@ -60,6 +66,9 @@ class RequeueHost(CoreHost, Protocol):
     memory: MemoryLevels
     events: EventBuffer
     rng: Random
+
+    @property
+    def dead_letters(self) -> DeadLetterCheck: ...
 
     def _postpone(self, j: DJob, now_ms: int) -> None: ...
     def _log_job(self, j: DJob, now_ms: int) -> None: ...
@@ -106,6 +115,10 @@ class Requeue:
         for job_id in job_ids:
             j = host.jobs.get(job_id)
             if j is None or j.state != ACTIVE:
+                continue
+            if host.dead_letters.spent(j, now_ms, True):
+                host.events.add(ev.NACKED, now_ms, j.queue, j.id, j.nacks, len(j.body))
+                n += 1  # past its queue's MAXDELIVERIES: moved, not queued (deadletter.py)
                 continue
             wait = delay_ms if delay_ms > 0 else self.backoff_ms(j)
             if wait <= 0:

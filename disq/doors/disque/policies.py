@@ -7,6 +7,11 @@
     QPOLICY LIST        every queue with a policy, by name: queue, then its fields as GET
                         answers them (a flat array; a map of maps in RESP3)
 
+    QREDRIVE <dead-letter-queue> [TO <queue>] [COUNT <n>]
+                        the dead letters queued on this node back to their source queue (or
+                        TO), as new jobs with fresh counters: how many moved (COUNT: at most
+                        that many, 1 to 10000; all of them, up to 10000, without it)
+
 Bounds: MAXDELIVERIES 1 to 1,000,000; BACKOFF 0 <= base <= max, 0 < max <= 2592000 (30
 days); names as queues' elsewhere (1 to 1000 bytes); at most 100,000 policies. Every error
 names what is wrong and stores nothing.
@@ -14,10 +19,20 @@ names what is wrong and stores nothing.
 
 from __future__ import annotations
 
+from disq.core.disque.api import DeferredResult, DisqueError, Pending
+from disq.core.disque.deadletter import REDRIVE_MAX
 from disq.core.policy.table import BACKOFF_MAX_S, MAX_DELIVERIES_MAX, PolicyError
 from disq.doors.disque.client import Client
 from disq.doors.disque.numbers import parse_ll
-from disq.doors.disque.replies import OK, _bulk, _err, _pairs, _pairs_reply, queue_name
+from disq.doors.disque.replies import (
+    OK,
+    _bulk,
+    _disque_error,
+    _err,
+    _pairs,
+    _pairs_reply,
+    queue_name,
+)
 from disq.protocol import resp
 
 _SUBCOMMANDS = "SET, GET, DEL, LIST"
@@ -53,6 +68,47 @@ def _qpolicy(c: Client, argv: list[bytes], now_ms: int) -> bytes:
     except PolicyError as exc:
         return _err(f"{exc.code} {exc.message}")
     return _err(f"ERR unknown QPOLICY subcommand '{_shown(argv[1])}'. Try {_SUBCOMMANDS}.")
+
+
+def _qredrive(c: Client, argv: list[bytes], now_ms: int) -> bytes | Pending:
+    queue = queue_name(argv[1])
+    to, count = "", 0
+    seen: set[bytes] = set()
+    j = 2
+    try:
+        if not queue:
+            raise PolicyError("queue name must not be empty")
+        while j < len(argv):
+            opt = argv[j].lower()
+            if opt in seen:
+                raise PolicyError(f"QREDRIVE option '{_shown(argv[j])}' given twice")
+            seen.add(opt)
+            if opt == b"to":
+                if j + 1 >= len(argv) or not argv[j + 1]:
+                    raise PolicyError("TO needs a queue name")
+                to = queue_name(argv[j + 1])
+            elif opt == b"count":
+                count = _number(argv, j + 1, "COUNT", 1, REDRIVE_MAX)
+            else:
+                raise PolicyError(f"unknown QREDRIVE option '{_shown(argv[j])}' (TO, COUNT)")
+            j += 2
+        token = c.new_token()
+        got = c.node.core.qredrive(now_ms, token, queue, to, count)
+    except PolicyError as exc:
+        return _err(f"{exc.code} {exc.message}")
+    except DisqueError as exc:
+        return _disque_error(exc)
+    if isinstance(got, Pending):
+        return c.block(token, _redrive_deferred)
+    return b":%d\r\n" % got
+
+
+def _redrive_deferred(result: DeferredResult) -> bytes:
+    if isinstance(result, str):
+        return b":%d\r\n" % int(result)
+    if isinstance(result, DisqueError):
+        return _disque_error(result)
+    return _err(f"ERR internal error: unexpected QREDRIVE result {type(result).__name__}")
 
 
 def _list_reply(policies: list[tuple[str, list[tuple[str, object]]]], resp3: bool) -> bytes:

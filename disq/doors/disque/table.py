@@ -30,7 +30,7 @@ from disq.doors.disque.jobs import (
     _show,
     _working,
 )
-from disq.doors.disque.policies import _qpolicy
+from disq.doors.disque.policies import _qpolicy, _qredrive
 from disq.doors.disque.queues import _jscan, _pause, _qlen, _qpeek, _qpurge, _qscan, _qstat
 from disq.doors.disque.replies import (
     _CRLF,
@@ -222,6 +222,7 @@ COMMANDS: dict[bytes, CommandSpec] = {
         CommandSpec("qpurge", _qpurge, 2, "wF"),  # disq's: empty a queue on this node
         CommandSpec("result", _result, -3, "w"),  # disq's: jobs' results, on every node
         CommandSpec("qpolicy", _qpolicy, -2, "w"),  # disq's: queue policies, on every node
+        CommandSpec("qredrive", _qredrive, -2, "w"),  # disq's: dead letters back (deadletter.py)
         # Not in Disque: Redis commands that Redis clients send.
         CommandSpec("echo", _echo, 2, "rF"),
         CommandSpec("select", _select, 2, "rlF"),
