@@ -31,6 +31,7 @@ import structlog
 from aiohttp import web
 
 from disq.client.errors import DisqError
+from disq.core.disque.deadletter import REDRIVE_MAX
 from disq.dashboard import auth
 from disq.dashboard.gather import JOB_STATES, MAX_BULK, PAGE_DEFAULT, PAGE_MAX, Gatherer
 from disq.dashboard.render import (
@@ -62,7 +63,6 @@ PAUSE_STATES = ("none", "in", "out", "all")
 ACTIONS = (
     "pause", "requeue", "requeue_all", "delete", "delete_all", "kick", "leaving", "redrive",
 )  # fmt: skip
-MAX_REDRIVE_COUNT = 1_000_000  # a redrive's COUNT (per node)
 
 
 class Refused(Exception):
@@ -573,7 +573,7 @@ class Dashboard:
         queue = _name(form.get("queue"), "dead-letter queue")
         to = _name(form["to"], "target queue") if form.get("to") else ""
         count_arg = form.get("count", "").strip()
-        count = _int(count_arg, "count", 1, MAX_REDRIVE_COUNT) if count_arg else 0
+        count = _int(count_arg, "count", 1, REDRIVE_MAX) if count_arg else 0
         if to == queue:
             raise Refused(400, f"redrive {queue!r} into itself: give another queue, or none")
         g = self.gather
