@@ -2,14 +2,15 @@
 
 Pages (GET, HTML from the Jinja2 templates, autoescaped): ``/dashboard/`` (cluster),
 ``/dashboard/queues``, ``/dashboard/queue?name=Q[&node=N&state=S&cursor=C]``,
-``/dashboard/job?id=ID``, ``/dashboard/dead``, ``/dashboard/schedules``; ``/dashboard/login``
+``/dashboard/job?id=ID``, ``/dashboard/dead``, ``/dashboard/schedules``,
+``/dashboard/policies``; ``/dashboard/login``
 (GET, POST), ``/dashboard/logout`` (POST). Live data: ``/dashboard/api/queues`` (JSON, with
 the charts' history) and ``/dashboard/stream`` (server-sent events, one sample every two
 seconds).
 Actions: ``POST /dashboard/action`` (``action`` = pause, requeue, requeue_all, delete,
-delete_all, kick, leaving), each with the CSRF token, each answered first with a confirmation
-page and done only when that page's form comes back with ``confirm=yes``; each logged
-(``dashboard_action``) in the node's log.
+delete_all, kick, leaving, redrive), each with the CSRF token, each answered first with a
+confirmation page and done only when that page's form comes back with ``confirm=yes``; each
+logged (``dashboard_action``) in the node's log.
 
 Bad input gets an error page with a status code and says what was wrong: 400 (malformed),
 401 (login needed, wrong password), 403 (CSRF, read-only), 404 (no such job, queue, tube or
@@ -30,12 +31,17 @@ import structlog
 from aiohttp import web
 
 from disq.client.errors import DisqError
+from disq.core.disque.deadletter import REDRIVE_MAX
 from disq.dashboard import auth
 from disq.dashboard.gather import JOB_STATES, MAX_BULK, PAGE_DEFAULT, PAGE_MAX, Gatherer
 from disq.dashboard.render import (
+    REASON_HEADER,
+    SOURCE_HEADER,
     body_preview,
     dead_letter_origin,
+    dead_letter_targets,
     fmt_age,
+    header_text,
     is_job_id,
     iso_utc,
     render_body,
@@ -54,7 +60,9 @@ STREAM_MAX_S = 600.0  # a stream ends after this; EventSource reconnects by itse
 MAX_NAME = 1024  # queue and tube names longer than this are refused
 MAX_FLASH = 256  # sessions with a pending message
 PAUSE_STATES = ("none", "in", "out", "all")
-ACTIONS = ("pause", "requeue", "requeue_all", "delete", "delete_all", "kick", "leaving")
+ACTIONS = (
+    "pause", "requeue", "requeue_all", "delete", "delete_all", "kick", "leaving", "redrive",
+)  # fmt: skip
 
 
 class Refused(Exception):
@@ -110,6 +118,7 @@ class Dashboard:
             "/job": self._job,
             "/dead": self._dead,
             "/schedules": self._schedules,
+            "/policies": self._policies,
             "/api/queues": self._api_queues,
             "/stream": self._stream,
             "/static/{name}": self._static_file,
@@ -297,7 +306,7 @@ class Dashboard:
         return self._render(
             request, "queue.html", session=s, page="queues", name=name, state=state,
             states=JOB_STATES, nodes=nodes, node=node, jobs=jobs, cursor=cursor,
-            next_cursor=next_cursor, count=count, stat=stat, origin=dead_letter_origin(name),
+            next_cursor=next_cursor, count=count, stat=stat, origin=self._origin(name),
         )  # fmt: skip
 
     async def _job(self, request: web.Request) -> web.Response:
@@ -318,19 +327,49 @@ class Dashboard:
         queue = next((c.info["queue"] for c in story.copies if c.info), "")
         return self._render(
             request, "job.html", session=s, page="job", story=story, body=body, queue=queue,
-            origin=dead_letter_origin(queue) if queue else None, result=result,
+            origin=self._origin(queue) if queue else None, result=result,
         )  # fmt: skip
+
+    def _origin(self, queue: str) -> str | None:
+        """The queue a dead-letter queue's jobs came from: the one queue whose policy names it
+        as DEADLETTER, else by its name (see dead_letter_origin); None: not a dead-letter
+        queue."""
+        origins = dead_letter_targets(self.gather.policies() or []).get(queue)
+        if origins is not None:
+            return origins[0] if len(origins) == 1 else ""
+        return dead_letter_origin(queue)
 
     async def _dead(self, request: web.Request) -> web.Response:
         s = self._viewer(request)
+        by_policy = dead_letter_targets(self.gather.policies() or [])
         names = await self.gather.cluster_queue_names()
-        dead = [(n, dead_letter_origin(n)) for n in names]
+        dead: dict[str, tuple[str, list[str]]] = {}
+        for n in names:
+            origin = dead_letter_origin(n)
+            if origin is not None:
+                dead[n] = (origin, [])
+        for n, origins in by_policy.items():  # listed even while empty: the policy names it
+            dead[n] = (origins[0] if len(origins) == 1 else "", origins)
         groups = []
-        for name, origin in dead:
-            if origin is None:
-                continue
-            jobs = await self.gather.dead_letter_jobs(name, PAGE_DEFAULT)
-            groups.append({"name": name, "origin": origin, "jobs": jobs})
+        for name in sorted(dead):
+            origin, origins = dead[name]
+            jobs, counts = await asyncio.gather(
+                self.gather.dead_letter_jobs(name, PAGE_DEFAULT), self.gather.queue_counts(name)
+            )
+            rows = [
+                {
+                    "job": j,
+                    "node": n,
+                    "source": header_text(j.headers, SOURCE_HEADER),
+                    "reason": header_text(j.headers, REASON_HEADER),
+                }
+                for j, n in jobs
+            ]
+            total = sum(c for _, c in counts if c is not None)
+            groups.append(
+                {"name": name, "origin": origin, "origins": origins, "jobs": rows,
+                 "counts": counts, "total": total}
+            )  # fmt: skip
         return self._render(request, "dead.html", session=s, page="dead", groups=groups)
 
     async def _schedules(self, request: web.Request) -> web.Response:
@@ -340,6 +379,14 @@ class Dashboard:
         return self._render(
             request, "schedules.html", session=s, page="schedules", schedules=rows,
             total=total, has_scheduler=got is not None, now_iso=iso_utc(self.host.wall_ms() / 1000),
+        )  # fmt: skip
+
+    async def _policies(self, request: web.Request) -> web.Response:
+        s = self._viewer(request)
+        rows = self.gather.policies()
+        return self._render(
+            request, "policies.html", session=s, page="policies", policies=rows or [],
+            has_policies=rows is not None,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ live data
@@ -492,6 +539,8 @@ class Dashboard:
             if to:
                 return f"requeue every queued job of {queue!r} (up to {MAX_BULK}) into {to!r}", bulk
             return f"delete every queued job of {queue!r} (up to {MAX_BULK})", bulk
+        if action == "redrive":
+            return self._plan_redrive(form)
         if action == "kick":
             tube = _name(form.get("tube"), "tube")
             if tube not in self.host.beanstalk.tubes:
@@ -517,6 +566,28 @@ class Dashboard:
             f"CLUSTER LEAVING {value} on node {node.short} ({node.host}:{node.resp_port})",
             leaving,
         )
+
+    def _plan_redrive(self, form: dict[str, str]) -> tuple[str, Callable[[], Any]]:
+        """QREDRIVE of a dead-letter queue on every node: back to each job's source queue (or
+        into ``to``), at most ``count`` jobs per node."""
+        queue = _name(form.get("queue"), "dead-letter queue")
+        to = _name(form["to"], "target queue") if form.get("to") else ""
+        count_arg = form.get("count", "").strip()
+        count = _int(count_arg, "count", 1, REDRIVE_MAX) if count_arg else 0
+        if to == queue:
+            raise Refused(400, f"redrive {queue!r} into itself: give another queue, or none")
+        g = self.gather
+
+        async def redrive() -> str:
+            moved, failed = await g.redrive(queue, to, count)
+            said = f"redrove {moved} jobs"
+            if failed:
+                said += "; not asked: " + ", ".join(f"node {k} ({v})" for k, v in failed.items())
+            return said
+
+        where = f"into {to!r}" if to else "back to their source queues"
+        limit = f", at most {count} per node" if count else ""
+        return f"redrive the dead letters of {queue!r} on every node {where}{limit}", redrive
 
 
 # ---------------------------------------------------------------------- helpers

@@ -16,6 +16,11 @@ Schedules (:meth:`Gatherer.schedules`) are read from this node's scheduler in th
 every node holds every schedule. Only the state of a schedule's last job, when this node holds
 no copy of it, is asked of the node that created it (SHOW through the SDK).
 
+Queue policies (:meth:`Gatherer.policies`) are read from this node's cluster core in the
+process, as QPOLICY LIST answers them: every node holds every policy. A redrive
+(:meth:`Gatherer.redrive`) is QREDRIVE over RESP on every reachable node (the gRPC API has no
+such call; each node moves the dead letters queued on it), its counts summed.
+
 Every fan-out is bounded: :data:`MAX_NODES` nodes, :data:`MAX_QUEUES` queues sampled per node,
 :data:`MAX_EVENTS_SCANNED` events read per node for a timeline, :data:`PAGE_MAX` jobs a page,
 :data:`MAX_SCHEDULES` schedules a page, :data:`MAX_JOB_LOOKUPS` last jobs asked elsewhere.
@@ -36,7 +41,14 @@ import structlog
 from disq.client.aio import AsyncClient
 from disq.client.errors import DisqError
 from disq.core.messages import ALIVE, DEAD, LEFT, SUSPECT
-from disq.dashboard.render import ScheduleRow, TimelineEvent, merge_timeline, schedule_row
+from disq.dashboard.render import (
+    PolicyRow,
+    ScheduleRow,
+    TimelineEvent,
+    merge_timeline,
+    policy_rows,
+    schedule_row,
+)
 from disq.doors.disque import info_dict, queue_bytes
 from disq.proto_gen import api_pb2
 
@@ -308,6 +320,14 @@ class Gatherer:
                 rows[i] = dataclasses.replace(rows[i], last_job_state=state, last_job_node=node)
         return rows, len(names)
 
+    def policies(self) -> list[PolicyRow] | None:
+        """Every queue policy (QPOLICY LIST of this node, by queue name); None on a node
+        without its cluster core (no policies there)."""
+        core = self.host.core
+        if core.cluster_cores is None:
+            return None
+        return policy_rows(core.qpolicy_list())
+
     async def _job_state(self, job_id: str) -> tuple[str, str]:
         """The job's state on the node that created it, and that node's short id: ``gone``
         when it no longer holds the job, ``unknown`` when it cannot be asked."""
@@ -448,6 +468,15 @@ class Gatherer:
                 seen.setdefault(j.id, (j, n))
         return sorted(seen.values(), key=lambda p: p[0].ctime)[:limit]
 
+    async def queue_counts(self, queue: str) -> list[tuple[NodeView, int | None]]:
+        """QLEN of ``queue`` on every reachable node (None: the node did not answer)."""
+        nodes = self.reachable()
+        got = await self._each(nodes, lambda n: self.client(n.addr).qlen(queue))
+        return [
+            (n, None if isinstance(c, BaseException) else int(c))
+            for n, c in zip(nodes, got, strict=True)
+        ]
+
     async def cluster_queue_names(self) -> list[str]:
         """Every queue name any reachable node has (bounded per node)."""
         nodes = self.reachable()
@@ -503,6 +532,33 @@ class Gatherer:
         # The kicks' AOF records, replication and wake-ups leave with the next flush.
         self.host.after_commands(None, now_ms)
         return kicked
+
+    async def redrive(self, queue: str, to: str = "", count: int = 0) -> tuple[int, dict[str, str]]:
+        """QREDRIVE ``queue`` [TO ``to``] [COUNT ``count``] on every reachable node (each
+        moves the dead letters queued on it, at most ``count`` there): the jobs moved, summed,
+        and the nodes that did not answer (short id -> why). RuntimeError when none did."""
+        args = [b"QREDRIVE", queue.encode()]
+        if to:
+            args += [b"TO", to.encode()]
+        if count:
+            args += [b"COUNT", b"%d" % count]
+        nodes = [n for n in self.reachable() if n.resp_port]
+        if not nodes:
+            raise RuntimeError("no reachable node with a RESP port")
+        pw = self._password()
+        got = await self._each(nodes, lambda n: resp_call(n.host, n.resp_port, args, pw))
+        moved = 0
+        failed: dict[str, str] = {}
+        for n, r in zip(nodes, got, strict=True):
+            if isinstance(r, BaseException):
+                failed[n.short] = _describe(r)
+            elif r.lstrip("-").isdigit():
+                moved += int(r)
+            else:
+                failed[n.short] = f"unexpected reply {r[:80]!r}"
+        if len(failed) == len(nodes):
+            raise RuntimeError("; ".join(f"node {k}: {v}" for k, v in failed.items()))
+        return moved, failed
 
     async def set_leaving(self, node: NodeView, leaving: bool) -> str:
         """CLUSTER LEAVING yes|no on ``node`` (its RESP port: the gRPC API has no such call)."""

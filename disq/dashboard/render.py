@@ -1,5 +1,6 @@
 """Pure helpers of the dashboard: how a body is shown, how a job's timeline is merged from the
-event logs of several nodes, dead-letter queue names, ages, a schedule's row. No IO;
+event logs of several nodes, dead-letter queues (by name, by queue policy), the rows of
+queue policies, ages, a schedule's row. No IO;
 unit-tested on their own (tests/unit/test_dashboard.py).
 
 Nothing here escapes HTML: the templates do (Jinja2 with autoescaping on), so every string
@@ -130,6 +131,61 @@ def dead_letter_origin(name: str) -> str | None:
     if lower in _DEAD_NAMES:
         return ""
     return None
+
+
+# Headers of a job the cluster moved to its queue policy's dead-letter queue.
+SOURCE_HEADER = "disq-source-queue"
+REASON_HEADER = "disq-dead-reason"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRow:
+    """One queue policy as the Policies page shows it (None, "": the field is not set)."""
+
+    queue: str
+    max_deliveries: int | None
+    dead_letter: str
+    backoff_base_s: int | None
+    backoff_max_s: int | None
+
+
+def policy_rows(policies: Iterable[tuple[object, Sequence[tuple[str, object]]]]) -> list[PolicyRow]:
+    """Rows from QPOLICY LIST's entries (a queue and its set fields as QPOLICY GET names them:
+    maxdeliveries, deadletter, backoff-base, backoff-max), by queue name."""
+
+    def num(v: object) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    rows = []
+    for queue, fields in policies:
+        f = dict(fields)
+        rows.append(
+            PolicyRow(
+                queue=plain(queue),
+                max_deliveries=num(f.get("maxdeliveries")),
+                dead_letter=plain(f.get("deadletter") or ""),
+                backoff_base_s=num(f.get("backoff-base")),
+                backoff_max_s=num(f.get("backoff-max")),
+            )
+        )
+    rows.sort(key=lambda r: r.queue)
+    return rows
+
+
+def dead_letter_targets(rows: Iterable[PolicyRow]) -> dict[str, list[str]]:
+    """Every queue some policy names as its DEADLETTER, with the queues whose policies name
+    it (sorted)."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r.dead_letter:
+            out.setdefault(r.dead_letter, []).append(r.queue)
+    return {dlq: sorted(origins) for dlq, origins in sorted(out.items())}
+
+
+def header_text(headers: Mapping[str, bytes], key: str) -> str:
+    """A job header's value as text ("" when the job has no such header)."""
+    v = headers.get(key)
+    return plain(v) if v is not None else ""
 
 
 def fmt_age(seconds: float | None) -> str:

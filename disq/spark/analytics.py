@@ -19,9 +19,17 @@ window):
 - delivery_ms_p50/p95/p99: enqueue -> first delivery; ack_ms_p50/p95/p99: enqueue -> ack
   (exact percentiles, Spark's ``percentile``: linear interpolation between the closest ranks)
 - retry_rate: of the jobs delivered, the share delivered more than once
-- dead: jobs never acked that expired, or that sit in a dead-letter queue
-  (``--dead-letter-queues``, where disq.Worker moves jobs after too many failures), with
-  their ids (``dead_ids``)
+- dead_lettered, dead_lettered_ratio: jobs the cluster moved to their queue policy's
+  DEADLETTER queue (or dropped) after MAXDELIVERIES, and their share of the enqueued. The
+  ``deadlettered`` event is the authoritative count: the deciding node logs it once for the
+  original job, in its queue (a job story's ``dead_lettered`` is 1 if any node logged one, so
+  a repeated export or a second decider counts once). The move acks the original without an
+  ``acked`` event, so such a job is never counted acked.
+- dead: jobs never acked that expired, that were dead-lettered, or that sit in a dead-letter
+  queue named by ``--dead-letter-queues`` (where disq.Worker moves jobs after too many
+  failures: those logs have no ``deadlettered`` event; a dead letter QREDRIVE moved back, its
+  ``redriven`` event, is not dead), with their ids (``dead_ids``). Do not name a policy's
+  DEADLETTER queue there: its jobs are already counted, at their source queue, by the event.
 
 Output in DIR: ``summary.parquet/``, ``summary.json/`` (one JSON object per line), a readable
 ``summary.txt`` (also printed, with a legend of its columns) and ``chart.png`` (ack latency
@@ -55,10 +63,15 @@ def load_events(spark: Any, path: str) -> Any:
 
 
 def job_stories(events: Any) -> Any:
+    """One row per job enqueued in the export: its queue, enqueue, first delivery and first
+    ack times, deliveries, and 0/1 flags ``expired``, ``dead_lettered``, ``redriven``."""
     from pyspark.sql import functions as F
 
     def first_time(kind: str) -> Any:
         return F.min(F.when(F.col("kind") == kind, F.col("time_ms")))
+
+    def flag(kind: str) -> Any:  # 1 if any node logged the event for the job
+        return F.max(F.when(F.col("kind") == kind, 1).otherwise(0))
 
     return (
         events.groupBy("job_id")
@@ -68,7 +81,9 @@ def job_stories(events: Any) -> Any:
             first_time("delivered").alias("delivered_ms"),
             first_time("acked").alias("acked_ms"),
             F.sum(F.when(F.col("kind") == "delivered", 1).otherwise(0)).alias("deliveries"),
-            F.max(F.when(F.col("kind") == "expired", 1).otherwise(0)).alias("expired"),
+            flag("expired").alias("expired"),
+            flag("deadlettered").alias("dead_lettered"),
+            flag("redriven").alias("redriven"),
         )
         .where(F.col("enqueued_ms").isNotNull())  # jobs enqueued before the export window
     )
@@ -106,10 +121,15 @@ def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = 
         F.percentile(F.col("ack_ms"), pct).alias("ack_pct"),
         F.count("delivered_ms").alias("delivered"),
         F.sum(F.when(F.col("deliveries") > 1, 1).otherwise(0)).alias("retried"),
+        F.sum("dead_lettered").alias("dead_lettered"),
         F.sort_array(
             F.collect_list(
                 F.when(
-                    ((F.col("expired") == 1) | F.col("queue").isin(*dead_letter_queues))
+                    (
+                        (F.col("expired") == 1)
+                        | (F.col("dead_lettered") == 1)
+                        | (F.col("queue").isin(*dead_letter_queues) & (F.col("redriven") == 0))
+                    )
                     & F.col("acked_ms").isNull(),
                     F.col("job_id"),
                 )
@@ -144,6 +164,10 @@ def summarize(events: Any, window_s: int, dead_letter_queues: tuple[str, ...] = 
         F.when(F.col("delivered") > 0, F.col("retried") / F.col("delivered"))
         .otherwise(F.lit(0.0))
         .alias("retry_rate"),
+        F.coalesce("dead_lettered", F.lit(0)).alias("dead_lettered"),
+        F.when(F.col("enqueued") > 0, F.col("dead_lettered") / F.col("enqueued"))
+        .otherwise(F.lit(0.0))
+        .alias("dead_lettered_ratio"),
         F.coalesce(F.size("dead_ids"), F.lit(0)).alias("dead"),
         F.coalesce("dead_ids", F.array().cast("array<string>")).alias("dead_ids"),
     ]
@@ -161,14 +185,17 @@ ACK/S        ACKS per second of the window the export covers (all of it, or the 
 DELIV        enqueue -> first delivery, ms (p50/p95/p99 of the window's jobs)
 ACK          enqueue -> ack, ms (p50/p95/p99 of the window's acked jobs)
 RETRY        of the window's delivered jobs, the share delivered more than once
-DEAD         of the window's jobs, never acked and expired or in a dead-letter queue
+DLQ'D        of the window's jobs, those moved to a dead-letter queue after MAXDELIVERIES
+             (the deadlettered event), and their share of ENQ
+DEAD         of the window's jobs, never acked and expired, dead-lettered, or in a
+             dead-letter queue of --dead-letter-queues
 """
 
 
 def render(rows: list[Any]) -> str:
     head = (
         "QUEUE", "WINDOW(UTC)", "ENQ", "ACKED", "ACKS", "ACK/S", "DELIV p50/p95/p99 ms",
-        "ACK p50/p95/p99 ms", "RETRY", "DEAD",
+        "ACK p50/p95/p99 ms", "RETRY", "DLQ'D", "DEAD",
     )  # fmt: skip
     import datetime as dt
 
@@ -189,6 +216,7 @@ def render(rows: list[Any]) -> str:
             ms3(r, "delivery"),
             ms3(r, "ack"),
             f"{r['retry_rate']:.1%}",
+            f"{r['dead_lettered']} ({r['dead_lettered_ratio']:.1%})",
             str(r["dead"]),
         )
         for r in rows
@@ -288,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--dead-letter-queues",
         default="",
-        help="comma-separated queues whose unacked jobs count as dead (disq.Worker's dead_letter)",
+        help="comma-separated queues whose unacked jobs count as dead (disq.Worker's "
+        "dead_letter; not a queue policy's DEADLETTER: the deadlettered event counts those)",
     )
     args = p.parse_args(argv)
     from disq.spark import session

@@ -292,3 +292,81 @@ def test_dashboard_in_a_browser(server_factory: ServerFactory, driver: Any) -> N
         assert '"action": "pause"' in n0.srv.log_text()
     finally:
         client.close()
+
+
+def login(driver: Any, node: DashNode) -> None:
+    driver.get(node.url + "/")
+    wait(driver, lambda d: d.find_elements(By.ID, "password"), "the login form")
+    driver.find_element(By.ID, "password").send_keys(PASSWORD)
+    driver.find_element(By.ID, "login-button").click()
+    wait(driver, lambda d: d.find_elements(By.ID, "nodes"), "the cluster page")
+
+
+def resp_authed(node: DashNode, *args: str) -> str:
+    """AUTH, then one RESP command on ``node``: the command's reply line."""
+    import socket
+
+    def cmd(*a: str) -> bytes:
+        return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x.encode()) for x in a)
+
+    with socket.create_connection(("127.0.0.1", node.resp), timeout=10) as sock:
+        sock.sendall(cmd("AUTH", PASSWORD) + cmd(*args))
+        f = sock.makefile("rb")
+        assert f.readline().startswith(b"+OK")
+        return f.readline().decode(errors="replace").rstrip("\r\n")
+
+
+def test_redrive_from_the_dead_letters_page(server_factory: ServerFactory, driver: Any) -> None:
+    """A queue policy shows on the Policies page; its dead-letter queue's jobs (headers: the
+    source queue, the reason) on the Dead letters page, counted per node; its Redrive button,
+    confirmed, moves them back to their source queue on every node. Needs QREDRIVE."""
+    if server_factory.kind != "disq":
+        pytest.skip("the dashboard is disq's")
+    nodes = start_cluster(server_factory, 2, password=PASSWORD)
+    n0 = nodes[0]
+    if resp_authed(n0, "QREDRIVE", "nothing-here").startswith("-ERR unknown command"):
+        pytest.skip("needs QREDRIVE (the RESP command is not on this branch)")
+    assert resp_authed(n0, "QPOLICY", "SET", "invoices", "MAXDELIVERIES", "2",
+                       "DEADLETTER", "invoices-parked") == "+OK"  # fmt: skip
+    headers = {"disq-source-queue": "invoices", "disq-dead-reason": "maxdeliveries"}
+    for i, n in enumerate(nodes):  # a dead letter queued on each node
+        with Client(n.grpc_addr, password=PASSWORD, discover=False) as c:
+            c.add_job("invoices-parked", f"invoice {i}", replicate=1, headers=headers)
+    login(driver, n0)
+
+    driver.find_element(By.ID, "nav-policies").click()
+    row = 'tr.policy[data-queue="invoices"]'
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the policy listed")
+    assert driver.find_element(By.CSS_SELECTOR, row + " td.maxdeliveries").text == "2"
+    assert driver.find_element(By.CSS_SELECTOR, row + " td.deadletter").text == "invoices-parked"
+    shot(driver, "policies")
+
+    driver.find_element(By.ID, "nav-dead").click()
+    section = 'section.deadq[data-queue="invoices-parked"]'
+    wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, section + " tr.deadjob")) == 2,
+         "both dead letters listed")  # fmt: skip
+    sources = driver.find_elements(By.CSS_SELECTOR, section + " td.source")
+    reasons = driver.find_elements(By.CSS_SELECTOR, section + " td.reason")
+    assert [s.text for s in sources] == ["invoices"] * 2
+    assert [r.text for r in reasons] == ["maxdeliveries"] * 2
+    counts = driver.find_elements(By.CSS_SELECTOR, section + " span.nodecount")
+    assert sorted(c.text.rsplit(" ", 1)[-1] for c in counts) == ["1", "1"]
+    shot(driver, "dead-policy")
+    driver.find_element(By.CSS_SELECTOR, section + " form.redrive button").click()
+    wait(driver, lambda d: d.find_elements(By.ID, "confirm-what"), "the confirmation page")
+    assert "back to their source queues" in driver.find_element(By.ID, "confirm-what").text
+    confirm(driver)
+    assert "redrove 2 jobs" in driver.find_element(By.ID, "flash").text
+    wait(
+        driver,
+        lambda d: d.refresh() or not d.find_elements(By.CSS_SELECTOR, section + " tr.deadjob"),
+        "the dead letters gone from the page",
+    )
+    with Client(n0.grpc_addr, password=PASSWORD) as c:
+        assert sum(c.qlen("invoices-parked", node=n.grpc_addr) for n in nodes) == 0
+        bodies = [
+            j.body
+            for n in nodes
+            for j in c.scan_page(queue="invoices", states=("queued",), node=n.grpc_addr)[1]
+        ]
+        assert sorted(bodies) == [b"invoice 0", b"invoice 1"]

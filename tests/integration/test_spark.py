@@ -606,6 +606,84 @@ def test_analytics_job_gives_exact_counts_and_percentiles(spark: Any, tmp_path: 
     assert back == len(expect)
 
 
+def test_analytics_counts_dead_lettered_jobs_by_their_event(spark: Any, tmp_path: Path) -> None:
+    """The ``deadlettered`` event counts a job dead-lettered once (an event exported twice, or
+    logged by two deciders, is one job), in its source queue, as dead and never acked; the
+    dead letters in the policy's DEADLETTER queue are not counted again, and one QREDRIVE moved
+    back (``redriven``) is not dead when that queue is named in ``dead_letter_queues``."""
+    import json
+
+    from disq.spark import analytics
+
+    w = 500_001 * 3_600_000  # an hour boundary
+    acked, dead_lettered, expired = range(0, 6), range(6, 9), range(9, 10)
+    twice = 7  # its deadlettered event exported twice
+    two_deciders = 8  # logged by two nodes
+    redriven = 6  # its dead letter moved back by QREDRIVE
+
+    def job(k: int) -> str:
+        return f"D-0000000a-pay{k:021d}-05a1"
+
+    def dead_letter(k: int) -> str:
+        return f"D-0000000a-dl{k:022d}-05a1"
+
+    events: list[dict[str, Any]] = []
+
+    def ev(node: str, t: int, kind: str, queue: str, job_id: str) -> None:
+        events.append(_event(node, len(events) + 1, t, kind, queue, job_id))
+
+    for k in [*acked, *dead_lettered, *expired]:
+        t = w + 1000 * k
+        ev("n1", t, "enqueued", "pay", job(k))
+        if k in acked:
+            ev("n1", t + 10, "delivered", "pay", job(k))
+            ev("n1", t + 20, "acked", "pay", job(k))
+        elif k in dead_lettered:
+            ev("n1", t + 10, "delivered", "pay", job(k))
+            ev("n2", t + 30, "delivered", "pay", job(k))
+            ev("n2", t + 40, "deadlettered", "pay", job(k))
+            if k == twice:
+                events.append(dict(events[-1]))  # the same (node, seq): an export's repeat
+            if k == two_deciders:
+                ev("n3", t + 45, "deadlettered", "pay", job(k))
+            ev("n2", t + 41, "enqueued", "pay-parked", dead_letter(k))
+            if k == redriven:
+                ev("n2", t + 500, "redriven", "pay-parked", dead_letter(k))
+        else:
+            ev("n1", t + 60_000, "expired", "pay", job(k))
+    src = tmp_path / "events"
+    src.mkdir()
+    (src / "e.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    loaded = analytics.load_events(spark, str(src))
+    stories = {r["job_id"]: r for r in analytics.job_stories(loaded).collect()}
+    assert {j for j, r in stories.items() if r["dead_lettered"]} == {job(k) for k in dead_lettered}
+    assert {j for j, r in stories.items() if r["redriven"]} == {dead_letter(redriven)}
+
+    def by_queue(*dlq: str) -> dict[str, Any]:
+        rows = analytics.summarize(loaded, 3600, dlq).collect()
+        return {r["queue"]: r for r in rows if r["window_start_ms"] == w}
+
+    got = by_queue()
+    pay, parked = got["pay"], got["pay-parked"]
+    enqueued = len(acked) + len(dead_lettered) + len(expired)
+    assert (pay["enqueued"], pay["acked"]) == (enqueued, len(acked))
+    assert pay["dead_lettered"] == len(dead_lettered)
+    assert pay["dead_lettered_ratio"] == pytest.approx(len(dead_lettered) / enqueued)
+    assert pay["dead_ids"] == sorted(job(k) for k in [*dead_lettered, *expired])
+    assert pay["dead"] == len(dead_lettered) + len(expired)
+    assert (parked["enqueued"], parked["dead_lettered"], parked["dead"]) == (
+        len(dead_lettered),
+        0,
+        0,
+    )
+    # Named as a dead-letter queue (as for disq.Worker's): its unacked, not redriven jobs.
+    parked = by_queue("pay-parked")["pay-parked"]
+    assert parked["dead_ids"] == sorted(dead_letter(k) for k in dead_lettered if k != redriven)
+    head, line = analytics.render([pay]).splitlines()[:2]
+    assert "DLQ'D" in head
+    assert f"{len(dead_lettered)} ({len(dead_lettered) / enqueued:.1%})" in line
+
+
 def test_analytics_chart_of_one_window_shows_its_points(spark: Any, tmp_path: Path) -> None:
     """The default 1 h window over a 20 s run: one point per series. The chart had no
     markers (a single point drew nothing), an x-axis over years, and an ack rate divided by

@@ -8,14 +8,18 @@ from typing import Any
 
 from disq.dashboard import auth
 from disq.dashboard.render import (
+    PolicyRow,
     body_preview,
     dead_letter_origin,
+    dead_letter_targets,
     fmt_age,
     fmt_relative,
+    header_text,
     is_job_id,
     iso_utc,
     merge_timeline,
     plain,
+    policy_rows,
     render_body,
 )
 
@@ -74,6 +78,28 @@ def test_job_ids_and_dead_letter_names() -> None:
     assert dead_letter_origin("dead_letter") == ""
     assert dead_letter_origin("orders") is None
     assert fmt_age(None) == "-" and fmt_age(65) == "1m05s" and fmt_age(90000) == "1d01h"
+
+
+def test_policy_rows_and_the_dead_letter_queues_they_name() -> None:
+    """QPOLICY LIST's entries as rows by queue (unset fields None or ""), and each DEADLETTER
+    queue with the queues whose policies name it; a job's header as text."""
+    rows = policy_rows(
+        [
+            ("b", [("maxdeliveries", 3), ("deadletter", "parked")]),
+            ("a", [("maxdeliveries", 5), ("deadletter", "parked"), ("backoff-base", 0),
+                   ("backoff-max", 60)]),
+            ("c\udcff", [("backoff-base", 1), ("backoff-max", 2)]),
+            ("d", [("deadletter", "d-dlq")]),
+        ]
+    )  # fmt: skip
+    assert [r.queue for r in rows] == ["a", "b", "c\ufffd", "d"]
+    assert rows[0] == PolicyRow("a", 5, "parked", 0, 60)
+    assert rows[2] == PolicyRow("c\ufffd", None, "", 1, 2)
+    assert dead_letter_targets(rows) == {"d-dlq": ["d"], "parked": ["a", "b"]}
+    assert dead_letter_targets([]) == {}
+    headers = {"disq-source-queue": b"orders", "bin": b"\xff"}
+    assert header_text(headers, "disq-source-queue") == "orders"
+    assert header_text(headers, "bin") == "\ufffd" and header_text(headers, "none") == ""
 
 
 def test_session_cookie_round_trip_and_forgery() -> None:
