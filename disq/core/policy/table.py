@@ -1,18 +1,15 @@
 """Queue policies the cluster keeps (QPOLICY): per queue, a delivery limit, a dead letter
 queue and a requeue backoff, set on any node and known by every node.
 
-Kept as the routes table is kept (disq/core/routes/table.py, whose rules this follows):
+Kept as the routes table is kept, as a ``VersionedTable`` (disq/core/replicated_table.py:
+last writer wins, tombstones kept a day, digests and whole-table swaps between peers; its
+docstring has the rules):
 
-- **Entries, last writer wins.** A queue's policy is one entry, versioned ``(wall ms, node
-  id)``; a SET or a DEL is a new version and the highest wins on every node, so concurrent
-  changes end the same everywhere. A SET replaces the whole policy (fields not given are
-  unset): merging fields of concurrent SETs would need a version per field, for no use a
-  client asked for. A DEL is a tombstone kept ``TOMBSTONE_KEEP_MS`` (a day), so a node that
-  missed it cannot bring the policy back; past ``TOMBSTONES_MAX`` the oldest go first.
-- **Peers.** A change is pushed to every peer at once (PolicySync); every ``SYNC_MS`` each
-  node sends each reachable peer a digest, two nodes whose digests differ swap whole tables,
-  and a link that comes up gets the whole table. Entries are QPOLICY records in the AOF
-  (disq/persistence/policy_records.py), replayed at start and kept by rewrites.
+- **Entries.** A queue's policy is one entry, versioned ``(wall ms, node id)``; a SET or a
+  DEL is a new version. A SET replaces the whole policy (fields not given are unset):
+  merging fields of concurrent SETs would need a version per field, for no use a client
+  asked for. A DEL is a tombstone. Changes travel as PolicySync; entries are QPOLICY
+  records in the AOF (disq/persistence/policy_records.py).
 - **Bounds.** At most ``POLICIES_MAX`` live policies; names as the routes table's (1 to 1000
   bytes); MAXDELIVERIES 1 to 1,000,000; a backoff's base 0 or more, its max at least the
   base and at most 30 days.
@@ -50,25 +47,23 @@ that a job is dead-lettered exactly once although every holder of a copy may req
 
 from __future__ import annotations
 
-import heapq
 import zlib
 from typing import Final
 
-from disq.core.chunks import chunked
 from disq.core.disque.api import ClusterView
 from disq.core.messages import Message, PolicyEntry, PolicySync
-from disq.persistence.framing import frame
+from disq.core.replicated_table import PRUNE_MS as PRUNE_MS
+from disq.core.replicated_table import SYNC_CHUNK_BYTES as SYNC_CHUNK_BYTES
+from disq.core.replicated_table import SYNC_MS as SYNC_MS
+from disq.core.replicated_table import TOMBSTONE_KEEP_MS as TOMBSTONE_KEEP_MS
+from disq.core.replicated_table import TOMBSTONES_MAX as TOMBSTONES_MAX
+from disq.core.replicated_table import VersionedTable
 from disq.persistence.policy_records import REC_QPOLICY, decode_policy, encode_policy
 
 POLICIES_MAX: Final = 100_000
 NAME_MAX_BYTES: Final = 1000
 MAX_DELIVERIES_MAX: Final = 1_000_000
 BACKOFF_MAX_S: Final = 30 * 86400
-TOMBSTONE_KEEP_MS: Final = 86400 * 1000
-TOMBSTONES_MAX: Final = 200_000
-SYNC_MS: Final = 2000  # digest to every reachable peer
-PRUNE_MS: Final = 60_000  # tombstones drop at whole minutes: every node drops the same ones
-SYNC_CHUNK_BYTES: Final = 1 << 20
 _SHIFT_MAX: Final = 32  # 2^32 seconds is past any max: no bigger shift is computed
 
 
@@ -113,27 +108,75 @@ def _queue_of(e: PolicyEntry) -> str:
     return e.queue
 
 
+def _wire_size(e: PolicyEntry) -> int:
+    return len(e.queue) + len(e.dead_letter) + 64
+
+
 class Policies:
     """The queue policies of the cluster, as this node holds them."""
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
-        self.wall_offset_ms = 0
-        self.persist = False
-        self.aof_out: list[bytes] = []
-        self.outbox: list[tuple[str, Message]] = []
-        self.table: dict[str, PolicyEntry] = {}  # queue -> entry, tombstones included
-        self.live = 0
-        self.tombstones = 0
-        # Per instance so a test can lower them (compiled, Final constants are inlined).
-        self.policies_max = POLICIES_MAX
-        self.tombstones_max = TOMBSTONES_MAX
-        self.sync_chunk_bytes = SYNC_CHUNK_BYTES
         self.stats: dict[str, int] = {"syncs_sent": 0, "syncs_merged": 0}
-        self._started_ms = -1
-        self._sync_at_ms = 0
-        self._tomb_heap: list[tuple[int, str]] = []  # (version, queue)
-        self._digest_sum = 0  # order-free: the sum of the entries' CRCs
+        self._vt: VersionedTable[str, PolicyEntry] = VersionedTable(
+            view,
+            key=_queue_of,
+            crc=_entry_crc,
+            size=_wire_size,
+            sync=PolicySync,
+            rec_type=REC_QPOLICY,
+            encode=encode_policy,
+            decode=decode_policy,
+            stats=self.stats,
+        )
+        # queue -> entry, tombstones included; the same dict, as are aof_out and outbox.
+        self.table = self._vt.table
+        self.aof_out: list[bytes] = self._vt.aof_out
+        self.outbox: list[tuple[str, Message]] = self._vt.outbox
+        # Per instance so a test can lower it (compiled, Final constants are inlined).
+        self.policies_max = POLICIES_MAX
+
+    # ------------------------------------------------------------------ the shared table
+    @property
+    def persist(self) -> bool:
+        return self._vt.persist
+
+    @persist.setter
+    def persist(self, on: bool) -> None:
+        self._vt.persist = on
+
+    @property
+    def wall_offset_ms(self) -> int:
+        return self._vt.wall_offset_ms
+
+    @wall_offset_ms.setter
+    def wall_offset_ms(self, ms: int) -> None:
+        self._vt.wall_offset_ms = ms
+
+    @property
+    def tombstones(self) -> int:
+        return self._vt.tombstones
+
+    @property
+    def live(self) -> int:
+        """Live policies: the table's entries but its tombstones."""
+        return len(self.table) - self._vt.tombstones
+
+    @property
+    def tombstones_max(self) -> int:
+        return self._vt.tombstones_max
+
+    @tombstones_max.setter
+    def tombstones_max(self, n: int) -> None:
+        self._vt.tombstones_max = n
+
+    @property
+    def sync_chunk_bytes(self) -> int:
+        return self._vt.sync_chunk_bytes
+
+    @sync_chunk_bytes.setter
+    def sync_chunk_bytes(self, n: int) -> None:
+        self._vt.sync_chunk_bytes = n
 
     # ------------------------------------------------------------------ commands
     def set(
@@ -210,137 +253,34 @@ class Policies:
         return min(e.backoff_base_s << shift, e.backoff_max_s)
 
     def _local_change(self, now_ms: int, e: PolicyEntry) -> None:
-        cur = self.table.get(e.queue)
-        e.version_ms = now_ms + self.wall_offset_ms
-        if cur is not None and e.version_ms <= cur.version_ms:
-            e.version_ms = cur.version_ms + 1  # a later change here is always a newer version
-        e.version_node = self.view.my_id
-        self._apply(now_ms, e)
-        peers = self.view.all_peers()
-        for peer in peers:
-            self.outbox.append((peer, PolicySync(entries=[e])))
-        self.stats["syncs_sent"] += len(peers)
-
-    # ------------------------------------------------------------------ the table
-    def _apply(self, now_ms: int, e: PolicyEntry) -> bool:
-        """Take ``e`` if it is newer than what is held; log it. True: taken."""
-        cur = self.table.get(e.queue)
-        if cur is not None and (cur.version_ms, cur.version_node) >= (
-            e.version_ms,
-            e.version_node,
-        ):
-            return False
-        if e.deleted and e.version_ms < self._keep_edge(now_ms):
-            return False  # would be pruned at once (a peer that has not pruned it yet)
-        self.table[e.queue] = e
-        if cur is not None:
-            self._digest_sum -= _entry_crc(cur)
-            if cur.deleted:
-                self.tombstones -= 1
-            else:
-                self.live -= 1
-        self._digest_sum += _entry_crc(e)
-        if e.deleted:
-            self.tombstones += 1
-            heapq.heappush(self._tomb_heap, (e.version_ms, e.queue))
-        else:
-            self.live += 1
-        if self.persist:
-            self.aof_out.append(frame(REC_QPOLICY, encode_policy(e)))
-        return True
+        self._vt.local_change(now_ms, e)
 
     def digest(self) -> int:
         """A digest of the whole table (0 never: it means "no digest" on the wire)."""
-        return (self._digest_sum & 0xFFFFFFFF) or 1
+        return self._vt.digest()
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: PolicySync) -> None:
-        took = False
-        for e in msg.entries:
-            if self._apply(now_ms, e):
-                took = True
-        if took:
-            self.stats["syncs_merged"] += 1
-        if msg.want:
-            self._send_all(sender, want=False)
-        elif msg.digest and not msg.entries and msg.digest != self.digest():
-            self._send_all(sender, want=True)
+        self._vt.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole)
 
     def on_link_up(self, now_ms: int, peer: str) -> None:
         """A link came up (a node joined or came back): it gets the whole table."""
-        self._send_all(peer, want=False)
-
-    def _send_all(self, peer: str, want: bool) -> None:
-        chunks = chunked(
-            self.table.values(),
-            lambda e: len(e.queue) + len(e.dead_letter) + 64,
-            self.sync_chunk_bytes,
-        )
-        full, rest = chunks[:-1], chunks[-1]
-        for i, chunk in enumerate(full):
-            self.outbox.append((peer, PolicySync(entries=chunk, want=want and i == 0)))
-        first = not full
-        digest = self.digest() if not rest and first else 0
-        self.outbox.append(
-            (peer, PolicySync(entries=rest, want=want and first, whole=True, digest=digest))
-        )
-        self.stats["syncs_sent"] += 1
+        self._vt.send_all(peer, want=False)
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> int:
-        # Nothing to compare: a peer with policies probes this node, and its empty answer
-        # brings them all.
-        return self._sync_at_ms if self.table else -1
+        return self._vt.next_deadline_ms()
 
     def tick(self, now_ms: int) -> None:
-        if self._started_ms < 0:
-            self._start(now_ms)
-        if now_ms >= self._sync_at_ms:
-            self._sync_at_ms = now_ms + SYNC_MS
-            self._prune(now_ms)
-            peers = self.view.reachable_peers()
-            if peers and self.table:
-                digest = self.digest()
-                for peer in peers:
-                    self.outbox.append((peer, PolicySync(digest=digest)))
-
-    def _start(self, now_ms: int) -> None:
-        self._started_ms = now_ms
-        self._sync_at_ms = now_ms + SYNC_MS
-
-    def _keep_edge(self, now_ms: int) -> int:
-        """Tombstones older than this (wall ms) are dropped: the keep time, whole PRUNE_MS."""
-        return (now_ms + self.wall_offset_ms - TOMBSTONE_KEEP_MS) // PRUNE_MS * PRUNE_MS
-
-    def _prune(self, now_ms: int) -> None:
-        edge = self._keep_edge(now_ms)
-        heap = self._tomb_heap
-        while heap and (heap[0][0] < edge or self.tombstones > self.tombstones_max):
-            version, queue = heapq.heappop(heap)
-            e = self.table.get(queue)
-            if e is None or not e.deleted or e.version_ms != version:
-                continue  # replaced since
-            del self.table[queue]
-            self.tombstones -= 1
-            self._digest_sum -= _entry_crc(e)
-        if len(heap) > 2 * self.tombstones + 1024:
-            # Entries of tombstones replaced since wait for their day: rebuild.
-            self._tomb_heap = [(e.version_ms, q) for q, e in self.table.items() if e.deleted]
-            heapq.heapify(self._tomb_heap)
+        self._vt.tick(now_ms)
 
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
         """Replay QPOLICY records."""
-        if self._started_ms < 0:
-            self._start(now_ms)
-        persist, self.persist = self.persist, False
-        for rtype, payload in records:
-            if rtype == REC_QPOLICY:
-                self._apply(now_ms, decode_policy(payload))
-        self.persist = persist
+        self._vt.restore(now_ms, records)
 
     def snapshot_records(self) -> list[bytes]:
-        return [frame(REC_QPOLICY, encode_policy(e)) for e in self.table.values()]
+        return self._vt.snapshot_records()
 
     def has_output(self) -> bool:
-        return bool(self.aof_out or self.outbox)
+        return self._vt.has_output()

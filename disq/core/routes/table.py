@@ -1,22 +1,15 @@
 """Exchanges, bindings and queue declarations the cluster keeps (issue 29): the routes table.
 
 kombu's Redis transport keeps its binding table in Redis, so every producer of every process
-routes a fanout or topic message the same way; disq keeps it on every node, the way the
-schedule table is kept (disq/core/schedule/scheduler.py, "the table" and "peers"):
+routes a fanout or topic message the same way; disq keeps it on every node, as a
+``VersionedTable`` (disq/core/replicated_table.py: last writer wins, tombstones kept a day,
+digests and whole-table swaps between peers; its docstring has the rules):
 
-- **Entries, last writer wins.** An exchange (name, type), a binding (exchange, queue,
-  routing key) or a queue declaration (name, ``expires_ms``, ``message_ttl_ms``) is
-  versioned ``(wall ms, node id)``; a change is a new version and the highest wins on every
-  node, so concurrent changes end the same everywhere. A delete is a tombstone kept
-  ``TOMBSTONE_KEEP_MS`` (a day), so a node that missed it cannot bring the entry back; past
-  ``TOMBSTONES_MAX`` the oldest go first (a churn of transient queues must not grow the
-  table without bound; the price is that a node cut off for longer than that churn could
-  bring an old entry back).
-- **Peers.** A change is pushed to every peer at once (RouteSync); every ``SYNC_MS`` each
-  node sends each reachable peer a digest of its table, two nodes whose digests differ swap
-  whole tables, and a link that comes up gets the whole table. Entries are ROUTE records in
-  the AOF (disq/persistence/route_records.py), written before anything that depends on them
-  leaves (the Ready rule), replayed at start and kept by rewrites.
+- **Entries.** An exchange (name, type), a binding (exchange, queue, routing key) or a
+  queue declaration (name, ``expires_ms``, ``message_ttl_ms``), each versioned ``(wall ms,
+  node id)``. A delete is a tombstone; past ``TOMBSTONES_MAX`` the oldest go first (a churn
+  of transient queues must not grow the table without bound). Changes travel as RouteSync;
+  entries are ROUTE records in the AOF (disq/persistence/route_records.py).
 - **Transient queues.** A queue declared with ``expires_ms`` > 0 (RabbitMQ's x-expires) is a
   lease from its version's wall time; a re-declare is a new version and renews it. Any node
   that sees the lease passed deletes the queue (a tombstone of its own: several nodes doing
@@ -42,7 +35,6 @@ import heapq
 import zlib
 from typing import Final, Protocol
 
-from disq.core.chunks import chunked
 from disq.core.disque.api import ClusterView
 from disq.core.messages import (
     ROUTE_BINDING,
@@ -52,8 +44,13 @@ from disq.core.messages import (
     RouteEntry,
     RouteSync,
 )
+from disq.core.replicated_table import PRUNE_MS as PRUNE_MS
+from disq.core.replicated_table import SYNC_CHUNK_BYTES as SYNC_CHUNK_BYTES
+from disq.core.replicated_table import SYNC_MS as SYNC_MS
+from disq.core.replicated_table import TOMBSTONE_KEEP_MS as TOMBSTONE_KEEP_MS
+from disq.core.replicated_table import TOMBSTONES_MAX as TOMBSTONES_MAX
+from disq.core.replicated_table import VersionedTable
 from disq.core.routes.topic import Token, compile_pattern, matches
-from disq.persistence.framing import frame
 from disq.persistence.route_records import REC_ROUTE, decode_entry, encode_entry
 
 EXCHANGE_TYPES: Final = ("direct", "fanout", "topic")
@@ -63,15 +60,6 @@ QUEUES_MAX: Final = 100_000
 NAME_MAX_BYTES: Final = 1000
 ROUTING_KEY_MAX_BYTES: Final = 1000
 LEASE_MAX_MS: Final = 1 << 47  # expires_ms and message_ttl_ms: a sane bound, ~4,400 years
-TOMBSTONE_KEEP_MS: Final = 86400 * 1000
-TOMBSTONES_MAX: Final = 200_000
-SYNC_MS: Final = 2000  # digest to every reachable peer
-# Tombstones are dropped once older than the keep edge rounded down to whole PRUNE_MS, so
-# every node drops the same ones whenever it prunes (its digest round): nodes that pruned at
-# different moments would otherwise disagree on every digest under a churn of tombstones,
-# and swap whole tables every round.
-PRUNE_MS: Final = 60_000
-SYNC_CHUNK_BYTES: Final = 1 << 20  # a whole table travels in messages of about this size
 ROUTE_CACHE_MAX: Final = 4096  # (exchange, routing key) -> queues, cleared on any change
 
 # Stable error codes (the gRPC API maps them to status codes and ErrorInfo reasons).
@@ -122,17 +110,42 @@ def _entry_crc(e: RouteEntry) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogateescape"))
 
 
+def _wire_size(e: RouteEntry) -> int:
+    return len(e.name) + len(e.queue) + len(e.routing_key) + 64
+
+
+def _key(e: RouteEntry) -> tuple[int, str, str, str]:
+    return e.key()
+
+
 class Routes:
     """The routes table of the cluster, as this node holds it."""
 
     def __init__(self, view: ClusterView, purger: QueuePurger | None) -> None:
         self.view = view
         self.purger = purger
-        self.wall_offset_ms = 0
-        self.persist = False
-        self.aof_out: list[bytes] = []
-        self.outbox: list[tuple[str, Message]] = []
-        self.table: dict[tuple[int, str, str, str], RouteEntry] = {}
+        self.stats: dict[str, int] = {
+            "queues_expired": 0,
+            "jobs_purged": 0,
+            "syncs_sent": 0,
+            "syncs_merged": 0,
+        }
+        # The entries, tombstones included, and their sync with peers.
+        self._vt: VersionedTable[tuple[int, str, str, str], RouteEntry] = VersionedTable(
+            view,
+            key=_key,
+            crc=_entry_crc,
+            size=_wire_size,
+            sync=RouteSync,
+            rec_type=REC_ROUTE,
+            encode=encode_entry,
+            decode=decode_entry,
+            stats=self.stats,
+            taken=self._index,
+        )
+        self.table = self._vt.table  # the same dict, as are aof_out and outbox
+        self.aof_out: list[bytes] = self._vt.aof_out
+        self.outbox: list[tuple[str, Message]] = self._vt.outbox
         # Live indexes of the table (tombstones excluded).
         self.exchanges: dict[str, str] = {}  # name -> type
         self.bindings: dict[str, dict[tuple[str, str], None]] = {}  # exchange -> (queue, key)
@@ -140,37 +153,56 @@ class Routes:
         # queue -> its bindings (exchange, key): deleting a queue does not walk them all.
         self._by_queue: dict[str, dict[tuple[str, str], None]] = {}
         self.binding_count = 0
-        self.tombstones = 0
         # The bounds, per instance so a test can lower them (compiled, the module's Final
         # constants are inlined where they are used).
         self.exchanges_max = EXCHANGES_MAX
         self.bindings_max = BINDINGS_MAX
         self.queues_max = QUEUES_MAX
-        self.tombstones_max = TOMBSTONES_MAX
-        self.sync_chunk_bytes = SYNC_CHUNK_BYTES
-        self.stats: dict[str, int] = {
-            "queues_expired": 0,
-            "jobs_purged": 0,
-            "syncs_sent": 0,
-            "syncs_merged": 0,
-        }
         self._expiry: list[tuple[int, str, int]] = []  # (wall deadline, queue, version_ms)
         self._cache: dict[tuple[str, str], list[str]] = {}
         self._patterns: dict[str, list[Token]] = {}
-        self._started_ms = -1
         # Leases are judged on this node's copy of the table, so it expires nothing before a
         # peer's whole table reached it (a node back from a restart holds the declarations
         # of before, not their renewals) nor while it cannot reach a majority (a node cut
         # off misses renewals: its tombstones would delete live queues once the cut heals).
         self.synced = False
-        self._sync_at_ms = 0
-        self._tomb_heap: list[tuple[int, tuple[int, str, str, str]]] = []  # (version, key)
-        # An order-free digest kept up to date entry by entry: the sum of the entries' CRCs.
-        self._digest_sum = 0
 
-    # ------------------------------------------------------------------ clocks
-    def _wall(self, now_ms: int) -> int:
-        return now_ms + self.wall_offset_ms
+    # ------------------------------------------------------------------ the shared table
+    @property
+    def persist(self) -> bool:
+        return self._vt.persist
+
+    @persist.setter
+    def persist(self, on: bool) -> None:
+        self._vt.persist = on
+
+    @property
+    def wall_offset_ms(self) -> int:
+        return self._vt.wall_offset_ms
+
+    @wall_offset_ms.setter
+    def wall_offset_ms(self, ms: int) -> None:
+        self._vt.wall_offset_ms = ms
+
+    @property
+    def tombstones(self) -> int:
+        return self._vt.tombstones
+
+    @property
+    def tombstones_max(self) -> int:
+        return self._vt.tombstones_max
+
+    @tombstones_max.setter
+    def tombstones_max(self, n: int) -> None:
+        self._vt.tombstones_max = n
+
+    @property
+    def sync_chunk_bytes(self) -> int:
+        return self._vt.sync_chunk_bytes
+
+    @sync_chunk_bytes.setter
+    def sync_chunk_bytes(self, n: int) -> None:
+        self._vt.sync_chunk_bytes = n
 
     # ------------------------------------------------------------------ commands
     def declare_exchange(
@@ -271,16 +303,7 @@ class Routes:
         return True
 
     def _local_change(self, now_ms: int, e: RouteEntry) -> None:
-        cur = self.table.get(e.key())
-        e.version_ms = self._wall(now_ms)
-        if cur is not None and e.version_ms <= cur.version_ms:
-            e.version_ms = cur.version_ms + 1  # a later change here is always a newer version
-        e.version_node = self.view.my_id
-        self._apply(now_ms, e, True)
-        peers = self.view.all_peers()
-        for peer in peers:
-            self.outbox.append((peer, RouteSync(entries=[e])))
-        self.stats["syncs_sent"] += len(peers)
+        self._vt.local_change(now_ms, e)
 
     # ------------------------------------------------------------------ routing
     def route(self, exchange: str, routing_key: str) -> list[str] | None:
@@ -334,28 +357,9 @@ class Routes:
         )
 
     # ------------------------------------------------------------------ the table
-    def _apply(self, now_ms: int, e: RouteEntry, purge: bool) -> bool:
-        """Take ``e`` if it is newer than what is held; log it. True: taken."""
-        key = e.key()
-        cur = self.table.get(key)
-        if cur is not None and (cur.version_ms, cur.version_node) >= (
-            e.version_ms,
-            e.version_node,
-        ):
-            return False
-        if e.deleted and e.version_ms < self._keep_edge(now_ms):
-            return False  # would be pruned at once (a peer that has not pruned it yet)
-        self.table[key] = e
-        if cur is not None:
-            self._digest_sum -= _entry_crc(cur)
-            if cur.deleted:
-                self.tombstones -= 1
-        self._digest_sum += _entry_crc(e)
-        if e.deleted:
-            self.tombstones += 1
-            heapq.heappush(self._tomb_heap, (e.version_ms, key))
-        if self.persist:
-            self.aof_out.append(frame(REC_ROUTE, encode_entry(e)))
+    def _index(self, now_ms: int, e: RouteEntry, replay: bool) -> None:
+        """``e`` was taken into the table: the live indexes follow; a queue's tombstone
+        purges the queue (not on replay: the purge's records are in the file)."""
         if e.kind == ROUTE_EXCHANGE:
             self._cache.clear()
             if e.deleted:
@@ -388,7 +392,7 @@ class Routes:
                 by_queue[(e.name, e.routing_key)] = None
         elif e.deleted:
             self.queues.pop(e.name, None)
-            if purge and self.purger is not None:
+            if not replay and self.purger is not None:
                 # Only the jobs created before the delete (ctime: wall ms * 1e6).
                 purged = self.purger.purge_queue(now_ms, e.name, e.version_ms * 1_000_000)
                 self.stats["jobs_purged"] += purged
@@ -396,54 +400,19 @@ class Routes:
             self.queues[e.name] = e
             if e.expires_ms > 0:
                 heapq.heappush(self._expiry, (e.version_ms + e.expires_ms, e.name, e.version_ms))
-        return True
 
     def digest(self) -> int:
         """A digest of the whole table (0 never: it means "no digest" on the wire)."""
-        return (self._digest_sum & 0xFFFFFFFF) or 1
+        return self._vt.digest()
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: RouteSync) -> None:
-        took = False
-        for e in msg.entries:
-            if self._apply(now_ms, e, True):
-                took = True
-        if took:
-            self.stats["syncs_merged"] += 1
-        if msg.whole or (msg.digest and not msg.entries and msg.digest == self.digest()):
+        if self._vt.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole):
             self.synced = True
-        if msg.want:
-            self._send_all(sender, want=False)
-        elif msg.digest and not msg.entries and msg.digest != self.digest():
-            self._send_all(sender, want=True)
 
     def on_link_up(self, now_ms: int, peer: str) -> None:
         """A link came up (a node joined or came back): it gets the whole table."""
-        self._send_all(peer, want=False)
-
-    def _send_all(self, peer: str, want: bool) -> None:
-        chunks = chunked(
-            self.table.values(),
-            lambda e: len(e.name) + len(e.queue) + len(e.routing_key) + 64,
-            self.sync_chunk_bytes,
-        )
-        full, rest = chunks[:-1], chunks[-1]
-        for i, chunk in enumerate(full):
-            self.outbox.append((peer, RouteSync(entries=chunk, want=want and i == 0)))
-        first = not full
-        self.outbox.append(
-            (
-                peer,
-                RouteSync(
-                    entries=rest,
-                    want=want and first,
-                    whole=True,
-                    # An empty table still says so: the peer then knows it is in sync.
-                    digest=self.digest() if not rest and first else 0,
-                ),
-            )
-        )
-        self.stats["syncs_sent"] += 1
+        self._vt.send_all(peer, want=False)
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> int:
@@ -451,7 +420,7 @@ class Routes:
             # Nothing to compare or expire: a peer with routes probes this node, and its
             # empty answer brings them all.
             return -1
-        when = self._sync_at_ms
+        when = self._vt.next_deadline_ms()
         heap = self._expiry
         # A lease this node may not judge now is looked at again in the next digest round.
         while heap and self._may_expire():
@@ -465,16 +434,7 @@ class Routes:
         return when
 
     def tick(self, now_ms: int) -> None:
-        if self._started_ms < 0:
-            self._start(now_ms)
-        if now_ms >= self._sync_at_ms:
-            self._sync_at_ms = now_ms + SYNC_MS
-            self._prune(now_ms)
-            peers = self.view.reachable_peers()
-            if peers and self.table:
-                digest = self.digest()
-                for peer in peers:
-                    self.outbox.append((peer, RouteSync(digest=digest)))
+        self._vt.tick(now_ms)
         size = self.view.cluster_size()
         if size > 1 and 2 * (len(self.view.reachable_peers()) + 1) <= size:
             # Cut off: renewals may be passing this node by. Back with a majority, it judges
@@ -490,12 +450,8 @@ class Routes:
             return True
         return self.synced and 2 * (len(self.view.reachable_peers()) + 1) > size
 
-    def _start(self, now_ms: int) -> None:
-        self._started_ms = now_ms
-        self._sync_at_ms = now_ms + SYNC_MS
-
     def _expire(self, now_ms: int) -> None:
-        wall = self._wall(now_ms)
+        wall = self._vt.wall(now_ms)
         heap = self._expiry
         while heap and heap[0][0] <= wall:
             _deadline, name, version = heapq.heappop(heap)
@@ -505,41 +461,13 @@ class Routes:
             self.stats["queues_expired"] += 1
             self._delete_queue(now_ms, name)
 
-    def _keep_edge(self, now_ms: int) -> int:
-        """Tombstones older than this (wall ms) are dropped: the keep time, whole PRUNE_MS."""
-        return (self._wall(now_ms) - TOMBSTONE_KEEP_MS) // PRUNE_MS * PRUNE_MS
-
-    def _prune(self, now_ms: int) -> None:
-        """Drop the tombstones past the keep edge, and the oldest past ``tombstones_max``."""
-        edge = self._keep_edge(now_ms)
-        heap = self._tomb_heap
-        while heap and (heap[0][0] < edge or self.tombstones > self.tombstones_max):
-            version, key = heapq.heappop(heap)
-            e = self.table.get(key)
-            if e is None or not e.deleted or e.version_ms != version:
-                continue  # replaced since
-            del self.table[key]
-            self.tombstones -= 1
-            self._digest_sum -= _entry_crc(e)
-        if len(heap) > 2 * self.tombstones + 1024:
-            # Entries of tombstones replaced since (a queue declared again) wait for their
-            # day: rebuild from the table so a churn cannot grow the heap past it.
-            self._tomb_heap = [(e.version_ms, k) for k, e in self.table.items() if e.deleted]
-            heapq.heapify(self._tomb_heap)
-
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
         """Replay ROUTE records (no purge: the purges' own records are in the file)."""
-        if self._started_ms < 0:
-            self._start(now_ms)
-        persist, self.persist = self.persist, False
-        for rtype, payload in records:
-            if rtype == REC_ROUTE:
-                self._apply(now_ms, decode_entry(payload), False)
-        self.persist = persist
+        self._vt.restore(now_ms, records)
 
     def snapshot_records(self) -> list[bytes]:
-        return [frame(REC_ROUTE, encode_entry(e)) for e in self.table.values()]
+        return self._vt.snapshot_records()
 
     def has_output(self) -> bool:
-        return bool(self.aof_out or self.outbox)
+        return self._vt.has_output()
