@@ -23,26 +23,10 @@ delivery that failed: ``nacks + additional_deliveries + 1`` before this requeue 
 the first failure waits ``base``, the second ``2 * base``. The counters are the copies'
 shared ones (the maximum of each wins), so every holder computes the same delay.
 
-**MAXDELIVERIES and DEADLETTER are stored, not applied yet.** The design they need, so
-that a job is dead-lettered exactly once although every holder of a copy may requeue it
-(Disque's objection to dead letter queues: several nodes would each move the same job):
-
-1. *One decider per job.* Only the node that would requeue the job decides: a requeue is
-   already single-winner (WILLQUEUE asks the other holders first, a QUEUED answer stops
-   it, and two copies queued at once keep the one of ``compare_ids_by_job``'s winner).
-   A requeue whose count reaches MAXDELIVERIES becomes a dead-letter move instead.
-2. *The move is a keyed add.* The dead letter job is added to the DEADLETTER queue with the
-   idempotency key ``deadletter:<job id>`` (disq/core/disque/keyvote.py: a key binds one
-   job cluster-wide by a majority vote). Two nodes deciding at once (a partition, a lost
-   QUEUED) both propose; the vote binds one job and the other add answers the first's id.
-   Without a majority the move waits (the job stays held, never requeued nor dropped).
-3. *Then the original is acked*, only once the keyed add is bound (its reply says so), by
-   the ordinary ACKJOB path (SETACK to every holder): a crash between the two leaves a
-   bound key and a live job, and the next decider's add of the same key answers the bound
-   id and goes on to the ack. So the dead letter queue gets the job once and the original
-   is not delivered again once every holder learned the ack.
-4. *Counters agree.* The decision reads ``nacks + additional_deliveries``; copies merge
-   those by maximum, so a copy that missed a count decides later, never twice (the key).
+**MAXDELIVERIES and DEADLETTER** are applied by disq/core/disque/deadletter.py (which asks
+``limit``): a job that failed MAXDELIVERIES deliveries is moved to the DEADLETTER queue once
+(one decider, a keyed add bound by a majority vote, then the ack), or dropped without one.
+Beanstalk tubes bury at the limit instead (the beanstalk engine asks the same ``limit``).
 """
 
 from __future__ import annotations
