@@ -33,20 +33,21 @@ copy may requeue the job, so several would each move it):
    twice.
 
 **What a dead letter keeps.** The body, the original's headers, and headers saying where it
-came from (``HEADER_*`` below: the source queue, the reason, the original id, its counters).
-A dead letter's copies follow the original's replication level (as many as the reachable
-nodes hold, when fewer: a node down does not stop a move that a majority can bind); its TTL
-and RETRY are the defaults of an add (a day, five minutes): what a consumer of the dead
-letter queue expects of a job there. When the original's headers leave no room for those
-(``HEADERS_MAX`` pairs, ``HEADERS_MAX_BYTES``), the original's last ones are dropped, never
-the move.
+came from (``HEADER_*`` below: the source queue, the reason, the original id, its
+counters). A dead letter's copies follow the original's replication level (as many as the
+reachable nodes hold, when fewer: a node down does not stop a move that a majority can
+bind) and its RETRY (a consumer of the dead letter queue gets the time the original's
+consumers had); its TTL is an add's default (a day), counted afresh: the dead letter
+outlives its original. When the original's headers leave no room for those (``HEADERS_MAX``
+pairs, ``HEADERS_MAX_BYTES``), the original's last ones are dropped, never the move.
 
 **QREDRIVE** moves the dead letters queued on this node (as QLEN and QPEEK, a node's queue)
 back to their source queue, or to the queue it names: each becomes a new job there (fresh
 counters) by the same keyed add (``redrive:<dead letter id>``: a redrive repeated after a
 crash adds nothing twice), the dead letter is acked once the new job exists, and the answer
-counts the jobs moved. A dead letter without a source queue (not made by a policy) moves
-only with TO. Meanwhile the dead letter is held on every holder, as a move holds.
+counts the jobs moved (with the dead letter's replication and RETRY). A dead letter without
+a source queue (not made by a policy) moves only with TO. Meanwhile the dead letter is held
+on every holder, as a move holds.
 
 A component of the core (``core.dead_letters``); the job table, the add and the ack are the
 core's (:class:`DeadLetterHost`), the policies the cluster's table (``policies``, None on a
@@ -179,6 +180,7 @@ class DeadLetters:
         opts = AddOptions(
             MOVE_TIMEOUT_MS,
             repl=self._repl(j),
+            retry_s=j.retry_s or None,
             idem_key="deadletter:" + j.id,
             headers=dead_letter_headers(j),
         )
@@ -244,7 +246,11 @@ class DeadLetters:
             host.requeue._hold_everywhere(d, now_ms, MOVE_HOLD_MS)
             add_token = self._token()
             opts = AddOptions(
-                MOVE_TIMEOUT_MS, repl=self._repl(d), idem_key="redrive:" + d.id, headers=_kept(d)
+                MOVE_TIMEOUT_MS,
+                repl=self._repl(d),
+                retry_s=d.retry_s or None,
+                idem_key="redrive:" + d.id,
+                headers=_kept(d),
             )
             try:
                 res = host.add_job(now_ms, add_token, target, d.body, opts)

@@ -13,6 +13,8 @@ T0_MS = 1_700_000_000_000  # a realistic epoch: ctime = ms * 1e6 must stay withi
 INF = 1 << 62
 SCHED_SKIP_QUEUE = "sq"  # the SKIP schedules' queue: the nemesis pauses only ``queues``
 SCHED_SHARE = 0.2  # share of the sweep's seeds with schedules
+DEAD_LETTER_QUEUE = "dq"  # the dead letter queue of ``max_deliveries``' policy
+DEAD_LETTER_SHARE = 0.25  # share of the sweep's seeds with a delivery limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,11 @@ class SimConfig:
     schedules: int = 0
     # One schedule is paused from one node and resumed from another during the chaos phase.
     schedule_changes: bool = False
+    # A queue policy (disq/core/disque/deadletter.py): the first of ``queues`` gets
+    # MAXDELIVERIES ``max_deliveries`` DEADLETTER ``DEAD_LETTER_QUEUE``, set on one node
+    # before the clients start; the consumers and the drain read the dead letter queue too.
+    # Invariant 11. 0: no policy.
+    max_deliveries: int = 0
     trace: bool = False
 
 
@@ -152,6 +159,9 @@ def sweep_config(seed: int, **overrides: Any) -> SimConfig:
             duration_ms=r.randint(3000, 6000),
             settle_ms=r.randint(8000, 12000),  # healthy ticks after the heal, SKIP's too
         )
+    # A delivery limit: drawn after the schedules, so every field above keeps its value.
+    if r.random() < DEAD_LETTER_SHARE:
+        cfg = dataclasses.replace(cfg, max_deliveries=r.choice((1, 2, 3)))
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
 
 

@@ -48,11 +48,19 @@ replayed with tracing, the job's history and its messages):
    definition and stayed up, unfrozen, not leaving and on one side of any partition from
    ``LEAD_MS`` before the fastest clock reached the tick until the slowest clock's misfire
    edge (tick + MISFIRE_MS), with no change of the schedule in that time.
+11. Dead letters (``max_deliveries``, disq/core/disque/deadletter.py): no job is dead-lettered
+   twice, none is lost. Twice: the dead letters delivered for one original (their
+   ``disq-original-id`` header) are one job id, checked as each is delivered, whatever the
+   faults; a dead letter's body is its original's. Lost: invariants 1 and 9 excuse a job
+   (never delivered: its copies' counters over-count a requeue when a QUEUED is lost, as
+   Disque's do; or delivered, and no ACK followed the last delivery) only if a dead letter
+   of it was delivered (by a consumer, or the drain) by the end.
 """
 
 from __future__ import annotations
 
 from disq.core.disque.counts import from_scratch
+from disq.core.disque.deadletter import HEADER_ORIGINAL
 from disq.core.disque.job import (
     ACKED,
     ACTIVE,
@@ -194,6 +202,29 @@ class Invariants:
                 d.job_id,
             )
 
+    def dead_letter_delivery(self, d: Delivery, j: DJob) -> None:
+        """Invariant 11, as a dead letter is delivered: one dead letter per original."""
+        w = self.w
+        original = dict(j.headers or ()).get(HEADER_ORIGINAL, b"").decode("latin-1")
+        # Its original's body, when a delivery or an add showed it (a copy over-counting a
+        # lost QUEUED may dead-letter a job never delivered; a schedule's tick is no add).
+        # A keyed retry's body is the first's with ``r<n>`` added: compare the first's.
+        known = w.body_of.get(original, d.body)
+        if not original or known.split(b"r", 1)[0] != d.body.split(b"r", 1)[0]:
+            why = "no header names its original" if not original else f"{original} differs"
+            raise w.violation("11 (dead letters)", f"dead letter {d.job_id}: {why}", d.job_id)
+        w.dead_letter_ids.add(d.job_id)
+        ids = w.dead_letters.setdefault(original, set())
+        ids.add(d.job_id)
+        w.stats["dead_letters_delivered"] = w.stats.get("dead_letters_delivered", 0) + 1
+        if len(ids) > 1:
+            raise w.violation(
+                "11 (dead letters)",
+                f"{original} was dead-lettered twice: {sorted(ids)} (the last delivered by "
+                f"n{d.node} at t={d.t - T0_MS})",
+                original,
+            )
+
     def check_final(self) -> None:
         cfg = self.w.cfg
         self._check_idem()
@@ -204,8 +235,8 @@ class Invariants:
             if rec.status != "ok" or rec.retry_s == 0:
                 continue  # indeterminate/refused, or at-most-once (may be lost by design)
             assert rec.job_id is not None
-            if rec.job_id in self.w.delivered:
-                continue
+            if rec.job_id in self.w.delivered or rec.job_id in self.w.dead_letters:
+                continue  # delivered, or its dead letter was (invariant 11)
             if rec.t_start + cfg.ttl_s * 1000 <= self.w.now + 2 * cfg.clock_skew_ms + 1000:
                 continue  # it may have expired (every node drops its own copy at its TTL)
             if cfg.fsync_lost and self._lost_everywhere(rec.job_id):
@@ -266,6 +297,8 @@ class Invariants:
             ds = self.w.delivered.get(job_id, [])
             covered = self.w.ack_cover.get(job_id, 0)
             what = ""
+            if job_id in self.w.dead_letters and not live:
+                continue  # dead-lettered: its dead letter was delivered (invariant 11)
             if ds and covered < len(ds) and (job_id not in self.w.ack_cover or live):
                 last = ds[-1]
                 drops = self.w.drops.get(job_id, 0)
@@ -329,6 +362,8 @@ class Invariants:
                         rec.job_id, f"answered to {rec.body!r} on n{rec.node}"
                     )
         for job_id, ds in self.w.delivered.items():
+            if job_id in self.w.dead_letter_ids:
+                continue  # a policy's keyed move, not the producer's job (invariant 11)
             made = self.w.adds.get(ds[0].body)
             if made is not None and made.idem_key:
                 jobs.setdefault(made.idem_key, {}).setdefault(

@@ -323,7 +323,14 @@ class Schedules:
         """The drain goes on while a required tick has no delivered job."""
         if not self.scheds:
             return False
-        return any(key not in self.sched_delivered for key in self._sched_required())
+        return any(not self._got(key) for key in self._sched_required())
+
+    def _got(self, key: str) -> bool:
+        """A job was delivered for the tick ``key``, or a dead letter of its job (a queue's
+        delivery limit moved it, invariant 11)."""
+        if key in self.sched_delivered:
+            return True
+        return any(job_id in self.w.dead_letters for job_id in self.sched_jobs.get(key, {}))
 
     def check(self) -> None:
         """Invariant 10, none lost (none twice is checked as jobs show up)."""
@@ -332,8 +339,9 @@ class Schedules:
         required = self._sched_required()
         self.w.stats["sched_ticks_required"] = len(required)
         self.w.stats["sched_ticks_delivered"] = len(self.sched_delivered)
-        got = self.sched_delivered
-        missing = sorted((tick, name) for key, (name, tick) in required.items() if key not in got)
+        missing = sorted(
+            (tick, name) for key, (name, tick) in required.items() if not self._got(key)
+        )
         if missing:
             tick, name = missing[0]
             rec = self.scheds[name]

@@ -123,6 +123,8 @@ class Simulation:
                 # met only each other and a node 0 alone would be two clusters).
                 w.at(T0_MS + MEET_RETRY_MS, self._remeet, nd.idx)
 
+        if cfg.max_deliveries:
+            w.at(T0_MS + 1, self.workload.set_policy, None)
         w.start_clients(self.workload.produce, self.workload.consume)
         if cfg.beanstalk_jobs:
             w.start_clients(self.beanstalk.produce, self.beanstalk.consume)

@@ -9,6 +9,7 @@ from functools import partial
 from disq.core.disque.api import PENDING, AddOptions, DeferredResult, DisqueError
 from disq.core.disque.job import ACKED, WAIT_REPL, DJob
 from disq.core.schedule.scheduler import KEY_PREFIX
+from disq.testing.sim.config import DEAD_LETTER_QUEUE
 from disq.testing.sim.invariants import Invariants
 from disq.testing.sim.model import AddRec, Delivery, InvariantViolation, Op, SimNode
 from disq.testing.sim.schedules import Schedules
@@ -143,6 +144,32 @@ class Workload:
             self.stepper.flush(nd)  # the reply leaves after the step's AOF records (group commit)
             self._add_done(rec, "ok", job_id=res, nd=nd)
             self._next_add(p, rec)
+
+    def set_policy(self, _: object) -> None:
+        """``max_deliveries``: the first queue's delivery limit, set on one live node (the
+        cluster spreads it)."""
+        up = self.w.up_nodes()
+        if not up:
+            self.w.at(self.w.now + 100, self.set_policy, None)
+            return
+        nd = up[0]
+        cfg = self.w.cfg
+        now = self.w.now + nd.skew
+        nc = self.w.node_core(nd)
+        self.w.guard(
+            nd,
+            nc.qpolicy_set,
+            now,
+            cfg.queues[0],
+            max_deliveries=cfg.max_deliveries,
+            dead_letter=DEAD_LETTER_QUEUE,
+        )
+        if self.w.tr:
+            self.w.t(
+                f"qpolicy {nd.name} {cfg.queues[0]} MAXDELIVERIES {cfg.max_deliveries} "
+                f"DEADLETTER {DEAD_LETTER_QUEUE}"
+            )
+        self.stepper.flush(nd)
 
     def _cancel(self, arg: tuple[int, int, int]) -> None:
         """The producer hangs up before its sync ADDJOB answered (client timeout)."""
@@ -315,6 +342,8 @@ class Workload:
                 self.w.t(f"DELIVERED {nd.name} c{c} {j.id} {j.body!r}")
             if j.idem_key.startswith(KEY_PREFIX):
                 self.schedules.delivery(d, j)  # a schedule's tick (invariant 10)
+            elif j.queue == DEAD_LETTER_QUEUE:
+                self.checks.dead_letter_delivery(d, j)  # a policy's move (invariant 11)
             else:
                 self.checks.check_delivery(d)
             if c < 0:

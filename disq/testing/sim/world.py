@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from disq.core.disque.api import DisqueError
 from disq.core.node_core import NodeCore
-from disq.testing.sim.config import SCHED_SKIP_QUEUE, T0_MS, SimConfig
+from disq.testing.sim.config import DEAD_LETTER_QUEUE, SCHED_SKIP_QUEUE, T0_MS, SimConfig
 from disq.testing.sim.model import (
     AddRec,
     BeanRec,
@@ -129,6 +129,9 @@ class World:
         self.adds: dict[bytes, AddRec] = {}
         self.deliveries: list[Delivery] = []
         self.delivered: dict[str, list[Delivery]] = {}
+        # Dead letters delivered (invariant 11): the original's id -> the dead letters' ids.
+        self.dead_letters: dict[str, set[str]] = {}
+        self.dead_letter_ids: set[str] = set()
         self.body_of: dict[str, bytes] = {}
         # job id -> [(step, node, HOLDS|GONE|FLYING|LANDED|WAITING)] from the AOF stream, the
         # copies on the wire and the creators' WAIT_REPL copies: invariant 2.
@@ -168,6 +171,8 @@ class World:
         self.queues_all = cfg.queues
         if cfg.schedules and SCHED_SKIP_QUEUE not in cfg.queues:
             self.queues_all = (*cfg.queues, SCHED_SKIP_QUEUE)
+        if cfg.max_deliveries:
+            self.queues_all = (*self.queues_all, DEAD_LETTER_QUEUE)
         # (sim time, per node: available, side, takes copies) at each nemesis action, for
         # the schedules' invariant (only with schedules: nothing else reads it)
         self.avail_log: list[tuple[int, tuple[bool, ...], tuple[int, ...], tuple[bool, ...]]] = []
