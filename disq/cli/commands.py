@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -83,6 +84,8 @@ def cmd_put(args: argparse.Namespace, c: Client, out: Out) -> int:
     options.update(
         AddOptions(repl_timeout_ms=args.timeout_ms, delay_s=args.delay, maxlen=args.maxlen)
     )
+    if args.headers:
+        options["headers"] = args.headers
     job_id = c.add_job(args.queue, _body(args), **options)
     out.emit({"id": job_id}, job_id + "\n")
     return 0
@@ -137,6 +140,32 @@ def cmd_qlen(args: argparse.Namespace, c: Client, out: Out) -> int:
 def cmd_purge(args: argparse.Namespace, c: Client, out: Out) -> int:
     n = c.purge_queue(args.queue)
     out.emit({"queue": args.queue, "purged": n}, f"{n}\n")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace, c: Client, out: Out) -> int:
+    n = c.redrive(args.queue, to=args.to, count=args.count)
+    out.emit({"queue": args.queue, "redriven": n}, f"{n}\n")
+    return 0
+
+
+POLICY_HEADERS = ("QUEUE", "MAXDELIVERIES", "DEADLETTER", "BACKOFF_BASE_S", "BACKOFF_MAX_S")
+
+
+def cmd_policies(args: argparse.Namespace, c: Client, out: Out) -> int:
+    policies = c.queue_policies()
+    docs = [dataclasses.asdict(p) for p in policies]  # queue, max_deliveries, ...
+    rows = [
+        (
+            p.queue,
+            p.max_deliveries or None,
+            p.dead_letter or None,
+            p.backoff_base_s if p.backoff_max_s else None,
+            p.backoff_max_s or None,
+        )
+        for p in policies
+    ]
+    out.emit(docs, table(POLICY_HEADERS, rows))
     return 0
 
 
@@ -324,6 +353,8 @@ COMMANDS: dict[str, Command] = {
     "peek": cmd_peek,
     "qlen": cmd_qlen,
     "purge": cmd_purge,
+    "redrive": cmd_redrive,
+    "policies": cmd_policies,
     "routes": cmd_routes,
     "queues": cmd_queues,
     "pause": cmd_pause,
@@ -353,6 +384,26 @@ def _seconds(text: str) -> float:
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be >= 0: {text}")
     return value
+
+
+class _Header(argparse.Action):
+    """``--header key=value``, repeatable, into one dict; a key given twice is refused."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        key, eq, value = str(values).partition("=")
+        if not eq or not key:
+            parser.error(f"{option_string}: KEY=VALUE, not {values!r}")
+        headers: dict[str, str] = dict(getattr(namespace, self.dest) or {})
+        if key in headers:
+            parser.error(f"{option_string}: header {key!r} given twice")
+        headers[key] = value
+        setattr(namespace, self.dest, headers)
 
 
 def _peek_count(text: str) -> int:
@@ -410,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ttl", type=_non_negative, help="seconds the job lives (default 1 day)")
     s.add_argument("--maxlen", type=_non_negative, help="refuse if the queue is this long")
     s.add_argument("--async", dest="async_", action="store_true", help="replicate later")
+    s.add_argument(
+        "--header",
+        dest="headers",
+        action=_Header,
+        metavar="KEY=VALUE",
+        help="a header the job carries (repeatable; the value as UTF-8 text)",
+    )
 
     s = cmd("get", "take jobs from queues (nothing printed if none came)")
     s.add_argument("queues", nargs="+", metavar="QUEUE")
@@ -427,6 +485,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("purge", "ack every queued job of a queue on every node; prints how many").add_argument(
         "queue"
     )
+    s = cmd("redrive", "dead letters back to their source queue, on every node; prints how many")
+    s.add_argument("queue", metavar="DLQ", help="the dead-letter queue")
+    s.add_argument("--to", help="into this queue instead of each job's source queue")
+    s.add_argument("--count", type=_positive, help="at most this many per node (1..10000)")
+    cmd("policies", "every queue policy the cluster keeps (QPOLICY LIST)")
     cmd("routes", "the exchanges, bindings and queue declarations the cluster keeps")
     cmd("queues", "every queue of the cluster, lengths summed over nodes")
     s = cmd("pause", "read or set a queue's pause state")

@@ -577,13 +577,17 @@ class AsyncClient(
         self.view.learn_ports(r)  # with discovery off too
         return r
 
-    async def _call_node(self, node: str, method: str, request: Any) -> Any:
+    async def _call_node(
+        self, node: str, method: str, request: Any, *, timeout_s: float | None = None
+    ) -> Any:
         """One call to one node (its gRPC address), never retried elsewhere: for what is per
-        node (its jobs, its event log, its INFO)."""
+        node (its jobs, its event log, its INFO). ``timeout_s``: its deadline, default the
+        client's ``timeout_s``."""
         n = self.view.node(node)
+        wait_s = self.timeout_s if timeout_s is None else timeout_s
         try:
             return await getattr(self._stub(n), method)(
-                request, timeout=self.timeout_s, metadata=self._metadata
+                request, timeout=wait_s, metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
             err = refusal(exc, n.addr)

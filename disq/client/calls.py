@@ -34,8 +34,11 @@ class NodeCalls(Protocol):
         node to try first; ``timeout_s``: its deadline, default AsyncClient's own)."""
         ...
 
-    async def _call_node(self, node: str, method: str, request: Any) -> Any:
-        """One call to one node (its gRPC address), never retried elsewhere."""
+    async def _call_node(
+        self, node: str, method: str, request: Any, *, timeout_s: float | None = None
+    ) -> Any:
+        """One call to one node (its gRPC address), never retried elsewhere (``timeout_s``:
+        its deadline, default AsyncClient's own)."""
         ...
 
 

@@ -261,6 +261,26 @@ class GetQueuePolicyResponse(_message.Message):
     policy: QueuePolicy
     def __init__(self, found: _Optional[bool] = ..., policy: _Optional[_Union[QueuePolicy, _Mapping]] = ...) -> None: ...
 
+class ListQueuePoliciesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQueuePoliciesResponse(_message.Message):
+    __slots__ = ("policies",)
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    policies: _containers.RepeatedCompositeFieldContainer[QueuePolicy]
+    def __init__(self, policies: _Optional[_Iterable[_Union[QueuePolicy, _Mapping]]] = ...) -> None: ...
+
+class RedriveRequest(_message.Message):
+    __slots__ = ("queue", "to", "count")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    to: str
+    count: int
+    def __init__(self, queue: _Optional[str] = ..., to: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
 class JobInfo(_message.Message):
     __slots__ = ("found", "id", "queue", "state", "repl", "ttl_s", "ctime", "delay_s", "retry_s", "nacks", "additional_deliveries", "nodes_delivered", "nodes_confirmed", "next_requeue_within_ms", "next_awake_within_ms", "body", "idempotency_key", "result", "headers")
     class HeadersEntry(_message.Message):

@@ -229,6 +229,16 @@ class QueueStub:
                 request_serializer=disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
                 response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
                 _registered_method=True)
+        self.ListQueuePolicies = channel.unary_unary(
+                '/disq.v1.Queue/ListQueuePolicies',
+                request_serializer=disq_dot_v1_dot_api__pb2.ListQueuePoliciesRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.ListQueuePoliciesResponse.FromString,
+                _registered_method=True)
+        self.Redrive = channel.unary_unary(
+                '/disq.v1.Queue/Redrive',
+                request_serializer=disq_dot_v1_dot_api__pb2.RedriveRequest.SerializeToString,
+                response_deserializer=disq_dot_v1_dot_api__pb2.Count.FromString,
+                _registered_method=True)
 
 
 class QueueServicer:
@@ -498,6 +508,23 @@ class QueueServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueuePolicies(self, request, context):
+        """Every queue with a policy, by name (QPOLICY LIST).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Redrive(self, request, context):
+        """QREDRIVE: the dead letters of `queue` queued ON THIS NODE back to their source queue (or
+        `to`) as new jobs with fresh counters; count: how many moved. Dead letters sit on the
+        node that moved them: ask every node for all of them. A bad argument is SYNTAX, with
+        QREDRIVE's message, and nothing moves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -694,6 +721,16 @@ def add_QueueServicer_to_server(servicer, server):
             'DeleteQueuePolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteQueuePolicy,
                     request_deserializer=disq_dot_v1_dot_api__pb2.QueueName.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
+            ),
+            'ListQueuePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueuePolicies,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.ListQueuePoliciesRequest.FromString,
+                    response_serializer=disq_dot_v1_dot_api__pb2.ListQueuePoliciesResponse.SerializeToString,
+            ),
+            'Redrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Redrive,
+                    request_deserializer=disq_dot_v1_dot_api__pb2.RedriveRequest.FromString,
                     response_serializer=disq_dot_v1_dot_api__pb2.Count.SerializeToString,
             ),
     }
@@ -1749,6 +1786,60 @@ class Queue:
             target,
             '/disq.v1.Queue/DeleteQueuePolicy',
             disq_dot_v1_dot_api__pb2.QueueName.SerializeToString,
+            disq_dot_v1_dot_api__pb2.Count.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueuePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/ListQueuePolicies',
+            disq_dot_v1_dot_api__pb2.ListQueuePoliciesRequest.SerializeToString,
+            disq_dot_v1_dot_api__pb2.ListQueuePoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Redrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/disq.v1.Queue/Redrive',
+            disq_dot_v1_dot_api__pb2.RedriveRequest.SerializeToString,
             disq_dot_v1_dot_api__pb2.Count.FromString,
             options,
             channel_credentials,

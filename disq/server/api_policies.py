@@ -1,8 +1,14 @@
 """The Queue service's queue policy RPCs: SetQueuePolicy, GetQueuePolicy, DeleteQueuePolicy,
-on top of the results RPCs (api_results.py). QPOLICY's grammar over RESP is
-disq/doors/disque/policies.py; both give the command to the node core, whose policy table
-every node keeps (disq/core/policy/). A refusal is SYNTAX (a bad field) or LIMIT (the table
-is full), and stores nothing; the answer follows the change's record.
+ListQueuePolicies, and Redrive (QREDRIVE), on top of the results RPCs (api_results.py).
+QPOLICY's and QREDRIVE's grammar over RESP is disq/doors/disque/policies.py; both give the
+command to the node core, whose policy table every node keeps (disq/core/policy/). A refusal
+is SYNTAX (a bad field) or LIMIT (the table is full), and stores nothing; the answer follows
+the change's record.
+
+Redrive is per node, as QREDRIVE: it moves the dead letters queued here. Its adds wait for
+their copies, so it takes a token as SetResult does and the count arrives later (PENDING);
+its checks are QREDRIVE's (the COUNT bound by the door's own parser, TO naming the queue
+itself by the core), with the same messages.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ from typing import Any
 
 import grpc
 
+from disq.core.disque.api import Pending
+from disq.core.disque.deadletter import REDRIVE_MAX
+from disq.core.messages import PolicyEntry
 from disq.core.policy.table import PolicyError
+from disq.doors.disque.policies import _number
 from disq.proto_gen import api_pb2
 from disq.server.api_results import ResultsQueueApi
-from disq.server.api_service import ApiError, _queue
+from disq.server.api_service import ApiError, _added, _api_queue, _queue
 
 
 def policy_error(exc: PolicyError) -> ApiError:
@@ -55,13 +65,7 @@ class PoliciesQueueApi(ResultsQueueApi):
             e = policies.get(queue) if policies is not None else None
             if e is None:
                 return api_pb2.GetQueuePolicyResponse(found=False)
-            policy = api_pb2.QueuePolicy(
-                queue=request.queue,
-                max_deliveries=e.max_deliveries,
-                dead_letter=e.dead_letter,
-                backoff_base_s=e.backoff_base_s,
-                backoff_max_s=e.backoff_max_s,
-            )
+            policy = _policy(e, request.queue)
             return api_pb2.GetQueuePolicyResponse(found=True, policy=policy)
 
         return await self._call(context, body)
@@ -77,3 +81,47 @@ class PoliciesQueueApi(ResultsQueueApi):
             return api_pb2.Count(count=n)
 
         return await self._call(context, body)
+
+    async def ListQueuePolicies(
+        self, request: api_pb2.ListQueuePoliciesRequest, context: Any
+    ) -> Any:
+        async def body() -> api_pb2.ListQueuePoliciesResponse:
+            policies = self.node.core.policies
+            entries = policies.live_entries() if policies is not None else []
+            return api_pb2.ListQueuePoliciesResponse(
+                policies=[_policy(e, _api_queue(e.queue)) for e in entries]
+            )
+
+        return await self._call(context, body)
+
+    async def Redrive(self, request: api_pb2.RedriveRequest, context: Any) -> Any:
+        async def body() -> api_pb2.Count:
+            queue = _queue(request.queue)
+            to = _queue(request.to) if request.to else ""
+            count = request.count
+            try:
+                if count:  # QREDRIVE's COUNT check, message and all; 0: every one
+                    _number([b"%d" % count], 0, "COUNT", 1, REDRIVE_MAX)
+            except PolicyError as exc:
+                raise policy_error(exc) from None
+            self._check_disk()
+            token = self.node.new_token()
+            got = self.node.core.qredrive(self._now(), token, queue, to, count)
+            if isinstance(got, Pending):
+                (result,) = await self._wait([token])
+                return api_pb2.Count(count=int(_added(result)))  # the count, as text
+            self._done()
+            await self.node.durable()  # the acks' records, as the RESP door's answer
+            return api_pb2.Count(count=got)
+
+        return await self._call(context, body)
+
+
+def _policy(e: PolicyEntry, queue: str) -> api_pb2.QueuePolicy:
+    return api_pb2.QueuePolicy(
+        queue=queue,
+        max_deliveries=e.max_deliveries,
+        dead_letter=_api_queue(e.dead_letter) if e.dead_letter else "",
+        backoff_base_s=e.backoff_base_s,
+        backoff_max_s=e.backoff_max_s,
+    )

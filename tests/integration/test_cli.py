@@ -144,6 +144,23 @@ def test_show_lists_a_jobs_headers(node: str) -> None:
     assert doc["headers"] == {"tenant": "acme"} and doc["headers_b64"] == {"raw": "/w=="}
 
 
+def test_put_sets_headers(node: str) -> None:
+    args = ("put", "hq", "x", "--header", "tenant=acme", "--header", "expr=a=b")
+    job_id = ok_json(node, *args)["id"]
+    assert ok_json(node, "show", job_id)["headers"] == {"tenant": "acme", "expr": "a=b"}
+    [job] = ok_json(node, "get", "hq")
+    assert job["id"] == job_id
+    for bad in (
+        ("--header", "novalue"),
+        ("--header", "=v"),
+        ("--header", "k=1", "--header", "k=2"),
+    ):
+        r = disq(node, "put", "hq", "x", *bad)
+        assert r.returncode == 2 and r.stdout == "" and "--header" in r.stderr, bad
+    assert ok(node, "qlen", "hq") == "0\n"  # the refused ones added nothing
+    ok(node, "ack", job_id)
+
+
 def test_show_of_an_unknown_job_is_an_error(node: str) -> None:
     job_id = ok(node, "put", "gone", "x").strip()
     assert ok(node, "ack", job_id) == "1\n"

@@ -16,7 +16,9 @@ REQUIRED_RPCS = {
     # results kept by the cluster
     "SetResult", "GetResult", "DeleteResult",
     # queue policies kept by the cluster
-    "SetQueuePolicy", "GetQueuePolicy", "DeleteQueuePolicy",
+    "SetQueuePolicy", "GetQueuePolicy", "DeleteQueuePolicy", "ListQueuePolicies",
+    # dead letters back (QREDRIVE, per node)
+    "Redrive",
 }  # fmt: skip
 REQUIRED_REASONS = {
     "NOREPL", "MAXLEN", "PAUSED", "OOM", "BADID", "NOJOB", "TOOLATE", "LEAVING",
