@@ -155,6 +155,7 @@ class NodeCore:
         self._bputs: dict[int, tuple[Session, int]] = {}  # token -> (session, beanstalk id)
         self._in_flight: Ready | None = None
         self.cluster_cores: ClusterCores | None = None
+        beanstalk.max_reserves = self._max_reserves  # QPOLICY MAXDELIVERIES on tubes
         if disque is not None:
             from disq.core.node_cluster import ClusterCores
 
@@ -169,6 +170,11 @@ class NodeCore:
         from disq.core.node_cluster import ClusterCores
 
         self.cluster_cores = ClusterCores(disque, membership, self._next_token, True)
+
+    def _max_reserves(self, tube: str) -> int:
+        """The tube's MAXDELIVERIES (0: none, or no cluster), for the beanstalk core."""
+        cluster = self.cluster_cores
+        return cluster.policies.limit(tube)[0] if cluster is not None else 0
 
     # The cluster's cores, read where they live (None: no cluster attached).
     @property

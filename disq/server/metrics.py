@@ -135,6 +135,8 @@ class NodeCollector(Collector):
             (G, "disq_beanstalk_jobs", "Jobs in the beanstalk core.", len(bs.jobs)),
             (G, "disq_beanstalk_memory_used_bytes", "Bytes of beanstalk job bodies held.",
              bs.used_bytes),
+            (C, "disq_beanstalk_policy_buried",
+             "Jobs buried by their tube's queue policy (MAXDELIVERIES).", bs.policy_buried),
         ))  # fmt: skip
         tubes = list(bs.tubes.values())
         depth = {

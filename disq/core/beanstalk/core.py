@@ -10,6 +10,15 @@ goes to outboxes:
 
 ``next_deadline_ms()`` says when ``tick(now_ms)`` is next needed: the server keeps one timer
 for it, never one per job (beanstalkd's "process what is due, sleep until the next deadline").
+
+**Queue policies.** A tube's MAXDELIVERIES (QPOLICY, read through ``max_reserves``) buries a
+job reserved that many times when it comes back (a release, its TTR running out, its
+session closing) instead of queueing it again: beanstalk's own dead letter (a ``buried``
+event, ``policy_buried``; DEADLETTER does not apply to tubes). The release is still
+answered RELEASED: the client released, the policy then buried (beanstalkd answers BURIED
+to a release only when out of memory). A kick out of buried is "try again": the job gets
+MAXDELIVERIES more reserves (``kick_reserves``, in memory only: after a restart the count
+is the job's total reserves, so a kicked job released again is buried at once).
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from disq.persistence import records
 from disq.persistence.framing import frame as _frame
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 DEFAULT_TUBE = "default"
 SAFETY_MARGIN_MS = 1000  # beanstalkd's DEADLINE_SOON margin
@@ -115,6 +124,9 @@ class BeanstalkCore:
         # Lifecycle events (ids are the numeric job ids); off until a node with an event log
         # turns them on, since nobody would drain them.
         self.events = ev.EventBuffer(enabled=False)
+        # A tube's MAXDELIVERIES (0: none), set by the node core over the queue policies;
+        # None: no policies (module docstring).
+        self.max_reserves: Callable[[str], int] | None = None
         # int results: a replicated put confirmed (INSERTED <id>), delivered by the cluster.
         self.wakeups: list[tuple[Session, Job | str | int]] = []
         # Global counters (beanstalkd `stats`); per-command counters live with the door.
@@ -125,6 +137,7 @@ class BeanstalkCore:
         self.buried_count = 0
         self.total_jobs = 0
         self.job_timeouts = 0
+        self.policy_buried = 0  # jobs buried by their tube's MAXDELIVERIES
         self.total_sessions = 0
         self.producer_count = 0
         self.worker_count = 0
@@ -177,7 +190,8 @@ class BeanstalkCore:
         self._stop_waiting(s)
         for job in list(s.reserved.values()):
             self._unreserve(s, job)
-            self._make_ready(job)
+            if not self._spent(job, now_ms):
+                self._make_ready(job)
         s.use.using_count -= 1
         touched = [s.use]
         for tube in s.watch:
@@ -451,6 +465,8 @@ class BeanstalkCore:
         job.delay_ms = delay_ms
         job.releases += 1
         self.events.add(ev.NACKED, now_ms, job.tube.name, job.id, job.releases, len(job.body))
+        if self._spent(job, now_ms):
+            return
         if delay_ms:
             self._make_delayed(job, now_ms + delay_ms)
         else:
@@ -470,6 +486,22 @@ class BeanstalkCore:
         self.events.add(ev.BURIED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
         self._make_buried(job)
         self._log_update(job)
+
+    def _spent(self, job: Job, now_ms: int) -> bool:
+        """Bury a job come back (unreserved) that its tube's MAXDELIVERIES allows no more
+        reserves since its last kick; False leaves it to the caller (module docstring)."""
+        limit = self.max_reserves
+        if limit is None:
+            return False
+        n = limit(job.tube.name)
+        if n <= 0 or job.reserves - job.kick_reserves < n:
+            return False
+        job.buries += 1
+        self.policy_buried += 1
+        self.events.add(ev.BURIED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
+        self._make_buried(job)
+        self._log_update(job)
+        return True
 
     def touch(self, s: Session, job_id: int, now_ms: int) -> None:
         job = self._reserved_by(s, job_id)
@@ -506,6 +538,8 @@ class BeanstalkCore:
             self._process_queue(now_ms)
 
     def _kick_one(self, job: Job, now_ms: int) -> None:
+        if job.state == BURIED:
+            job.kick_reserves = job.reserves  # "try again": MAXDELIVERIES more reserves
         self._take_out(job)
         job.kicks += 1
         self.events.add(ev.KICKED, now_ms, job.tube.name, job.id, job.reserves, len(job.body))
@@ -714,6 +748,8 @@ class BeanstalkCore:
                 self._unreserve(s, job)
                 job.timeouts += 1
                 self.job_timeouts += 1
+                if self._spent(job, now_ms):
+                    continue
                 self.events.add(
                     ev.REQUEUED, now_ms, job.tube.name, job.id, job.reserves, len(job.body)
                 )

@@ -64,9 +64,10 @@ class JobRare:
 
     Why: a slot per attribute is paid whether it is used or not. Six slots moved here take
     a compiled Job from 176 to 128 bytes (CPython 3.11, the allocator rounds to 16); a job
-    that needs them pays 96 bytes more, and each read of one of them a check of ``_rare``."""
+    that needs them (and ``kick_reserves``, which lives only here) pays about 110 bytes
+    more, and each read of one of them a check of ``_rare``."""
 
-    __slots__ = ("buries", "delay_ms", "kicks", "releases", "replica", "timeouts")
+    __slots__ = ("buries", "delay_ms", "kick_reserves", "kicks", "releases", "replica", "timeouts")
 
     def __init__(self) -> None:
         self.delay_ms = 0
@@ -74,6 +75,9 @@ class JobRare:
         self.releases = 0
         self.buries = 0
         self.kicks = 0
+        # ``reserves`` when a kick last took the job out of buried: a queue policy's
+        # MAXDELIVERIES counts the reserves since (core.py). In memory only: not in the AOF.
+        self.kick_reserves = 0
         self.replica: ReplicaLink | None = None
 
 
@@ -102,8 +106,8 @@ class Job:
     deadline_ms: int  # delay end (delayed) or TTR end (reserved)
     reserver: Session | None
     reserves: int
-    # delay_ms, timeouts, releases, buries, kicks, replica: the properties below, kept in a
-    # JobRare once one of them leaves its default.
+    # delay_ms, timeouts, releases, buries, kicks, kick_reserves, replica: the properties
+    # below, kept in a JobRare once one of them leaves its default.
     _rare: JobRare | None
 
     def __init__(
@@ -186,6 +190,16 @@ class Job:
     def kicks(self, value: int) -> None:
         if value or self._rare is not None:
             self._more().kicks = value
+
+    @property
+    def kick_reserves(self) -> int:
+        r = self._rare
+        return 0 if r is None else r.kick_reserves
+
+    @kick_reserves.setter
+    def kick_reserves(self, value: int) -> None:
+        if value or self._rare is not None:
+            self._more().kick_reserves = value
 
     @property
     def replica(self) -> ReplicaLink | None:
