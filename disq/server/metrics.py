@@ -282,6 +282,22 @@ class NodeCollector(Collector):
             ("jobs_imported", "disq_jobs_imported", "Jobs imported from other nodes (federation)."),
             ("jobs_exported", "disq_jobs_exported", "Jobs exported to other nodes (federation)."),
             ("noreply_timeouts", "disq_norepl_timeouts", "ADDJOBs answered NOREPL on timeout."),
+            (
+                "jobs_dead_lettered",
+                "disq_jobs_dead_lettered",
+                "Jobs past their queue's MAXDELIVERIES moved to its DEADLETTER queue by this node.",
+            ),
+            (
+                "jobs_dead_letter_dropped",
+                "disq_jobs_dead_letter_dropped",
+                "Jobs past their queue's MAXDELIVERIES dropped (the policy has no DEADLETTER).",
+            ),
+            (
+                "dead_letter_retries",
+                "disq_dead_letter_retries",
+                "Dead letter moves tried again (no majority for the key, OOM, a paused queue).",
+            ),
+            ("jobs_redriven", "disq_jobs_redriven", "Dead letters moved back by QREDRIVE."),
         ):
             yield CounterMetricFamily(name, doc, value=st.get(key, 0))
         yield from _families((

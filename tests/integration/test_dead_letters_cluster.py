@@ -99,6 +99,7 @@ def test_nacked_three_times_across_the_cluster_then_redriven(lab3: Lab) -> None:
     assert headers[b"disq-nacks"] == b"3" and headers[b"disq-dead-reason"] == b"maxdeliveries"
     eventually(lambda: _gone_everywhere(lab3, job_id), "the original acked on every node")
     assert sum(lab3.node(i).call("QLEN", "dl-nack") for i in range(3)) == 0
+    assert sum(int(lab3.info(i, "stats")["jobs_dead_lettered"]) for i in range(3)) == 1
     # QREDRIVE: each node moves the dead letters it holds; the job is back with counters 0.
     moved = sum(lab3.node(i).call("QREDRIVE", "dl-nack-dead") for i in range(3))
     assert moved == 1
@@ -106,6 +107,7 @@ def test_nacked_three_times_across_the_cluster_then_redriven(lab3: Lab) -> None:
     assert entry[2] == b"the body" and entry[3:] == [b"nacks", 0, b"additional-deliveries", 0]
     assert _headers(lab3, entry[1]) == {b"tenant": b"acme"}
     eventually(lambda: not _dead_letters(lab3, "dl-nack-dead"), "the dead letter acked")
+    assert sum(int(lab3.info(i, "stats")["jobs_redriven"]) for i in range(3)) == 1
     lab3.node(0).call("ACKJOB", entry[1])
 
 

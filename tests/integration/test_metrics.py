@@ -191,9 +191,16 @@ def test_metrics_off_by_default_in_flag_mode(server_factory: ServerFactory) -> N
 def test_three_nodes_replication_and_a_killed_peer(tmp_path: Path) -> None:
     with Lab(3, tmp_path / "lab", node_timeout_ms=1500) as lab:
         ports = [lab.node(i).port + METRICS_PORT_INCR for i in range(3)]
-        s0 = scrape(ports[0])
-        assert value(s0, "disq_cluster_members", state="alive") == 3
-        assert sum(v for (n, _), v in s0.items() if n == "disq_peer_link_up") == 2
+
+        def whole() -> Samples | None:
+            # The lab is formed when every node knows every other; node 0's own view of
+            # them alive, and its links up, may follow a moment later.
+            s = scrape(ports[0])
+            alive = value(s, "disq_cluster_members", state="alive") == 3
+            links = sum(v for (n, _), v in s.items() if n == "disq_peer_link_up") == 2
+            return s if alive and links else None
+
+        s0 = eventually(whole, "node 0's metrics to show 3 members alive and 2 links up")
         before = [value(scrape(p), "disq_job_replication_latency_seconds_count") for p in ports]
         frames = value(s0, "disq_peer_frames_sent_total")
         job_id = lab.node(0).call("ADDJOB", "rq", "x", 5000, "REPLICATE", 3)

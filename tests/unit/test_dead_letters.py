@@ -139,7 +139,7 @@ def test_without_a_dead_letter_queue_the_job_is_dropped_and_counted() -> None:
     m.pump()
     m.advance(2000)
     assert _original_gone(m, job_id) and _queued(m, "q") == 0 and not _dead_letters(m)
-    assert m.disque(i).stats["dead_letters_dropped"] == 1
+    assert m.disque(i).stats["jobs_dead_letter_dropped"] == 1
     assert _events(m, ev.DEADLETTERED) == [job_id]
 
 

@@ -166,7 +166,7 @@ class DeadLetters:
             else:
                 j.add_deliveries += 1
         if not dead_letter:
-            self._gone(j, now_ms, "dead_letters_dropped")
+            self._gone(j, now_ms, "jobs_dead_letter_dropped")
             return True
         self._move(j, now_ms, dead_letter)
         return True
@@ -204,7 +204,7 @@ class DeadLetters:
             # Another decider's add won the vote: the move is its (and its event).
             self.host.acks.ack_here(j, now_ms)
             return
-        self._gone(j, now_ms, "dead_lettered")
+        self._gone(j, now_ms, "jobs_dead_lettered")
 
     def _gone(self, j: DJob, now_ms: int, stat: str) -> None:
         self._count(stat)
