@@ -152,6 +152,22 @@ def test_a_kick_gives_maxdeliveries_more_reserves() -> None:
     assert job.state == READY
 
 
+def test_a_restart_counts_a_kicked_jobs_reserves_afresh() -> None:
+    """``kick_reserves`` is not logged: a restart counts a kicked job's reserves from the
+    count the AOF kept (its kick's), so it is not buried at its first release."""
+    m, core, s, job_id = _one_job()
+    _round(m, core, s, job_id)
+    _round(m, core, s, job_id)
+    assert core.kick(s, 1, m.now) == 1
+    _round(m, core, s, job_id)  # one of the two since the kick
+    m.pump()
+    fresh = BeanstalkCore(persist=True)
+    fresh.restore(iter_frames(b"".join(m.aof[m.ids[0]])))
+    fresh.max_reserves = lambda tube: 2
+    kicked = _round(m, fresh, _worker(fresh), job_id)
+    assert kicked.state == READY and kicked.kicks == 1
+
+
 def test_kicking_a_delayed_job_does_not_reset_the_count() -> None:
     m, core, s, job_id = _one_job()
     job = _reserve(m, core, s)

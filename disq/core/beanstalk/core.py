@@ -17,8 +17,9 @@ session closing) instead of queueing it again: beanstalk's own dead letter (a ``
 event, ``policy_buried``; DEADLETTER does not apply to tubes). The release is still
 answered RELEASED: the client released, the policy then buried (beanstalkd answers BURIED
 to a release only when out of memory). A kick out of buried is "try again": the job gets
-MAXDELIVERIES more reserves (``kick_reserves``, in memory only: after a restart the count
-is the job's total reserves, so a kicked job released again is buried at once).
+MAXDELIVERIES more reserves (``kick_reserves``, in memory only). A reserve is not logged,
+so a restart counts from what the AOF kept (the last bury, kick or delayed release): it errs
+towards more tries, never fewer; a kicked job's count starts again from there.
 """
 
 from __future__ import annotations
@@ -837,6 +838,8 @@ class BeanstalkCore:
         for job_id, (job, state, deadline_ms) in final.items():
             jobs[job_id] = job
             used += len(job.body) + JOB_OVERHEAD_BYTES
+            if job.kicks and state != BURIED:
+                job.kick_reserves = job.reserves  # kicked: counted afresh (the docstring says)
             tube = job.tube
             if state == DELAYED:
                 job.state = DELAYED
