@@ -75,10 +75,11 @@ class ClusterCores:
         self.next_token = next_token
         self._apply_policies(disque)
         if follow:
-            self.scheduler.persist = self.routes.persist = disque.persist
-            self.policies.persist = disque.persist
-            self.scheduler.wall_offset_ms = self.routes.wall_offset_ms = disque.wall_offset_ms
-            self.policies.wall_offset_ms = disque.wall_offset_ms
+            self.scheduler.persist = self.routes.shared.persist = disque.persist
+            self.policies.shared.persist = disque.persist
+            self.scheduler.wall_offset_ms = disque.wall_offset_ms
+            self.routes.shared.wall_offset_ms = disque.wall_offset_ms
+            self.policies.shared.wall_offset_ms = disque.wall_offset_ms
         self.dispatch: dict[type, Callable[[int, str, Any], None]] = self._dispatch_table()
 
     def _apply_policies(self, disque: DisqueCore) -> None:
@@ -199,11 +200,11 @@ class ClusterCores:
     def set_wall_offset(self, ms: int, now_ms: int) -> None:
         self.disque.set_wall_offset(ms, now_ms)
         self.scheduler.set_wall_offset(ms)
-        self.routes.wall_offset_ms = self.policies.wall_offset_ms = ms
+        self.routes.shared.wall_offset_ms = self.policies.shared.wall_offset_ms = ms
 
     def set_persist(self, on: bool) -> None:
-        self.disque.persist = self.scheduler.persist = self.routes.persist = on
-        self.policies.persist = on
+        self.disque.persist = self.scheduler.persist = self.routes.shared.persist = on
+        self.policies.shared.persist = on
 
     # ------------------------------------------------------------------ the bridge
     def settle(self, now_ms: int, beanstalk: BeanstalkCore) -> None:

@@ -247,7 +247,7 @@ class NodeCollector(Collector):
             ("disq_route_queues", "Queue declarations (transient ones included).",
              len(routes.queues)),
             ("disq_route_tombstones", "Deleted entries kept so a node that missed the delete "
-             "cannot bring them back.", routes.tombstones),
+             "cannot bring them back.", routes.shared.tombstones),
         ):  # fmt: skip
             yield GaugeMetricFamily(name, doc, value=value)
         st = routes.stats

@@ -224,9 +224,9 @@ def test_tombstones_are_pruned_after_a_day() -> None:
     p = _pol(m, 0)
     p.set(m.now, "q", max_deliveries=1)
     p.delete(m.now, "q")
-    assert p.tombstones == 1
+    assert p.shared.tombstones == 1
     m.advance(86_400_000 + 120_000, step=60_000)
-    assert "q" not in p.table and p.tombstones == 0
+    assert "q" not in p.table and p.shared.tombstones == 0
 
 
 def test_records_replay_and_rewrite() -> None:

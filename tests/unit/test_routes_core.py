@@ -200,7 +200,7 @@ def test_deleting_an_exchange_deletes_its_bindings() -> None:
     r.bind(T0, "q2", "e", "k")
     assert r.delete_exchange(T0 + 1, "e") is True
     assert r.route("e", "") is None and r.binding_list() == [] and r.binding_count == 0
-    assert r.tombstones == 3
+    assert r.shared.tombstones == 3
     r.declare_exchange(T0 + 2, "e", "fanout")  # declared again: no binding comes back
     assert r.route("e", "") == []
 
@@ -261,13 +261,13 @@ def test_tombstones_are_pruned_after_a_day_and_capped() -> None:
     for i in range(5):
         r.declare_queue(T0 + i, f"q{i}", expires_ms=0, message_ttl_ms=1)
         r.delete_queue(T0 + i, f"q{i}")
-    assert r.tombstones == 5
+    assert r.shared.tombstones == 5
     r.tick(T0)  # starts the clocks
-    r.tombstones_max = 3
+    r.shared.tombstones_max = 3
     r.tick(T0 + rt.PRUNE_MS)
-    assert r.tombstones == 3 and sorted(k[1] for k in r.table) == ["q2", "q3", "q4"]
+    assert r.shared.tombstones == 3 and sorted(k[1] for k in r.table) == ["q2", "q3", "q4"]
     r.tick(T0 + rt.TOMBSTONE_KEEP_MS + 10 * rt.PRUNE_MS)
-    assert r.tombstones == 0 and not r.table
+    assert r.shared.tombstones == 0 and not r.table
 
 
 # ------------------------------------------------------------------ transient queues
@@ -417,7 +417,7 @@ def test_a_link_up_gets_the_whole_table() -> None:
 
 def test_a_whole_table_travels_in_chunks() -> None:
     r, _ = _alone("a" * 40, ["b" * 40])
-    r.sync_chunk_bytes = 500
+    r.shared.sync_chunk_bytes = 500
     r.declare_exchange(T0, "e", "direct")
     for i in range(40):
         r.bind(T0, f"q{i}", "e", "k")

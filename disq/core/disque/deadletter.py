@@ -172,8 +172,22 @@ class DeadLetters:
         return True
 
     def _move(self, j: DJob, now_ms: int, dead_letter: str) -> None:
-        host = self.host
         self._count("dead_letter_moves")  # adds proposed (a retry, a second decider: more)
+        key = "deadletter:" + j.id
+        got = self._keyed_add(j, now_ms, dead_letter, key, dead_letter_headers(j))
+        if got is None:
+            self._failed(j, now_ms)
+        elif isinstance(got, str):
+            self._moved(j.id, got, now_ms)
+        else:
+            self.moves[got[1]] = j.id
+
+    def _keyed_add(
+        self, j: DJob, now_ms: int, queue: str, key: str, headers: Headers | None
+    ) -> str | tuple[Pending, int] | None:
+        """Hold ``j`` on every holder and add its body to ``queue`` under ``key``: the bound
+        id, (PENDING, the add's token), or None (refused now)."""
+        host = self.host
         j.flags |= DEAD_LETTERING
         host.requeue._hold_everywhere(j, now_ms, MOVE_HOLD_MS)  # logs the counters too
         token = self._token()
@@ -181,18 +195,14 @@ class DeadLetters:
             MOVE_TIMEOUT_MS,
             repl=self._repl(j),
             retry_s=j.retry_s or None,
-            idem_key="deadletter:" + j.id,
-            headers=dead_letter_headers(j),
+            idem_key=key,
+            headers=headers,
         )
         try:
-            res = host.add_job(now_ms, token, dead_letter, j.body, opts)
+            res = host.add_job(now_ms, token, queue, j.body, opts)
         except DisqueError:
-            self._failed(j, now_ms)
-            return
-        if isinstance(res, str):
-            self._moved(j.id, res, now_ms)
-        else:
-            self.moves[token] = j.id
+            return None
+        return res if isinstance(res, str) else (res, token)
 
     def _moved(self, job_id: str, dead_id: str, now_ms: int) -> None:
         """The key bound ``dead_id``: the original goes (acked everywhere)."""
@@ -242,26 +252,14 @@ class DeadLetters:
                 picked.append((d, target))
         for d, target in picked:
             host._dequeue(d)
-            d.flags |= DEAD_LETTERING
-            host.requeue._hold_everywhere(d, now_ms, MOVE_HOLD_MS)
-            add_token = self._token()
-            opts = AddOptions(
-                MOVE_TIMEOUT_MS,
-                repl=self._repl(d),
-                retry_s=d.retry_s or None,
-                idem_key="redrive:" + d.id,
-                headers=_kept(d),
-            )
-            try:
-                res = host.add_job(now_ms, add_token, target, d.body, opts)
-            except DisqueError:
+            got = self._keyed_add(d, now_ms, target, "redrive:" + d.id, _kept(d))
+            if got is None:
                 self._unheld(d, now_ms)
-                continue
-            if isinstance(res, str):
+            elif isinstance(got, str):
                 self._redriven(d.id, call, now_ms)
             else:
                 call.left += 1
-                self.redrives[add_token] = (d.id, call)
+                self.redrives[got[1]] = (d.id, call)
         if call.left:
             return PENDING
         return call.moved

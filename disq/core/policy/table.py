@@ -102,7 +102,7 @@ class Policies:
     def __init__(self, view: ClusterView) -> None:
         self.view = view
         self.stats: dict[str, int] = {"syncs_sent": 0, "syncs_merged": 0}
-        self._vt: VersionedTable[str, PolicyEntry] = VersionedTable(
+        self.shared: VersionedTable[str, PolicyEntry] = VersionedTable(
             view,
             key=_queue_of,
             crc=_entry_crc,
@@ -114,53 +114,16 @@ class Policies:
             stats=self.stats,
         )
         # queue -> entry, tombstones included; the same dict, as are aof_out and outbox.
-        self.table = self._vt.table
-        self.aof_out: list[bytes] = self._vt.aof_out
-        self.outbox: list[tuple[str, Message]] = self._vt.outbox
+        self.table = self.shared.table
+        self.aof_out: list[bytes] = self.shared.aof_out
+        self.outbox: list[tuple[str, Message]] = self.shared.outbox
         # Per instance so a test can lower it (compiled, Final constants are inlined).
         self.policies_max = POLICIES_MAX
-
-    # ------------------------------------------------------------------ the shared table
-    @property
-    def persist(self) -> bool:
-        return self._vt.persist
-
-    @persist.setter
-    def persist(self, on: bool) -> None:
-        self._vt.persist = on
-
-    @property
-    def wall_offset_ms(self) -> int:
-        return self._vt.wall_offset_ms
-
-    @wall_offset_ms.setter
-    def wall_offset_ms(self, ms: int) -> None:
-        self._vt.wall_offset_ms = ms
-
-    @property
-    def tombstones(self) -> int:
-        return self._vt.tombstones
 
     @property
     def live(self) -> int:
         """Live policies: the table's entries but its tombstones."""
-        return len(self.table) - self._vt.tombstones
-
-    @property
-    def tombstones_max(self) -> int:
-        return self._vt.tombstones_max
-
-    @tombstones_max.setter
-    def tombstones_max(self, n: int) -> None:
-        self._vt.tombstones_max = n
-
-    @property
-    def sync_chunk_bytes(self) -> int:
-        return self._vt.sync_chunk_bytes
-
-    @sync_chunk_bytes.setter
-    def sync_chunk_bytes(self, n: int) -> None:
-        self._vt.sync_chunk_bytes = n
+        return len(self.table) - self.shared.tombstones
 
     # ------------------------------------------------------------------ commands
     def set(
@@ -237,34 +200,34 @@ class Policies:
         return min(e.backoff_base_s << shift, e.backoff_max_s)
 
     def _local_change(self, now_ms: int, e: PolicyEntry) -> None:
-        self._vt.local_change(now_ms, e)
+        self.shared.local_change(now_ms, e)
 
     def digest(self) -> int:
         """A digest of the whole table (0 never: it means "no digest" on the wire)."""
-        return self._vt.digest()
+        return self.shared.digest()
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: PolicySync) -> None:
-        self._vt.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole)
+        self.shared.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole)
 
     def on_link_up(self, now_ms: int, peer: str) -> None:
         """A link came up (a node joined or came back): it gets the whole table."""
-        self._vt.send_all(peer, want=False)
+        self.shared.send_all(peer, want=False)
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> int:
-        return self._vt.next_deadline_ms()
+        return self.shared.next_deadline_ms()
 
     def tick(self, now_ms: int) -> None:
-        self._vt.tick(now_ms)
+        self.shared.tick(now_ms)
 
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
         """Replay QPOLICY records."""
-        self._vt.restore(now_ms, records)
+        self.shared.restore(now_ms, records)
 
     def snapshot_records(self) -> list[bytes]:
-        return self._vt.snapshot_records()
+        return self.shared.snapshot_records()
 
     def has_output(self) -> bool:
-        return self._vt.has_output()
+        return self.shared.has_output()

@@ -131,7 +131,7 @@ class Routes:
             "syncs_merged": 0,
         }
         # The entries, tombstones included, and their sync with peers.
-        self._vt: VersionedTable[tuple[int, str, str, str], RouteEntry] = VersionedTable(
+        self.shared: VersionedTable[tuple[int, str, str, str], RouteEntry] = VersionedTable(
             view,
             key=_key,
             crc=_entry_crc,
@@ -143,9 +143,9 @@ class Routes:
             stats=self.stats,
             taken=self._index,
         )
-        self.table = self._vt.table  # the same dict, as are aof_out and outbox
-        self.aof_out: list[bytes] = self._vt.aof_out
-        self.outbox: list[tuple[str, Message]] = self._vt.outbox
+        self.table = self.shared.table  # the same dict, as are aof_out and outbox
+        self.aof_out: list[bytes] = self.shared.aof_out
+        self.outbox: list[tuple[str, Message]] = self.shared.outbox
         # Live indexes of the table (tombstones excluded).
         self.exchanges: dict[str, str] = {}  # name -> type
         self.bindings: dict[str, dict[tuple[str, str], None]] = {}  # exchange -> (queue, key)
@@ -166,43 +166,6 @@ class Routes:
         # of before, not their renewals) nor while it cannot reach a majority (a node cut
         # off misses renewals: its tombstones would delete live queues once the cut heals).
         self.synced = False
-
-    # ------------------------------------------------------------------ the shared table
-    @property
-    def persist(self) -> bool:
-        return self._vt.persist
-
-    @persist.setter
-    def persist(self, on: bool) -> None:
-        self._vt.persist = on
-
-    @property
-    def wall_offset_ms(self) -> int:
-        return self._vt.wall_offset_ms
-
-    @wall_offset_ms.setter
-    def wall_offset_ms(self, ms: int) -> None:
-        self._vt.wall_offset_ms = ms
-
-    @property
-    def tombstones(self) -> int:
-        return self._vt.tombstones
-
-    @property
-    def tombstones_max(self) -> int:
-        return self._vt.tombstones_max
-
-    @tombstones_max.setter
-    def tombstones_max(self, n: int) -> None:
-        self._vt.tombstones_max = n
-
-    @property
-    def sync_chunk_bytes(self) -> int:
-        return self._vt.sync_chunk_bytes
-
-    @sync_chunk_bytes.setter
-    def sync_chunk_bytes(self, n: int) -> None:
-        self._vt.sync_chunk_bytes = n
 
     # ------------------------------------------------------------------ commands
     def declare_exchange(
@@ -303,7 +266,7 @@ class Routes:
         return True
 
     def _local_change(self, now_ms: int, e: RouteEntry) -> None:
-        self._vt.local_change(now_ms, e)
+        self.shared.local_change(now_ms, e)
 
     # ------------------------------------------------------------------ routing
     def route(self, exchange: str, routing_key: str) -> list[str] | None:
@@ -403,16 +366,16 @@ class Routes:
 
     def digest(self) -> int:
         """A digest of the whole table (0 never: it means "no digest" on the wire)."""
-        return self._vt.digest()
+        return self.shared.digest()
 
     # ------------------------------------------------------------------ peers
     def on_message(self, now_ms: int, sender: str, msg: RouteSync) -> None:
-        if self._vt.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole):
+        if self.shared.on_sync(now_ms, sender, msg.entries, msg.digest, msg.want, msg.whole):
             self.synced = True
 
     def on_link_up(self, now_ms: int, peer: str) -> None:
         """A link came up (a node joined or came back): it gets the whole table."""
-        self._vt.send_all(peer, want=False)
+        self.shared.send_all(peer, want=False)
 
     # ------------------------------------------------------------------ time
     def next_deadline_ms(self) -> int:
@@ -420,7 +383,7 @@ class Routes:
             # Nothing to compare or expire: a peer with routes probes this node, and its
             # empty answer brings them all.
             return -1
-        when = self._vt.next_deadline_ms()
+        when = self.shared.next_deadline_ms()
         heap = self._expiry
         # A lease this node may not judge now is looked at again in the next digest round.
         while heap and self._may_expire():
@@ -429,12 +392,12 @@ class Routes:
             if d is None or d.version_ms != version:
                 heapq.heappop(heap)  # renewed or deleted since
                 continue
-            when = min(when, deadline - self.wall_offset_ms)
+            when = min(when, deadline - self.shared.wall_offset_ms)
             break
         return when
 
     def tick(self, now_ms: int) -> None:
-        self._vt.tick(now_ms)
+        self.shared.tick(now_ms)
         size = self.view.cluster_size()
         if size > 1 and 2 * (len(self.view.reachable_peers()) + 1) <= size:
             # Cut off: renewals may be passing this node by. Back with a majority, it judges
@@ -451,7 +414,7 @@ class Routes:
         return self.synced and 2 * (len(self.view.reachable_peers()) + 1) > size
 
     def _expire(self, now_ms: int) -> None:
-        wall = self._vt.wall(now_ms)
+        wall = self.shared.wall(now_ms)
         heap = self._expiry
         while heap and heap[0][0] <= wall:
             _deadline, name, version = heapq.heappop(heap)
@@ -464,10 +427,10 @@ class Routes:
     # ------------------------------------------------------------------ persistence
     def restore(self, now_ms: int, records: list[tuple[int, bytes]]) -> None:
         """Replay ROUTE records (no purge: the purges' own records are in the file)."""
-        self._vt.restore(now_ms, records)
+        self.shared.restore(now_ms, records)
 
     def snapshot_records(self) -> list[bytes]:
-        return self._vt.snapshot_records()
+        return self.shared.snapshot_records()
 
     def has_output(self) -> bool:
-        return self._vt.has_output()
+        return self.shared.has_output()
