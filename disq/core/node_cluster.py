@@ -294,16 +294,23 @@ class ClusterCores:
             else:
                 disque.dead_peers.alive(node_id)
 
-    def schedule_replies(self, now_ms: int) -> None:
-        """The answers to the scheduler's own adds go to it, not to the IO layer."""
-        sched, disque = self.scheduler, self.disque
-        tokens = sched.tokens
+    def has_own_adds(self) -> bool:
+        """Whether adds of the cluster's own are out (a schedule's tick, a dead letter's move,
+        a redrive's): their answers are not the IO layer's."""
+        return bool(self.scheduler.tokens) or self.disque.dead_letters.has_adds()
+
+    def own_replies(self, now_ms: int) -> None:
+        """The answers to the cluster's own adds go to the scheduler and the dead letters; the
+        rest, and what those answers cause (a redrive's total), stay for the IO layer."""
+        sched, dead, disque = self.scheduler, self.disque.dead_letters, self.disque
+        replies, disque.replies = disque.replies, []
         keep: list[tuple[int, DeferredResult]] = []
-        for token, result in disque.replies:
-            if token in tokens:
+        for token, result in replies:
+            if token in sched.tokens:
                 sched.on_reply(now_ms, token, result)
-            else:
+            elif not dead.on_reply(now_ms, token, result):
                 keep.append((token, result))
+        keep.extend(disque.replies)
         disque.replies = keep
 
     # ------------------------------------------------------------------ persistence

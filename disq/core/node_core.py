@@ -535,10 +535,8 @@ class NodeCore:
         if cluster is not None:
             disque, membership = cluster.disque, cluster.membership
             sched, routes, policies = cluster.scheduler, cluster.routes, cluster.policies
-            if disque.replies and disque.dead_letters.has_adds():
-                disque.dead_letters.take_replies(now_ms)  # before the scheduler's: they loop
-            if sched.tokens and disque.replies:
-                cluster.schedule_replies(now_ms)
+            if disque.replies and cluster.has_own_adds():
+                cluster.own_replies(now_ms)
         # Records: the beanstalk core's first. The Disque core's records of a replicated
         # beanstalk job follow the beanstalk PUT they describe (replay relinks them).
         if beanstalk.aof_out:

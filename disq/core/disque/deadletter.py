@@ -307,18 +307,6 @@ class DeadLetters:
             self.host.replies.append((call.token, str(call.moved)))
         return True
 
-    def take_replies(self, now_ms: int) -> None:
-        """Take the answers to our adds out of the core's replies (the rest go on to the
-        IO layer). An answer may cause another (a redrive's total), so loop until none."""
-        host = self.host
-        while True:
-            replies, host.replies = host.replies, []
-            keep = [r for r in replies if not self.on_reply(now_ms, r[0], r[1])]
-            if len(keep) == len(replies):
-                host.replies = keep + host.replies
-                return
-            host.replies = keep + host.replies
-
     def _repl(self, j: DJob) -> int:
         """The moved job's copies: ``j``'s, or as many as the reachable nodes hold (a peer
         down does not stop the move; the key vote still needs a majority)."""
