@@ -7,8 +7,7 @@ the change's record.
 
 Redrive is per node, as QREDRIVE: it moves the dead letters queued here. Its adds wait for
 their copies, so it takes a token as SetResult does and the count arrives later (PENDING);
-its checks are QREDRIVE's (the COUNT bound by the door's own parser, TO naming the queue
-itself by the core), with the same messages.
+its checks are the core's (COUNT's bound, TO naming the queue itself), QREDRIVE's messages.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ from typing import Any
 import grpc
 
 from disq.core.disque.api import Pending
-from disq.core.disque.deadletter import REDRIVE_MAX
 from disq.core.messages import PolicyEntry
 from disq.core.policy.table import PolicyError
-from disq.doors.disque.policies import _number
 from disq.proto_gen import api_pb2
 from disq.server.api_results import ResultsQueueApi
 from disq.server.api_service import ApiError, _added, _api_queue, _queue
@@ -98,15 +95,10 @@ class PoliciesQueueApi(ResultsQueueApi):
         async def body() -> api_pb2.Count:
             queue = _queue(request.queue)
             to = _queue(request.to) if request.to else ""
-            count = request.count
-            try:
-                if count:  # QREDRIVE's COUNT check, message and all; 0: every one
-                    _number([b"%d" % count], 0, "COUNT", 1, REDRIVE_MAX)
-            except PolicyError as exc:
-                raise policy_error(exc) from None
             self._check_disk()
             token = self.node.new_token()
-            got = self.node.core.qredrive(self._now(), token, queue, to, count)
+            # count 0: every one; the core checks the bound and TO, as for QREDRIVE.
+            got = self.node.core.qredrive(self._now(), token, queue, to, request.count)
             if isinstance(got, Pending):
                 (result,) = await self._wait([token])
                 return api_pb2.Count(count=int(_added(result)))  # the count, as text

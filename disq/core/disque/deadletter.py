@@ -237,11 +237,13 @@ class DeadLetters:
         arrives for ``token`` once every add answered)."""
         if to == queue:
             raise DisqueError("ERR", "QREDRIVE TO must name another queue")
+        if not 0 <= count <= REDRIVE_MAX:
+            raise DisqueError("ERR", f"COUNT value '{count}' is not an integer 1..{REDRIVE_MAX}")
         host = self.host
         q = host.queues.get(queue)
         if q is None or not q.skiplist:
             return 0
-        count = REDRIVE_MAX if count <= 0 else min(count, REDRIVE_MAX)
+        count = count or REDRIVE_MAX
         call = _Redrive(token)
         picked: list[tuple[DJob, str]] = []
         for d in q.skiplist:
