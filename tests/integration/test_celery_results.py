@@ -227,10 +227,27 @@ def test_a_chord_with_a_retried_header_task_fires_once(lab3: Lab, tmp_path: Path
         header = [s("rapp.flaky", (k,), {"fail_times": k % 2}) for k in range(8)]
         ch = chord(header, s("rapp.collect", kwargs={"k": 7})).delay()
         assert ch.get(timeout=60) == list(range(8))
-        time.sleep(1.0)  # a second callback, were one published, would have run by now
+        _wait_drained(lab3, "retried")  # a second callback, had one been published, ran
         assert callbacks(app_dir) == {7: 1}
     finally:
         stop_all(workers)
+
+
+def _wait_drained(lab: Lab, queue: str) -> None:
+    """Until no live node holds a job of ``queue`` (queued, or delivered and not acked): every
+    message published to it, a second chord callback included, has run and been acked."""
+
+    def held(i: int) -> int:
+        stat = lab.node(i).call("QSTAT", queue)
+        return int(dict(zip(*[iter(stat)] * 2, strict=True))[b"jobs"]) if stat else 0
+
+    live = [i for i in range(lab.n) if lab.node(i).is_running()]
+    assert any(lab.node(i).call("QSTAT", queue) for i in live), f"no node knows {queue}"
+    eventually(
+        lambda: all(held(i) == 0 for i in live),
+        f"every job of {queue} run and acked",
+        timeout=60,
+    )
 
 
 def _kill_the_busiest_node(lab: Lab, queue: str) -> int:
@@ -291,7 +308,7 @@ def test_a_chord_fires_once_through_a_dead_worker_and_a_dead_node(tmp_path: Path
             )
             _kill_the_busiest_node(lab, "span")
             assert ch.get(timeout=120) == [k * k for k in range(30)]
-            time.sleep(2.0)  # a second callback, were one published, would have run by now
+            _wait_drained(lab, "span")  # a second callback, had one been published, ran
             assert callbacks(app_dir) == {30: 1}
             # Every part ran, some twice (the dead worker's), and each published nothing new.
             done = Counter(r.k for r in runs(app_dir) if r.event == "done")
