@@ -12,5 +12,29 @@ fork-then-exec programs.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """OpenTelemetry's SDK provider for the process (set once: OpenTelemetry refuses a
+    second), exporting to a fresh in-memory exporter for this test (an
+    ``InMemorySpanExporter``; the SDK is imported only by the tests that ask for it)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()  # the processor stays (no removal): a shut exporter drops its spans

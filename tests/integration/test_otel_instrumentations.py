@@ -9,18 +9,15 @@ run directory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dramatiq
-import pytest
 from celery import Celery
 from eventually import eventually
 from opentelemetry import trace
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry_instrumentor_dramatiq import DramatiqInstrumentor
 from task_apps import celery_worker, disq_url, dramatiq_worker, write_app
@@ -106,20 +103,6 @@ def traced(k):
     return k
 """
 )
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's SDK provider (set once: OpenTelemetry refuses a second), exporting to a
-    fresh in-memory exporter for this test."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(TracerProvider())
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # the processor stays (no removal): a shut exporter drops its spans
 
 
 def _worker_spans(app_dir: Path) -> list[dict[str, Any]]:

@@ -12,13 +12,10 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,20 +28,6 @@ from test_sdk import PINNED, addr, running  # noqa: E402
 from cluster.lab import Lab  # noqa: E402
 from disq.client import AsyncClient, Client, Job  # noqa: E402
 from disq.worker import Worker  # noqa: E402
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's SDK provider (set once: OpenTelemetry refuses a second), exporting to a
-    fresh in-memory exporter for this test."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(TracerProvider())
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # the processor stays (no removal): a shut exporter drops its spans
 
 
 def test_a_worker_span_continues_the_producer_s_trace(

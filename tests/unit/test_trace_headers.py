@@ -8,13 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from disq.client.adds import fill_add
@@ -23,20 +19,6 @@ from disq.client.tracing import HEADERS_MAX, process_span
 from disq.proto_gen import api_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's SDK provider (set once: OpenTelemetry refuses a second), exporting to a
-    fresh in-memory exporter for this test."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        trace.set_tracer_provider(TracerProvider())
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider)
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield exporter
-    exporter.shutdown()  # the processor stays (no removal): a shut exporter drops its spans
 
 
 def _headers(**options: object) -> dict[str, bytes]:
