@@ -28,15 +28,12 @@ import argparse
 import contextlib
 import os
 import select
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import HOST, ROOT, log, median
+from bench.common import HOST, ROOT, celery_solo_worker, log, median
 from bench.report import Report, fmt_int, ratio
 from bench.servers import RabbitServer, RedisServer
 from cluster.lab import Lab
@@ -95,28 +92,10 @@ def consume(url: str, queue: str, tasks: int, workdir: Path) -> float:
         "BENCH_SOCKET": str(sock_path),
         "PYTHONPATH": os.pathsep.join([str(workdir), str(ROOT)]),
     }
-    argv = [
-        str(Path(sys.executable).parent / "celery"),
-        "-A",
-        "benchapp",
-        "worker",
-        "--pool",
-        "solo",
-        "-Q",
-        queue,
-        "--without-mingle",
-        "--without-gossip",
-        "--without-heartbeat",
-        "-l",
-        "WARNING",
-    ]
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(sock_path))
         listener.listen(1)
-        logfile = workdir / f"worker-{queue}.log"
-        with open(logfile, "wb") as wlog:
-            worker = subprocess.Popen(argv, cwd=workdir, env=env, stdout=wlog, stderr=wlog)
-        try:
+        with celery_solo_worker("benchapp", queue, env, workdir) as (worker, logfile):
             deadline = time.monotonic() + 600
             while not select.select([listener], [], [], 1.0)[0]:
                 if worker.poll() is not None or time.monotonic() > deadline:
@@ -124,13 +103,6 @@ def consume(url: str, queue: str, tasks: int, workdir: Path) -> float:
             conn, _ = listener.accept()
             with conn:
                 first, last = (float(x) for x in conn.recv(256).split())
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
     return (tasks - 1) / (last - first)
 
 

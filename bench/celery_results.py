@@ -26,15 +26,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from bench.common import HOST, ROOT, log, median
+from bench.common import HOST, ROOT, celery_solo_worker, log, median
 from bench.report import Report, fmt_int, ratio
 from bench.servers import RedisServer
 from cluster.lab import Lab
@@ -83,33 +80,21 @@ def tasks_with_results(url: str, queue: str, tasks: int, workdir: Path) -> float
         "BACKEND_URL": url,
         "PYTHONPATH": os.pathsep.join([str(workdir), str(ROOT)]),
     }
-    argv = [
-        str(Path(sys.executable).parent / "celery"), "-A", "resultsapp", "worker",
-        "--pool", "solo", "-Q", queue, "--without-mingle", "--without-gossip",
-        "--without-heartbeat", "-l", "WARNING",
-    ]  # fmt: skip
-    logfile = workdir / f"worker-{queue}.log"
-    with open(logfile, "wb") as wlog:
-        worker = subprocess.Popen(argv, cwd=workdir, env=env, stdout=wlog, stderr=wlog)
-    try:
-        app = Celery("producer", broker=url, backend=url)
-        app.send_task("resultsapp.add", args=(0, 0), queue=queue).get(timeout=120)  # warm
-        start = time.perf_counter()
-        pending = [app.send_task("resultsapp.add", args=(k, 1), queue=queue) for k in range(tasks)]
-        for k, r in enumerate(pending):
-            if r.get(timeout=120) != k + 1:
-                raise RuntimeError(f"{url}: task {k} answered {r.result!r}")
-        return tasks / (time.perf_counter() - start)
-    except Exception:
-        log(f"worker log ({url}):\n{logfile.read_text()[-2000:]}")
-        raise
-    finally:
-        worker.send_signal(signal.SIGTERM)
+    with celery_solo_worker("resultsapp", queue, env, workdir) as (_worker, logfile):
         try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+            app = Celery("producer", broker=url, backend=url)
+            app.send_task("resultsapp.add", args=(0, 0), queue=queue).get(timeout=120)  # warm
+            start = time.perf_counter()
+            pending = [
+                app.send_task("resultsapp.add", args=(k, 1), queue=queue) for k in range(tasks)
+            ]
+            for k, r in enumerate(pending):
+                if r.get(timeout=120) != k + 1:
+                    raise RuntimeError(f"{url}: task {k} answered {r.result!r}")
+            return tasks / (time.perf_counter() - start)
+        except Exception:
+            log(f"worker log ({url}):\n{logfile.read_text()[-2000:]}")
+            raise
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

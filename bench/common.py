@@ -10,6 +10,7 @@ import os
 import resource
 import shlex
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -465,3 +466,29 @@ def http_answers(port: int, path: str = "/healthz") -> bool:
         return True
     except OSError:
         return False
+
+
+@contextmanager
+def celery_solo_worker(
+    app: str, queue: str, env: dict[str, str], workdir: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """One Celery worker of ``app`` (a module in ``workdir``) on ``queue``: the solo pool,
+    no mingle, gossip or heartbeat (the Celery benches' worker). Yields the process and its
+    log file; stopped on leaving (SIGTERM, SIGKILL after 20 s)."""
+    argv = [
+        str(Path(sys.executable).parent / "celery"), "-A", app, "worker", "--pool", "solo",
+        "-Q", queue, "--without-mingle", "--without-gossip", "--without-heartbeat",
+        "-l", "WARNING",
+    ]  # fmt: skip
+    logfile = workdir / f"worker-{queue}.log"
+    with open(logfile, "wb") as wlog:
+        worker = subprocess.Popen(argv, cwd=workdir, env=env, stdout=wlog, stderr=wlog)
+    try:
+        yield worker, logfile
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
