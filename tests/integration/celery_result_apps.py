@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from task_apps import _RECORD, BIN, WorkerProcess, app_env, write_app
+from task_apps import _RECORD, BIN, WorkerProcess, app_env, prefork_worker_argv, write_app
 
 RESULT_APP = (
     '''"""A Celery app whose broker and result backend are disq."""
@@ -97,49 +97,28 @@ def result_worker(
         "ACKS_LATE": "1" if acks_late else "0",
         "RESULT_EXPIRES": "" if result_expires is None else str(result_expires),
     }
-    return WorkerProcess(
-        app_dir,
-        [
-            str(BIN / "celery"),
-            "-A",
-            "rapp",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-Q",
-            queue,
-            "-n",
-            f"{name}@%h",
-            "--loglevel=INFO",
-        ],
-        env,
-        name,
-    )
+    return WorkerProcess(app_dir, prefork_worker_argv("rapp", queue, name, concurrency), env, name)
 
 
 def rapp_command(
     app_dir: Path, url: str, *args: str, timeout: float = 60.0
 ) -> subprocess.CompletedProcess[str]:
     """``celery -A rapp <args>`` run to its end (result, purge...), in a process of its own."""
-    return subprocess.run(
-        [str(BIN / "celery"), "-A", "rapp", *args],
-        cwd=app_dir,
-        env=app_env(app_dir, {"BROKER_URL": url, "BACKEND_URL": url}),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return _run_in_app(app_dir, url, [str(BIN / "celery"), "-A", "rapp", *args], timeout)
 
 
 def python_in_app(
     app_dir: Path, url: str, code: str, timeout: float = 60.0
 ) -> subprocess.CompletedProcess[str]:
     """``python -c code`` in the app's directory and environment (``import rapp`` works)."""
+    return _run_in_app(app_dir, url, [str(BIN / "python"), "-c", code], timeout)
+
+
+def _run_in_app(
+    app_dir: Path, url: str, argv: list[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "python"), "-c", code],
+        argv,
         cwd=app_dir,
         env=app_env(app_dir, {"BROKER_URL": url, "BACKEND_URL": url}),
         stdin=subprocess.DEVNULL,

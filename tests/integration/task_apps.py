@@ -281,6 +281,17 @@ def stop_all(workers: Iterable[WorkerProcess], timeout: float = 20.0) -> None:
         w._finish(deadline)
 
 
+def prefork_worker_argv(
+    app: str, queue: str, name: str, concurrency: int, *extra_args: str
+) -> list[str]:
+    """``celery -A <app> worker`` on ``queue``: a prefork pool of ``concurrency``, named
+    ``<name>@<host>``, logging at INFO (the tests read its log)."""
+    return [
+        str(BIN / "celery"), "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
+        "-Q", queue, "-n", f"{name}@%h", "--loglevel=INFO", *extra_args,
+    ]  # fmt: skip
+
+
 def celery_worker(
     app_dir: Path,
     broker_url: str,
@@ -294,22 +305,7 @@ def celery_worker(
 ) -> WorkerProcess:
     return WorkerProcess(
         app_dir,
-        [
-            str(BIN / "celery"),
-            "-A",
-            "capp",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-Q",
-            queue,
-            "-n",
-            f"{name}@%h",
-            "--loglevel=INFO",
-            *extra_args,
-        ],
+        prefork_worker_argv("capp", queue, name, concurrency, *extra_args),
         {
             "BROKER_URL": broker_url,
             "ACKS_LATE": "1" if acks_late else "0",
